@@ -1,0 +1,56 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestUnknownEnv(t *testing.T) {
+	environ := []string{
+		"PATH=/bin",
+		"DFKV_LISTEN=127.0.0.1:1", // a setting
+		"DFKV_MEMBERS=a:1",        // a setting of another role: still known
+		"DFKV_CONFIG=/x.toml",     // the config file
+		"DFKV_RAM_TIER=1",         // the seed's name for a feature to come
+		"DFKV_LIBRARY=/lib/libdfkv.so",
+		"DFKV_LISTN=127.0.0.1:1", // typo
+		"DFKV_BOGUS",             // no '='
+		"DFKV_ZZZ_WHAT=1",
+		"dfkv_listen=x", // not DFKV_
+	}
+	got := unknownEnv(environ)
+	want := []string{
+		"environment variable DFKV_BOGUS is not a dfkv setting and is ignored; dfkv.example.toml lists every setting with its env name",
+		"environment variable DFKV_LISTN is not a dfkv setting and is ignored; did you mean DFKV_LISTEN?",
+		"environment variable DFKV_ZZZ_WHAT is not a dfkv setting and is ignored; dfkv.example.toml lists every setting with its env name",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("unknownEnv:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestLoadWarnsUnknownEnv: Load reads the process environment for unknown
+// DFKV_* names and warns, without failing.
+func TestLoadWarnsUnknownEnv(t *testing.T) {
+	t.Setenv("DFKV_LISTEN_ADDR", "127.0.0.1:1")
+	_, r, err := runRole(t, "server", nil, nil)
+	if err != nil {
+		t.Fatalf("unknown DFKV_ variable failed the load: %v", err)
+	}
+	found := false
+	for _, w := range r.Warnings() {
+		if strings.Contains(w, "DFKV_LISTEN_ADDR is not a dfkv setting") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("warnings %q do not mention DFKV_LISTEN_ADDR", r.Warnings())
+	}
+	// Warnings returns a copy.
+	if w := r.Warnings(); len(w) > 0 {
+		w[0] = "x"
+		if r.Warnings()[0] == "x" {
+			t.Fatal("Warnings shares its slice")
+		}
+	}
+}

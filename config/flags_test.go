@@ -1,0 +1,170 @@
+package config
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// runRole runs `dfkv ROLE args...` through a cli.App built from Flags(role),
+// and returns what Load made of it.
+func runRole(t *testing.T, role string, args []string, lookup func(string) (string, bool)) (*Config, *Resolved, error) {
+	t.Helper()
+	var (
+		cfg  *Config
+		r    *Resolved
+		lerr error
+		ran  bool
+	)
+	app := &cli.App{
+		Name:      "dfkv",
+		Writer:    io.Discard,
+		ErrWriter: io.Discard,
+		Commands: []*cli.Command{{
+			Name:  role,
+			Flags: Flags(role),
+			Action: func(c *cli.Context) error {
+				ran = true
+				cfg, r, lerr = Load(c, role, lookup)
+				return nil
+			},
+		}},
+	}
+	if err := app.Run(append([]string{"dfkv", role}, args...)); err != nil {
+		t.Fatalf("dfkv %s %q: %v", role, args, err)
+	}
+	if !ran {
+		t.Fatalf("dfkv %s %q: action did not run", role, args)
+	}
+	return cfg, r, lerr
+}
+
+// TestFlagsPerRole: each role gets the flags of exactly its settings, as the
+// brief's table assigns them, plus --config and --print-config.
+func TestFlagsPerRole(t *testing.T) {
+	tools := []string{"group", "max-block-bytes", "members", "namespace", "timeout-ms", "dial-timeout-ms",
+		"pool-size", "batch-concurrency", "log-level", "log-format", "config", "print-config"}
+	want := map[string][]string{
+		"server": {"group", "id", "listen", "http-listen", "disk", "disk-capacity", "store-engine", "max-block-bytes",
+			"max-batch-items", "max-conns", "first-request-ms", "shutdown-timeout-ms", "log-level", "log-format",
+			"config", "print-config"},
+		"mds":   {"group", "log-level", "log-format", "config", "print-config"},
+		"smoke": tools,
+		"bench": tools,
+		"ctl":   tools,
+	}
+	for _, rn := range roleNames {
+		var got []string
+		for _, fl := range Flags(rn.name) {
+			name := fl.Names()[0]
+			got = append(got, name)
+			switch f := fl.(type) {
+			case *cli.StringSliceFlag:
+				if name != "disk" && name != "members" {
+					t.Errorf("%s: --%s is a list flag", rn.name, name)
+				}
+				if f.Value != nil || len(f.EnvVars) != 0 || len(f.Aliases) != 0 {
+					t.Errorf("%s: --%s has a value, env vars or aliases; Load layers those itself", rn.name, name)
+				}
+			case *cli.StringFlag:
+				if name == "disk" || name == "members" {
+					t.Errorf("%s: --%s is not a list flag", rn.name, name)
+				}
+				if f.Value != "" || len(f.EnvVars) != 0 || len(f.Aliases) != 0 {
+					t.Errorf("%s: --%s has a value, env vars or aliases; Load layers those itself", rn.name, name)
+				}
+			case *cli.BoolFlag:
+				if name != FlagPrintConfig {
+					t.Errorf("%s: --%s is a bool flag", rn.name, name)
+				}
+			default:
+				t.Errorf("%s: --%s is a %T", rn.name, name, fl)
+			}
+		}
+		if !reflect.DeepEqual(got, want[rn.name]) {
+			t.Errorf("Flags(%q):\n got %q\nwant %q", rn.name, got, want[rn.name])
+		}
+	}
+}
+
+func TestFlagsUnknownRolePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Flags(\"proxy\") did not panic")
+		}
+	}()
+	Flags("proxy")
+}
+
+// TestLoadCLI runs Load behind a real command line: only flags the user set
+// override, --disk repeats and replaces the list, --config names the file.
+func TestLoadCLI(t *testing.T) {
+	path := writeTOML(t, "[server]\nlisten = \"10.0.0.1:1\"\nmax_conns = 7\ndisks = [\"/file\"]\n")
+	env := envOf(map[string]string{"DFKV_MAX_CONNS": "8", "DFKV_DISKS": "/env"})
+
+	cfg, r, err := runRole(t, "server", []string{"--config", path}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Server.Listen != "10.0.0.1:1" || cfg.Server.MaxConns != 8 || !reflect.DeepEqual(cfg.Server.Disks, []string{"/env"}) {
+		t.Fatalf("no flags set: listen %q max_conns %d disks %q; want file, env, env", cfg.Server.Listen, cfg.Server.MaxConns, cfg.Server.Disks)
+	}
+	if sourceOf(t, r, "server.listen") != fromFile || sourceOf(t, r, "server.max_conns") != fromEnv {
+		t.Fatal("sources wrong without flags")
+	}
+
+	cfg, r, err = runRole(t, "server", []string{"--config", path, "--max-conns", "9", "--disk", "/f1", "--disk", "/f2,/f3", "--listen", ":0"}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Server.MaxConns != 9 || !reflect.DeepEqual(cfg.Server.Disks, []string{"/f1", "/f2", "/f3"}) || cfg.Server.Listen != ":0" {
+		t.Fatalf("flags set: max_conns %d disks %q listen %q", cfg.Server.MaxConns, cfg.Server.Disks, cfg.Server.Listen)
+	}
+	for _, key := range []string{"server.max_conns", "server.disks", "server.listen"} {
+		if got := sourceOf(t, r, key); got != fromFlag {
+			t.Errorf("%s source %s; want flag", key, got)
+		}
+	}
+
+	// --config "" names no file, even when DFKV_CONFIG names a missing one.
+	missing := filepath.Join(t.TempDir(), "missing.toml")
+	if _, _, err := runRole(t, "server", []string{"--config", ""}, envOf(map[string]string{"DFKV_CONFIG": missing})); err != nil {
+		t.Fatalf("--config \"\": %v", err)
+	}
+	if _, _, err := runRole(t, "server", nil, envOf(map[string]string{"DFKV_CONFIG": missing})); err == nil || !strings.Contains(err.Error(), "(from DFKV_CONFIG): no such file") {
+		t.Fatalf("missing DFKV_CONFIG file: %v", err)
+	}
+
+	// A bad flag value is reported like any other source.
+	if _, _, err := runRole(t, "ctl", []string{"--members", "a:1,,b:2"}, nil); err == nil ||
+		!strings.Contains(err.Error(), `client.members (DFKV_MEMBERS) from flag --members: ["a:1", "", "b:2"] has an empty element 2`) {
+		t.Fatalf("bad --members: %v", err)
+	}
+
+	// --print-config is a flag the role acts on; Load accepts it.
+	if _, _, err := runRole(t, "mds", []string{"--print-config", "--log-level", "debug"}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLoadUsesLookupOnly: LoadFrom reads nothing from the process
+// environment behind its lookup (tailscale envknob).
+func TestLoadUsesLookupOnly(t *testing.T) {
+	t.Setenv("DFKV_LISTEN", "10.9.9.9:1")
+	cfg, _, err := LoadFrom("server", "", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Server.Listen != "127.0.0.1:7600" {
+		t.Fatalf("LoadFrom read the process environment: listen %q", cfg.Server.Listen)
+	}
+	cfg, _, err = LoadFrom("server", "", os.LookupEnv, nil)
+	if err != nil || cfg.Server.Listen != "10.9.9.9:1" {
+		t.Fatalf("LoadFrom(os.LookupEnv): listen %q, %v", cfg.Server.Listen, err)
+	}
+}

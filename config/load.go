@@ -1,0 +1,239 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Load resolves the configuration of role ("server", "mds", "smoke", "bench"
+// or "ctl") from, later winning: the defaults, the TOML file (--config, else
+// DFKV_CONFIG), DFKV_* variables read through lookup, and the flags the user
+// set in c (c.IsSet: a flag left alone never overrides anything). The roles
+// call it first thing, with os.LookupEnv; lookup is a parameter so nothing
+// reads the process environment behind a test's back (nil = empty).
+//
+// Only the role's own settings are read from env and flags, checked and
+// printed; the rest of Config keeps its defaults. Every key in the file must
+// still be a known setting, since one file is shared by all roles and a typo
+// in it must not pass unnoticed just because this role skips that key.
+//
+// Load also reads os.Environ() to warn about DFKV_* variables that no dfkv
+// part reads (Resolved.Warnings); a mistyped variable is a warning, not an
+// error, because the environment is often shared with other tools.
+//
+// The error, if any, names each setting that failed, its env name, the layer
+// it came from and what is allowed; the role prints it and exits 2.
+func Load(c *cli.Context, role string, lookup func(string) (string, bool)) (*Config, *Resolved, error) {
+	bit, ok := roleBit(role)
+	if !ok {
+		return nil, nil, unknownRole(role)
+	}
+	in := input{role: role, lookup: lookup, flags: map[string][]string{}, environ: os.Environ()}
+	for i := range settings {
+		s := &settings[i]
+		if s.roles&bit == 0 || !c.IsSet(s.flag) {
+			continue
+		}
+		if s.value.list() {
+			in.flags[s.flag] = c.StringSlice(s.flag)
+		} else {
+			in.flags[s.flag] = []string{c.String(s.flag)}
+		}
+	}
+	if c.IsSet(flagConfig) {
+		in.file, in.fileSet = c.String(flagConfig), true
+	}
+	return load(in)
+}
+
+// LoadFrom is Load without cli, for tests and embedders. file plays the part
+// of --config: "" means none was given, and then DFKV_CONFIG (through lookup)
+// may still name one; nil lookup is an empty environment. flags holds the
+// values of the flags the user set, by flag name without dashes: one element
+// for a scalar (the last wins if there are more, as on a command line), the
+// elements of a list (they replace the list; they are not split on commas).
+// A name that is not a setting flag of role is an error. LoadFrom does not
+// look for unknown DFKV_* variables, having no environment list; Load does.
+func LoadFrom(role, file string, lookup func(string) (string, bool), flags map[string][]string) (*Config, *Resolved, error) {
+	return load(input{role: role, file: file, fileSet: file != "", lookup: lookup, flags: flags})
+}
+
+// input is everything one load reads.
+type input struct {
+	role    string
+	file    string
+	fileSet bool // file came from --config, even if empty ("no file, whatever DFKV_CONFIG says")
+	lookup  func(string) (string, bool)
+	flags   map[string][]string
+	environ []string // nil: do not look for unknown DFKV_* variables
+}
+
+func unknownRole(role string) error {
+	return fmt.Errorf("config: unknown role %q; valid roles are %s", role, validRoles())
+}
+
+func load(in input) (*Config, *Resolved, error) {
+	bit, ok := roleBit(in.role)
+	if !ok {
+		return nil, nil, unknownRole(in.role)
+	}
+	lookup := in.lookup
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	cfg := new(Config)
+	r := &Resolved{role: in.role}
+
+	// 1. Defaults, for every row: the Config is whole whatever the role.
+	for i := range settings {
+		s := &settings[i]
+		if err := s.value.set(cfg, s.defaults()); err != nil {
+			panic(fmt.Sprintf("BUG: config: default of %s %q %v", s.key, s.def, err))
+		}
+		if s.roles&bit != 0 {
+			r.values = append(r.values, resolvedValue{s: s, src: source{kind: fromDefault}, raw: strconv.Quote(s.def)})
+		}
+	}
+
+	// NB: a value that does not parse is an error even if a later layer
+	// overrides it: the layer is broken and will bite once the override goes.
+	// Range and allowed values are checked once, on the merged result.
+	var errs []error
+	failed := make(map[*setting]bool) // these are not range-checked: their field holds an older layer's value
+	fail := func(err error, s *setting) {
+		errs = append(errs, err)
+		failed[s] = true
+	}
+	apply := func(rv *resolvedValue, src source, vals []string, raw string) {
+		if err := rv.s.value.set(cfg, vals); err != nil {
+			fail(rv.s.errorf(src, raw, err), rv.s)
+			return
+		}
+		rv.src, rv.raw = src, raw
+	}
+
+	// 2. The file.
+	path, from := in.file, "--"+flagConfig
+	if !in.fileSet {
+		if v, ok := lookup(envConfig); ok {
+			path, from = v, envConfig
+		}
+	} else if v, ok := lookup(envConfig); ok && v != in.file {
+		r.warnings = append(r.warnings, fmt.Sprintf("%s=%q is ignored because --%s %q was given", envConfig, v, flagConfig, in.file))
+	}
+	if path != "" {
+		r.file, r.fileFrom = path, from
+		doc, err := readFile(path, from)
+		if err != nil {
+			return nil, nil, err
+		}
+		for i := range r.values {
+			rv := &r.values[i]
+			v, ok := doc[rv.s.key]
+			if !ok {
+				continue
+			}
+			src := source{kind: fromFile, where: path}
+			vals, raw, err := fromTOML(rv.s, v)
+			if err != nil {
+				fail(rv.s.errorf(src, raw, err), rv.s)
+				continue
+			}
+			apply(rv, src, vals, raw)
+		}
+	}
+
+	// 3. The environment.
+	for i := range r.values {
+		rv := &r.values[i]
+		if v, ok := lookup(rv.s.env); ok {
+			apply(rv, source{kind: fromEnv}, splitEnv(rv.s, v), strconv.Quote(v))
+		}
+	}
+
+	// 4. The flags the user set.
+	if err := checkFlagNames(in.flags, bit, in.role); err != nil {
+		return nil, nil, err
+	}
+	for i := range r.values {
+		rv := &r.values[i]
+		vals, ok := in.flags[rv.s.flag]
+		if !ok {
+			continue
+		}
+		src := source{kind: fromFlag, where: rv.s.flag}
+		if rv.s.value.list() {
+			apply(rv, src, vals, tomlArray(vals))
+			continue
+		}
+		if len(vals) == 0 {
+			fail(fmt.Errorf("flag --%s was set without a value; give it one", rv.s.flag), rv.s)
+			continue
+		}
+		v := vals[len(vals)-1]
+		apply(rv, src, []string{v}, strconv.Quote(v))
+	}
+
+	// 5. Validate the merged values; report every problem at once.
+	for i := range r.values {
+		rv := &r.values[i]
+		if failed[rv.s] {
+			continue
+		}
+		if err := rv.s.value.check(cfg); err != nil {
+			errs = append(errs, rv.s.errorf(rv.src, rv.raw, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, nil, errors.Join(errs...)
+	}
+
+	if in.environ != nil {
+		r.warnings = append(r.warnings, unknownEnv(in.environ)...)
+	}
+	r.cfg = cfg.clone()
+	return cfg, r, nil
+}
+
+// errorf is the one shape of a bad value: what, from where, what is wrong,
+// what would be right. For example:
+//
+//	server.max_block_bytes (DFKV_MAX_BLOCK_BYTES) from env: "9TiB" is out of range; allowed 4KiB..1GiB
+func (s *setting) errorf(src source, raw string, problem error) error {
+	return fmt.Errorf("%s (%s) from %s: %s %v; allowed %s", s.key, s.env, src, raw, problem, s.value.allowed())
+}
+
+func checkFlagNames(flags map[string][]string, bit role, roleName string) error {
+	var bad []string
+	for name := range flags {
+		found := false
+		for i := range settings {
+			if settings[i].flag == name && settings[i].roles&bit != 0 {
+				found = true
+				break
+			}
+		}
+		if !found {
+			bad = append(bad, "--"+name)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return fmt.Errorf("config: %s: not a setting flag of role %s", strings.Join(bad, ", "), roleName)
+}
+
+// clone copies c deep enough that changing the copy's lists leaves c alone.
+func (c *Config) clone() *Config {
+	d := *c
+	d.Server.Disks = append([]string(nil), c.Server.Disks...)
+	d.Client.Members = append([]string(nil), c.Client.Members...)
+	return &d
+}

@@ -1,0 +1,90 @@
+package config
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+)
+
+// Resolved remembers where each of a role's settings got its value, so
+// --print-config can show an operator not just what a process runs with but
+// which layer to change (pebble's Options.String, VictoriaMetrics WriteFlags).
+type Resolved struct {
+	role     string
+	file     string // "" = no file
+	fileFrom string // "--config" or "DFKV_CONFIG"
+	values   []resolvedValue
+	warnings []string
+	cfg      *Config // a copy, so the role changing its Config does not change the printout
+}
+
+type resolvedValue struct {
+	s   *setting
+	src source
+	raw string // the input as written, quoted, for errors
+}
+
+// source is the layer a value came from.
+type source struct {
+	kind  string // one of fromDefault, fromFile, fromEnv, fromFlag
+	where string // file path or flag name
+}
+
+const (
+	fromDefault = "default"
+	fromFile    = "file"
+	fromEnv     = "env"
+	fromFlag    = "flag"
+)
+
+func (s source) String() string {
+	switch s.kind {
+	case fromFile:
+		return "file " + s.where
+	case fromFlag:
+		return "flag --" + s.where
+	}
+	return s.kind
+}
+
+// WriteTo prints every setting of the role, in table order, one per line as
+//
+//	key = value  # source (ENV_NAME)
+//
+// where source is default, file, env or flag. The lines are TOML (dotted keys
+// at top level), so the output can be saved and used as a config file.
+func (r *Resolved) WriteTo(w io.Writer) (int64, error) {
+	cw := &countWriter{w: w}
+	b := bufio.NewWriter(cw)
+	fmt.Fprintf(b, "# dfkv %s: resolved configuration (defaults < file < env < flags)\n", r.role)
+	if r.file != "" {
+		fmt.Fprintf(b, "# config file: %s (from %s)\n", r.file, r.fileFrom)
+	} else {
+		fmt.Fprintf(b, "# config file: none\n")
+	}
+	for _, rv := range r.values {
+		fmt.Fprintf(b, "%s = %s  # %s (%s)\n", rv.s.key, rv.s.value.format(r.cfg), rv.src.kind, rv.s.env)
+	}
+	err := b.Flush()
+	return cw.n, err
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Warnings returns what Load found worth telling but not worth refusing to
+// start over: unknown DFKV_* variables, a DFKV_CONFIG that --config
+// overrode. The role logs each one once it has a logger.
+func (r *Resolved) Warnings() []string { return append([]string(nil), r.warnings...) }
+
+// File returns the config file that was read and what named it ("--config"
+// or "DFKV_CONFIG"), or "", "" when there was none, for the role's startup log.
+func (r *Resolved) File() (path, from string) { return r.file, r.fileFrom }

@@ -1,0 +1,125 @@
+package config
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestPrintConfigSources: --print-config names the layer of every value.
+func TestPrintConfigSources(t *testing.T) {
+	path := writeTOML(t, "[server]\nlisten = \"10.0.0.1:7600\"\nmax_conns = 5\n[client]\nmembers = [\"x:1\"]\n")
+	env := envOf(map[string]string{"DFKV_MAX_CONNS": "10", "DFKV_LOG_FORMAT": "json"})
+	flags := map[string][]string{"disk": {"/d1", "/d2"}, "max-block-bytes": {"1048576"}}
+	_, r, err := LoadFrom("server", path, env, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	n, err := r.WriteTo(&buf)
+	if err != nil || n != int64(buf.Len()) {
+		t.Fatalf("WriteTo = %d, %v; wrote %d bytes", n, err, buf.Len())
+	}
+	out := buf.String()
+	for _, line := range []string{
+		"# dfkv server: resolved configuration (defaults < file < env < flags)",
+		"# config file: " + path + " (from --config)",
+		`group = "default"  # default (DFKV_GROUP)`,
+		`server.id = ""  # default (DFKV_SERVER_ID)`,
+		`server.listen = "10.0.0.1:7600"  # file (DFKV_LISTEN)`,
+		`server.max_conns = 10  # env (DFKV_MAX_CONNS)`,
+		`server.disks = ["/d1", "/d2"]  # flag (DFKV_DISKS)`,
+		`server.max_block_bytes = "1MiB"  # flag (DFKV_MAX_BLOCK_BYTES)`,
+		`server.disk_capacity_bytes = 0  # default (DFKV_DISK_CAPACITY_BYTES)`,
+		`server.first_request_ms = 30000  # default (DFKV_TCP_FIRST_REQ_MS)`,
+		`log.format = "json"  # env (DFKV_LOG_FORMAT)`,
+	} {
+		if !strings.Contains(out, line+"\n") {
+			t.Errorf("print-config lacks line\n\t%s\nin\n%s", line, out)
+		}
+	}
+	// Only the role's settings, one line each.
+	if strings.Contains(out, "client.") {
+		t.Errorf("server print-config shows client settings:\n%s", out)
+	}
+	if got, want := strings.Count(out, "\n")-2, len(r.values); got != want {
+		t.Errorf("print-config has %d setting lines; want %d", got, want)
+	}
+}
+
+// TestPrintConfigRoles: each role prints exactly its own settings.
+func TestPrintConfigRoles(t *testing.T) {
+	for _, rn := range roleNames {
+		_, r, err := LoadFrom(rn.name, "", nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if _, err := r.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		for i := range settings {
+			s := &settings[i]
+			has := strings.Contains(buf.String(), "\n"+s.key+" = ")
+			if want := s.roles&rn.bit != 0; has != want {
+				t.Errorf("%s print-config shows %s: %v; want %v", rn.name, s.key, has, want)
+			}
+		}
+	}
+}
+
+// TestPrintConfigRoundTrip: the printout is a config file that loads back to
+// the same Config, like pebble's Options.String and Parse.
+func TestPrintConfigRoundTrip(t *testing.T) {
+	flags := map[string][]string{
+		"group": {"g"}, "id": {`node-"1"\x`}, "listen": {"[::1]:0"}, "http-listen": {""},
+		"disk": {"/a", "/b c"}, "disk-capacity": {"1000001"}, "store-engine": {"slab"},
+		"max-block-bytes": {"4KiB"}, "max-batch-items": {"1"}, "max-conns": {"1000000"},
+		"first-request-ms": {"0"}, "shutdown-timeout-ms": {"1"}, "log-level": {"debug"}, "log-format": {"json"},
+	}
+	want, r, err := LoadFrom("server", "", nil, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := r.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "printed.toml")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, r2, err := LoadFrom("server", path, nil, nil)
+	if err != nil {
+		t.Fatalf("print-config output does not load: %v\n%s", err, buf.String())
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v\nprinted:\n%s", got, want, buf.String())
+	}
+	for _, rv := range r2.values {
+		if rv.src.kind != fromFile {
+			t.Errorf("%s came from %s; want file", rv.s.key, rv.src.kind)
+		}
+	}
+}
+
+// TestPrintConfigIsASnapshot: the role changing its Config after Load (say,
+// deriving server.id) does not change what --print-config shows was loaded.
+func TestPrintConfigIsASnapshot(t *testing.T) {
+	cfg, r, err := LoadFrom("server", "", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Server.Listen = "changed:1"
+	cfg.Server.Disks[0] = "/changed"
+	var buf bytes.Buffer
+	if _, err := r.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "changed") {
+		t.Fatalf("print-config shows changes made after Load:\n%s", buf.String())
+	}
+}

@@ -1,0 +1,286 @@
+package config
+
+import (
+	"math"
+	"strings"
+	"time"
+)
+
+// role is a bit per dfkv role, so a setting can name the roles that take it.
+type role uint8
+
+const (
+	roleServer role = 1 << iota
+	roleMDS
+	roleSmoke
+	roleBench
+	roleCtl
+
+	roleTools = roleSmoke | roleBench | roleCtl
+	roleAll   = roleServer | roleMDS | roleTools
+)
+
+// roleNames lists the roles in the order help text and errors show them.
+var roleNames = []struct {
+	name string
+	bit  role
+}{
+	{"server", roleServer}, {"mds", roleMDS}, {"smoke", roleSmoke}, {"bench", roleBench}, {"ctl", roleCtl},
+}
+
+func roleBit(name string) (role, bool) {
+	for _, r := range roleNames {
+		if r.name == name {
+			return r.bit, true
+		}
+	}
+	return 0, false
+}
+
+func (r role) String() string {
+	var names []string
+	for _, n := range roleNames {
+		if r&n.bit != 0 {
+			names = append(names, n.name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+func validRoles() string { return roleAll.String() }
+
+// setting is one row of the table. The TOML decode, the DFKV_* and flag
+// bindings, --print-config and the dfkv.example.toml test all read it, so a
+// setting added here is everywhere at once.
+type setting struct {
+	key   string // TOML key, dotted: "server.listen"; a top-level key has no dot
+	env   string // environment variable
+	flag  string // flag name without dashes
+	roles role   // roles that take it; only they read, check and print it
+	def   string // default, in the syntax of the env variable (a list: comma list)
+	help  string // one line for flag help and dfkv.example.toml
+	value value  // parser, validator and printer of the Config field
+}
+
+// section is the TOML table a setting lives in ("" for top level), leaf its
+// name inside it.
+func (s *setting) section() string {
+	if i := strings.IndexByte(s.key, '.'); i >= 0 {
+		return s.key[:i]
+	}
+	return ""
+}
+
+func (s *setting) leaf() string { return s.key[strings.IndexByte(s.key, '.')+1:] }
+
+// defaults splits def like an env value, so defaults go through set exactly
+// as user input does.
+func (s *setting) defaults() []string { return splitEnv(s, s.def) }
+
+// splitEnv turns an env value into set's input: a list is a comma list whose
+// elements are trimmed (empty ones are kept, for set to refuse).
+func splitEnv(s *setting, v string) []string {
+	if !s.value.list() {
+		return []string{v}
+	}
+	parts := strings.Split(v, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts
+}
+
+const hour = 3600000 // milliseconds
+
+// settings is the table. Keep rows grouped by TOML section, in the order
+// dfkv.example.toml and --print-config show them.
+var settings = []setting{
+	{
+		key: "group", env: "DFKV_GROUP", flag: "group", roles: roleServer | roleMDS | roleTools,
+		def:   "default",
+		help:  "cluster group a node or client belongs to; nodes and clients of different groups never mix",
+		value: stringValue{field: func(c *Config) *string { return &c.Group }, ok: checkName(64), text: "1-64 characters of A-Z a-z 0-9 . _ -"},
+	},
+
+	{
+		key: "server.id", env: "DFKV_SERVER_ID", flag: "id", roles: roleServer,
+		def:   "",
+		help:  "stable node identity; empty derives it from the host and listen address",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.ID }, ok: checkServerID, text: "empty, or up to 255 bytes without spaces or control characters"},
+	},
+	{
+		key: "server.listen", env: "DFKV_LISTEN", flag: "listen", roles: roleServer,
+		def:   "127.0.0.1:7600",
+		help:  "data-plane TCP address",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.Listen }, ok: checkListen, text: "host:port with port 0..65535 (0 picks a free port)"},
+	},
+	{
+		key: "server.http_listen", env: "DFKV_HTTP_LISTEN", flag: "http-listen", roles: roleServer,
+		def:   "127.0.0.1:7680",
+		help:  "metrics and health HTTP address; empty turns it off",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.HTTPListen }, ok: checkHTTPListen, text: "host:port with port 0..65535, or empty for off"},
+	},
+	{
+		key: "server.disks", env: "DFKV_DISKS", flag: "disk", roles: roleServer,
+		def:   "./dfkv-data/disk0",
+		help:  "data directories, one per disk (env: comma list; flag: repeat it)",
+		value: listValue{field: func(c *Config) *[]string { return &c.Server.Disks }, ok: checkDisks, text: "one or more directories, none empty, none named twice"},
+	},
+	{
+		key: "server.disk_capacity_bytes", env: "DFKV_DISK_CAPACITY_BYTES", flag: "disk-capacity", roles: roleServer,
+		def:   "0",
+		help:  "bytes each disk may hold; 0 sizes it from the filesystem at startup",
+		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.DiskCapacityBytes }, min: 0, max: math.MaxUint64, note: "0 (size from the filesystem) or a size such as 512GiB"},
+	},
+	{
+		key: "server.store_engine", env: "DFKV_STORE_ENGINE", flag: "store-engine", roles: roleServer,
+		def:   "file",
+		help:  "storage engine: file, or slab (not built yet; the server says so)",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.StoreEngine }, ok: oneOf("file", "slab"), text: "file, slab"},
+	},
+	{
+		key: "server.max_block_bytes", env: "DFKV_MAX_BLOCK_BYTES", flag: "max-block-bytes", roles: roleServer | roleTools,
+		def:   "64MiB",
+		help:  "largest value a PUT may store, and the largest frame body",
+		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.MaxBlockBytes }, min: 4 * kib, max: gib},
+	},
+	{
+		key: "server.max_batch_items", env: "DFKV_MAX_BATCH_ITEMS", flag: "max-batch-items", roles: roleServer,
+		def:   "4096",
+		help:  "items in one batch frame",
+		value: intValue{field: func(c *Config) *int { return &c.Server.MaxBatchItems }, min: 1, max: 65536},
+	},
+	{
+		key: "server.max_conns", env: "DFKV_MAX_CONNS", flag: "max-conns", roles: roleServer,
+		def:   "4096",
+		help:  "open data-plane connections; past it new ones are refused",
+		value: intValue{field: func(c *Config) *int { return &c.Server.MaxConns }, min: 1, max: 1000000},
+	},
+	{
+		key: "server.first_request_ms", env: "DFKV_TCP_FIRST_REQ_MS", flag: "first-request-ms", roles: roleServer,
+		def:   "30000",
+		help:  "milliseconds a new connection may take to send its first request; 0 waits forever",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.FirstRequest }, min: 0, max: hour, note: "0 = off"},
+	},
+	{
+		key: "server.shutdown_timeout_ms", env: "DFKV_SHUTDOWN_TIMEOUT_MS", flag: "shutdown-timeout-ms", roles: roleServer,
+		def:   "30000",
+		help:  "milliseconds SIGTERM waits for in-flight requests",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.ShutdownTimeout }, min: 1, max: hour},
+	},
+
+	{
+		key: "client.members", env: "DFKV_MEMBERS", flag: "members", roles: roleTools,
+		def:   "127.0.0.1:7600",
+		help:  "static member list of cache nodes (env and flag: comma list; the flag may repeat)",
+		value: listValue{field: func(c *Config) *[]string { return &c.Client.Members }, ok: checkMembers, text: "one or more host:port with port 1..65535, none named twice"},
+	},
+	{
+		key: "client.namespace", env: "DFKV_NAMESPACE", flag: "namespace", roles: roleTools,
+		def:   "dfkv-tools",
+		help:  "namespace bytes the tools address blocks in",
+		value: stringValue{field: func(c *Config) *string { return &c.Client.Namespace }, ok: checkNamespace, text: "1..4096 bytes"},
+	},
+	{
+		key: "client.timeout_ms", env: "DFKV_CLIENT_TIMEOUT_MS", flag: "timeout-ms", roles: roleTools,
+		def:   "10000",
+		help:  "milliseconds one request may take",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.Client.Timeout }, min: 1, max: hour},
+	},
+	{
+		key: "client.dial_timeout_ms", env: "DFKV_CLIENT_DIAL_TIMEOUT_MS", flag: "dial-timeout-ms", roles: roleTools,
+		def:   "2000",
+		help:  "milliseconds a connect may take",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.Client.DialTimeout }, min: 1, max: 600000},
+	},
+	{
+		key: "client.pool_size", env: "DFKV_CLIENT_POOL_SIZE", flag: "pool-size", roles: roleTools,
+		def:   "16",
+		help:  "idle connections kept per node",
+		value: intValue{field: func(c *Config) *int { return &c.Client.PoolSize }, min: 1, max: 1024},
+	},
+	{
+		key: "client.batch_concurrency", env: "DFKV_BATCH_CONCURRENCY", flag: "batch-concurrency", roles: roleTools,
+		def:   "8",
+		help:  "nodes one batch talks to at once",
+		value: intValue{field: func(c *Config) *int { return &c.Client.BatchConcurrency }, min: 1, max: 256},
+	},
+
+	{
+		key: "log.level", env: "DFKV_LOG_LEVEL", flag: "log-level", roles: roleAll,
+		def:   "info",
+		help:  "least severe log level written",
+		value: stringValue{field: func(c *Config) *string { return &c.Log.Level }, ok: oneOf("debug", "info", "warn", "error"), text: "debug, info, warn, error"},
+	},
+	{
+		key: "log.format", env: "DFKV_LOG_FORMAT", flag: "log-format", roles: roleAll,
+		def:   "text",
+		help:  "log line format",
+		value: stringValue{field: func(c *Config) *string { return &c.Log.Format }, ok: oneOf("text", "json"), text: "text, json"},
+	},
+}
+
+// FlagPrintConfig is the bool flag every role takes to print its resolved
+// configuration (Resolved.WriteTo) and exit 0 instead of running; the role
+// checks c.Bool(config.FlagPrintConfig) after Load succeeds.
+const FlagPrintConfig = "print-config"
+
+// The other meta flag, and its env fallback.
+const (
+	flagConfig = "config"
+	envConfig  = "DFKV_CONFIG"
+)
+
+// otherEnv lists DFKV_* variables that are not rows of the table but are
+// read elsewhere, so Load does not call them unknown. Most are the seed's
+// names for features not built yet (RAM tier, quotas, RDMA, io_uring) and the
+// MDS settings of DESIGN.md §9; when a feature lands, its variable becomes a
+// row above and leaves this list.
+var otherEnv = []string{
+	envConfig,
+	"DFKV_LIBRARY", // path to libdfkv.so for the Python package
+	// MDS (DESIGN.md §5, §9)
+	"DFKV_MDS_ADDRS", "DFKV_MDS_LISTEN", "DFKV_MDS_HTTP_LISTEN", "DFKV_ETCD_ENDPOINTS", "DFKV_MDS_DB",
+	"DFKV_MDS_PROBE_CACHE_MS", "DFKV_MDS_FIRST_REQ_MS", "DFKV_MDS_ACCEPT_LEGACY",
+	// server (seed 000)
+	"DFKV_METRICS_FIRST_REQ_MS", "DFKV_PUT_ACK_MODE", "DFKV_READ_COALESCE", "DFKV_SERVER_URING",
+	"DFKV_TENANT_DEFAULT_QUOTA_BYTES", "DFKV_TENANT_QUOTAS_FILE",
+	"DFKV_RAM_TIER", "DFKV_RAM_TIER_BYTES", "DFKV_RAM_TIER_LARGE_RESERVE_BYTES", "DFKV_RAM_TIER_NUMA",
+	"DFKV_RAM_TIER_SHARDS", "DFKV_RAM_WRITE_MODE", "DFKV_RAM_FLUSH_THREADS",
+	"DFKV_RDMA", "DFKV_RDMA_DEV", "DFKV_RDMA_NUMA", "DFKV_RDMA_MAX_BLOCK_BYTES", "DFKV_RDMA_OP_TIMEOUT_MS",
+	"DFKV_RDMA_BATCH_OP_TIMEOUT_MS", "DFKV_RDMA_RECV_SEGMENT_SIZE", "DFKV_RDMA_RECV_CHUNK_IDLE_MS",
+	// build switches read by scripts/
+	"DFKV_WITH_URING", "DFKV_WITH_RDMA",
+}
+
+// lookupKey returns the row with TOML key key, or nil.
+func lookupKey(key string) *setting {
+	for i := range settings {
+		if settings[i].key == key {
+			return &settings[i]
+		}
+	}
+	return nil
+}
+
+// sections returns the TOML tables of the table, in first-use order.
+func sections() []string {
+	var out []string
+	seen := map[string]bool{"": true}
+	for i := range settings {
+		if sec := settings[i].section(); !seen[sec] {
+			seen[sec] = true
+			out = append(out, sec)
+		}
+	}
+	return out
+}
+
+func isSection(name string) bool {
+	for _, s := range sections() {
+		if s == name {
+			return true
+		}
+	}
+	return false
+}

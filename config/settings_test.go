@@ -1,0 +1,85 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSettingsTable pins each row's names, roles and default to the table in
+// the brief and DESIGN.md §9, which roles, scripts and operators rely on.
+func TestSettingsTable(t *testing.T) {
+	const all = "server, mds, smoke, bench, ctl"
+	const tools = "smoke, bench, ctl"
+	want := [][5]string{ // key, env, flag, roles, default
+		{"group", "DFKV_GROUP", "group", all, "default"},
+		{"server.id", "DFKV_SERVER_ID", "id", "server", ""},
+		{"server.listen", "DFKV_LISTEN", "listen", "server", "127.0.0.1:7600"},
+		{"server.http_listen", "DFKV_HTTP_LISTEN", "http-listen", "server", "127.0.0.1:7680"},
+		{"server.disks", "DFKV_DISKS", "disk", "server", "./dfkv-data/disk0"},
+		{"server.disk_capacity_bytes", "DFKV_DISK_CAPACITY_BYTES", "disk-capacity", "server", "0"},
+		{"server.store_engine", "DFKV_STORE_ENGINE", "store-engine", "server", "file"},
+		{"server.max_block_bytes", "DFKV_MAX_BLOCK_BYTES", "max-block-bytes", "server, " + tools, "64MiB"},
+		{"server.max_batch_items", "DFKV_MAX_BATCH_ITEMS", "max-batch-items", "server", "4096"},
+		{"server.max_conns", "DFKV_MAX_CONNS", "max-conns", "server", "4096"},
+		{"server.first_request_ms", "DFKV_TCP_FIRST_REQ_MS", "first-request-ms", "server", "30000"},
+		{"server.shutdown_timeout_ms", "DFKV_SHUTDOWN_TIMEOUT_MS", "shutdown-timeout-ms", "server", "30000"},
+		{"client.members", "DFKV_MEMBERS", "members", tools, "127.0.0.1:7600"},
+		{"client.namespace", "DFKV_NAMESPACE", "namespace", tools, "dfkv-tools"},
+		{"client.timeout_ms", "DFKV_CLIENT_TIMEOUT_MS", "timeout-ms", tools, "10000"},
+		{"client.dial_timeout_ms", "DFKV_CLIENT_DIAL_TIMEOUT_MS", "dial-timeout-ms", tools, "2000"},
+		{"client.pool_size", "DFKV_CLIENT_POOL_SIZE", "pool-size", tools, "16"},
+		{"client.batch_concurrency", "DFKV_BATCH_CONCURRENCY", "batch-concurrency", tools, "8"},
+		{"log.level", "DFKV_LOG_LEVEL", "log-level", all, "info"},
+		{"log.format", "DFKV_LOG_FORMAT", "log-format", all, "text"},
+	}
+	if len(settings) != len(want) {
+		t.Errorf("table has %d rows; want %d", len(settings), len(want))
+	}
+	for i := 0; i < len(settings) && i < len(want); i++ {
+		s := &settings[i]
+		got := [5]string{s.key, s.env, s.flag, s.roles.String(), s.def}
+		if got != want[i] {
+			t.Errorf("row %d:\n got %q\nwant %q", i, got, want[i])
+		}
+	}
+}
+
+// TestSettingsTableWellFormed: names are unique and spelled alike, so the
+// env, flag and TOML bindings cannot collide, and every row has help.
+func TestSettingsTableWellFormed(t *testing.T) {
+	keys, envs, flags := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	lastSection := ""
+	seenSection := map[string]bool{}
+	for i := range settings {
+		s := &settings[i]
+		if keys[s.key] || envs[s.env] || flags[s.flag] {
+			t.Errorf("%s: key, env or flag used twice", s.key)
+		}
+		keys[s.key], envs[s.env], flags[s.flag] = true, true, true
+		if !strings.HasPrefix(s.env, "DFKV_") || strings.ToUpper(s.env) != s.env {
+			t.Errorf("%s: env %s is not DFKV_ upper case", s.key, s.env)
+		}
+		if strings.ToLower(s.flag) != s.flag || strings.ContainsAny(s.flag, "_. ") || s.flag == flagConfig || s.flag == FlagPrintConfig {
+			t.Errorf("%s: flag %q is not a lower-case dashed name of its own", s.key, s.flag)
+		}
+		if strings.Count(s.key, ".") > 1 || strings.ToLower(s.key) != s.key {
+			t.Errorf("%s: key is not lower-case section.name", s.key)
+		}
+		if s.roles == 0 || s.help == "" || s.value.allowed() == "" {
+			t.Errorf("%s: no roles, help or allowed text", s.key)
+		}
+		// Rows of one section stay together: the example file and
+		// --print-config show them grouped.
+		if sec := s.section(); sec != lastSection {
+			if seenSection[sec] {
+				t.Errorf("%s: section [%s] split across the table", s.key, sec)
+			}
+			seenSection[sec], lastSection = true, sec
+		}
+	}
+	for _, name := range otherEnv {
+		if envs[name] {
+			t.Errorf("%s is a setting and also in otherEnv; drop it from otherEnv", name)
+		}
+	}
+}

@@ -1,0 +1,357 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// value is how one setting reads, checks and prints its field of Config.
+// Every layer's input goes through set (so a default is parsed exactly like a
+// flag); check runs once, on the merged Config.
+//
+// Errors from set and check are bare problems phrased to follow the quoted
+// value ("is out of range", "has an empty element 2"); the loader puts the
+// setting's key, env name, source and allowed values around them.
+type value interface {
+	// set parses vals and stores the result. A scalar gets exactly one
+	// element; a list gets its elements, which replace the old list.
+	set(c *Config, vals []string) error
+	// check reports whether the merged value is allowed.
+	check(c *Config) error
+	// format writes the field as a TOML value, for --print-config.
+	format(c *Config) string
+	// allowed says in a few words what check accepts.
+	allowed() string
+	// list reports whether the setting is a list: a TOML array of strings,
+	// a comma list in env, a repeatable flag.
+	list() bool
+}
+
+var errOutOfRange = errors.New("is out of range")
+
+// sizeValue is a byte size; see ParseSize.
+type sizeValue struct {
+	field    func(*Config) *uint64
+	min, max uint64
+	note     string // allowed text, when min..max does not say it all
+}
+
+func (v sizeValue) set(c *Config, vals []string) error {
+	n, err := parseSize(vals[0])
+	if err != nil {
+		return err
+	}
+	*v.field(c) = n
+	return nil
+}
+
+func (v sizeValue) check(c *Config) error {
+	if n := *v.field(c); n < v.min || n > v.max {
+		return errOutOfRange
+	}
+	return nil
+}
+
+func (v sizeValue) format(c *Config) string {
+	s := FormatSize(*v.field(c))
+	if _, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return s
+	}
+	return tomlString(s)
+}
+
+func (v sizeValue) allowed() string {
+	if v.note != "" {
+		return v.note
+	}
+	return FormatSize(v.min) + ".." + FormatSize(v.max)
+}
+
+func (sizeValue) list() bool { return false }
+
+// intValue is a count.
+type intValue struct {
+	field    func(*Config) *int
+	min, max int
+}
+
+func (v intValue) set(c *Config, vals []string) error {
+	n, err := strconv.ParseInt(strings.TrimSpace(vals[0]), 10, 64)
+	if err != nil || n < math.MinInt || n > math.MaxInt {
+		return errors.New("is not a whole number")
+	}
+	*v.field(c) = int(n)
+	return nil
+}
+
+func (v intValue) check(c *Config) error {
+	if n := *v.field(c); n < v.min || n > v.max {
+		return errOutOfRange
+	}
+	return nil
+}
+
+func (v intValue) format(c *Config) string { return strconv.Itoa(*v.field(c)) }
+func (v intValue) allowed() string         { return fmt.Sprintf("%d..%d", v.min, v.max) }
+func (intValue) list() bool                { return false }
+
+// millisValue is a duration written as whole milliseconds, the unit the seed's
+// DFKV_*_MS variables use; the field holds a time.Duration.
+type millisValue struct {
+	field    func(*Config) *time.Duration
+	min, max int64 // milliseconds
+	note     string
+}
+
+func (v millisValue) set(c *Config, vals []string) error {
+	n, err := strconv.ParseInt(strings.TrimSpace(vals[0]), 10, 64)
+	if err != nil {
+		return errors.New("is not a whole number of milliseconds")
+	}
+	// NB: refuse what time.Duration cannot hold rather than wrap around
+	// into a value that check would then judge.
+	if n > math.MaxInt64/int64(time.Millisecond) || n < math.MinInt64/int64(time.Millisecond) {
+		return errOutOfRange
+	}
+	*v.field(c) = time.Duration(n) * time.Millisecond
+	return nil
+}
+
+func (v millisValue) check(c *Config) error {
+	d := *v.field(c)
+	if d%time.Millisecond != 0 || d < time.Duration(v.min)*time.Millisecond || d > time.Duration(v.max)*time.Millisecond {
+		return errOutOfRange
+	}
+	return nil
+}
+
+func (v millisValue) format(c *Config) string {
+	return strconv.FormatInt(int64(*v.field(c)/time.Millisecond), 10)
+}
+
+func (v millisValue) allowed() string {
+	s := fmt.Sprintf("%d..%d milliseconds", v.min, v.max)
+	if v.note != "" {
+		s += " (" + v.note + ")"
+	}
+	return s
+}
+
+func (millisValue) list() bool { return false }
+
+// stringValue is a string with its own check.
+type stringValue struct {
+	field func(*Config) *string
+	ok    func(string) error
+	text  string // what ok accepts
+}
+
+func (v stringValue) set(c *Config, vals []string) error {
+	*v.field(c) = vals[0]
+	return nil
+}
+
+func (v stringValue) check(c *Config) error { return v.ok(*v.field(c)) }
+func (v stringValue) format(c *Config) string {
+	return tomlString(*v.field(c))
+}
+func (v stringValue) allowed() string { return v.text }
+func (stringValue) list() bool        { return false }
+
+// listValue is a list of strings. An empty element is refused when it is
+// read, not dropped: "a,,b" is more likely a mistake than a wish for two.
+type listValue struct {
+	field func(*Config) *[]string
+	ok    func([]string) error
+	text  string
+}
+
+func (v listValue) set(c *Config, vals []string) error {
+	if len(vals) == 1 && strings.TrimSpace(vals[0]) == "" {
+		return errors.New("is empty")
+	}
+	for i, e := range vals {
+		if strings.TrimSpace(e) == "" {
+			return fmt.Errorf("has an empty element %d", i+1)
+		}
+	}
+	*v.field(c) = append([]string(nil), vals...)
+	return nil
+}
+
+func (v listValue) check(c *Config) error { return v.ok(*v.field(c)) }
+
+func (v listValue) format(c *Config) string { return tomlArray(*v.field(c)) }
+func (v listValue) allowed() string         { return v.text }
+func (listValue) list() bool                { return true }
+
+// oneOf returns a check that accepts exactly the given words.
+func oneOf(words ...string) func(string) error {
+	return func(s string) error {
+		for _, w := range words {
+			if s == w {
+				return nil
+			}
+		}
+		return errors.New("is not one of " + strings.Join(words, ", "))
+	}
+}
+
+// checkName accepts 1..max characters of [A-Za-z0-9._-]: names that are safe
+// in file names, metric labels and etcd keys.
+func checkName(max int) func(string) error {
+	return func(s string) error {
+		if s == "" {
+			return errors.New("is empty")
+		}
+		if len(s) > max {
+			return fmt.Errorf("is %d characters long", len(s))
+		}
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return fmt.Errorf("has character %q at byte %d", c, i+1)
+			}
+		}
+		return nil
+	}
+}
+
+// checkServerID accepts "" (derive it) or up to 255 bytes of printable
+// non-space text: the ID is logged, labelled and compared, never parsed.
+func checkServerID(s string) error {
+	if len(s) > 255 {
+		return fmt.Errorf("is %d bytes long", len(s))
+	}
+	if !utf8.ValidString(s) {
+		return errors.New("is not valid UTF-8")
+	}
+	for i, r := range s {
+		if r <= ' ' || r == 0x7f {
+			return fmt.Errorf("has a space or control character at byte %d", i+1)
+		}
+	}
+	return nil
+}
+
+// checkHostPort accepts host:port with a numeric port in minPort..65535. A
+// listener may use port 0 (the kernel picks one; tests rely on it), a peer
+// address may not.
+func checkHostPort(s string, minPort int, needHost bool) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			return fmt.Errorf("is not host:port (%s)", ae.Err)
+		}
+		return fmt.Errorf("is not host:port (%v)", err)
+	}
+	if needHost && host == "" {
+		return errors.New("has no host")
+	}
+	if strings.ContainsAny(host, " \t\r\n") {
+		return errors.New("has a space in the host")
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("has port %q that is not a number", port)
+	}
+	if p < minPort || p > 65535 {
+		return fmt.Errorf("has port %d out of range", p)
+	}
+	return nil
+}
+
+func checkListen(s string) error { return checkHostPort(s, 0, false) }
+
+func checkHTTPListen(s string) error {
+	if s == "" {
+		return nil
+	}
+	return checkListen(s)
+}
+
+func checkNamespace(s string) error {
+	if s == "" {
+		return errors.New("is empty")
+	}
+	if len(s) > 4096 {
+		return fmt.Errorf("is %d bytes long", len(s))
+	}
+	return nil
+}
+
+func checkDisks(disks []string) error {
+	if len(disks) == 0 {
+		return errors.New("is empty")
+	}
+	seen := make(map[string]int, len(disks))
+	for i, d := range disks {
+		if strings.TrimSpace(d) == "" {
+			return fmt.Errorf("has an empty element %d", i+1)
+		}
+		clean := filepath.Clean(d)
+		if j, ok := seen[clean]; ok {
+			return fmt.Errorf("names one directory twice (elements %d and %d are both %s)", j+1, i+1, clean)
+		}
+		seen[clean] = i
+	}
+	return nil
+}
+
+func checkMembers(members []string) error {
+	if len(members) == 0 {
+		return errors.New("is empty")
+	}
+	seen := make(map[string]int, len(members))
+	for i, m := range members {
+		if err := checkHostPort(m, 1, true); err != nil {
+			return fmt.Errorf("has element %d %q that %v", i+1, m, err)
+		}
+		if j, ok := seen[m]; ok {
+			return fmt.Errorf("names one member twice (elements %d and %d are both %s)", j+1, i+1, m)
+		}
+		seen[m] = i
+	}
+	return nil
+}
+
+// tomlString quotes s as a TOML basic string. Invalid UTF-8 cannot be written
+// in TOML at all, so such bytes print as U+FFFD.
+func tomlString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		switch {
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < ' ' || r == 0x7f:
+			fmt.Fprintf(&b, `\u%04X`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func tomlArray(vals []string) string {
+	q := make([]string, len(vals))
+	for i, v := range vals {
+		q[i] = tomlString(v)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}

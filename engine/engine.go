@@ -1,0 +1,116 @@
+// Package engine holds the storage side of a cache node: the StoreEngine
+// interface every engine implements, the per-disk DiskCacheGroup that routes
+// blocks over a node's disks, and the shared types both need.
+//
+// Engines report failures as errors wrapping a wire.Status (wire.StatusOf
+// recovers it), so the server maps every failure to a status code in one
+// place and the engine never needs to know about the wire.
+//
+// The range contract (DESIGN.md §3) is the same for every engine and every
+// path:
+//   - length == 0 reads the whole remainder from offset;
+//   - offset == stored length succeeds with zero bytes;
+//   - offset > stored length is StatusInvalid;
+//   - a length past the end is clamped;
+//   - the full stored length is always returned alongside the bytes.
+package engine
+
+import (
+	"time"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// StoreEngine stores whole values under BlockKeys on one disk directory.
+// Implementations must be safe for concurrent use and must not hold a lock
+// across disk I/O that unrelated keys wait on.
+type StoreEngine interface {
+	// Cache stores value (the caller's exact bytes; len(value) > 0) under
+	// key, replacing any previous value. The engine may not keep value after
+	// Cache returns.
+	Cache(key wire.BlockKey, value []byte) error
+
+	// CacheBatch stores values[i] under keys[i] and writes each item's
+	// result into errs[i]; len(keys) == len(values) == len(errs).
+	CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error)
+
+	// Range reads [offset, offset+length) of the value under key, following
+	// the package's range contract. It asks alloc for a buffer once it
+	// knows how many bytes it needs and returns the bytes read (a sub-slice
+	// of that buffer) and the full stored length.
+	Range(key wire.BlockKey, offset, length uint64, alloc Allocator) (data []byte, stored uint64, err error)
+
+	// Lookup reports the stored length of key, or an error wrapping
+	// wire.StatusNotFound.
+	Lookup(key wire.BlockKey) (stored uint64, err error)
+
+	// Remove deletes key. Removing a missing key returns an error wrapping
+	// wire.StatusNotFound.
+	Remove(key wire.BlockKey) error
+
+	// Stats returns a snapshot of counters; it must be cheap enough to call
+	// on every metrics scrape.
+	Stats() Stats
+
+	// Close flushes and syncs everything acknowledged and releases the disk.
+	// After Close every method returns an error wrapping StatusUnavailable.
+	Close() error
+}
+
+// Allocator hands an engine a destination buffer once the engine knows the
+// size of a read. Alloc(n) returns a slice of length n whose first byte is
+// aligned to at least IOAlign and whose capacity is a multiple of IOAlign,
+// so an engine can read into it with O_DIRECT. The caller owns the buffer
+// and releases it after it has used the returned data.
+type Allocator interface {
+	Alloc(n int) []byte
+}
+
+// IOAlign is the alignment every Allocator guarantees. 4096 covers the
+// logical block size of every NVMe and virtio disk dfkv targets.
+const IOAlign = 4096
+
+// Stats is a point-in-time snapshot of one engine (one disk).
+type Stats struct {
+	Engine        string `json:"engine"` // "file", "slab", ...
+	Path          string `json:"path"`   // the disk directory
+	CapacityBytes uint64 `json:"capacity_bytes"`
+	UsedBytes     uint64 `json:"used_bytes"`
+	Objects       uint64 `json:"objects"`
+	Hits          uint64 `json:"hits"`
+	Misses        uint64 `json:"misses"`
+	Puts          uint64 `json:"puts"`
+	Removes       uint64 `json:"removes"`
+	Evictions     uint64 `json:"evictions"`
+	IOErrors      uint64 `json:"io_errors"`
+	DirectIO      bool   `json:"direct_io"` // payload I/O uses O_DIRECT (false after a fallback)
+	Healthy       bool   `json:"healthy"`   // false once the engine failed closed
+}
+
+// Add accumulates o into s; Engine and Path are kept from s, Healthy is the
+// conjunction and DirectIO is true only if every part uses it.
+func (s *Stats) Add(o Stats) {
+	s.CapacityBytes += o.CapacityBytes
+	s.UsedBytes += o.UsedBytes
+	s.Objects += o.Objects
+	s.Hits += o.Hits
+	s.Misses += o.Misses
+	s.Puts += o.Puts
+	s.Removes += o.Removes
+	s.Evictions += o.Evictions
+	s.IOErrors += o.IOErrors
+	s.DirectIO = s.DirectIO && o.DirectIO
+	s.Healthy = s.Healthy && o.Healthy
+}
+
+// Clock is the engine's view of time, passed in so tests and a later
+// deterministic simulation can drive it (DESIGN.md §8).
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }

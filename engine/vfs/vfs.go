@@ -1,0 +1,86 @@
+// Package vfs is the file layer seam of the engines (DESIGN.md §8): the
+// engines reach the disk only through FS, so tests can inject faults
+// (ENOSPC, a refused O_DIRECT open, a failing rename) and a later
+// deterministic simulation can swap in an in-memory disk.
+package vfs
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// File is the subset of *os.File the engines use.
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	io.Closer
+	Name() string
+	Stat() (os.FileInfo, error)
+	Sync() error
+	Truncate(size int64) error
+	// Fd is used for fallocate, fdatasync and SEEK_DATA/SEEK_HOLE.
+	Fd() uintptr
+}
+
+// Usage describes the filesystem holding a path, in bytes.
+type Usage struct {
+	Total uint64
+	Free  uint64 // available to an unprivileged writer
+}
+
+// FS is the filesystem as the engines see it.
+type FS interface {
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	Rename(oldpath, newpath string) error
+	Remove(name string) error
+	MkdirAll(path string, perm os.FileMode) error
+	ReadDir(name string) ([]os.DirEntry, error)
+	Stat(name string) (os.FileInfo, error)
+	Usage(path string) (Usage, error)
+	// SyncDir fsyncs a directory so a rename or create inside it survives a
+	// crash.
+	SyncDir(path string) error
+}
+
+// OS is the real filesystem.
+type OS struct{}
+
+var _ FS = OS{}
+
+func (OS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (OS) Rename(oldpath, newpath string) error         { return os.Rename(oldpath, newpath) }
+func (OS) Remove(name string) error                     { return os.Remove(name) }
+func (OS) MkdirAll(path string, perm os.FileMode) error { return os.MkdirAll(path, perm) }
+func (OS) ReadDir(name string) ([]os.DirEntry, error)   { return os.ReadDir(name) }
+func (OS) Stat(name string) (os.FileInfo, error)        { return os.Stat(name) }
+
+func (OS) Usage(path string) (Usage, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return Usage{}, &os.PathError{Op: "statfs", Path: path, Err: err}
+	}
+	bs := uint64(st.Bsize)
+	return Usage{Total: st.Blocks * bs, Free: st.Bavail * bs}, nil
+}
+
+func (OS) SyncDir(path string) error {
+	d, err := os.Open(filepath.Clean(path))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

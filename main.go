@@ -1,0 +1,132 @@
+// Command dfkv is the one binary of dfkv, a KV-cache store for LLM
+// inference. It runs a role chosen by subcommand (`dfkv server`) or by the
+// name it was invoked under (a symlink `dfkv-server` runs the server).
+// This file only dispatches; each role lives in its own package under
+// roles/.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dfkv/dfkv/roles/bench"
+	"github.com/dfkv/dfkv/roles/ctl"
+	"github.com/dfkv/dfkv/roles/mds"
+	"github.com/dfkv/dfkv/roles/server"
+	"github.com/dfkv/dfkv/roles/smoke"
+	"github.com/dfkv/dfkv/roles/version"
+)
+
+// aliases maps the names dfkv may be invoked under to the role they run.
+var aliases = map[string]string{
+	"dfkv-server": "server", "dfkv_server": "server",
+	"dfkv-mds": "mds", "dfkv_mds": "mds",
+	"dfkv-bench": "bench",
+	"dfkv-smoke": "smoke",
+	"dfkv-ctl":   "ctl", "dfkvctl": "ctl",
+}
+
+func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
+
+// run dispatches args (args[0] is the invoked name) and returns the exit
+// status. It is main without the process, so tests call it directly.
+func run(args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	argv, err := dispatch(args)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	status := 0
+	app.ExitErrHandler = func(c *cli.Context, err error) {
+		if err == nil {
+			return
+		}
+		if ec, ok := err.(cli.ExitCoder); ok {
+			if msg := ec.Error(); msg != "" {
+				fmt.Fprintln(stderr, msg)
+			}
+			status = ec.ExitCode()
+			return
+		}
+		fmt.Fprintln(stderr, "dfkv:", err)
+		status = 1
+	}
+	if err := app.Run(argv); err != nil && status == 0 {
+		fmt.Fprintln(stderr, "dfkv:", err)
+		status = 2
+	}
+	return status
+}
+
+// dispatch rewrites a symlink invocation (`dfkv-server --listen …`) into
+// the subcommand form (`dfkv server --listen …`) so both go through one
+// parser. A name that looks like a dfkv alias but is not one is an error
+// that lists the valid names.
+func dispatch(args []string) ([]string, error) {
+	if len(args) == 0 {
+		return []string{"dfkv"}, nil
+	}
+	name := filepath.Base(args[0])
+	if role, ok := aliases[name]; ok {
+		return append([]string{"dfkv", role}, args[1:]...), nil
+	}
+	if strings.HasPrefix(name, "dfkv-") || strings.HasPrefix(name, "dfkv_") {
+		return nil, fmt.Errorf("dfkv: unknown role name %q; invoke dfkv as one of: dfkv %s",
+			name, strings.Join(aliasNames(), ", "))
+	}
+	return append([]string{"dfkv"}, args[1:]...), nil
+}
+
+func aliasNames() []string {
+	names := make([]string, 0, len(aliases))
+	for n := range aliases {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	cmds := []*cli.Command{
+		server.Command(),
+		mds.Command(),
+		smoke.Command(),
+		bench.Command(),
+		ctl.Command(),
+		version.Command(),
+	}
+	roles := make([]string, len(cmds))
+	for i, c := range cmds {
+		roles[i] = c.Name
+	}
+	return &cli.App{
+		Name:      "dfkv",
+		Usage:     "a KV-cache store for LLM inference",
+		UsageText: "dfkv ROLE [options]   (or invoke through a symlink such as dfkv-server)",
+		Description: "Roles: server (cache node), mds (membership directory), smoke (end-to-end check),\n" +
+			"bench (load generator), ctl (inspect and edit a cluster), version.\n" +
+			"Every role reads the same configuration: defaults < --config FILE < DFKV_* env < flags.",
+		Commands:  cmds,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		CommandNotFound: func(c *cli.Context, name string) {
+			fmt.Fprintf(c.App.ErrWriter, "dfkv: unknown role %q; valid roles: %s\n", name, strings.Join(roles, ", "))
+			_ = cli.Exit("", 2)
+		},
+		HideHelpCommand: true,
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return cli.Exit(fmt.Sprintf("dfkv: unknown role %q; valid roles: %s", c.Args().First(), strings.Join(roles, ", ")), 2)
+			}
+			_ = cli.ShowAppHelp(c)
+			return cli.Exit("", 2)
+		},
+	}
+}

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binPath is the dfkv binary built once for the multi-process tests.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dfkv-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "dfkv")
+	args := []string{"build", "-o", binPath}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, ".")...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building dfkv for the multi-process tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runIn runs args through run() in-process and returns status and output.
+func runIn(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestDispatchInProcess(t *testing.T) {
+	f := func(args []string, wantCode int, wantErr string) {
+		t.Helper()
+		code, out, errs := runIn(args...)
+		if code != wantCode || !strings.Contains(errs+out, wantErr) {
+			t.Fatalf("%v: code %d (want %d)\nstdout %s\nstderr %s", args, code, wantCode, out, errs)
+		}
+	}
+	f([]string{"dfkv", "nosuch"}, 2, "valid roles: server, mds, smoke, bench, ctl, version")
+	f([]string{"/usr/bin/dfkv-nosuch"}, 2, "dfkvctl")
+	f([]string{"dfkv-mds"}, 3, "mds: not implemented yet")
+	f([]string{"dfkv", "bench"}, 3, "bench: not implemented yet")
+	f([]string{"dfkv", "version"}, 0, "dfkv ")
+	f([]string{"/opt/x/dfkv_server", "--print-config"}, 0, "server.listen = ")
+	f([]string{"dfkvctl", "--print-config"}, 0, "client.members = ")
+	f([]string{"dfkv", "server", "--max-block-bytes", "9TiB", "--print-config"}, 2, "DFKV_MAX_BLOCK_BYTES")
+	f([]string{"dfkv", "--help"}, 0, "smoke")
+
+	for alias, role := range aliases {
+		got, err := dispatch([]string{"/some/dir/" + alias, "--x"})
+		if err != nil || got[1] != role || got[2] != "--x" {
+			t.Fatalf("%s: %v %v", alias, got, err)
+		}
+	}
+}
+
+// TestSymlinkDispatch runs the built binary through real symlinks.
+func TestSymlinkDispatch(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"dfkv-server", "dfkv_server", "dfkv-smoke", "dfkv-ctl", "dfkvctl", "dfkv-bench", "dfkv-mds", "dfkv_mds", "dfkv-bogus"} {
+		if err := os.Symlink(binPath, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := func(name string, args []string, wantCode int, want string) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(dir, name), args...)
+		cmd.Env = cleanEnv()
+		out, _ := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != wantCode || !strings.Contains(string(out), want) {
+			t.Fatalf("%s %v: exit %d (want %d), output:\n%s", name, args, cmd.ProcessState.ExitCode(), wantCode, out)
+		}
+	}
+	f("dfkv-server", []string{"--print-config"}, 0, "server.listen = \"127.0.0.1:7600\"")
+	f("dfkv_server", []string{"--print-config"}, 0, "server.disks")
+	f("dfkv-smoke", []string{"--print-config"}, 0, "client.members")
+	f("dfkv-ctl", []string{"--print-config"}, 0, "client.namespace")
+	f("dfkvctl", []string{"--print-config"}, 0, "client.namespace")
+	f("dfkv-bench", nil, 3, "not implemented yet")
+	f("dfkv-mds", nil, 3, "not implemented yet")
+	f("dfkv_mds", nil, 3, "not implemented yet")
+	f("dfkv-bogus", nil, 2, "unknown role name")
+}
+
+// cleanEnv is the environment without DFKV_* settings of the caller.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DFKV_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+	done chan struct{}
+}
+
+// startServer starts `dfkv server` as a child process and waits until
+// /readyz answers.
+func startServer(t *testing.T, addr, httpAddr string, disks ...string) *proc {
+	t.Helper()
+	args := []string{"server", "--listen", addr, "--http-listen", httpAddr, "--disk-capacity", "1GiB"}
+	for _, d := range disks {
+		args = append(args, "--disk", d)
+	}
+	cmd := exec.Command(binPath, args...)
+	cmd.Env = cleanEnv()
+	p := &proc{cmd: cmd, logs: &bytes.Buffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("server log:\n%s", p.logs.String())
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("server exited before it was ready:\n%s", p.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server not ready after 60s:\n%s", p.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("server did not stop on SIGTERM:\n%s", p.logs.String())
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("server exited %d after SIGTERM:\n%s", code, p.logs.String())
+	}
+}
+
+// dfkv runs the binary with args and stdin, returning exit code and output.
+func dfkv(t *testing.T, stdin []byte, args ...string) (int, []byte, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = cleanEnv()
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	_ = cmd.Run()
+	return cmd.ProcessState.ExitCode(), out.Bytes(), errb.String()
+}
+
+// TestServerProcessEndToEnd starts a real node on two disk directories,
+// runs smoke and ctl against it, restarts it with SIGTERM and finds every
+// block again, byte-exact.
+func TestServerProcessEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	addr, httpAddr := freePort(t), freePort(t)
+	d0, d1 := filepath.Join(dir, "d0"), filepath.Join(dir, "d1")
+	srv := startServer(t, addr, httpAddr, d0, d1)
+	members := "--members=" + addr
+
+	code, out, errs := dfkv(t, nil, "smoke", members, "--keep", "--run-id", "e2e")
+	if code != 0 {
+		t.Fatalf("smoke failed (%d):\n%s\n%s", code, out, errs)
+	}
+	if !bytes.Contains(out, []byte(" 0 failed")) {
+		t.Fatalf("smoke summary missing:\n%s", out)
+	}
+
+	// ctl: values from stdin and from a file, binary bytes and a NUL key.
+	values := map[string][]byte{}
+	for i, n := range []int{1, 4097, 1 << 20, 3<<20 + 5} {
+		v := make([]byte, n)
+		_, _ = rand.Read(v)
+		k := fmt.Sprintf("ctl/key-%d", i)
+		values[k] = v
+		if i%2 == 0 {
+			if code, _, errs := dfkv(t, v, "ctl", members, "put", k); code != 0 {
+				t.Fatalf("ctl put %s from stdin: %d %s", k, code, errs)
+			}
+		} else {
+			f := filepath.Join(dir, "in.bin")
+			_ = os.WriteFile(f, v, 0o644)
+			if code, _, errs := dfkv(t, nil, "ctl", members, "put", k, f); code != 0 {
+				t.Fatalf("ctl put %s from file: %d %s", k, code, errs)
+			}
+		}
+	}
+	if code, _, errs := dfkv(t, []byte("nul"), "ctl", members, "--key-hex", "put", "6b00ff"); code != 0 {
+		t.Fatalf("ctl put hex key: %d %s", code, errs)
+	}
+	values["\x6b\x00\xff"] = []byte("nul")
+	if code, _, errs := dfkv(t, nil, "ctl", members, "put", "empty-value"); code != 2 || !strings.Contains(errs, "INVALID") {
+		t.Fatalf("ctl put of an empty value: %d %s", code, errs)
+	}
+	checkAll := func(when string) {
+		t.Helper()
+		for k, v := range values {
+			args := []string{"ctl", members, "get", k}
+			if strings.ContainsRune(k, 0) {
+				args = []string{"ctl", members, "--key-hex", "get", fmt.Sprintf("%x", k)}
+			}
+			code, out, errs := dfkv(t, nil, args...)
+			if code != 0 || !bytes.Equal(out, v) {
+				t.Fatalf("%s: ctl get %q: exit %d, %d bytes (want %d): %s", when, k, code, len(out), len(v), errs)
+			}
+		}
+		f := filepath.Join(dir, "out.bin")
+		if code, _, errs := dfkv(t, nil, "ctl", members, "get", "ctl/key-2", f); code != 0 {
+			t.Fatalf("%s: ctl get to file: %s", when, errs)
+		}
+		if got, _ := os.ReadFile(f); !bytes.Equal(got, values["ctl/key-2"]) {
+			t.Fatalf("%s: file from ctl get differs", when)
+		}
+		code, out, _ := dfkv(t, nil, "ctl", members, "exist", "ctl/key-3")
+		if code != 0 || strings.TrimSpace(string(out)) != fmt.Sprint(3<<20+5) {
+			t.Fatalf("%s: ctl exist: %d %q", when, code, out)
+		}
+		code, _, errs := dfkv(t, nil, "ctl", members, "get", "ctl/never-put")
+		if code != 1 || !strings.Contains(errs, "not found") {
+			t.Fatalf("%s: ctl get of a missing key: exit %d %q", when, code, errs)
+		}
+		// Blocks smoke left behind (--keep) are there too.
+		code, out, _ = dfkv(t, nil, "ctl", members, "exist", "smoke/e2e/scalar-65537")
+		if code != 0 || strings.TrimSpace(string(out)) != "65537" {
+			t.Fatalf("%s: smoke block: %d %q", when, code, out)
+		}
+	}
+	checkAll("before restart")
+
+	code, out, _ = dfkv(t, nil, "ctl", members, "stats")
+	if code != 0 || !bytes.Contains(out, []byte(`"objects"`)) {
+		t.Fatalf("ctl stats: %d %s", code, out)
+	}
+
+	srv.stop(t)
+	if !strings.Contains(srv.logs.String(), "dfkv server listening") || !strings.Contains(srv.logs.String(), "stopped cleanly") {
+		t.Fatalf("server log lacks start/stop lines:\n%s", srv.logs.String())
+	}
+	srv = startServer(t, addr, httpAddr, d0, d1)
+	checkAll("after restart")
+
+	// A second smoke run against the restarted node, then remove.
+	if code, out, errs := dfkv(t, nil, "smoke", members); code != 0 {
+		t.Fatalf("smoke after restart (%d):\n%s\n%s", code, out, errs)
+	}
+	if code, _, errs := dfkv(t, nil, "ctl", members, "rm", "ctl/key-0"); code != 0 {
+		t.Fatalf("ctl rm: %s", errs)
+	}
+	if code, _, _ := dfkv(t, nil, "ctl", members, "rm", "ctl/key-0"); code != 1 {
+		t.Fatalf("ctl rm of a removed key exits %d, want 1", code)
+	}
+	srv.stop(t)
+}
+
+// TestServerRefusesBadConfig: a bad setting stops startup with a message
+// naming it; nothing is created.
+func TestServerRefusesBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errs := dfkv(t, nil, "server", "--disk", filepath.Join(dir, "d"), "--listen", "nope")
+	if code != 2 || !strings.Contains(errs, "DFKV_LISTEN") {
+		t.Fatalf("bad listen: exit %d: %s", code, errs)
+	}
+	code, _, errs = dfkv(t, nil, "server", "--disk", filepath.Join(dir, "d"), "--store-engine", "slab", "--listen", freePort(t), "--http-listen", "")
+	if code == 0 || !strings.Contains(errs, "not built yet") {
+		t.Fatalf("slab engine: exit %d: %s", code, errs)
+	}
+	cfg := filepath.Join(dir, "bad.toml")
+	_ = os.WriteFile(cfg, []byte("[server]\nlisten = \"127.0.0.1:1\"\nlisten_port = 3\n"), 0o644)
+	code, _, errs = dfkv(t, nil, "server", "--config", cfg)
+	if code != 2 || !strings.Contains(errs, "listen_port") {
+		t.Fatalf("unknown key: exit %d: %s", code, errs)
+	}
+}

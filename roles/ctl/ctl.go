@@ -1,0 +1,94 @@
+// Package ctl is `dfkv ctl`: inspect and edit a cluster by hand. Each verb
+// is one file. Keys are given as text (their bytes as typed) or, with
+// --key-hex, as hex for binary keys.
+//
+// Exit status: 0 success; 1 the key was not found (get, exist, rm); 2 or
+// more any other failure.
+package ctl
+
+import (
+	"encoding/hex"
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/roles/internal/rolekit"
+	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/client"
+)
+
+// Exit statuses of ctl verbs.
+const (
+	exitNotFound = 1
+	exitFailure  = 2
+)
+
+// Command is `dfkv ctl`.
+func Command() *cli.Command {
+	flags := append(config.Flags("ctl"),
+		&cli.BoolFlag{Name: "key-hex", Usage: "KEY arguments are hex-encoded bytes"},
+	)
+	return &cli.Command{
+		Name:  "ctl",
+		Usage: "inspect and edit a cluster: put, get, exist, rm, stats",
+		Flags: flags,
+		Action: func(c *cli.Context) error {
+			if _, _, done, err := rolekit.Load(c, "ctl"); err != nil || done {
+				return err
+			}
+			if c.NArg() > 0 {
+				return cli.Exit(fmt.Sprintf("dfkv ctl: unknown verb %q; valid: put, get, exist, rm, stats, members, info", c.Args().First()), exitFailure)
+			}
+			_ = cli.ShowSubcommandHelp(c)
+			return cli.Exit("dfkv ctl: give a verb: put, get, exist, rm, stats", exitFailure)
+		},
+		Subcommands: []*cli.Command{
+			putCommand(),
+			getCommand(),
+			existCommand(),
+			rmCommand(),
+			statsCommand(),
+			{Name: "members", Usage: "list cluster members (not implemented yet)", Action: rolekit.NotImplemented("ctl members", "issue 4 (membership)")},
+			{Name: "info", Usage: "node build and disk summary (not implemented yet)", Action: rolekit.NotImplemented("ctl info", "issue 5 (operating dfkv)")},
+		},
+	}
+}
+
+// open resolves the config (flags may stand before or after the verb) and
+// opens a client. done reports a --print-config run.
+func open(c *cli.Context) (*client.Client, *config.Config, bool, error) {
+	cfg, log, done, err := rolekit.Load(c, "ctl")
+	if err != nil || done {
+		return nil, cfg, done, err
+	}
+	cl, err := rolekit.OpenClient(cfg, log)
+	if err != nil {
+		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv ctl: %v", err), exitFailure)
+	}
+	return cl, cfg, false, nil
+}
+
+// keyArg returns argument i as key bytes.
+func keyArg(c *cli.Context, i int) ([]byte, error) {
+	if c.NArg() <= i {
+		return nil, cli.Exit(fmt.Sprintf("dfkv ctl %s: missing KEY argument; usage: %s", c.Command.Name, c.Command.UsageText), exitFailure)
+	}
+	s := c.Args().Get(i)
+	if c.Bool("key-hex") {
+		b, err := hex.DecodeString(s)
+		if err != nil {
+			return nil, cli.Exit(fmt.Sprintf("dfkv ctl %s: --key-hex: %v", c.Command.Name, err), exitFailure)
+		}
+		return b, nil
+	}
+	return []byte(s), nil
+}
+
+// fail maps a client error to the ctl exit convention.
+func fail(verb string, err error) error {
+	if wire.StatusOf(err) == wire.StatusNotFound {
+		return cli.Exit("not found", exitNotFound)
+	}
+	return cli.Exit(fmt.Sprintf("dfkv ctl %s: %v", verb, err), exitFailure)
+}

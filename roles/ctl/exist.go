@@ -1,0 +1,32 @@
+package ctl
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+)
+
+func existCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "exist",
+		Usage:     "print the stored length of one key (exit 1 if it is not stored)",
+		UsageText: "dfkv ctl exist KEY",
+		Action: func(c *cli.Context) error {
+			cl, _, done, err := open(c)
+			if err != nil || done {
+				return err
+			}
+			defer cl.Close()
+			key, err := keyArg(c, 0)
+			if err != nil {
+				return err
+			}
+			stored, err := cl.Exist(c.Context, key)
+			if err != nil {
+				return fail("exist", err)
+			}
+			_, err = fmt.Fprintf(c.App.Writer, "%d\n", stored)
+			return err
+		},
+	}
+}

@@ -1,0 +1,26 @@
+package ctl
+
+import "github.com/urfave/cli/v2"
+
+func rmCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "rm",
+		Usage:     "remove one key (exit 1 if it was not stored)",
+		UsageText: "dfkv ctl rm KEY",
+		Action: func(c *cli.Context) error {
+			cl, _, done, err := open(c)
+			if err != nil || done {
+				return err
+			}
+			defer cl.Close()
+			key, err := keyArg(c, 0)
+			if err != nil {
+				return err
+			}
+			if err := cl.Remove(c.Context, key); err != nil {
+				return fail("rm", err)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,85 @@
+// Package rolekit holds the few things every role does the same way:
+// resolving configuration from a cli context, honouring --print-config,
+// and building the role's structured logger.
+package rolekit
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/wire/client"
+)
+
+// ExitConfig is the exit status of a role that could not start because of
+// its configuration.
+const ExitConfig = 2
+
+// Load resolves role's configuration. When --print-config was given it
+// prints the resolved settings with their sources and returns done=true:
+// the role should exit 0 without doing anything else.
+func Load(c *cli.Context, role string) (cfg *config.Config, log *slog.Logger, done bool, err error) {
+	cfg, res, err := config.Load(c, role, os.LookupEnv)
+	if err != nil {
+		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv %s: configuration: %v", role, err), ExitConfig)
+	}
+	if c.Bool("print-config") {
+		if _, err := res.WriteTo(c.App.Writer); err != nil {
+			return nil, nil, false, err
+		}
+		return cfg, nil, true, nil
+	}
+	log = NewLogger(cfg.Log, c.App.ErrWriter).With("role", role)
+	for _, w := range res.Warnings() {
+		log.Warn(w)
+	}
+	return cfg, log, false, nil
+}
+
+// NewLogger builds a slog logger from the [log] settings.
+func NewLogger(lc config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	switch strings.ToLower(lc.Level) {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if lc.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// NotImplemented is the action of a role or verb that does not exist yet:
+// it says so plainly and exits non-zero.
+func NotImplemented(what, issue string) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		return cli.Exit(fmt.Sprintf("dfkv %s: not implemented yet (tracked in %s)", what, issue), 3)
+	}
+}
+
+// OpenClient opens a client on the [client] settings.
+func OpenClient(cfg *config.Config, log *slog.Logger) (*client.Client, error) {
+	cc := cfg.Client
+	return client.Open(client.Options{
+		Namespace:        []byte(cc.Namespace),
+		Members:          cc.Members,
+		Timeout:          cc.Timeout,
+		DialTimeout:      cc.DialTimeout,
+		PoolSize:         cc.PoolSize,
+		BatchConcurrency: cc.BatchConcurrency,
+		MaxBlockBytes:    cfg.Server.MaxBlockBytes,
+		Logger:           log,
+	})
+}

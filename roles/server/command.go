@@ -1,0 +1,258 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/file"
+	"github.com/dfkv/dfkv/engine/vfs"
+	"github.com/dfkv/dfkv/roles/internal/rolekit"
+)
+
+// Command is the `dfkv server` role.
+func Command() *cli.Command {
+	return &cli.Command{
+		Name:  "server",
+		Usage: "run a cache node: serve blocks from local disks over TCP",
+		Description: "Starts a cache node on --listen with one storage engine per --disk directory.\n" +
+			"With no configuration it serves 127.0.0.1:7600 from ./dfkv-data/disk0.\n" +
+			"SIGTERM or SIGINT stops it gracefully: in-flight requests finish, disks are synced.",
+		Flags: config.Flags("server"),
+		Action: func(c *cli.Context) error {
+			cfg, log, done, err := rolekit.Load(c, "server")
+			if err != nil || done {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			if err := Run(ctx, cfg, Deps{Logger: log}); err != nil {
+				log.Error("server failed", "error", err.Error())
+				return cli.Exit(fmt.Sprintf("dfkv server: %v", err), 1)
+			}
+			return nil
+		},
+	}
+}
+
+// Deps are the outside world a node runs against. Zero values mean the
+// real thing; tests pass listeners, a file layer or a clock of their own.
+type Deps struct {
+	Logger   *slog.Logger
+	Listener net.Listener // data plane; nil = listen on cfg.Server.Listen
+	FS       vfs.FS
+	Clock    engine.Clock
+	// Ready, if set, is called with the server once it accepts connections.
+	Ready func(*Server)
+}
+
+// Run opens the node's engines, serves until ctx ends, then shuts down
+// gracefully and syncs the engines. It returns an error only when the node
+// could not start or its engines failed to close cleanly.
+func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
+	start := time.Now()
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if deps.FS == nil {
+		deps.FS = vfs.OS{}
+	}
+	if deps.Clock == nil {
+		deps.Clock = engine.SystemClock{}
+	}
+	sc := cfg.Server
+
+	group, err := OpenEngines(cfg, deps.FS, deps.Clock, log)
+	if err != nil {
+		return err
+	}
+	closeGroup := func() error {
+		if err := group.Close(); err != nil {
+			return fmt.Errorf("close engines: %w", err)
+		}
+		return nil
+	}
+
+	ln := deps.Listener
+	if ln == nil {
+		ln, err = net.Listen("tcp", sc.Listen)
+		if err != nil {
+			_ = closeGroup()
+			return fmt.Errorf("listen on %s (server.listen / DFKV_LISTEN): %w", sc.Listen, err)
+		}
+	}
+	srv, err := New(Options{
+		Engine:          group,
+		Listener:        ln,
+		Logger:          log,
+		Clock:           deps.Clock,
+		MaxBlockBytes:   sc.MaxBlockBytes,
+		MaxBatchItems:   sc.MaxBatchItems,
+		MaxConns:        sc.MaxConns,
+		FirstRequest:    sc.FirstRequest,
+		ShutdownTimeout: sc.ShutdownTimeout,
+	})
+	if err != nil {
+		_ = ln.Close()
+		_ = closeGroup()
+		return err
+	}
+
+	var httpSrv *http.Server
+	if sc.HTTPListen != "" {
+		hln, err := net.Listen("tcp", sc.HTTPListen)
+		if err != nil {
+			_ = ln.Close()
+			_ = closeGroup()
+			return fmt.Errorf("listen on %s (server.http_listen / DFKV_HTTP_LISTEN): %w", sc.HTTPListen, err)
+		}
+		httpSrv = newHTTPServer(srv, group, sc.FirstRequest)
+		go func() {
+			if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http listener failed", "addr", sc.HTTPListen, "error", err.Error())
+			}
+		}()
+	}
+
+	st := group.Stats()
+	log.Info("dfkv server listening",
+		"id", serverID(cfg, ln.Addr()),
+		"listen", ln.Addr().String(),
+		"http", sc.HTTPListen,
+		"engine", sc.StoreEngine,
+		"disks", sc.Disks,
+		"capacity_bytes", st.CapacityBytes,
+		"objects", st.Objects,
+		"used_bytes", st.UsedBytes,
+		"direct_io", st.DirectIO,
+		"max_block_bytes", sc.MaxBlockBytes,
+		"started_in", time.Since(start).Round(time.Millisecond).String(),
+	)
+	if deps.Ready != nil {
+		deps.Ready(srv)
+	}
+
+	serveErr := srv.Serve(ctx)
+	log.Info("dfkv server stopped accepting; syncing engines")
+	if httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = httpSrv.Shutdown(sctx)
+		cancel()
+	}
+	closeErr := closeGroup()
+	if serveErr != nil {
+		return fmt.Errorf("accept on %s: %w", ln.Addr(), serveErr)
+	}
+	if closeErr != nil {
+		return closeErr
+	}
+	log.Info("dfkv server stopped cleanly", "objects", st.Objects)
+	return nil
+}
+
+// OpenEngines opens one engine per configured disk and the group routing
+// over them. On failure it closes whatever it opened.
+func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Logger) (*engine.Group, error) {
+	sc := cfg.Server
+	switch sc.StoreEngine {
+	case "file":
+	case "slab":
+		return nil, fmt.Errorf("store engine %q is not built yet; start with --store-engine=file (DFKV_STORE_ENGINE=file)", sc.StoreEngine)
+	default:
+		return nil, fmt.Errorf("unknown store engine %q; valid: file", sc.StoreEngine)
+	}
+	var engines []engine.StoreEngine
+	closeAll := func() {
+		for _, e := range engines {
+			_ = e.Close()
+		}
+	}
+	for _, dir := range sc.Disks {
+		capacity := sc.DiskCapacityBytes
+		if capacity == 0 {
+			if err := fs.MkdirAll(dir, 0o755); err != nil {
+				closeAll()
+				return nil, fmt.Errorf("disk %s: %w", dir, err)
+			}
+			u, err := fs.Usage(dir)
+			if err != nil {
+				closeAll()
+				return nil, fmt.Errorf("disk %s: size it with server.disk_capacity_bytes: %w", dir, err)
+			}
+			// Half the filesystem: stable across restarts (unlike free
+			// space, which shrinks as the cache fills), and the ENOSPC
+			// evict-and-retry covers a disk shared with other data.
+			capacity = u.Total / 2
+			log.Info("disk capacity not configured; using half of the filesystem", "disk", dir, "capacity_bytes", capacity)
+		}
+		e, err := file.Open(file.Options{Dir: dir, CapacityBytes: capacity, FS: fs, Clock: clock, Logger: log, DirectIO: true})
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("open disk %s: %w", dir, err)
+		}
+		engines = append(engines, e)
+	}
+	names := make([]string, len(sc.Disks))
+	for i, d := range sc.Disks {
+		names[i] = filepath.Clean(d)
+	}
+	g, err := engine.NewGroup(engines, names)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	return g, nil
+}
+
+func serverID(cfg *config.Config, addr net.Addr) string {
+	if cfg.Server.ID != "" {
+		return cfg.Server.ID
+	}
+	host, _ := os.Hostname()
+	return host + "/" + addr.String()
+}
+
+// newHTTPServer serves /healthz (the process is alive) and /readyz (it
+// accepts connections and every engine is healthy). Header reads are
+// bounded in time and size so a drip-feeding scraper cannot pin it.
+func newHTTPServer(srv *Server, eng engine.StoreEngine, firstReq time.Duration) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if srv.isClosing() {
+			http.Error(w, "not ready: shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		if st := eng.Stats(); !st.Healthy {
+			http.Error(w, "not ready: a storage engine failed closed; see the node's log", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	hdrTimeout := firstReq
+	if hdrTimeout <= 0 {
+		hdrTimeout = 30 * time.Second
+	}
+	return &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: hdrTimeout,
+		ReadTimeout:       hdrTimeout,
+		WriteTimeout:      30 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+	}
+}

@@ -1,0 +1,429 @@
+package server
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/wire"
+)
+
+const (
+	readBufSize = 64 << 10
+	// inlineLimit is the largest payload copied into the write buffer;
+	// bigger ones go out with writev straight from the engine's buffer.
+	inlineLimit = 16 << 10
+	// flushAt is how much buffered response data forces a flush even when
+	// more pipelined requests are waiting.
+	flushAt = 256 << 10
+)
+
+// conn is one client connection. Requests are read, executed and answered
+// strictly in order on one goroutine, which is what makes replies FIFO;
+// responses of pipelined requests are batched into one write while more
+// requests are already buffered.
+type conn struct {
+	s  *Server
+	nc net.Conn
+	br *bufio.Reader
+
+	wbuf  []byte      // pending response bytes
+	iov   [2][]byte   // backing array for writev
+	bufs  net.Buffers // reused writev vector
+	hdr   [wire.RequestPrefixLen]byte
+	table []byte          // batch item table scratch
+	stat  []byte          // batch status scratch
+	lent  *iobuf.Buf      // buffer lent to the engine by Alloc
+	held  []*iobuf.Buf    // BATCH_PUT values read but not yet stored
+	keys  []wire.BlockKey // BATCH_PUT chunk scratch
+	vals  [][]byte
+	errs  []error
+
+	mu      sync.Mutex
+	busy    bool // a request's first byte has arrived and it is being served
+	stopped bool // shutdown asked this connection to end
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{
+		s:    s,
+		nc:   nc,
+		br:   bufio.NewReaderSize(nc, readBufSize),
+		wbuf: make([]byte, 0, flushAt+wire.ResponsePrefixLen+inlineLimit),
+	}
+	return c
+}
+
+// Alloc implements engine.Allocator: it lends the engine a pooled buffer
+// that serve returns to the pool once the response is written.
+func (c *conn) Alloc(n int) []byte {
+	if c.lent != nil {
+		c.s.pool.Put(c.lent)
+	}
+	c.lent = c.s.pool.Get(n)
+	return c.lent.B
+}
+
+func (c *conn) release() {
+	if c.lent != nil {
+		c.s.pool.Put(c.lent)
+		c.lent = nil
+	}
+}
+
+// stopIfIdle ends the connection if it is waiting for a request; a busy
+// connection finishes its request and then sees stopped.
+func (c *conn) stopIfIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped = true
+	if !c.busy {
+		_ = c.nc.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+func (c *conn) begin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return false
+	}
+	c.busy = true
+	return true
+}
+
+func (c *conn) end() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.busy = false
+	return !c.stopped
+}
+
+func (c *conn) serve() {
+	defer c.s.removeConn(c)
+	defer c.nc.Close()
+	defer c.release()
+	log := c.s.log
+	first := true
+	if d := c.s.opts.FirstRequest; d > 0 {
+		_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(d))
+	}
+	for {
+		if len(c.wbuf) > 0 && c.br.Buffered() == 0 {
+			if err := c.flush(); err != nil {
+				return
+			}
+		}
+		// Wait for the next request without holding it: Peek lets
+		// shutdown interrupt an idle connection and only an idle one.
+		if _, err := c.br.Peek(1); err != nil {
+			if first && isTimeout(err) && !c.isStopped() {
+				c.s.stats.firstReqTimeouts.Add(1)
+				log.Warn("closing connection: no complete first request within the deadline",
+					"remote", c.nc.RemoteAddr().String(), "first_request_ms", c.s.opts.FirstRequest.Milliseconds())
+			}
+			return
+		}
+		if !c.begin() {
+			return
+		}
+		err := c.handleOne()
+		if err != nil {
+			c.onError(err, first)
+			return
+		}
+		if first {
+			first = false
+			if c.s.opts.FirstRequest > 0 {
+				_ = c.nc.SetReadDeadline(time.Time{})
+			}
+		}
+		if !c.end() {
+			_ = c.flush()
+			return
+		}
+	}
+}
+
+func (c *conn) isStopped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopped
+}
+
+// onError answers a refused frame with its status and message, and logs
+// the other ways a connection can end mid-request.
+func (c *conn) onError(err error, first bool) {
+	var fe *wire.FrameError
+	if errors.As(err, &fe) {
+		c.s.stats.frameErrors.Add(1)
+		c.s.log.Warn("closing connection after malformed request",
+			"remote", c.nc.RemoteAddr().String(), "status", fe.Status.String(), "error", fe.Message)
+		msg := fe.Message
+		if len(msg) > wire.MaxErrorMessage {
+			msg = msg[:wire.MaxErrorMessage]
+		}
+		c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: fe.Status, BodyLen: uint64(len(msg))})
+		c.wbuf = append(c.wbuf, msg...)
+		_ = c.flush()
+		return
+	}
+	if first && isTimeout(err) {
+		c.s.stats.firstReqTimeouts.Add(1)
+		c.s.log.Warn("closing connection: no complete first request within the deadline",
+			"remote", c.nc.RemoteAddr().String(), "first_request_ms", c.s.opts.FirstRequest.Milliseconds())
+		return
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return // the client went away mid-request; nothing was applied
+	}
+	c.s.log.Debug("connection ended", "remote", c.nc.RemoteAddr().String(), "error", err.Error())
+}
+
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+func (c *conn) flush() error {
+	if len(c.wbuf) == 0 {
+		return nil
+	}
+	_ = c.nc.SetWriteDeadline(c.s.opts.Clock.Now().Add(c.s.opts.WriteTimeout))
+	n, err := c.nc.Write(c.wbuf)
+	c.s.stats.bytesOut.Add(uint64(n))
+	c.wbuf = c.wbuf[:0]
+	return err
+}
+
+// writePayload queues the response bytes in wbuf and then data: small data
+// is copied into wbuf, large data goes out with one writev together with
+// whatever is pending.
+func (c *conn) writePayload(data []byte) error {
+	if len(data) <= inlineLimit {
+		c.wbuf = append(c.wbuf, data...)
+		if len(c.wbuf) >= flushAt {
+			return c.flush()
+		}
+		return nil
+	}
+	_ = c.nc.SetWriteDeadline(c.s.opts.Clock.Now().Add(c.s.opts.WriteTimeout))
+	c.iov[0], c.iov[1] = c.wbuf, data
+	c.bufs = c.iov[:]
+	n, err := c.bufs.WriteTo(c.nc)
+	c.s.stats.bytesOut.Add(uint64(n))
+	c.wbuf = c.wbuf[:0]
+	c.iov[0], c.iov[1] = nil, nil
+	return err
+}
+
+func (c *conn) respond(st wire.Status, stored uint64, err error) {
+	var msg string
+	if st != wire.StatusOK && st != wire.StatusNotFound && err != nil {
+		msg = err.Error()
+		if len(msg) > wire.MaxErrorMessage {
+			msg = msg[:wire.MaxErrorMessage]
+		}
+	}
+	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: st, Stored: stored, BodyLen: uint64(len(msg))})
+	c.wbuf = append(c.wbuf, msg...)
+}
+
+// handleOne reads one request and queues its response. An error ends the
+// connection: a *wire.FrameError is answered first, anything else is an
+// I/O failure of the connection itself.
+func (c *conn) handleOne() error {
+	if _, err := io.ReadFull(c.br, c.hdr[:]); err != nil {
+		return err
+	}
+	h, err := wire.DecodeRequest(c.hdr[:], c.s.lim)
+	if err != nil {
+		return err
+	}
+	c.s.stats.ops[h.Op].Add(1)
+	c.s.stats.bytesIn.Add(wire.RequestPrefixLen + h.BodyLen)
+	eng := c.s.opts.Engine
+	switch h.Op {
+	case wire.OpPing:
+		c.respond(wire.StatusOK, 0, nil)
+	case wire.OpPut:
+		buf := c.s.pool.Get(int(h.BodyLen))
+		if _, err := io.ReadFull(c.br, buf.B); err != nil {
+			c.s.pool.Put(buf)
+			return err
+		}
+		err := eng.Cache(h.Key, buf.B)
+		c.s.pool.Put(buf)
+		c.respond(wire.StatusOf(err), 0, err)
+	case wire.OpGet:
+		data, stored, err := eng.Range(h.Key, h.Offset, h.Length, c)
+		if err != nil {
+			c.release()
+			c.respond(wire.StatusOf(err), stored, err)
+			return nil
+		}
+		c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: stored, BodyLen: uint64(len(data))})
+		err = c.writePayload(data)
+		c.release()
+		return err
+	case wire.OpExist:
+		stored, err := eng.Lookup(h.Key)
+		c.respond(wire.StatusOf(err), stored, err)
+	case wire.OpRemove:
+		err := eng.Remove(h.Key)
+		c.respond(wire.StatusOf(err), 0, err)
+	case wire.OpStats:
+		body, _ := json.Marshal(struct {
+			Server Stats        `json:"server"`
+			Engine engine.Stats `json:"engine"`
+		}{c.s.Stats(), eng.Stats()})
+		c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, BodyLen: uint64(len(body))})
+		c.wbuf = append(c.wbuf, body...)
+	case wire.OpBatchPut:
+		return c.batchPut(&h)
+	case wire.OpBatchGet:
+		return c.batchGet(&h)
+	case wire.OpBatchExist, wire.OpBatchRemove:
+		return c.batchKeys(&h)
+	}
+	if len(c.wbuf) >= flushAt {
+		return c.flush()
+	}
+	return nil
+}
+
+// readTable reads a batch item table of n bytes into reused scratch.
+func (c *conn) readTable(n int) ([]byte, error) {
+	if cap(c.table) < n {
+		c.table = make([]byte, n)
+	}
+	t := c.table[:n]
+	_, err := io.ReadFull(c.br, t)
+	return t, err
+}
+
+func (c *conn) statuses(n int) []byte {
+	if cap(c.stat) < n {
+		c.stat = make([]byte, n)
+	}
+	return c.stat[:n]
+}
+
+// batchPut reads values in chunks whose sum stays within MaxBlockBytes (at
+// least one value per chunk), so one frame never makes the node hold more
+// than about one maximum block, and stores each chunk with CacheBatch so
+// a group writes its disks concurrently.
+func (c *conn) batchPut(h *wire.RequestHeader) error {
+	n := int(h.Length)
+	table, err := c.readTable(n * wire.BatchPutItemLen)
+	if err != nil {
+		return err
+	}
+	if err := wire.ValidateBatchPutTable(table, h.BodyLen, c.s.lim); err != nil {
+		return err
+	}
+	st := c.statuses(n)
+	eng := c.s.opts.Engine
+	var chunkBytes uint64
+	start := 0
+	storeChunk := func(end int) {
+		if len(c.keys) == 0 {
+			return
+		}
+		if cap(c.errs) < len(c.keys) {
+			c.errs = make([]error, len(c.keys))
+		}
+		errs := c.errs[:len(c.keys)]
+		eng.CacheBatch(c.keys, c.vals, errs)
+		for i, e := range errs {
+			st[start+i] = byte(wire.StatusOf(e))
+			errs[i] = nil
+		}
+		for i, b := range c.held {
+			c.s.pool.Put(b)
+			c.held[i] = nil
+		}
+		c.held, c.keys, c.vals = c.held[:0], c.keys[:0], c.vals[:0]
+		chunkBytes = 0
+		start = end
+	}
+	for i := 0; i < n; i++ {
+		k, vl := wire.DecodePutItem(table[i*wire.BatchPutItemLen:])
+		if chunkBytes > 0 && chunkBytes+vl > c.s.lim.MaxBlockBytes {
+			storeChunk(i)
+		}
+		buf := c.s.pool.Get(int(vl))
+		if _, err := io.ReadFull(c.br, buf.B); err != nil {
+			c.s.pool.Put(buf)
+			for j, b := range c.held {
+				c.s.pool.Put(b)
+				c.held[j] = nil
+			}
+			c.held, c.keys, c.vals = c.held[:0], c.keys[:0], c.vals[:0]
+			return err
+		}
+		c.held = append(c.held, buf)
+		c.keys = append(c.keys, k)
+		c.vals = append(c.vals, buf.B)
+		chunkBytes += vl
+	}
+	storeChunk(n)
+	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: uint64(n)})
+	c.wbuf = append(c.wbuf, st...)
+	return nil
+}
+
+func (c *conn) batchGet(h *wire.RequestHeader) error {
+	n := int(h.Length)
+	table, err := c.readTable(n * wire.BatchGetItemLen)
+	if err != nil {
+		return err
+	}
+	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: uint64(n)})
+	eng := c.s.opts.Engine
+	for i := 0; i < n; i++ {
+		k, off, length := wire.DecodeGetItem(table[i*wire.BatchGetItemLen:])
+		data, stored, err := eng.Range(k, off, length, c)
+		if err != nil {
+			c.release()
+			c.wbuf = wire.AppendGetRecord(c.wbuf, wire.StatusOf(err), stored, 0)
+			continue
+		}
+		c.wbuf = wire.AppendGetRecord(c.wbuf, wire.StatusOK, stored, uint64(len(data)))
+		err = c.writePayload(data)
+		c.release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *conn) batchKeys(h *wire.RequestHeader) error {
+	n := int(h.Length)
+	table, err := c.readTable(n * wire.BatchKeyItemLen)
+	if err != nil {
+		return err
+	}
+	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: uint64(n)})
+	eng := c.s.opts.Engine
+	for i := 0; i < n; i++ {
+		k := wire.DecodeKeyItem(table[i*wire.BatchKeyItemLen:])
+		if h.Op == wire.OpBatchExist {
+			stored, err := eng.Lookup(k)
+			c.wbuf = wire.AppendExistRecord(c.wbuf, wire.StatusOf(err), stored)
+		} else {
+			c.wbuf = append(c.wbuf, byte(wire.StatusOf(eng.Remove(k))))
+		}
+		if len(c.wbuf) >= flushAt {
+			if err := c.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

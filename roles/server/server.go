@@ -1,0 +1,252 @@
+// Package server is the cache node: it accepts TCP connections, decodes
+// wire frames and answers them from a StoreEngine (normally an
+// engine.Group over the node's disks). The role's command (command.go)
+// wires configuration, engines, listener and signals around it.
+//
+// The listener, the clock and the engine are passed in (DESIGN.md §8), so
+// tests run several nodes in one process and inject faults.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// Options configure a Server. Engine and Listener are required.
+type Options struct {
+	Engine   engine.StoreEngine
+	Listener net.Listener
+	Logger   *slog.Logger
+	Clock    engine.Clock
+
+	MaxBlockBytes uint64
+	MaxBatchItems int
+	MaxConns      int
+	// FirstRequest is how long a new connection has to deliver its first
+	// complete frame (DFKV_TCP_FIRST_REQ_MS); 0 disables the deadline.
+	FirstRequest time.Duration
+	// ShutdownTimeout bounds how long Serve waits, after its context ends,
+	// for in-flight requests before closing their connections.
+	ShutdownTimeout time.Duration
+	// WriteTimeout bounds one flush to a client that stopped reading.
+	WriteTimeout time.Duration
+}
+
+// Server serves one node's engine over TCP.
+type Server struct {
+	opts Options
+	lim  wire.Limits
+	log  *slog.Logger
+	pool *iobuf.Pool
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	closing  bool
+	inflight sync.WaitGroup
+
+	stats counters
+}
+
+// counters are the server's own numbers; engine numbers come from Stats().
+type counters struct {
+	conns            atomic.Int64
+	accepted         atomic.Uint64
+	refused          atomic.Uint64
+	firstReqTimeouts atomic.Uint64
+	frameErrors      atomic.Uint64
+	bytesIn          atomic.Uint64
+	bytesOut         atomic.Uint64
+	ops              [wire.OpStats + 1]atomic.Uint64
+}
+
+// New validates opts and returns a Server ready to Serve.
+func New(opts Options) (*Server, error) {
+	if opts.Engine == nil || opts.Listener == nil {
+		return nil, errors.New("server: Engine and Listener are required")
+	}
+	if opts.MaxBlockBytes == 0 {
+		return nil, errors.New("server: MaxBlockBytes must be positive")
+	}
+	if opts.MaxBatchItems <= 0 {
+		opts.MaxBatchItems = 4096
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 4096
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 60 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock == nil {
+		opts.Clock = engine.SystemClock{}
+	}
+	return &Server{
+		opts:  opts,
+		lim:   wire.Limits{MaxBlockBytes: opts.MaxBlockBytes, MaxBatchItems: uint64(opts.MaxBatchItems)},
+		log:   opts.Logger,
+		pool:  iobuf.NewPool(int(opts.MaxBlockBytes)),
+		conns: make(map[*conn]struct{}),
+	}, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.opts.Listener.Addr() }
+
+// Serve accepts connections until ctx ends, then shuts down gracefully:
+// it stops accepting, lets every request already being read or executed
+// finish and its response be written, closes idle connections, and
+// returns once all connections are gone or ShutdownTimeout passed. The
+// engine is not closed: its owner syncs and closes it after Serve returns.
+func (s *Server) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, s.beginShutdown)
+	defer stop()
+
+	var acceptErr error
+	for {
+		nc, err := s.opts.Listener.Accept()
+		if err != nil {
+			if s.isClosing() {
+				break
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			acceptErr = err
+			s.beginShutdown()
+			break
+		}
+		s.startConn(nc)
+	}
+	s.drain()
+	return acceptErr
+}
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+func (s *Server) startConn(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	s.mu.Lock()
+	if s.closing || len(s.conns) >= s.opts.MaxConns {
+		closing := s.closing
+		s.mu.Unlock()
+		s.stats.refused.Add(1)
+		if !closing {
+			s.log.Warn("refusing connection: max_conns reached", "remote", nc.RemoteAddr().String(), "max_conns", s.opts.MaxConns)
+			// Best effort: tell the client why before closing.
+			msg := "node has max_conns open connections; retry later or raise DFKV_MAX_CONNS"
+			_ = nc.SetWriteDeadline(s.opts.Clock.Now().Add(time.Second))
+			hdr := wire.AppendResponse(nil, &wire.ResponseHeader{Status: wire.StatusUnavailable, BodyLen: uint64(len(msg))})
+			_, _ = nc.Write(append(hdr, msg...))
+		}
+		_ = nc.Close()
+		return
+	}
+	c := newConn(s, nc)
+	s.conns[c] = struct{}{}
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	s.stats.accepted.Add(1)
+	s.stats.conns.Add(1)
+	go c.serve()
+}
+
+func (s *Server) removeConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.stats.conns.Add(-1)
+	s.inflight.Done()
+}
+
+// beginShutdown stops the accept loop and wakes every idle connection so
+// it exits; busy connections notice after their current request.
+func (s *Server) beginShutdown() {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return
+	}
+	s.closing = true
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	_ = s.opts.Listener.Close()
+	for _, c := range conns {
+		c.stopIfIdle()
+	}
+}
+
+// drain waits for connections to finish, forcing them closed after
+// ShutdownTimeout.
+func (s *Server) drain() {
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	t := time.NewTimer(s.opts.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	s.mu.Lock()
+	n := len(s.conns)
+	for c := range s.conns {
+		_ = c.nc.Close()
+	}
+	s.mu.Unlock()
+	s.log.Warn("shutdown timeout: closed connections with requests still in flight", "connections", n, "timeout", s.opts.ShutdownTimeout)
+	<-done
+}
+
+// Stats is a snapshot of the server's counters.
+type Stats struct {
+	OpenConns        int64             `json:"open_conns"`
+	Accepted         uint64            `json:"accepted"`
+	Refused          uint64            `json:"refused"`
+	FirstReqTimeouts uint64            `json:"first_request_timeouts"`
+	FrameErrors      uint64            `json:"frame_errors"`
+	BytesIn          uint64            `json:"bytes_in"`
+	BytesOut         uint64            `json:"bytes_out"`
+	Ops              map[string]uint64 `json:"ops"`
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	st := Stats{
+		OpenConns:        s.stats.conns.Load(),
+		Accepted:         s.stats.accepted.Load(),
+		Refused:          s.stats.refused.Load(),
+		FirstReqTimeouts: s.stats.firstReqTimeouts.Load(),
+		FrameErrors:      s.stats.frameErrors.Load(),
+		BytesIn:          s.stats.bytesIn.Load(),
+		BytesOut:         s.stats.bytesOut.Load(),
+		Ops:              make(map[string]uint64),
+	}
+	for op := wire.OpPing; op <= wire.OpStats; op++ {
+		st.Ops[op.String()] = s.stats.ops[op].Load()
+	}
+	return st
+}

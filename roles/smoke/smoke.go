@@ -1,0 +1,316 @@
+// Package smoke is `dfkv smoke`: an end-to-end check of a running cluster.
+// It exercises every op at several sizes (one byte, a non-aligned size, the
+// maximum block size), the range contract, the batch forms and the input a
+// node must refuse, compares every byte, prints one line per check and a
+// summary, and exits non-zero on any failure.
+package smoke
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/roles/internal/rolekit"
+	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/client"
+)
+
+// Command is `dfkv smoke`.
+func Command() *cli.Command {
+	return &cli.Command{
+		Name:  "smoke",
+		Usage: "check a running cluster end to end (every op, several sizes, byte-exact)",
+		Flags: append(config.Flags("smoke"),
+			&cli.BoolFlag{Name: "keep", Usage: "leave the smoke keys stored (they are removed by default)"},
+			&cli.StringFlag{Name: "run-id", Usage: "key prefix of this run (default: time and pid)"},
+		),
+		Action: func(c *cli.Context) error {
+			cfg, log, done, err := rolekit.Load(c, "smoke")
+			if err != nil || done {
+				return err
+			}
+			cl, err := rolekit.OpenClient(cfg, log)
+			if err != nil {
+				return cli.Exit(fmt.Sprintf("dfkv smoke: %v", err), 2)
+			}
+			defer cl.Close()
+			runID := c.String("run-id")
+			if runID == "" {
+				runID = fmt.Sprintf("%d-%d", time.Now().UnixNano(), os.Getpid())
+			}
+			r := &Runner{Client: cl, Out: c.App.Writer, RunID: runID, MaxBlock: cfg.Server.MaxBlockBytes, Members: cfg.Client.Members, Keep: c.Bool("keep")}
+			pass, fail := r.Run(c.Context)
+			fmt.Fprintf(c.App.Writer, "smoke: %d passed, %d failed\n", pass, fail)
+			if fail > 0 {
+				return cli.Exit("", 1)
+			}
+			return nil
+		},
+	}
+}
+
+// Runner runs the smoke checks against one client.
+type Runner struct {
+	Client   *client.Client
+	Out      io.Writer
+	RunID    string
+	MaxBlock uint64
+	Members  []string
+	Keep     bool
+
+	pass, fail int
+}
+
+func (r *Runner) check(name string, err error) bool {
+	if err != nil {
+		r.fail++
+		fmt.Fprintf(r.Out, "FAIL %-40s %v\n", name, err)
+		return false
+	}
+	r.pass++
+	fmt.Fprintf(r.Out, "ok   %s\n", name)
+	return true
+}
+
+func (r *Runner) key(name string) []byte { return []byte("smoke/" + r.RunID + "/" + name) }
+
+// payload returns n deterministic pseudo-random bytes for a key, so a
+// mix-up of two values is always visible.
+func payload(n int, seed uint64) []byte {
+	b := make([]byte, n)
+	rng := rand.New(rand.NewPCG(seed, uint64(n)))
+	for i := 0; i+8 <= n; i += 8 {
+		v := rng.Uint64()
+		for j := 0; j < 8; j++ {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	for i := n &^ 7; i < n; i++ {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+func expectStatus(err error, want wire.Status) error {
+	if got := wire.StatusOf(err); got != want {
+		return fmt.Errorf("want %s, got %v", want, err)
+	}
+	return nil
+}
+
+// Run performs every check and returns the counts.
+func (r *Runner) Run(ctx context.Context) (pass, fail int) {
+	cl := r.Client
+	for _, m := range r.Members {
+		r.check("ping "+m, cl.Ping(ctx, m))
+	}
+	sizes := []int{1, 4095, 4096, 65537, 1 << 20, 1<<20 + 3}
+	if r.MaxBlock > 0 && r.MaxBlock > 1<<20+3 {
+		sizes = append(sizes, int(r.MaxBlock))
+	}
+	for i, n := range sizes {
+		r.scalar(ctx, n, uint64(i+1))
+	}
+	r.batch(ctx)
+	r.refusals(ctx)
+	return r.pass, r.fail
+}
+
+func (r *Runner) scalar(ctx context.Context, n int, seed uint64) {
+	cl := r.Client
+	k := r.key(fmt.Sprintf("scalar-%d", n))
+	v := payload(n, seed)
+	tag := fmt.Sprintf("%dB", n)
+	if !r.check("put "+tag, cl.Put(ctx, k, v)) {
+		return
+	}
+	stored, err := cl.Exist(ctx, k)
+	if err == nil && stored != uint64(n) {
+		err = fmt.Errorf("exist reports %d bytes, stored %d", stored, n)
+	}
+	r.check("exist "+tag, err)
+
+	dst := make([]byte, n)
+	got, stored, err := cl.Get(ctx, k, dst)
+	if err == nil && (got != n || stored != uint64(n) || !bytes.Equal(dst, v)) {
+		err = fmt.Errorf("get returned %d bytes (stored %d) that differ from what was put", got, stored)
+	}
+	r.check("get "+tag+" byte-exact", err)
+
+	auto, err := cl.GetAuto(ctx, k)
+	if err == nil && !bytes.Equal(auto, v) {
+		err = fmt.Errorf("getauto returned %d bytes that differ", len(auto))
+	}
+	r.check("getauto "+tag+" byte-exact", err)
+
+	if n > 1 {
+		small := make([]byte, n-1)
+		_, stored, err := cl.Get(ctx, k, small)
+		if errors.Is(err, client.ErrBufferTooSmall) && stored == uint64(n) && bytes.Equal(small, v[:n-1]) {
+			err = nil
+		} else if err == nil {
+			err = errors.New("a too-small buffer was accepted")
+		}
+		r.check("get "+tag+" into a short buffer reports the stored length", err)
+	}
+	r.rangeContract(ctx, k, v, tag)
+
+	if r.Keep {
+		return
+	}
+	r.check("remove "+tag, cl.Remove(ctx, k))
+	_, err = cl.Exist(ctx, k)
+	r.check("exist after remove "+tag+" is NOT_FOUND", expectStatus(err, wire.StatusNotFound))
+	_, _, err = cl.Get(ctx, k, dst)
+	r.check("get after remove "+tag+" is NOT_FOUND", expectStatus(err, wire.StatusNotFound))
+	r.check("remove again "+tag+" is NOT_FOUND", expectStatus(cl.Remove(ctx, k), wire.StatusNotFound))
+}
+
+// rangeContract checks DESIGN.md §3 on one stored value.
+func (r *Runner) rangeContract(ctx context.Context, k, v []byte, tag string) {
+	cl := r.Client
+	n := uint64(len(v))
+	buf := make([]byte, len(v)+16)
+	type tc struct {
+		name        string
+		off, length uint64
+		want        []byte
+		status      wire.Status
+	}
+	mid := n / 3
+	inner := max((n-mid)/2, 1)
+	cases := []tc{
+		{"length 0 reads the remainder", mid, 0, v[mid:], wire.StatusOK},
+		{"inner window", mid, inner, v[mid : mid+inner], wire.StatusOK},
+		{"oversized length is clamped", mid, n * 4, v[mid:], wire.StatusOK},
+		{"offset == stored length reads zero bytes", n, 0, nil, wire.StatusOK},
+		{"offset > stored length is INVALID", n + 1, 0, nil, wire.StatusInvalid},
+	}
+	for _, c := range cases {
+		// length 0 asks the whole remainder, which GetRange expresses as
+		// len(dst); give it exactly room for the remainder.
+		dst := buf
+		if c.length == 0 && c.off <= n {
+			dst = buf[:max(n-c.off, 1)]
+		}
+		got, stored, err := cl.GetRange(ctx, k, c.off, c.length, dst)
+		var cerr error
+		switch {
+		case c.status != wire.StatusOK:
+			cerr = expectStatus(err, c.status)
+		case err != nil:
+			cerr = err
+		case stored != n:
+			cerr = fmt.Errorf("stored length %d, want %d", stored, n)
+		case !bytes.Equal(dst[:got], c.want):
+			cerr = fmt.Errorf("read %d bytes, want %d matching", got, len(c.want))
+		}
+		r.check("range "+tag+": "+c.name, cerr)
+	}
+}
+
+func (r *Runner) batch(ctx context.Context) {
+	cl := r.Client
+	const n = 24
+	keys := make([][]byte, n)
+	vals := make([][]byte, n)
+	sizes := []int{1, 4097, 65536, 300001}
+	for i := range keys {
+		keys[i] = r.key(fmt.Sprintf("batch-%d", i))
+		vals[i] = payload(sizes[i%len(sizes)], uint64(1000+i))
+	}
+	var err error
+	for i, e := range cl.PutBatch(ctx, keys, vals) {
+		if e != nil {
+			err = fmt.Errorf("item %d: %w", i, e)
+			break
+		}
+	}
+	if !r.check(fmt.Sprintf("batch put %d items", n), err) {
+		return
+	}
+	err = nil
+	for i, res := range cl.GetBatch(ctx, keys, nil) {
+		if res.Err != nil || !bytes.Equal(res.Data, vals[i]) || res.Stored != uint64(len(vals[i])) {
+			err = fmt.Errorf("item %d: %v (got %d bytes, want %d)", i, res.Err, len(res.Data), len(vals[i]))
+			break
+		}
+	}
+	r.check(fmt.Sprintf("batch get %d items byte-exact", n), err)
+
+	// A miss in the middle: exist-prefix stops there.
+	probe := append(append([][]byte{}, keys[:5]...), r.key("batch-missing"))
+	probe = append(probe, keys[5:]...)
+	err = nil
+	res := cl.ExistBatch(ctx, probe)
+	for i, e := range res {
+		want := wire.StatusOK
+		if i == 5 {
+			want = wire.StatusNotFound
+		}
+		if wire.StatusOf(e.Err) != want {
+			err = fmt.Errorf("item %d: want %s, got %v", i, want, e.Err)
+			break
+		}
+	}
+	r.check("batch exist with a miss", err)
+	cnt, err := cl.ExistPrefix(ctx, probe)
+	if err == nil && cnt != 5 {
+		err = fmt.Errorf("prefix length %d, want 5", cnt)
+	}
+	r.check("exist prefix stops at the first miss", err)
+
+	if r.Keep {
+		return
+	}
+	err = nil
+	for i, e := range cl.RemoveBatch(ctx, keys) {
+		if e != nil {
+			err = fmt.Errorf("item %d: %w", i, e)
+			break
+		}
+	}
+	r.check(fmt.Sprintf("batch remove %d items", n), err)
+	cnt, err = cl.ExistPrefix(ctx, keys)
+	if err == nil && cnt != 0 {
+		err = fmt.Errorf("prefix length %d after remove, want 0", cnt)
+	}
+	r.check("batch exist after remove finds nothing", err)
+}
+
+// refusals checks input every layer must refuse.
+func (r *Runner) refusals(ctx context.Context) {
+	cl := r.Client
+	r.check("zero-byte value is INVALID", expectStatus(cl.Put(ctx, r.key("empty"), nil), wire.StatusInvalid))
+	r.check("empty key is INVALID", expectStatus(cl.Put(ctx, nil, []byte("x")), wire.StatusInvalid))
+	if r.MaxBlock > 0 && r.MaxBlock < 1<<30 {
+		big := make([]byte, r.MaxBlock+1)
+		r.check("value over max_block_bytes is TOO_LARGE", expectStatus(cl.Put(ctx, r.key("big"), big), wire.StatusTooLarge))
+	}
+	nul := []byte("smoke/" + r.RunID + "/nul\x00a")
+	nul2 := []byte("smoke/" + r.RunID + "/nul\x00b")
+	err := cl.Put(ctx, nul, []byte("A"))
+	if err == nil {
+		err = cl.Put(ctx, nul2, []byte("B"))
+	}
+	if err == nil {
+		a, e1 := cl.GetAuto(ctx, nul)
+		b, e2 := cl.GetAuto(ctx, nul2)
+		err = errors.Join(e1, e2)
+		if err == nil && (string(a) != "A" || string(b) != "B") {
+			err = fmt.Errorf("keys differing after a NUL byte read %q and %q", a, b)
+		}
+	}
+	r.check("NUL bytes in keys are identity bytes", err)
+	if !r.Keep {
+		cl.RemoveBatch(ctx, [][]byte{nul, nul2})
+	}
+}

@@ -1,0 +1,348 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// GetResult is one item of GetBatch.
+type GetResult struct {
+	Data   []byte // the bytes read: a prefix of the caller's dst, or a new buffer
+	Stored uint64 // full stored length
+	Err    error
+}
+
+// ExistResult is one item of ExistBatch.
+type ExistResult struct {
+	Stored uint64
+	Err    error // nil on a hit; wraps wire.StatusNotFound on a miss
+}
+
+// group is the items of one batch that one node owns, in caller order.
+type group struct {
+	p    *peer
+	idx  []int
+	keys []wire.BlockKey
+}
+
+// split maps keys and groups them by owning node. Items whose key is
+// invalid get their error in errs and are left out.
+func (c *Client) split(keys [][]byte, errs func(i int, err error)) []*group {
+	byPeer := make(map[*peer]*group)
+	var order []*group
+	for i, key := range keys {
+		k, err := c.keyOf(key)
+		if err != nil {
+			errs(i, err)
+			continue
+		}
+		p := c.route(k)
+		g := byPeer[p]
+		if g == nil {
+			g = &group{p: p}
+			byPeer[p] = g
+			order = append(order, g)
+		}
+		g.idx = append(g.idx, i)
+		g.keys = append(g.keys, k)
+	}
+	return order
+}
+
+// fanOut runs fn for every frame-sized chunk of every group, at most
+// BatchConcurrency at once. fn gets the chunk's positions in the group.
+func (c *Client) fanOut(groups []*group, fn func(g *group, lo, hi int)) {
+	sem := make(chan struct{}, c.opts.BatchConcurrency)
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		for lo := 0; lo < len(g.idx); lo += c.opts.MaxBatchItems {
+			hi := min(lo+c.opts.MaxBatchItems, len(g.idx))
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(g *group, lo, hi int) {
+				defer func() { <-sem; wg.Done() }()
+				fn(g, lo, hi)
+			}(g, lo, hi)
+		}
+	}
+	wg.Wait()
+}
+
+// PutBatch stores values[i] under keys[i] and returns one error per item
+// (nil for success). Items are sent to their owning nodes in parallel.
+func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
+	errs := make([]error, len(keys))
+	if len(values) != len(keys) {
+		for i := range errs {
+			errs[i] = fmt.Errorf("PutBatch: %d keys but %d values: %w", len(keys), len(values), wire.StatusInvalid)
+		}
+		return errs
+	}
+	for i, v := range values {
+		if err := checkValue(v, c.opts.MaxBlockBytes); err != nil {
+			errs[i] = err
+		}
+	}
+	groups := c.split(keys, func(i int, err error) { errs[i] = err })
+	// Drop items already failed locally.
+	for _, g := range groups {
+		j := 0
+		for n, i := range g.idx {
+			if errs[i] == nil {
+				g.idx[j], g.keys[j] = i, g.keys[n]
+				j++
+			}
+		}
+		g.idx, g.keys = g.idx[:j], g.keys[:j]
+	}
+	deadline := c.deadline(ctx)
+	c.fanOut(groups, func(g *group, lo, hi int) {
+		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
+		if len(idx) == 0 {
+			return
+		}
+		var body uint64
+		for _, i := range idx {
+			body += uint64(len(values[i]))
+		}
+		err := c.exchange(ctx, g.p, deadline, func(cc *cconn) error {
+			cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{
+				Op: wire.OpBatchPut, Length: uint64(len(idx)),
+				BodyLen: uint64(len(idx))*wire.BatchPutItemLen + body,
+			})
+			for n, i := range idx {
+				cc.wbuf = wire.AppendPutItem(cc.wbuf, ks[n], uint64(len(values[i])))
+			}
+			for _, i := range idx {
+				if err := cc.send(values[i]); err != nil {
+					return err
+				}
+			}
+			if _, err := cc.readRecordsHeader(len(idx)); err != nil {
+				return err
+			}
+			var rec [1]byte
+			for _, i := range idx {
+				if err := cc.readFull(rec[:]); err != nil {
+					return err
+				}
+				errs[i] = statusErr(wire.Status(rec[0]))
+			}
+			return nil
+		})
+		if err != nil {
+			for _, i := range idx {
+				errs[i] = err
+			}
+		}
+	})
+	return errs
+}
+
+// GetBatch reads keys[i] into dsts[i] (whole values). A nil dsts[i] (or a
+// nil dsts) allocates a buffer of the stored length. A value longer than
+// its dst fails that item with ErrBufferTooSmall and its stored length.
+func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []GetResult {
+	res := make([]GetResult, len(keys))
+	if dsts != nil && len(dsts) != len(keys) {
+		for i := range res {
+			res[i].Err = fmt.Errorf("GetBatch: %d keys but %d buffers: %w", len(keys), len(dsts), wire.StatusInvalid)
+		}
+		return res
+	}
+	dst := func(i int) []byte {
+		if dsts == nil {
+			return nil
+		}
+		return dsts[i]
+	}
+	groups := c.split(keys, func(i int, err error) { res[i].Err = err })
+	deadline := c.deadline(ctx)
+	c.fanOut(groups, func(g *group, lo, hi int) {
+		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
+		err := c.exchange(ctx, g.p, deadline, func(cc *cconn) error {
+			cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{
+				Op: wire.OpBatchGet, Length: uint64(len(idx)), BodyLen: uint64(len(idx)) * wire.BatchGetItemLen,
+			})
+			for n, i := range idx {
+				// Ask for one byte more than dst holds so an oversized
+				// value is detected without reading all of it.
+				var length uint64
+				if d := dst(i); d != nil {
+					length = uint64(len(d)) + 1
+				}
+				cc.wbuf = wire.AppendGetItem(cc.wbuf, ks[n], 0, length)
+			}
+			if err := cc.send(nil); err != nil {
+				return err
+			}
+			if _, err := cc.readRecordsHeader(len(idx)); err != nil {
+				return err
+			}
+			var rec [wire.BatchGetRecordLen]byte
+			for _, i := range idx {
+				if err := cc.readFull(rec[:]); err != nil {
+					return err
+				}
+				st, stored, n := wire.DecodeGetRecord(rec[:])
+				r := &res[i]
+				r.Stored = stored
+				if st != wire.StatusOK {
+					r.Err = statusErr(st)
+					if n != 0 {
+						cc.broken = true
+						return fmt.Errorf("BATCH_GET record with status %s carries %d bytes: %w", st, n, wire.StatusInvalid)
+					}
+					continue
+				}
+				if n > c.opts.MaxBlockBytes {
+					cc.broken = true
+					return fmt.Errorf("BATCH_GET record of %d bytes exceeds max_block_bytes: %w", n, wire.StatusInvalid)
+				}
+				d := dst(i)
+				switch {
+				case d == nil:
+					d = make([]byte, n)
+				case n > uint64(len(d)):
+					if err := cc.readFull(d); err != nil {
+						return err
+					}
+					if err := cc.discard(n - uint64(len(d))); err != nil {
+						return err
+					}
+					r.Data, r.Err = d, ErrBufferTooSmall
+					continue
+				}
+				if err := cc.readFull(d[:n]); err != nil {
+					return err
+				}
+				r.Data = d[:n]
+			}
+			return nil
+		})
+		if err != nil {
+			for _, i := range idx {
+				res[i] = GetResult{Err: err}
+			}
+		}
+	})
+	return res
+}
+
+// ExistBatch looks up every key and returns one result per item.
+func (c *Client) ExistBatch(ctx context.Context, keys [][]byte) []ExistResult {
+	res := make([]ExistResult, len(keys))
+	groups := c.split(keys, func(i int, err error) { res[i].Err = err })
+	deadline := c.deadline(ctx)
+	c.fanOut(groups, func(g *group, lo, hi int) {
+		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
+		err := c.keyBatch(ctx, g.p, deadline, wire.OpBatchExist, ks, func(n int, st wire.Status, stored uint64) {
+			res[idx[n]] = ExistResult{Stored: stored, Err: statusErr(st)}
+		})
+		if err != nil {
+			for _, i := range idx {
+				res[i] = ExistResult{Err: err}
+			}
+		}
+	})
+	return res
+}
+
+// ExistPrefix returns how many consecutive keys from the first are
+// stored: the "how long a prefix is cached" question every engine asks.
+// It looks up all keys in parallel across their owners and cuts the answer
+// at the first miss or error.
+func (c *Client) ExistPrefix(ctx context.Context, keys [][]byte) (int, error) {
+	res := c.ExistBatch(ctx, keys)
+	for i, r := range res {
+		if r.Err != nil {
+			if wire.StatusOf(r.Err) == wire.StatusNotFound {
+				return i, nil
+			}
+			return i, r.Err
+		}
+	}
+	return len(res), nil
+}
+
+// RemoveBatch removes every key and returns one error per item.
+func (c *Client) RemoveBatch(ctx context.Context, keys [][]byte) []error {
+	errs := make([]error, len(keys))
+	groups := c.split(keys, func(i int, err error) { errs[i] = err })
+	deadline := c.deadline(ctx)
+	c.fanOut(groups, func(g *group, lo, hi int) {
+		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
+		err := c.keyBatch(ctx, g.p, deadline, wire.OpBatchRemove, ks, func(n int, st wire.Status, _ uint64) {
+			errs[idx[n]] = statusErr(st)
+		})
+		if err != nil {
+			for _, i := range idx {
+				errs[i] = err
+			}
+		}
+	})
+	return errs
+}
+
+// keyBatch sends one BATCH_EXIST or BATCH_REMOVE frame and reports each
+// record through fn.
+func (c *Client) keyBatch(ctx context.Context, p *peer, deadline time.Time, op wire.Op, ks []wire.BlockKey, fn func(n int, st wire.Status, stored uint64)) error {
+	return c.exchange(ctx, p, deadline, func(cc *cconn) error {
+		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: op, Length: uint64(len(ks)), BodyLen: uint64(len(ks)) * wire.BatchKeyItemLen})
+		for _, k := range ks {
+			cc.wbuf = wire.AppendKeyItem(cc.wbuf, k)
+		}
+		if err := cc.send(nil); err != nil {
+			return err
+		}
+		if _, err := cc.readRecordsHeader(len(ks)); err != nil {
+			return err
+		}
+		recLen := wire.BatchStatusRecLen
+		if op == wire.OpBatchExist {
+			recLen = wire.BatchExistRecLen
+		}
+		var rec [wire.BatchExistRecLen]byte
+		for n := range ks {
+			if err := cc.readFull(rec[:recLen]); err != nil {
+				return err
+			}
+			if op == wire.OpBatchExist {
+				st, stored := wire.DecodeExistRecord(rec[:])
+				fn(n, st, stored)
+			} else {
+				fn(n, wire.Status(rec[0]), 0)
+			}
+		}
+		return nil
+	})
+}
+
+// readRecordsHeader reads a batch response prefix and checks that it
+// announces n records.
+func (cc *cconn) readRecordsHeader(n int) (wire.ResponseHeader, error) {
+	h, err := cc.readHeader()
+	if err != nil {
+		return h, err
+	}
+	if h.Stored != uint64(n) || h.BodyLen != 0 {
+		cc.broken = true
+		return h, fmt.Errorf("batch reply announces %d records (body %d), want %d: %w", h.Stored, h.BodyLen, n, wire.StatusInvalid)
+	}
+	return h, nil
+}
+
+// statusErr is nil for OK and the bare status otherwise.
+func statusErr(s wire.Status) error {
+	if s == wire.StatusOK {
+		return nil
+	}
+	if !s.Known() {
+		return fmt.Errorf("node sent unknown status %d: %w", uint8(s), wire.StatusInvalid)
+	}
+	return s
+}

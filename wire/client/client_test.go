@@ -1,0 +1,205 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// fakeNode accepts connections and runs handle on each; it lets client
+// tests script a node's misbehaviour without a real server.
+func fakeNode(t *testing.T, handle func(c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); handle(c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// readRequest reads one request prefix and its body.
+func readRequest(c net.Conn) (wire.RequestHeader, error) {
+	var b [wire.RequestPrefixLen]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return wire.RequestHeader{}, err
+	}
+	h, err := wire.DecodeRequest(b[:], wire.Limits{MaxBlockBytes: 1 << 30, MaxBatchItems: 1 << 16})
+	if err != nil {
+		return h, err
+	}
+	_, err = io.CopyN(io.Discard, c, int64(h.BodyLen))
+	return h, err
+}
+
+func reply(c net.Conn, h wire.ResponseHeader, body []byte) {
+	h.BodyLen = uint64(len(body))
+	_, _ = c.Write(append(wire.AppendResponse(nil, &h), body...))
+}
+
+func open(t *testing.T, members ...string) *Client {
+	t.Helper()
+	c, err := Open(Options{Namespace: []byte("ns"), Members: members, Timeout: 5 * time.Second, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestOpenValidates(t *testing.T) {
+	if _, err := Open(Options{Members: []string{"127.0.0.1:1"}}); wire.StatusOf(err) != wire.StatusInvalid {
+		t.Fatalf("empty namespace: %v", err)
+	}
+	if _, err := Open(Options{Namespace: []byte("n")}); wire.StatusOf(err) != wire.StatusInvalid {
+		t.Fatalf("no members: %v", err)
+	}
+	if _, err := Open(Options{Namespace: []byte("n"), Members: []string{"nohostport"}}); wire.StatusOf(err) != wire.StatusInvalid {
+		t.Fatalf("bad member: %v", err)
+	}
+}
+
+func TestBadInputRefusedLocally(t *testing.T) {
+	var conns atomic.Int32
+	addr := fakeNode(t, func(c net.Conn) { conns.Add(1) })
+	cl := open(t, addr)
+	ctx := context.Background()
+	f := func(name string, err error, want wire.Status) {
+		t.Helper()
+		if got := wire.StatusOf(err); got != want {
+			t.Errorf("%s: got %v, want %s", name, err, want)
+		}
+	}
+	f("empty key put", cl.Put(ctx, nil, []byte("v")), wire.StatusInvalid)
+	f("zero-byte value", cl.Put(ctx, []byte("k"), []byte{}), wire.StatusInvalid)
+	f("oversized value", cl.Put(ctx, []byte("k"), make([]byte, 64<<20+1)), wire.StatusTooLarge)
+	_, err := cl.GetAuto(ctx, []byte{})
+	f("empty key get", err, wire.StatusInvalid)
+	_, _, err = cl.Get(ctx, []byte("k"), nil)
+	f("get into nil buffer", err, wire.StatusInvalid)
+	errs := cl.PutBatch(ctx, [][]byte{[]byte("a")}, nil)
+	f("batch length mismatch", errs[0], wire.StatusInvalid)
+	errs = cl.PutBatch(ctx, [][]byte{[]byte("a"), nil}, [][]byte{nil, []byte("x")})
+	f("batch zero value", errs[0], wire.StatusInvalid)
+	f("batch empty key", errs[1], wire.StatusInvalid)
+	if conns.Load() != 0 {
+		t.Fatalf("bad input reached the node (%d connections)", conns.Load())
+	}
+}
+
+func TestDeadPeerIsUnavailable(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens here now
+	cl := open(t, addr)
+	_, err := cl.Exist(context.Background(), []byte("k"))
+	if wire.StatusOf(err) != wire.StatusUnavailable {
+		t.Fatalf("got %v, want UNAVAILABLE", err)
+	}
+	res := cl.ExistBatch(context.Background(), [][]byte{[]byte("a"), []byte("b")})
+	for i, r := range res {
+		if wire.StatusOf(r.Err) != wire.StatusUnavailable {
+			t.Fatalf("batch item %d: %v", i, r.Err)
+		}
+	}
+}
+
+func TestSilentNodeTimesOut(t *testing.T) {
+	addr := fakeNode(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	cl := open(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := cl.Exist(ctx, []byte("k"))
+	if wire.StatusOf(err) != wire.StatusTimeout {
+		t.Fatalf("got %v, want TIMEOUT", err)
+	}
+}
+
+// TestStalePooledConnectionRetried: a node that closes every connection
+// after one answer (as across a restart) costs the caller nothing.
+func TestStalePooledConnectionRetried(t *testing.T) {
+	var served atomic.Int32
+	addr := fakeNode(t, func(c net.Conn) {
+		if _, err := readRequest(c); err != nil {
+			return
+		}
+		served.Add(1)
+		reply(c, wire.ResponseHeader{Status: wire.StatusOK, Stored: 3}, nil)
+	})
+	cl := open(t, addr)
+	for i := 0; i < 3; i++ {
+		if n, err := cl.Exist(context.Background(), []byte("k")); err != nil || n != 3 {
+			t.Fatalf("call %d: %d %v", i, n, err)
+		}
+	}
+	if served.Load() != 3 {
+		t.Fatalf("served %d", served.Load())
+	}
+}
+
+func TestForeignEpochResponse(t *testing.T) {
+	addr := fakeNode(t, func(c net.Conn) {
+		if _, err := readRequest(c); err != nil {
+			return
+		}
+		b := wire.AppendResponse(nil, &wire.ResponseHeader{Status: wire.StatusOK})
+		b[0] = 5
+		_, _ = c.Write(b)
+	})
+	cl := open(t, addr)
+	_, err := cl.Exist(context.Background(), []byte("k"))
+	if !errors.Is(err, wire.StatusEpochMismatch) {
+		t.Fatalf("got %v, want EPOCH_MISMATCH", err)
+	}
+}
+
+func TestStatusMessageSurfaces(t *testing.T) {
+	addr := fakeNode(t, func(c net.Conn) {
+		for {
+			if _, err := readRequest(c); err != nil {
+				return
+			}
+			reply(c, wire.ResponseHeader{Status: wire.StatusIOError}, []byte("disk /d0 failed"))
+		}
+	})
+	cl := open(t, addr)
+	err := cl.Put(context.Background(), []byte("k"), []byte("v"))
+	var se *wire.StatusError
+	if !errors.As(err, &se) || se.Status != wire.StatusIOError || se.Message != "disk /d0 failed" {
+		t.Fatalf("got %v", err)
+	}
+	// The connection stays usable after a clean error answer.
+	if err := cl.Put(context.Background(), []byte("k"), []byte("v")); wire.StatusOf(err) != wire.StatusIOError {
+		t.Fatalf("second call: %v", err)
+	}
+}
+
+func TestOversizedAnswerRejected(t *testing.T) {
+	addr := fakeNode(t, func(c net.Conn) {
+		if _, err := readRequest(c); err != nil {
+			return
+		}
+		reply(c, wire.ResponseHeader{Status: wire.StatusOK, Stored: 100}, make([]byte, 100))
+	})
+	cl := open(t, addr)
+	dst := make([]byte, 10)
+	_, _, err := cl.GetRange(context.Background(), []byte("k"), 0, 10, dst)
+	if wire.StatusOf(err) != wire.StatusInvalid {
+		t.Fatalf("got %v, want INVALID for an answer larger than asked", err)
+	}
+}

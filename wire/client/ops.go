@@ -1,0 +1,198 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// Put stores value under key, replacing any previous value. value must be
+// non-empty and at most MaxBlockBytes.
+func (c *Client) Put(ctx context.Context, key, value []byte) error {
+	k, err := c.keyOf(key)
+	if err != nil {
+		return err
+	}
+	if err := checkValue(value, c.opts.MaxBlockBytes); err != nil {
+		return err
+	}
+	p := c.route(k)
+	return c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpPut, Key: k, BodyLen: uint64(len(value))})
+		if err := cc.send(value); err != nil {
+			return err
+		}
+		_, err := cc.readHeader()
+		return err
+	})
+}
+
+// Get reads the whole value of key into dst and returns its length. When
+// the value is longer than dst, it returns ErrBufferTooSmall and the
+// stored length (dst then holds the first len(dst) bytes).
+func (c *Client) Get(ctx context.Context, key, dst []byte) (n int, stored uint64, err error) {
+	if len(dst) == 0 {
+		return 0, 0, fmt.Errorf("Get into an empty buffer; use GetAuto: %w", wire.StatusInvalid)
+	}
+	n, stored, err = c.GetRange(ctx, key, 0, uint64(len(dst)), dst)
+	if err == nil && stored > uint64(len(dst)) {
+		err = ErrBufferTooSmall
+	}
+	return n, stored, err
+}
+
+// GetRange reads length bytes at offset of key's value into dst, following
+// the range contract: length 0 reads to the end, offset == stored length
+// reads nothing successfully, offset past the end is INVALID, a length past
+// the end is clamped. It returns the bytes read and the full stored length.
+// dst must hold the bytes that will be read; a node answering with more
+// than len(dst) is a protocol error.
+func (c *Client) GetRange(ctx context.Context, key []byte, offset, length uint64, dst []byte) (n int, stored uint64, err error) {
+	k, err := c.keyOf(key)
+	if err != nil {
+		return 0, 0, err
+	}
+	if length == 0 || length > uint64(len(dst)) {
+		length = uint64(len(dst))
+		if length == 0 {
+			return 0, 0, fmt.Errorf("GetRange into an empty buffer: %w", wire.StatusInvalid)
+		}
+	}
+	p := c.route(k)
+	err = c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpGet, Key: k, Offset: offset, Length: length})
+		if err := cc.send(nil); err != nil {
+			return err
+		}
+		h, err := cc.readHeader()
+		stored = h.Stored
+		if err != nil {
+			return err
+		}
+		if h.BodyLen > uint64(len(dst)) {
+			cc.broken = true
+			return fmt.Errorf("node answered %d bytes for a %d-byte read: %w", h.BodyLen, len(dst), wire.StatusInvalid)
+		}
+		n = int(h.BodyLen)
+		return cc.readFull(dst[:n])
+	})
+	return n, stored, err
+}
+
+// GetAuto reads the whole value of key into a new buffer of exactly its
+// length.
+func (c *Client) GetAuto(ctx context.Context, key []byte) ([]byte, error) {
+	k, err := c.keyOf(key)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	p := c.route(k)
+	err = c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpGet, Key: k})
+		if err := cc.send(nil); err != nil {
+			return err
+		}
+		h, err := cc.readHeader()
+		if err != nil {
+			return err
+		}
+		if h.BodyLen > c.opts.MaxBlockBytes {
+			cc.broken = true
+			return fmt.Errorf("node answered %d bytes, more than max_block_bytes %d: %w", h.BodyLen, c.opts.MaxBlockBytes, wire.StatusInvalid)
+		}
+		out = make([]byte, h.BodyLen)
+		return cc.readFull(out)
+	})
+	return out, err
+}
+
+// Exist reports the stored length of key; a miss is an error wrapping
+// wire.StatusNotFound.
+func (c *Client) Exist(ctx context.Context, key []byte) (stored uint64, err error) {
+	k, err := c.keyOf(key)
+	if err != nil {
+		return 0, err
+	}
+	p := c.route(k)
+	err = c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpExist, Key: k})
+		if err := cc.send(nil); err != nil {
+			return err
+		}
+		h, err := cc.readHeader()
+		stored = h.Stored
+		return err
+	})
+	return stored, err
+}
+
+// Remove deletes key; a missing key is an error wrapping wire.StatusNotFound.
+func (c *Client) Remove(ctx context.Context, key []byte) error {
+	k, err := c.keyOf(key)
+	if err != nil {
+		return err
+	}
+	p := c.route(k)
+	return c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpRemove, Key: k})
+		if err := cc.send(nil); err != nil {
+			return err
+		}
+		_, err := cc.readHeader()
+		return err
+	})
+}
+
+// Ping checks that the node at addr answers. addr need not be a member.
+func (c *Client) Ping(ctx context.Context, addr string) error {
+	p := c.peerFor(addr)
+	return c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpPing})
+		if err := cc.send(nil); err != nil {
+			return err
+		}
+		_, err := cc.readHeader()
+		return err
+	})
+}
+
+// maxStatsBody bounds the STATS reply a client accepts.
+const maxStatsBody = 16 << 20
+
+// Stats returns the JSON statistics document of the node at addr.
+func (c *Client) Stats(ctx context.Context, addr string) ([]byte, error) {
+	p := c.peerFor(addr)
+	var out []byte
+	err := c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpStats})
+		if err := cc.send(nil); err != nil {
+			return err
+		}
+		h, err := cc.readHeader()
+		if err != nil {
+			return err
+		}
+		if h.BodyLen > maxStatsBody {
+			cc.broken = true
+			return fmt.Errorf("STATS reply of %d bytes is over %d: %w", h.BodyLen, maxStatsBody, wire.StatusInvalid)
+		}
+		out = make([]byte, h.BodyLen)
+		return cc.readFull(out)
+	})
+	return out, err
+}
+
+// peerFor returns the member peer at addr, or a transient peer for a
+// non-member address (tools address nodes directly).
+func (c *Client) peerFor(addr string) *peer {
+	for _, p := range c.peers {
+		if p.addr == addr {
+			return p
+		}
+	}
+	p := newPeer(addr, &c.opts)
+	p.done = true // not pooled: close its connection after the call
+	return p
+}

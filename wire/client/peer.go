@@ -1,0 +1,182 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// peer is one node: its address and a pool of idle connections.
+type peer struct {
+	addr string
+	opts *Options
+
+	mu   sync.Mutex
+	idle []*cconn
+	done bool
+}
+
+func newPeer(addr string, opts *Options) *peer { return &peer{addr: addr, opts: opts} }
+
+// get returns an idle connection or dials a new one. reused tells the
+// caller whether the connection came from the pool.
+func (p *peer) get(ctx context.Context, deadline time.Time) (cc *cconn, reused bool, err error) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		cc = p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return cc, true, nil
+	}
+	p.mu.Unlock()
+	cc, err = p.dial(ctx, deadline)
+	return cc, false, err
+}
+
+func (p *peer) dial(ctx context.Context, deadline time.Time) (*cconn, error) {
+	dctx, cancel := context.WithDeadline(ctx, minTime(deadline, time.Now().Add(p.opts.DialTimeout)))
+	defer cancel()
+	nc, err := p.opts.Dialer.DialContext(dctx, "tcp", p.addr)
+	if err != nil {
+		return nil, fmt.Errorf("connect to dfkv node %s: %v: %w", p.addr, err, wire.StatusUnavailable)
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	return &cconn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10)}, nil
+}
+
+// put returns a healthy connection to the pool (or closes it when full).
+func (p *peer) put(cc *cconn) {
+	p.mu.Lock()
+	if !p.done && len(p.idle) < p.opts.PoolSize {
+		p.idle = append(p.idle, cc)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	_ = cc.nc.Close()
+}
+
+func (p *peer) close() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle, p.done = nil, true
+	p.mu.Unlock()
+	for _, cc := range idle {
+		_ = cc.nc.Close()
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// cconn is one client connection. It is used by one call at a time.
+type cconn struct {
+	nc   net.Conn
+	br   *bufio.Reader
+	wbuf []byte
+	iov  [2][]byte
+	bufs net.Buffers
+	rh   [wire.ResponsePrefixLen]byte
+	// got is set once any response byte has been read on this exchange.
+	got bool
+	// broken is set when the stream is no longer aligned on a frame
+	// boundary (an I/O or framing failure); the connection is then closed.
+	broken bool
+}
+
+// send writes wbuf and then body (if any) with one writev.
+func (cc *cconn) send(body []byte) error {
+	var err error
+	if len(body) == 0 {
+		_, err = cc.nc.Write(cc.wbuf)
+	} else {
+		cc.iov[0], cc.iov[1] = cc.wbuf, body
+		cc.bufs = cc.iov[:]
+		_, err = cc.bufs.WriteTo(cc.nc)
+		cc.iov[0], cc.iov[1] = nil, nil
+	}
+	cc.wbuf = cc.wbuf[:0]
+	if err != nil {
+		cc.broken = true
+	}
+	return err
+}
+
+// readFull reads exactly len(b) bytes, marking the connection broken on
+// failure.
+func (cc *cconn) readFull(b []byte) error {
+	if _, err := io.ReadFull(cc.br, b); err != nil {
+		cc.broken = true
+		return err
+	}
+	return nil
+}
+
+// readHeader reads a response prefix. A non-OK status's message body is
+// read and returned as a *wire.StatusError (NOT_FOUND as the bare status,
+// which is the common, allocation-free miss).
+func (cc *cconn) readHeader() (wire.ResponseHeader, error) {
+	if err := cc.readFull(cc.rh[:1]); err != nil {
+		return wire.ResponseHeader{}, err
+	}
+	cc.got = true
+	if err := cc.readFull(cc.rh[1:]); err != nil {
+		return wire.ResponseHeader{}, err
+	}
+	h, err := wire.DecodeResponse(cc.rh[:])
+	if err != nil {
+		cc.broken = true
+		return h, err
+	}
+	if h.Status == wire.StatusOK {
+		return h, nil
+	}
+	if h.BodyLen > wire.MaxErrorMessage {
+		cc.broken = true
+		return h, fmt.Errorf("node sent a %d-byte error message (max %d): %w", h.BodyLen, wire.MaxErrorMessage, wire.StatusInvalid)
+	}
+	if h.BodyLen == 0 {
+		return h, h.Status
+	}
+	msg := make([]byte, h.BodyLen)
+	if err := cc.readFull(msg); err != nil {
+		return h, err
+	}
+	return h, &wire.StatusError{Status: h.Status, Message: string(msg)}
+}
+
+// discard skips n body bytes the caller has no room for.
+func (cc *cconn) discard(n uint64) error {
+	if _, err := cc.br.Discard(int(n)); err != nil {
+		cc.broken = true
+		return err
+	}
+	return nil
+}
+
+// connError turns an I/O failure of a connection into a status error.
+func connError(addr string, err error) error {
+	var st wire.Status
+	if errors.As(err, &st) {
+		return fmt.Errorf("dfkv node %s: %w", addr, err)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("dfkv node %s: %v: %w", addr, err, wire.StatusTimeout)
+	}
+	return fmt.Errorf("dfkv node %s: %v: %w", addr, err, wire.StatusUnavailable)
+}

@@ -1,0 +1,312 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Frame geometry and protocol epoch. Part of the wire format.
+const (
+	EpochTCP          = 6
+	RequestPrefixLen  = 50
+	ResponsePrefixLen = 18
+
+	BatchPutItemLen   = 32
+	BatchGetItemLen   = 40
+	BatchKeyItemLen   = 24
+	BatchGetRecordLen = 17 // status, stored, data len
+	BatchExistRecLen  = 9  // status, stored
+	BatchStatusRecLen = 1
+
+	// MaxErrorMessage bounds the message body of a non-OK response, so a
+	// confused peer cannot make the other side allocate much to read it.
+	MaxErrorMessage = 4096
+)
+
+// Op is a request operation code.
+type Op uint8
+
+const (
+	OpPing        Op = 1
+	OpPut         Op = 2
+	OpGet         Op = 3
+	OpExist       Op = 4
+	OpRemove      Op = 5
+	OpBatchPut    Op = 6
+	OpBatchGet    Op = 7
+	OpBatchExist  Op = 8
+	OpBatchRemove Op = 9
+	OpStats       Op = 10
+	opMax         Op = 10
+)
+
+var opNames = [...]string{
+	OpPing: "PING", OpPut: "PUT", OpGet: "GET", OpExist: "EXIST", OpRemove: "REMOVE",
+	OpBatchPut: "BATCH_PUT", OpBatchGet: "BATCH_GET", OpBatchExist: "BATCH_EXIST",
+	OpBatchRemove: "BATCH_REMOVE", OpStats: "STATS",
+}
+
+func (o Op) String() string {
+	if o >= 1 && o <= opMax {
+		return opNames[o]
+	}
+	return fmt.Sprintf("OP_%d", uint8(o))
+}
+
+// IsBatch reports whether o carries an item table instead of one key.
+func (o Op) IsBatch() bool { return o >= OpBatchPut && o <= OpBatchRemove }
+
+// RequestHeader is the decoded 50-byte request prefix.
+type RequestHeader struct {
+	Epoch   uint8
+	Op      Op
+	Key     BlockKey
+	Offset  uint64
+	Length  uint64 // GET: range length; batch ops: item count
+	BodyLen uint64
+}
+
+// ResponseHeader is the decoded 18-byte response prefix.
+type ResponseHeader struct {
+	Epoch   uint8
+	Status  Status
+	Stored  uint64 // GET/EXIST: stored length; batch ops: record count
+	BodyLen uint64
+}
+
+// Limits bound what a decoder accepts before anything is allocated.
+type Limits struct {
+	MaxBlockBytes uint64 // largest value; also bounds every body
+	MaxBatchItems uint64 // largest item count of one batch frame
+}
+
+// FrameError is a request the decoder refused. The connection that sent it
+// must be answered with Status and Message and then closed.
+type FrameError struct {
+	Status  Status
+	Message string
+}
+
+func (e *FrameError) Error() string { return e.Status.String() + ": " + e.Message }
+
+// Unwrap lets errors.Is(err, wire.StatusEpochMismatch) match.
+func (e *FrameError) Unwrap() error { return e.Status }
+
+func frameErr(s Status, format string, args ...any) *FrameError {
+	return &FrameError{Status: s, Message: fmt.Sprintf(format, args...)}
+}
+
+// AppendRequest appends the 50-byte prefix of h to dst. A zero Epoch is
+// written as EpochTCP.
+func AppendRequest(dst []byte, h *RequestHeader) []byte {
+	var b [RequestPrefixLen]byte
+	b[0] = h.Epoch
+	if b[0] == 0 {
+		b[0] = EpochTCP
+	}
+	b[1] = byte(h.Op)
+	binary.LittleEndian.PutUint64(b[2:], h.Key.Tenant)
+	copy(b[10:26], h.Key.ID[:])
+	binary.LittleEndian.PutUint64(b[26:], h.Offset)
+	binary.LittleEndian.PutUint64(b[34:], h.Length)
+	binary.LittleEndian.PutUint64(b[42:], h.BodyLen)
+	return append(dst, b[:]...)
+}
+
+// DecodeRequest decodes and validates a request prefix. src must hold at
+// least RequestPrefixLen bytes (the caller reads exactly that many first).
+// It checks, in order: epoch, op, unused fields, then every declared length
+// against lim, so that the caller may allocate BodyLen (or, for BATCH_PUT,
+// one value at a time) without further checks. A non-nil error is always a
+// *FrameError.
+func DecodeRequest(src []byte, lim Limits) (RequestHeader, error) {
+	var h RequestHeader
+	if len(src) < RequestPrefixLen {
+		return h, frameErr(StatusInvalid, "truncated request prefix: %d of %d bytes", len(src), RequestPrefixLen)
+	}
+	h.Epoch = src[0]
+	h.Op = Op(src[1])
+	h.Key.Tenant = binary.LittleEndian.Uint64(src[2:])
+	copy(h.Key.ID[:], src[10:26])
+	h.Offset = binary.LittleEndian.Uint64(src[26:])
+	h.Length = binary.LittleEndian.Uint64(src[34:])
+	h.BodyLen = binary.LittleEndian.Uint64(src[42:])
+
+	if h.Epoch != EpochTCP {
+		return h, frameErr(StatusEpochMismatch, "request epoch %d, this node speaks TCP epoch %d; upgrade the older side", h.Epoch, EpochTCP)
+	}
+	zeroKey := h.Key == BlockKey{}
+	switch h.Op {
+	case OpPing, OpStats:
+		if !zeroKey || h.Offset != 0 || h.Length != 0 || h.BodyLen != 0 {
+			return h, frameErr(StatusInvalid, "%s carries non-zero key, offset, length or body", h.Op)
+		}
+	case OpPut:
+		if h.Offset != 0 || h.Length != 0 {
+			return h, frameErr(StatusInvalid, "PUT carries non-zero offset or length")
+		}
+		if h.BodyLen == 0 {
+			return h, frameErr(StatusInvalid, "PUT of a zero-byte value; dfkv stores only non-empty values")
+		}
+		if h.BodyLen > lim.MaxBlockBytes {
+			return h, frameErr(StatusTooLarge, "PUT value of %d bytes exceeds the node's max_block_bytes %d", h.BodyLen, lim.MaxBlockBytes)
+		}
+	case OpGet:
+		if h.BodyLen != 0 {
+			return h, frameErr(StatusInvalid, "GET carries a %d-byte body", h.BodyLen)
+		}
+	case OpExist, OpRemove:
+		if h.Offset != 0 || h.Length != 0 || h.BodyLen != 0 {
+			return h, frameErr(StatusInvalid, "%s carries non-zero offset, length or body", h.Op)
+		}
+	case OpBatchPut, OpBatchGet, OpBatchExist, OpBatchRemove:
+		if !zeroKey || h.Offset != 0 {
+			return h, frameErr(StatusInvalid, "%s carries a non-zero key or offset", h.Op)
+		}
+		n := h.Length
+		if n == 0 || n > lim.MaxBatchItems {
+			return h, frameErr(StatusInvalid, "%s of %d items; allowed 1..%d", h.Op, n, lim.MaxBatchItems)
+		}
+		switch h.Op {
+		case OpBatchPut:
+			table := n * BatchPutItemLen
+			// n <= MaxBatchItems keeps n*MaxBlockBytes far from overflow
+			// for any sane limit; check it anyway in the division form.
+			if h.BodyLen < table+n || (h.BodyLen-table)/n > lim.MaxBlockBytes {
+				return h, frameErr(StatusInvalid, "BATCH_PUT body of %d bytes does not fit %d items of 1..%d bytes", h.BodyLen, n, lim.MaxBlockBytes)
+			}
+		case OpBatchGet:
+			if h.BodyLen != n*BatchGetItemLen {
+				return h, frameErr(StatusInvalid, "BATCH_GET body of %d bytes, want %d for %d items", h.BodyLen, n*BatchGetItemLen, n)
+			}
+		default:
+			if h.BodyLen != n*BatchKeyItemLen {
+				return h, frameErr(StatusInvalid, "%s body of %d bytes, want %d for %d items", h.Op, h.BodyLen, n*BatchKeyItemLen, n)
+			}
+		}
+	default:
+		return h, frameErr(StatusUnsupported, "unknown op %d", uint8(h.Op))
+	}
+	return h, nil
+}
+
+// AppendResponse appends the 18-byte prefix of h to dst. A zero Epoch is
+// written as EpochTCP.
+func AppendResponse(dst []byte, h *ResponseHeader) []byte {
+	var b [ResponsePrefixLen]byte
+	b[0] = h.Epoch
+	if b[0] == 0 {
+		b[0] = EpochTCP
+	}
+	b[1] = byte(h.Status)
+	binary.LittleEndian.PutUint64(b[2:], h.Stored)
+	binary.LittleEndian.PutUint64(b[10:], h.BodyLen)
+	return append(dst, b[:]...)
+}
+
+// DecodeResponse decodes a response prefix; src must hold at least
+// ResponsePrefixLen bytes. It refuses a foreign epoch and an unknown
+// status; the caller bounds BodyLen by what it asked for.
+func DecodeResponse(src []byte) (ResponseHeader, error) {
+	var h ResponseHeader
+	if len(src) < ResponsePrefixLen {
+		return h, frameErr(StatusInvalid, "truncated response prefix: %d of %d bytes", len(src), ResponsePrefixLen)
+	}
+	h.Epoch = src[0]
+	h.Status = Status(src[1])
+	h.Stored = binary.LittleEndian.Uint64(src[2:])
+	h.BodyLen = binary.LittleEndian.Uint64(src[10:])
+	if h.Epoch != EpochTCP {
+		return h, frameErr(StatusEpochMismatch, "response epoch %d, this client speaks TCP epoch %d; the peer is not a dfkv node of this version", h.Epoch, EpochTCP)
+	}
+	if !h.Status.Known() {
+		return h, frameErr(StatusInvalid, "response carries unknown status %d", uint8(h.Status))
+	}
+	return h, nil
+}
+
+// Batch item tables.
+
+// AppendKeyItem appends a 24-byte key item (BATCH_EXIST, BATCH_REMOVE).
+func AppendKeyItem(dst []byte, k BlockKey) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, k.Tenant)
+	return append(dst, k.ID[:]...)
+}
+
+// DecodeKeyItem decodes a 24-byte key item; the caller ensures len(src) >= 24.
+func DecodeKeyItem(src []byte) BlockKey {
+	var k BlockKey
+	k.Tenant = binary.LittleEndian.Uint64(src)
+	copy(k.ID[:], src[8:24])
+	return k
+}
+
+// AppendPutItem appends a 32-byte BATCH_PUT item.
+func AppendPutItem(dst []byte, k BlockKey, valueLen uint64) []byte {
+	dst = AppendKeyItem(dst, k)
+	return binary.LittleEndian.AppendUint64(dst, valueLen)
+}
+
+// DecodePutItem decodes a 32-byte BATCH_PUT item; len(src) >= 32.
+func DecodePutItem(src []byte) (BlockKey, uint64) {
+	return DecodeKeyItem(src), binary.LittleEndian.Uint64(src[24:])
+}
+
+// AppendGetItem appends a 40-byte BATCH_GET item.
+func AppendGetItem(dst []byte, k BlockKey, offset, length uint64) []byte {
+	dst = AppendKeyItem(dst, k)
+	dst = binary.LittleEndian.AppendUint64(dst, offset)
+	return binary.LittleEndian.AppendUint64(dst, length)
+}
+
+// DecodeGetItem decodes a 40-byte BATCH_GET item; len(src) >= 40.
+func DecodeGetItem(src []byte) (k BlockKey, offset, length uint64) {
+	return DecodeKeyItem(src), binary.LittleEndian.Uint64(src[24:]), binary.LittleEndian.Uint64(src[32:])
+}
+
+// ValidateBatchPutTable checks a BATCH_PUT item table against the body
+// length the prefix declared: every value 1..MaxBlockBytes and the values
+// adding up exactly to the rest of the body. It runs before any value is
+// read so a lying table cannot make the node read or allocate past it.
+func ValidateBatchPutTable(table []byte, bodyLen uint64, lim Limits) error {
+	n := uint64(len(table)) / BatchPutItemLen
+	var sum uint64
+	for i := uint64(0); i < n; i++ {
+		_, vl := DecodePutItem(table[i*BatchPutItemLen:])
+		if vl == 0 {
+			return frameErr(StatusInvalid, "BATCH_PUT item %d has a zero-byte value; dfkv stores only non-empty values", i)
+		}
+		if vl > lim.MaxBlockBytes {
+			return frameErr(StatusTooLarge, "BATCH_PUT item %d value of %d bytes exceeds max_block_bytes %d", i, vl, lim.MaxBlockBytes)
+		}
+		sum += vl // cannot overflow: n and each vl are bounded
+	}
+	if want := bodyLen - uint64(len(table)); sum != want {
+		return frameErr(StatusInvalid, "BATCH_PUT values add up to %d bytes but the body holds %d", sum, want)
+	}
+	return nil
+}
+
+// AppendGetRecord appends a BATCH_GET response record header; dataLen
+// bytes of data follow it on the wire.
+func AppendGetRecord(dst []byte, s Status, stored, dataLen uint64) []byte {
+	dst = append(dst, byte(s))
+	dst = binary.LittleEndian.AppendUint64(dst, stored)
+	return binary.LittleEndian.AppendUint64(dst, dataLen)
+}
+
+// DecodeGetRecord decodes a 17-byte BATCH_GET record header.
+func DecodeGetRecord(src []byte) (s Status, stored, dataLen uint64) {
+	return Status(src[0]), binary.LittleEndian.Uint64(src[1:]), binary.LittleEndian.Uint64(src[9:])
+}
+
+// AppendExistRecord appends a 9-byte BATCH_EXIST response record.
+func AppendExistRecord(dst []byte, s Status, stored uint64) []byte {
+	dst = append(dst, byte(s))
+	return binary.LittleEndian.AppendUint64(dst, stored)
+}
+
+// DecodeExistRecord decodes a 9-byte BATCH_EXIST record.
+func DecodeExistRecord(src []byte) (Status, uint64) {
+	return Status(src[0]), binary.LittleEndian.Uint64(src[1:])
+}

@@ -55,6 +55,9 @@ type Server struct {
 	MaxConns          int           // open data-plane connections; past it new ones are refused
 	FirstRequest      time.Duration // how long a new connection may take to send its first request; 0 = no limit
 	ShutdownTimeout   time.Duration // how long SIGTERM waits for in-flight requests
+
+	TenantQuotasFile        string // TOML file of per-tenant quotas; empty = none
+	TenantDefaultQuotaBytes uint64 // quota of tenants the file does not list; 0 = unlimited
 }
 
 // Client configures the tools' (and embedders') view of a cluster.

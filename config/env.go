@@ -18,6 +18,10 @@ func unknownEnv(environ []string) []string {
 	for _, name := range otherEnv {
 		known[name] = true
 	}
+	notBuilt := make(map[string]bool, len(notBuiltEnv))
+	for _, name := range notBuiltEnv {
+		notBuilt[name] = true
+	}
 	var names []string
 	seen := make(map[string]bool)
 	for _, kv := range environ {
@@ -31,6 +35,10 @@ func unknownEnv(environ []string) []string {
 	sort.Strings(names)
 	warnings := make([]string, 0, len(names))
 	for _, name := range names {
+		if notBuilt[name] {
+			warnings = append(warnings, fmt.Sprintf("environment variable %s belongs to a feature this build does not have yet; it is ignored", name))
+			continue
+		}
 		w := fmt.Sprintf("environment variable %s is not a dfkv setting and is ignored", name)
 		if hint := suggestEnv(name); hint != "" {
 			w += "; did you mean " + hint + "?"

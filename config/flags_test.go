@@ -51,7 +51,7 @@ func TestFlagsPerRole(t *testing.T) {
 		"pool-size", "batch-concurrency", "log-level", "log-format", "config", "print-config"}
 	want := map[string][]string{
 		"server": {"group", "id", "listen", "http-listen", "disk", "disk-capacity", "store-engine", "max-block-bytes",
-			"max-batch-items", "max-conns", "first-request-ms", "shutdown-timeout-ms", "log-level", "log-format",
+			"max-batch-items", "max-conns", "first-request-ms", "shutdown-timeout-ms", "tenant-quotas-file", "tenant-default-quota", "log-level", "log-format",
 			"config", "print-config"},
 		"mds":   {"group", "log-level", "log-format", "config", "print-config"},
 		"smoke": tools,

@@ -168,6 +168,18 @@ var settings = []setting{
 		help:  "milliseconds SIGTERM waits for in-flight requests",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.ShutdownTimeout }, min: 1, max: hour},
 	},
+	{
+		key: "server.tenant_quotas_file", env: "DFKV_TENANT_QUOTAS_FILE", flag: "tenant-quotas-file", roles: roleServer,
+		def:   "",
+		help:  "TOML file of per-tenant byte quotas for this node ([tenants] name = size); empty = none",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.TenantQuotasFile }, ok: func(string) error { return nil }, text: "a file path, or empty"},
+	},
+	{
+		key: "server.tenant_default_quota_bytes", env: "DFKV_TENANT_DEFAULT_QUOTA_BYTES", flag: "tenant-default-quota", roles: roleServer,
+		def:   "0",
+		help:  "byte quota per node of every tenant the quotas file does not list; 0 = unlimited",
+		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.TenantDefaultQuotaBytes }, min: 0, max: math.MaxUint64, note: "0 (unlimited) or a size such as 100GiB"},
+	},
 
 	{
 		key: "client.members", env: "DFKV_MEMBERS", flag: "members", roles: roleTools,
@@ -232,25 +244,30 @@ const (
 )
 
 // otherEnv lists DFKV_* variables that are not rows of the table but are
-// read elsewhere, so Load does not call them unknown. Most are the seed's
-// names for features not built yet (RAM tier, quotas, RDMA, io_uring) and the
-// MDS settings of DESIGN.md §9; when a feature lands, its variable becomes a
-// row above and leaves this list.
+// read elsewhere (the config file path, the Python package's library path,
+// build switches of scripts/), so Load does not call them unknown.
 var otherEnv = []string{
 	envConfig,
 	"DFKV_LIBRARY", // path to libdfkv.so for the Python package
+	// build switches read by scripts/
+	"DFKV_WITH_URING", "DFKV_WITH_RDMA",
+}
+
+// notBuiltEnv lists the seed's and DESIGN.md's names for features this
+// build does not have yet (MDS, RAM tier, RDMA, io_uring, …). Setting one
+// is not a typo, but it does nothing yet, and Load says so in a warning
+// rather than letting an operator believe it took effect. When a feature
+// lands, its variable becomes a row above and leaves this list.
+var notBuiltEnv = []string{
 	// MDS (DESIGN.md §5, §9)
 	"DFKV_MDS_ADDRS", "DFKV_MDS_LISTEN", "DFKV_MDS_HTTP_LISTEN", "DFKV_ETCD_ENDPOINTS", "DFKV_MDS_DB",
 	"DFKV_MDS_PROBE_CACHE_MS", "DFKV_MDS_FIRST_REQ_MS", "DFKV_MDS_ACCEPT_LEGACY",
 	// server (seed 000)
 	"DFKV_METRICS_FIRST_REQ_MS", "DFKV_PUT_ACK_MODE", "DFKV_READ_COALESCE", "DFKV_SERVER_URING",
-	"DFKV_TENANT_DEFAULT_QUOTA_BYTES", "DFKV_TENANT_QUOTAS_FILE",
 	"DFKV_RAM_TIER", "DFKV_RAM_TIER_BYTES", "DFKV_RAM_TIER_LARGE_RESERVE_BYTES", "DFKV_RAM_TIER_NUMA",
 	"DFKV_RAM_TIER_SHARDS", "DFKV_RAM_WRITE_MODE", "DFKV_RAM_FLUSH_THREADS",
 	"DFKV_RDMA", "DFKV_RDMA_DEV", "DFKV_RDMA_NUMA", "DFKV_RDMA_MAX_BLOCK_BYTES", "DFKV_RDMA_OP_TIMEOUT_MS",
 	"DFKV_RDMA_BATCH_OP_TIMEOUT_MS", "DFKV_RDMA_RECV_SEGMENT_SIZE", "DFKV_RDMA_RECV_CHUNK_IDLE_MS",
-	// build switches read by scripts/
-	"DFKV_WITH_URING", "DFKV_WITH_RDMA",
 }
 
 // lookupKey returns the row with TOML key key, or nil.

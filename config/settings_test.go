@@ -23,6 +23,8 @@ func TestSettingsTable(t *testing.T) {
 		{"server.max_conns", "DFKV_MAX_CONNS", "max-conns", "server", "4096"},
 		{"server.first_request_ms", "DFKV_TCP_FIRST_REQ_MS", "first-request-ms", "server", "30000"},
 		{"server.shutdown_timeout_ms", "DFKV_SHUTDOWN_TIMEOUT_MS", "shutdown-timeout-ms", "server", "30000"},
+		{"server.tenant_quotas_file", "DFKV_TENANT_QUOTAS_FILE", "tenant-quotas-file", "server", ""},
+		{"server.tenant_default_quota_bytes", "DFKV_TENANT_DEFAULT_QUOTA_BYTES", "tenant-default-quota", "server", "0"},
 		{"client.members", "DFKV_MEMBERS", "members", tools, "127.0.0.1:7600"},
 		{"client.namespace", "DFKV_NAMESPACE", "namespace", tools, "dfkv-tools"},
 		{"client.timeout_ms", "DFKV_CLIENT_TIMEOUT_MS", "timeout-ms", tools, "10000"},

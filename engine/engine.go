@@ -114,3 +114,19 @@ type SystemClock struct{}
 
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
+
+// Accounting is told every change of committed payload bytes per tenant:
+// +n when a value is published, -n when it is replaced, evicted or
+// removed, and +n for every value a restart finds again. Quotas
+// (engine.Quotas) and per-tenant metrics are built on it, so an engine
+// never needs to know about either. Calls may come from any goroutine and
+// must not block; an engine calls it after the change is visible.
+type Accounting interface {
+	Committed(tenant uint64, delta int64)
+}
+
+// NoAccounting discards accounting calls.
+type NoAccounting struct{}
+
+// Committed does nothing.
+func (NoAccounting) Committed(uint64, int64) {}

@@ -25,6 +25,7 @@ type Group struct {
 	engines []StoreEngine
 	names   []string
 	ring    *wire.Ring
+	quotas  *Quotas // nil = no quotas
 }
 
 var _ StoreEngine = (*Group)(nil)
@@ -76,14 +77,29 @@ func (g *Group) Engine(i int) StoreEngine { return g.engines[i] }
 
 func (g *Group) of(key wire.BlockKey) StoreEngine { return g.engines[g.DiskOf(key)] }
 
-// Cache implements StoreEngine.
-func (g *Group) Cache(key wire.BlockKey, value []byte) error { return g.of(key).Cache(key, value) }
+// Cache implements StoreEngine, admitting the PUT against its tenant's
+// quota when quotas are set.
+func (g *Group) Cache(key wire.BlockKey, value []byte) error {
+	if g.quotas != nil {
+		return g.cacheWithQuota(key, value)
+	}
+	return g.of(key).Cache(key, value)
+}
 
 // CacheBatch implements StoreEngine: the items are split by disk, the disks
 // run concurrently (one goroutine per disk with items), and each disk sees
 // its items in batch order, so a key repeated in a batch ends with its last
-// value.
+// value. With quotas set, items over their tenant's quota fail with
+// QUOTA_EXCEEDED and the others are stored.
 func (g *Group) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
+	if g.quotas != nil {
+		g.cacheBatchWithQuota(keys, values, errs)
+		return
+	}
+	g.cacheBatch(keys, values, errs)
+}
+
+func (g *Group) cacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 	if len(g.engines) == 1 {
 		g.engines[0].CacheBatch(keys, values, errs)
 		return
@@ -140,7 +156,12 @@ func (g *Group) Range(key wire.BlockKey, offset, length uint64, alloc Allocator)
 func (g *Group) Lookup(key wire.BlockKey) (uint64, error) { return g.of(key).Lookup(key) }
 
 // Remove implements StoreEngine.
-func (g *Group) Remove(key wire.BlockKey) error { return g.of(key).Remove(key) }
+func (g *Group) Remove(key wire.BlockKey) error {
+	if g.quotas != nil {
+		return g.removeWithQuota(key)
+	}
+	return g.of(key).Remove(key)
+}
 
 // Stats implements StoreEngine: the sum over the disks. Engine is the disks'
 // engine name ("mixed" if they differ) and Path lists the disks.

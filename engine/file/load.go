@@ -154,9 +154,11 @@ func (s *Store) loadFile(dir, tt, oo string, fe os.DirEntry) error {
 		// right regardless.
 		s.used.Add(-old.size)
 		s.objects.Add(^uint64(0))
+		s.acct.Committed(key.Tenant, -int64(old.size))
 	}
 	s.used.Add(size)
 	s.objects.Add(1)
+	s.acct.Committed(key.Tenant, int64(size))
 	return nil
 }
 

@@ -36,7 +36,7 @@ type Options struct {
 	Clock engine.Clock
 	// Logger receives operator-relevant events (startup summary, the
 	// O_DIRECT fallback, startup eviction, slow syncs); nil means
-	// slog.Default().
+	// a discarding logger.
 	Logger *slog.Logger
 	// DirectIO asks for O_DIRECT payload I/O, falling back to buffered I/O
 	// (with one warning) where the filesystem refuses it. The zero value is
@@ -44,6 +44,10 @@ type Options struct {
 	DirectIO bool
 	// Shards is the number of index shards; 0 means 64.
 	Shards int
+	// Accounting is told every change of committed bytes per tenant
+	// (publish, overwrite, eviction, removal, and what Open finds); quotas
+	// and tenant metrics hang off it. nil means engine.NoAccounting{}.
+	Accounting engine.Accounting
 }
 
 // DefaultOptions returns the options the server uses for one disk: O_DIRECT
@@ -78,6 +82,7 @@ type Store struct {
 	clock    engine.Clock
 	log      *slog.Logger
 	pool     *iobuf.Pool
+	acct     engine.Accounting
 
 	idx     *index
 	stripes [stripes]sync.Mutex
@@ -136,6 +141,9 @@ func Open(opts Options) (*Store, error) {
 	if opts.Shards <= 0 {
 		opts.Shards = defaultShards
 	}
+	if opts.Accounting == nil {
+		opts.Accounting = engine.NoAccounting{}
+	}
 	s := &Store{
 		dir:      opts.Dir,
 		blocks:   filepath.Join(opts.Dir, "blocks"),
@@ -145,6 +153,7 @@ func Open(opts Options) (*Store, error) {
 		fs:       opts.FS,
 		clock:    opts.Clock,
 		log:      opts.Logger,
+		acct:     opts.Accounting,
 		pool:     iobuf.NewPool(chunkBytes),
 		idx:      newIndex(opts.Shards),
 		buckets:  make([]atomic.Uint32, 1<<16),
@@ -310,6 +319,7 @@ func (s *Store) evict(e *entry) bool {
 	}
 	s.used.Add(-e.size)
 	s.objects.Add(^uint64(0))
+	s.acct.Committed(e.key.Tenant, -int64(e.size))
 	s.evictions.Add(1)
 	s.markBucket(e.key, bucketDirty)
 	return true
@@ -339,11 +349,14 @@ func (s *Store) publish(key wire.BlockKey, tmp string, n uint64) error {
 	if err != nil {
 		return err
 	}
+	delta := int64(n)
 	if old := s.idx.put(&entry{key: key, size: n}); old != nil {
 		s.used.Add(-old.size)
+		delta -= int64(old.size)
 	} else {
 		s.objects.Add(1)
 	}
+	s.acct.Committed(key.Tenant, delta)
 	s.markBucket(key, bucketDirty)
 	return nil
 }
@@ -455,6 +468,7 @@ func (s *Store) dropMissing(e *entry) {
 	if s.idx.remove(e) {
 		s.used.Add(-e.size)
 		s.objects.Add(^uint64(0))
+		s.acct.Committed(e.key.Tenant, -int64(e.size))
 	}
 }
 
@@ -495,6 +509,7 @@ func (s *Store) Remove(key wire.BlockKey) error {
 	if s.idx.remove(e) {
 		s.used.Add(-e.size)
 		s.objects.Add(^uint64(0))
+		s.acct.Committed(e.key.Tenant, -int64(e.size))
 	}
 	s.markBucket(key, bucketDirty)
 	mu.Unlock()

@@ -174,6 +174,14 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 	default:
 		return nil, fmt.Errorf("unknown store engine %q; valid: file", sc.StoreEngine)
 	}
+	quotas, err := LoadQuotas(sc.TenantQuotasFile, sc.TenantDefaultQuotaBytes)
+	if err != nil {
+		return nil, err
+	}
+	var acct engine.Accounting = engine.NoAccounting{}
+	if quotas != nil {
+		acct = quotas
+	}
 	var engines []engine.StoreEngine
 	closeAll := func() {
 		for _, e := range engines {
@@ -198,7 +206,7 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 			capacity = u.Total / 2
 			log.Info("disk capacity not configured; using half of the filesystem", "disk", dir, "capacity_bytes", capacity)
 		}
-		e, err := file.Open(file.Options{Dir: dir, CapacityBytes: capacity, FS: fs, Clock: clock, Logger: log, DirectIO: true})
+		e, err := file.Open(file.Options{Dir: dir, CapacityBytes: capacity, FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct})
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("open disk %s: %w", dir, err)
@@ -213,6 +221,10 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 	if err != nil {
 		closeAll()
 		return nil, err
+	}
+	if quotas != nil {
+		g.SetQuotas(quotas)
+		log.Info("tenant quotas on", "file", sc.TenantQuotasFile, "default_quota_bytes", sc.TenantDefaultQuotaBytes)
 	}
 	return g, nil
 }

@@ -1,0 +1,189 @@
+package engine_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/file"
+	"github.com/dfkv/dfkv/wire"
+)
+
+const (
+	tenantA = 0xA000000000000001
+	tenantB = 0xB000000000000002
+)
+
+func tkey(tenant uint64, i int) wire.BlockKey {
+	k := wire.BlockKey{Tenant: tenant}
+	copy(k.ID[:], fmt.Sprintf("key-%010d", i))
+	return k
+}
+
+// quotaGroup opens file engines on two disks under dir, all reporting to q.
+func quotaGroup(t *testing.T, dir string, capacity uint64, q *engine.Quotas) *engine.Group {
+	t.Helper()
+	var engines []engine.StoreEngine
+	var names []string
+	for _, d := range []string{"d0", "d1"} {
+		p := filepath.Join(dir, d)
+		e, err := file.Open(file.Options{Dir: p, CapacityBytes: capacity, Accounting: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		engines, names = append(engines, e), append(names, p)
+	}
+	g, err := engine.NewGroup(engines, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetQuotas(q)
+	return g
+}
+
+// storedBytes sums, per tenant, what the group really holds for keys.
+func storedBytes(g *engine.Group, keys []wire.BlockKey) map[uint64]int64 {
+	out := map[uint64]int64{}
+	for _, k := range keys {
+		if n, err := g.Lookup(k); err == nil {
+			out[k.Tenant] += int64(n)
+		}
+	}
+	return out
+}
+
+func wantStatus(t *testing.T, err error, want wire.Status, what string) {
+	t.Helper()
+	if got := wire.StatusOf(err); got != want {
+		t.Fatalf("%s: got %v, want %s", what, err, want)
+	}
+}
+
+func TestQuotaScalar(t *testing.T) {
+	q := engine.NewQuotas(0, map[uint64]uint64{tenantA: 10000})
+	g := quotaGroup(t, t.TempDir(), 1<<30, q)
+	defer g.Close()
+	v := make([]byte, 4000)
+	wantStatus(t, g.Cache(tkey(tenantA, 1), v), wire.StatusOK, "first 4000")
+	wantStatus(t, g.Cache(tkey(tenantA, 2), v), wire.StatusOK, "second 4000")
+	wantStatus(t, g.Cache(tkey(tenantA, 3), v), wire.StatusQuotaExceeded, "third 4000 over 10000")
+	// Re-putting a stored key adds nothing and is admitted; growing it by
+	// more than what is left is not.
+	wantStatus(t, g.Cache(tkey(tenantA, 1), v), wire.StatusOK, "overwrite same size")
+	wantStatus(t, g.Cache(tkey(tenantA, 1), make([]byte, 6001)), wire.StatusQuotaExceeded, "grow past quota")
+	wantStatus(t, g.Cache(tkey(tenantA, 1), make([]byte, 6000)), wire.StatusOK, "grow to exactly the quota")
+	// An unlimited tenant is never refused.
+	wantStatus(t, g.Cache(tkey(tenantB, 1), make([]byte, 50000)), wire.StatusOK, "unlimited tenant")
+	if got := q.Used(tenantA); got != 10000 {
+		t.Fatalf("tenant A uses %d, want 10000", got)
+	}
+	wantStatus(t, g.Remove(tkey(tenantA, 2)), wire.StatusOK, "remove")
+	if got := q.Used(tenantA); got != 6000 {
+		t.Fatalf("after remove tenant A uses %d, want 6000", got)
+	}
+	wantStatus(t, g.Cache(tkey(tenantA, 3), v), wire.StatusOK, "fits again after remove")
+}
+
+func TestQuotaDefaultAppliesToUnlisted(t *testing.T) {
+	q := engine.NewQuotas(5000, map[uint64]uint64{tenantA: 0})
+	g := quotaGroup(t, t.TempDir(), 1<<30, q)
+	defer g.Close()
+	wantStatus(t, g.Cache(tkey(tenantB, 1), make([]byte, 5001)), wire.StatusQuotaExceeded, "unlisted tenant over the default")
+	wantStatus(t, g.Cache(tkey(tenantA, 1), make([]byte, 50000)), wire.StatusOK, "listed tenant with 0 = unlimited")
+}
+
+// TestQuotaBatchPerItem: one tenant's items are refused past its quota in
+// batch order while another tenant's items in the same batch are stored.
+func TestQuotaBatchPerItem(t *testing.T) {
+	q := engine.NewQuotas(0, map[uint64]uint64{tenantA: 8000})
+	g := quotaGroup(t, t.TempDir(), 1<<30, q)
+	defer g.Close()
+	keys := []wire.BlockKey{tkey(tenantA, 1), tkey(tenantB, 1), tkey(tenantA, 2), tkey(tenantA, 3), tkey(tenantB, 2), tkey(tenantA, 1)}
+	vals := [][]byte{make([]byte, 4000), make([]byte, 90000), make([]byte, 4000), make([]byte, 4000), make([]byte, 10), make([]byte, 4000)}
+	errs := make([]error, len(keys))
+	g.CacheBatch(keys, vals, errs)
+	want := []wire.Status{wire.StatusOK, wire.StatusOK, wire.StatusOK, wire.StatusQuotaExceeded, wire.StatusOK, wire.StatusOK}
+	for i := range keys {
+		wantStatus(t, errs[i], want[i], fmt.Sprintf("item %d", i))
+	}
+	if got := q.Used(tenantA); got != 8000 {
+		t.Fatalf("tenant A uses %d, want 8000", got)
+	}
+	if _, err := g.Lookup(tkey(tenantA, 3)); wire.StatusOf(err) != wire.StatusNotFound {
+		t.Fatal("a refused batch item was stored")
+	}
+}
+
+// TestQuotaConcurrentNeverOversubscribes races many PUTs of one tenant.
+func TestQuotaConcurrentNeverOversubscribes(t *testing.T) {
+	const limit = 64 * 1000
+	q := engine.NewQuotas(0, map[uint64]uint64{tenantA: limit})
+	g := quotaGroup(t, t.TempDir(), 1<<30, q)
+	defer g.Close()
+	var wg sync.WaitGroup
+	var keys []wire.BlockKey
+	for w := 0; w < 8; w++ {
+		for i := 0; i < 20; i++ {
+			keys = append(keys, tkey(tenantA, w*100+i))
+		}
+		wg.Go(func() {
+			for i := 0; i < 20; i++ {
+				k := tkey(tenantA, w*100+i)
+				if i%2 == 0 {
+					_ = g.Cache(k, make([]byte, 1000))
+				} else {
+					errs := make([]error, 1)
+					g.CacheBatch([]wire.BlockKey{k}, [][]byte{make([]byte, 1000)}, errs)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stored := storedBytes(g, keys)[tenantA]
+	if stored != limit || q.Used(tenantA) != stored {
+		t.Fatalf("stored %d, accounted %d, limit %d", stored, q.Used(tenantA), limit)
+	}
+}
+
+// TestQuotaAccountingThroughEvictionAndRestart: committed bytes follow
+// eviction, and a restart rebuilds them from what is on disk.
+func TestQuotaAccountingThroughEvictionAndRestart(t *testing.T) {
+	dir := t.TempDir()
+	q := engine.NewQuotas(0, map[uint64]uint64{tenantA: 1 << 30})
+	g := quotaGroup(t, dir, 40000, q) // two disks of 40000 bytes: eviction must happen
+	var keys []wire.BlockKey
+	for i := 0; i < 60; i++ {
+		for _, tn := range []uint64{tenantA, tenantB} {
+			k := tkey(tn, i)
+			keys = append(keys, k)
+			if err := g.Cache(k, make([]byte, 1000+i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if g.Stats().Evictions == 0 {
+		t.Fatal("no eviction happened; the test proves nothing")
+	}
+	check := func(when string, q *engine.Quotas, g *engine.Group) {
+		t.Helper()
+		stored := storedBytes(g, keys)
+		for _, tn := range []uint64{tenantA, tenantB} {
+			if q.Used(tn) != stored[tn] {
+				t.Fatalf("%s: tenant %x accounted %d, stored %d", when, tn, q.Used(tn), stored[tn])
+			}
+		}
+	}
+	check("after eviction", q, g)
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q2 := engine.NewQuotas(0, map[uint64]uint64{tenantA: 1 << 30})
+	g2 := quotaGroup(t, dir, 40000, q2)
+	defer g2.Close()
+	check("after restart", q2, g2)
+	if q2.Used(tenantA) == 0 {
+		t.Fatal("restart rebuilt no usage")
+	}
+}

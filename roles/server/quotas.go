@@ -1,0 +1,100 @@
+package server
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// LoadQuotas reads the tenant quotas file (DFKV_TENANT_QUOTAS_FILE):
+//
+//	[tenants]
+//	"acme" = "100GiB"              # a tenant name: the tenant field of its namespace
+//	"0x9f2c4e6a8b1d3f50" = "1TiB"  # or its 64-bit tenant hash, 16 hex digits
+//
+// A name is hashed exactly as the client hashes a namespace's tenant
+// (wire.TenantHash), so operators write the names their connectors use.
+// Sizes take the same forms as every size setting. Anything else in the
+// file is an error naming it. With no file and a zero default, LoadQuotas
+// returns nil: no quotas.
+func LoadQuotas(path string, def uint64) (*engine.Quotas, error) {
+	limits := map[uint64]uint64{}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("tenant quotas file (server.tenant_quotas_file / DFKV_TENANT_QUOTAS_FILE): %w", err)
+		}
+		var doc map[string]any
+		_, err = toml.Decode(string(data), &doc)
+		if err != nil {
+			return nil, fmt.Errorf("tenant quotas file %s: %w", path, err)
+		}
+		for k, v := range doc {
+			if k != "tenants" {
+				return nil, fmt.Errorf("tenant quotas file %s: unknown key %q; the file holds one [tenants] table of name = size", path, k)
+			}
+			table, ok := v.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("tenant quotas file %s: tenants must be a table of name = size", path)
+			}
+			for name, raw := range table {
+				hash, err := tenantOf(name)
+				if err != nil {
+					return nil, fmt.Errorf("tenant quotas file %s: %w", path, err)
+				}
+				size, err := quotaSize(raw)
+				if err != nil {
+					return nil, fmt.Errorf("tenant quotas file %s: tenant %q: %w", path, name, err)
+				}
+				if _, dup := limits[hash]; dup {
+					return nil, fmt.Errorf("tenant quotas file %s: tenant %q is listed twice (by name and by hash?)", path, name)
+				}
+				limits[hash] = size
+			}
+		}
+	}
+	if len(limits) == 0 && def == 0 {
+		return nil, nil
+	}
+	return engine.NewQuotas(def, limits), nil
+}
+
+func tenantOf(name string) (uint64, error) {
+	if name == "" {
+		return 0, errors.New("an empty tenant name")
+	}
+	if h, ok := strings.CutPrefix(name, "0x"); ok && len(h) == 16 {
+		b, err := hex.DecodeString(h)
+		if err != nil {
+			return 0, fmt.Errorf("tenant %q: not 16 hex digits: %v", name, err)
+		}
+		var v uint64
+		for _, c := range b {
+			v = v<<8 | uint64(c)
+		}
+		return v, nil
+	}
+	return wire.TenantHash([]byte(name)), nil
+}
+
+func quotaSize(raw any) (uint64, error) {
+	switch v := raw.(type) {
+	case string:
+		return config.ParseSize(v)
+	case int64:
+		if v < 0 {
+			return 0, fmt.Errorf("negative size %d", v)
+		}
+		return uint64(v), nil
+	default:
+		return 0, fmt.Errorf("size must be a string such as \"100GiB\" or a number of bytes, not %T", raw)
+	}
+}

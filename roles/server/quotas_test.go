@@ -1,0 +1,62 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+func TestLoadQuotas(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "q.toml")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	q, err := LoadQuotas(write("[tenants]\n\"acme\" = \"1MiB\"\n\"0x00000000000000ff\" = 4096\n"), 77)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := q.Limit(wire.TenantHash([]byte("acme"))); got != 1<<20 {
+		t.Fatalf("acme limit %d", got)
+	}
+	if got := q.Limit(0xff); got != 4096 {
+		t.Fatalf("hash limit %d", got)
+	}
+	if got := q.Limit(12345); got != 77 {
+		t.Fatalf("default limit %d", got)
+	}
+	// A canonical namespace whose tenant is "acme" maps to the same limit.
+	ns, err := wire.NamespaceDescriptor{Tenant: "acme", ModelID: "m", LayoutID: wire.LayoutLMCache, DType: "bf16",
+		BlockTokens: 16, LayerGeometry: wire.LayerGeometry{Layers: 1, KVHeads: 1, HeadDim: 1},
+		TopologySizes: wire.TopologySizes{DP: 1, TP: 1, PCP: 1, DCP: 1, PP: 1}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Limit(wire.TenantHash(ns)) != 1<<20 {
+		t.Fatal("a descriptor's tenant does not match the quota name")
+	}
+	if q, err := LoadQuotas("", 0); q != nil || err != nil {
+		t.Fatalf("no file, no default: %v %v", q, err)
+	}
+	bad := func(body, want string) {
+		t.Helper()
+		_, err := LoadQuotas(write(body), 0)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%q: got %v, want an error containing %q", body, err, want)
+		}
+	}
+	bad("[tenant]\nx = 1\n", `unknown key "tenant"`)
+	bad("[tenants]\nx = \"lots\"\n", `tenant "x"`)
+	bad("[tenants]\nx = -1\n", "negative")
+	bad("[tenants]\nx = 1.5\n", "size must be")
+	bad("[tenants\n", "q.toml")
+	if _, err := LoadQuotas(filepath.Join(dir, "missing.toml"), 0); err == nil || !strings.Contains(err.Error(), "DFKV_TENANT_QUOTAS_FILE") {
+		t.Fatalf("missing file: %v", err)
+	}
+}

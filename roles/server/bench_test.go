@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/file"
 	"github.com/dfkv/dfkv/wire"
@@ -32,6 +34,10 @@ func benchNode(b *testing.B) *testNode {
 	}
 	srv, err := New(Options{Engine: g, Listener: ln, MaxBlockBytes: 64 << 20})
 	if err != nil {
+		b.Fatal(err)
+	}
+	// Measure with metrics on, as a node runs.
+	if srv.metrics, err = NewMetrics(prometheus.NewRegistry(), srv, g); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

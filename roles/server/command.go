@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
 	"github.com/dfkv/dfkv/config"
@@ -52,6 +54,9 @@ func Command() *cli.Command {
 type Deps struct {
 	Logger   *slog.Logger
 	Listener net.Listener // data plane; nil = listen on cfg.Server.Listen
+	// HTTPListener serves /metrics, /healthz and /readyz; nil = listen on
+	// cfg.Server.HTTPListen (or none when that is empty).
+	HTTPListener net.Listener
 	FS       vfs.FS
 	Clock    engine.Clock
 	// Ready, if set, is called with the server once it accepts connections.
@@ -111,15 +116,23 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		return err
 	}
 
+	reg := prometheus.NewRegistry()
+	if srv.metrics, err = NewMetrics(reg, srv, group); err != nil {
+		_ = ln.Close()
+		_ = closeGroup()
+		return err
+	}
+
 	var httpSrv *http.Server
-	if sc.HTTPListen != "" {
-		hln, err := net.Listen("tcp", sc.HTTPListen)
-		if err != nil {
-			_ = ln.Close()
-			_ = closeGroup()
-			return fmt.Errorf("listen on %s (server.http_listen / DFKV_HTTP_LISTEN): %w", sc.HTTPListen, err)
+	if hln := deps.HTTPListener; hln != nil || sc.HTTPListen != "" {
+		if hln == nil {
+			if hln, err = net.Listen("tcp", sc.HTTPListen); err != nil {
+				_ = ln.Close()
+				_ = closeGroup()
+				return fmt.Errorf("listen on %s (server.http_listen / DFKV_HTTP_LISTEN): %w", sc.HTTPListen, err)
+			}
 		}
-		httpSrv = newHTTPServer(srv, group, sc.FirstRequest)
+		httpSrv = newHTTPServer(srv, group, reg, sc.FirstRequest)
 		go func() {
 			if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http listener failed", "addr", sc.HTTPListen, "error", err.Error())
@@ -237,11 +250,12 @@ func serverID(cfg *config.Config, addr net.Addr) string {
 	return host + "/" + addr.String()
 }
 
-// newHTTPServer serves /healthz (the process is alive) and /readyz (it
+// newHTTPServer serves /metrics, /healthz (the process is alive) and /readyz (it
 // accepts connections and every engine is healthy). Header reads are
 // bounded in time and size so a drip-feeding scraper cannot pin it.
-func newHTTPServer(srv *Server, eng engine.StoreEngine, firstReq time.Duration) *http.Server {
+func newHTTPServer(srv *Server, eng engine.StoreEngine, reg *prometheus.Registry, firstReq time.Duration) *http.Server {
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: nil}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

@@ -46,6 +46,8 @@ type conn struct {
 	vals  [][]byte
 	errs  []error
 
+	status wire.Status // status of the request being answered, for metrics
+
 	mu      sync.Mutex
 	busy    bool // a request's first byte has arrived and it is being served
 	stopped bool // shutdown asked this connection to end
@@ -222,6 +224,7 @@ func (c *conn) writePayload(data []byte) error {
 }
 
 func (c *conn) respond(st wire.Status, stored uint64, err error) {
+	c.status = st
 	var msg string
 	if st != wire.StatusOK && st != wire.StatusNotFound && err != nil {
 		msg = err.Error()
@@ -246,6 +249,11 @@ func (c *conn) handleOne() error {
 	}
 	c.s.stats.ops[h.Op].Add(1)
 	c.s.stats.bytesIn.Add(wire.RequestPrefixLen + h.BodyLen)
+	if m := c.s.metrics; m != nil {
+		start := time.Now()
+		c.status = wire.StatusOK
+		defer func() { m.observe(h.Op, c.status, start) }()
+	}
 	eng := c.s.opts.Engine
 	switch h.Op {
 	case wire.OpPing:

@@ -53,7 +53,8 @@ type Server struct {
 	closing  bool
 	inflight sync.WaitGroup
 
-	stats counters
+	stats   counters
+	metrics *Metrics // nil = not exported
 }
 
 // counters are the server's own numbers; engine numbers come from Stats().

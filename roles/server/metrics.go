@@ -1,0 +1,181 @@
+package server
+
+import (
+	"fmt"
+	"runtime"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/roles/version"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// Metrics are a node's Prometheus metrics. Request counters and latency
+// histograms are resolved per (op, status) once at startup, so recording a
+// request costs a few atomic adds and no allocation; engine and disk
+// numbers are read from engine.Stats at scrape time (the client_golang
+// dbstats-collector pattern), so the engines import no Prometheus.
+type Metrics struct {
+	requests [wire.OpStats + 1][wire.StatusInternal + 1]prometheus.Counter
+	latency  [wire.OpStats + 1]prometheus.Observer
+}
+
+// latencyBuckets span 10 µs (a RAM or page-cache hit on loopback) to about
+// 10 s (a stalled disk): 21 doubling buckets.
+var latencyBuckets = prometheus.ExponentialBuckets(10e-6, 2, 21)
+
+// TopTenants bounds the tenant label: only the N tenants with the most
+// committed bytes get their own series; the rest are summed as "other".
+const TopTenants = 20
+
+// NewMetrics registers a node's metrics on reg: request, byte, latency,
+// connection and deadline metrics from srv, disk and tenant metrics from
+// group (quotas may be nil), build info and the Go runtime.
+func NewMetrics(reg prometheus.Registerer, srv *Server, group *engine.Group) (*Metrics, error) {
+	m := &Metrics{}
+	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "dfkv", Name: "requests_total",
+		Help: "Requests answered, by op and status.",
+	}, []string{"op", "status"})
+	lat := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "dfkv", Name: "request_duration_seconds",
+		Help:    "Time from a request's prefix being read to its response being queued, by op.",
+		Buckets: latencyBuckets,
+	}, []string{"op"})
+	for op := wire.OpPing; op <= wire.OpStats; op++ {
+		m.latency[op] = lat.WithLabelValues(op.String())
+		for st := wire.StatusOK; st <= wire.StatusInternal; st++ {
+			m.requests[op][st] = reqs.WithLabelValues(op.String(), st.String())
+		}
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "dfkv", Name: "build_info",
+		Help: "Always 1; the labels say which build runs.",
+	}, []string{"version", "commit", "goversion"})
+	build.WithLabelValues(version.Version, version.Commit, runtime.Version()).Set(1)
+	cs := []prometheus.Collector{
+		reqs, lat, build,
+		&nodeCollector{srv: srv, group: group},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// observe records one answered request.
+func (m *Metrics) observe(op wire.Op, st wire.Status, start time.Time) {
+	if m == nil || op > wire.OpStats || st > wire.StatusInternal {
+		return
+	}
+	m.requests[op][st].Inc()
+	m.latency[op].Observe(time.Since(start).Seconds())
+}
+
+// nodeCollector turns the server's counters and the group's Stats into
+// metrics at scrape time.
+type nodeCollector struct {
+	srv   *Server
+	group *engine.Group
+}
+
+var (
+	descConns       = prometheus.NewDesc("dfkv_open_connections", "Open data-plane connections.", nil, nil)
+	descAccepted    = prometheus.NewDesc("dfkv_connections_accepted_total", "Data-plane connections accepted.", nil, nil)
+	descRefused     = prometheus.NewDesc("dfkv_connections_refused_total", "Connections refused at max_conns or during shutdown.", nil, nil)
+	descFirstReq    = prometheus.NewDesc("dfkv_first_request_timeouts_total", "Connections closed for not sending a complete first request within the deadline.", nil, nil)
+	descFirstReqMS  = prometheus.NewDesc("dfkv_tcp_first_req_ms", "Resolved first-request deadline (DFKV_TCP_FIRST_REQ_MS); 0 = off.", nil, nil)
+	descFrameErrors = prometheus.NewDesc("dfkv_frame_errors_total", "Malformed requests answered with an error and closed.", nil, nil)
+	descBytesIn     = prometheus.NewDesc("dfkv_received_bytes_total", "Request bytes received (prefixes and bodies).", nil, nil)
+	descBytesOut    = prometheus.NewDesc("dfkv_sent_bytes_total", "Response bytes sent.", nil, nil)
+
+	diskLabels     = []string{"disk", "engine"}
+	descCapacity   = prometheus.NewDesc("dfkv_disk_capacity_bytes", "Bytes a disk may hold.", diskLabels, nil)
+	descUsed       = prometheus.NewDesc("dfkv_disk_used_bytes", "Value bytes stored on a disk.", diskLabels, nil)
+	descObjects    = prometheus.NewDesc("dfkv_disk_objects", "Blocks stored on a disk.", diskLabels, nil)
+	descEvictions  = prometheus.NewDesc("dfkv_disk_evictions_total", "Blocks evicted to make room.", diskLabels, nil)
+	descIOErrors   = prometheus.NewDesc("dfkv_disk_io_errors_total", "Disk I/O errors.", diskLabels, nil)
+	descHits       = prometheus.NewDesc("dfkv_engine_hits_total", "Reads that found their block.", diskLabels, nil)
+	descMisses     = prometheus.NewDesc("dfkv_engine_misses_total", "Reads that did not find their block.", diskLabels, nil)
+	descHealthy    = prometheus.NewDesc("dfkv_disk_healthy", "1 while a disk's engine serves; 0 once it failed closed.", diskLabels, nil)
+	descDirectIO   = prometheus.NewDesc("dfkv_disk_direct_io", "1 when a disk's payload I/O uses O_DIRECT.", diskLabels, nil)
+	descTenant     = prometheus.NewDesc("dfkv_tenant_committed_bytes", "Committed bytes of the tenants with the most bytes (tenant hash in hex; \"other\" sums the rest).", []string{"tenant"}, nil)
+	descTenantQuot = prometheus.NewDesc("dfkv_tenant_quota_bytes", "Quota of the tenants listed in dfkv_tenant_committed_bytes (0 = unlimited).", []string{"tenant"}, nil)
+)
+
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descConns, descAccepted, descRefused, descFirstReq, descFirstReqMS, descFrameErrors,
+		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descIOErrors, descHits, descMisses,
+		descHealthy, descDirectIO, descTenant, descTenantQuot} {
+		ch <- d
+	}
+}
+
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	s := &c.srv.stats
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	counter := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+	}
+	gauge(descConns, float64(s.conns.Load()))
+	counter(descAccepted, float64(s.accepted.Load()))
+	counter(descRefused, float64(s.refused.Load()))
+	counter(descFirstReq, float64(s.firstReqTimeouts.Load()))
+	gauge(descFirstReqMS, float64(c.srv.opts.FirstRequest.Milliseconds()))
+	counter(descFrameErrors, float64(s.frameErrors.Load()))
+	counter(descBytesIn, float64(s.bytesIn.Load()))
+	counter(descBytesOut, float64(s.bytesOut.Load()))
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	names := c.group.Names()
+	for i, st := range c.group.Disks() {
+		l := []string{names[i], st.Engine}
+		gauge(descCapacity, float64(st.CapacityBytes), l...)
+		gauge(descUsed, float64(st.UsedBytes), l...)
+		gauge(descObjects, float64(st.Objects), l...)
+		counter(descEvictions, float64(st.Evictions), l...)
+		counter(descIOErrors, float64(st.IOErrors), l...)
+		counter(descHits, float64(st.Hits), l...)
+		counter(descMisses, float64(st.Misses), l...)
+		gauge(descHealthy, b2f(st.Healthy), l...)
+		gauge(descDirectIO, b2f(st.DirectIO), l...)
+	}
+	if q := c.group.Quotas(); q != nil {
+		type tu struct {
+			t uint64
+			n int64
+		}
+		var all []tu
+		for t, n := range q.Usage() {
+			all = append(all, tu{t, n})
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n || all[i].n == all[j].n && all[i].t < all[j].t })
+		var other int64
+		for i, x := range all {
+			if i >= TopTenants {
+				other += x.n
+				continue
+			}
+			name := fmt.Sprintf("%016x", x.t)
+			gauge(descTenant, float64(x.n), name)
+			gauge(descTenantQuot, float64(q.Limit(x.t)), name)
+		}
+		if len(all) > TopTenants {
+			gauge(descTenant, float64(other), "other")
+		}
+	}
+}

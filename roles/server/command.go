@@ -57,8 +57,8 @@ type Deps struct {
 	// HTTPListener serves /metrics, /healthz and /readyz; nil = listen on
 	// cfg.Server.HTTPListen (or none when that is empty).
 	HTTPListener net.Listener
-	FS       vfs.FS
-	Clock    engine.Clock
+	FS           vfs.FS
+	Clock        engine.Clock
 	// Ready, if set, is called with the server once it accepts connections.
 	Ready func(*Server)
 }

@@ -58,7 +58,7 @@ func TestDispatchInProcess(t *testing.T) {
 	}
 	f([]string{"dfkv", "nosuch"}, 2, "valid roles: server, mds, smoke, bench, ctl, version")
 	f([]string{"/usr/bin/dfkv-nosuch"}, 2, "dfkvctl")
-	f([]string{"dfkv-mds"}, 3, "mds: not implemented yet")
+	f([]string{"dfkv-mds", "--print-config"}, 0, "mds.listen = ")
 	f([]string{"dfkv", "bench"}, 3, "bench: not implemented yet")
 	f([]string{"dfkv", "version"}, 0, "dfkv ")
 	f([]string{"/opt/x/dfkv_server", "--print-config"}, 0, "server.listen = ")
@@ -97,8 +97,8 @@ func TestSymlinkDispatch(t *testing.T) {
 	f("dfkv-ctl", []string{"--print-config"}, 0, "client.namespace")
 	f("dfkvctl", []string{"--print-config"}, 0, "client.namespace")
 	f("dfkv-bench", nil, 3, "not implemented yet")
-	f("dfkv-mds", nil, 3, "not implemented yet")
-	f("dfkv_mds", nil, 3, "not implemented yet")
+	f("dfkv-mds", []string{"--print-config"}, 0, "mds.etcd_endpoints")
+	f("dfkv_mds", []string{"--print-config"}, 0, "mds.db_path")
 	f("dfkv-bogus", nil, 2, "unknown role name")
 }
 

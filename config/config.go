@@ -39,6 +39,7 @@ type Config struct {
 
 	Server Server
 	Client Client
+	MDS    MDS
 	Log    Log
 }
 
@@ -47,6 +48,9 @@ type Server struct {
 	ID                string        // stable node identity; derived from host and listen address when empty
 	Listen            string        // data-plane TCP address
 	HTTPListen        string        // metrics and health address
+	AdvertiseAddr     string        // address registered with the MDS; empty = Listen
+	Weight            int           // ring weight registered with the MDS
+	MDS               []string      // MDS addresses; empty = static membership
 	Disks             []string      // one directory per disk
 	DiskCapacityBytes uint64        // per disk; 0 = sized from the filesystem at startup
 	StoreEngine       string        // "file" (the slab engine lands with issue 3)
@@ -63,11 +67,25 @@ type Server struct {
 // Client configures the tools' (and embedders') view of a cluster.
 type Client struct {
 	Members          []string      // static member list host:port
+	MDS              []string      // MDS addresses; when set, Members is ignored
+	MDSPoll          time.Duration // interval of member-list checks
 	Namespace        string        // namespace bytes the tools use
 	Timeout          time.Duration // one request, end to end
 	DialTimeout      time.Duration // one connect
 	PoolSize         int           // idle connections kept per peer
 	BatchConcurrency int           // nodes a batch talks to at once
+}
+
+// MDS configures the membership directory (dfkv mds).
+type MDS struct {
+	Listen        string
+	HTTPListen    string
+	EtcdEndpoints []string // empty = bbolt at DBPath
+	EtcdPrefix    string
+	DBPath        string
+	HeartbeatTTL  time.Duration
+	FirstRequest  time.Duration
+	ProbeCache    time.Duration
 }
 
 // Log configures log/slog output.

@@ -46,14 +46,18 @@ func runRole(t *testing.T, role string, args []string, lookup func(string) (stri
 
 // TestFlagsPerRole: each role gets the flags of exactly its settings, as the
 // brief's table assigns them, plus --config and --print-config.
+// listFlags are the repeatable flags.
+var listFlags = map[string]bool{"disk": true, "members": true, "mds": true, "etcd": true}
+
 func TestFlagsPerRole(t *testing.T) {
-	tools := []string{"group", "max-block-bytes", "members", "namespace", "timeout-ms", "dial-timeout-ms",
+	tools := []string{"group", "max-block-bytes", "members", "mds", "mds-poll-ms", "namespace", "timeout-ms", "dial-timeout-ms",
 		"pool-size", "batch-concurrency", "log-level", "log-format", "config", "print-config"}
 	want := map[string][]string{
-		"server": {"group", "id", "listen", "http-listen", "disk", "disk-capacity", "store-engine", "max-block-bytes",
+		"server": {"group", "id", "listen", "http-listen", "advertise-addr", "weight", "mds", "disk", "disk-capacity", "store-engine", "max-block-bytes",
 			"max-batch-items", "max-conns", "first-request-ms", "shutdown-timeout-ms", "tenant-quotas-file", "tenant-default-quota", "log-level", "log-format",
 			"config", "print-config"},
-		"mds":   {"group", "log-level", "log-format", "config", "print-config"},
+		"mds": {"group", "listen", "http-listen", "etcd", "etcd-prefix", "db", "heartbeat-ttl-ms", "first-request-ms",
+			"probe-cache-ms", "log-level", "log-format", "config", "print-config"},
 		"smoke": tools,
 		"bench": tools,
 		"ctl":   tools,
@@ -65,14 +69,14 @@ func TestFlagsPerRole(t *testing.T) {
 			got = append(got, name)
 			switch f := fl.(type) {
 			case *cli.StringSliceFlag:
-				if name != "disk" && name != "members" {
+				if !listFlags[name] {
 					t.Errorf("%s: --%s is a list flag", rn.name, name)
 				}
 				if f.Value != nil || len(f.EnvVars) != 0 || len(f.Aliases) != 0 {
 					t.Errorf("%s: --%s has a value, env vars or aliases; Load layers those itself", rn.name, name)
 				}
 			case *cli.StringFlag:
-				if name == "disk" || name == "members" {
+				if listFlags[name] {
 					t.Errorf("%s: --%s is not a list flag", rn.name, name)
 				}
 				if f.Value != "" || len(f.EnvVars) != 0 || len(f.Aliases) != 0 {

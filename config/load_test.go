@@ -19,6 +19,7 @@ func TestDefaults(t *testing.T) {
 			ID:                "",
 			Listen:            "127.0.0.1:7600",
 			HTTPListen:        "127.0.0.1:7680",
+			Weight:            1,
 			Disks:             []string{"./dfkv-data/disk0"},
 			DiskCapacityBytes: 0,
 			StoreEngine:       "file",
@@ -30,11 +31,21 @@ func TestDefaults(t *testing.T) {
 		},
 		Client: Client{
 			Members:          []string{"127.0.0.1:7600"},
+			MDSPoll:          500 * time.Millisecond,
 			Namespace:        "dfkv-tools",
 			Timeout:          10 * time.Second,
 			DialTimeout:      2 * time.Second,
 			PoolSize:         16,
 			BatchConcurrency: 8,
+		},
+		MDS: MDS{
+			Listen:       "127.0.0.1:7700",
+			HTTPListen:   "127.0.0.1:7780",
+			EtcdPrefix:   "/dfkv",
+			DBPath:       "./dfkv-data/mds.db",
+			HeartbeatTTL: 10 * time.Second,
+			FirstRequest: 30 * time.Second,
+			ProbeCache:   2500 * time.Millisecond,
 		},
 		Log: Log{Level: "info", Format: "text"},
 	}
@@ -282,16 +293,16 @@ func TestErrors(t *testing.T) {
 
 	// Unknown keys.
 	f("unknown top-level key", in{file: "listen = \"x:1\"\n"},
-		`config file PATH: unknown key listen: no such setting (did you mean server.listen (DFKV_LISTEN)?); valid top-level keys are group, [server], [client], [log]`)
+		`config file PATH: unknown key listen: no such setting (did you mean server.listen (DFKV_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?); valid top-level keys are group, [server], [client], [mds], [log]`)
 	f("unknown key in section", in{file: "[server]\nlistn = \"x:1\"\n"},
-		`config file PATH: unknown key server.listn in [server]: no such setting (did you mean server.listen (DFKV_LISTEN)?)`,
-		`valid keys in [server] are id, listen, http_listen, disks, disk_capacity_bytes, store_engine, max_block_bytes, max_batch_items, max_conns, first_request_ms, shutdown_timeout_ms`)
+		`config file PATH: unknown key server.listn in [server]: no such setting (did you mean server.listen (DFKV_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?)`,
+		`valid keys in [server] are id, listen, http_listen, advertise_addr, weight, mds, disks, disk_capacity_bytes, store_engine, max_block_bytes, max_batch_items, max_conns, first_request_ms, shutdown_timeout_ms, tenant_quotas_file, tenant_default_quota_bytes`)
 	f("key in the wrong section", in{file: "[client]\nlisten = \"x:1\"\n"},
-		`unknown key client.listen in [client]`, `did you mean server.listen (DFKV_LISTEN)?`, `valid keys in [client] are members, namespace`)
+		`unknown key client.listen in [client]`, `did you mean server.listen (DFKV_LISTEN)`, `valid keys in [client] are members, mds, mds_poll_ms, namespace`)
 	f("key in the wrong case", in{file: "[server]\nListen = \"x:1\"\n"},
-		`unknown key server.Listen in [server]`, `did you mean server.listen (DFKV_LISTEN)?`)
-	f("unknown table", in{file: "[mds]\nlisten = \"x:1\"\n"},
-		`config file PATH: unknown table [mds]: no such table; valid top-level keys are`)
+		`unknown key server.Listen in [server]`, `did you mean server.listen (DFKV_LISTEN)`)
+	f("unknown table", in{file: "[tls]\nlisten = \"x:1\"\n"},
+		`config file PATH: unknown table [tls]: no such table; valid top-level keys are`)
 	f("unknown nested table", in{file: "[server.tls]\ncert = \"x\"\n"},
 		`unknown key server.tls in [server]`)
 	f("quoted dotted key", in{file: "\"server.listen\" = \"x:1\"\n"},
@@ -465,14 +476,14 @@ func TestLoadFromReturnsOwnLists(t *testing.T) {
 // TestUnknownTableReportedOnce: a bad table is one error, not one per key
 // inside it.
 func TestUnknownTableReportedOnce(t *testing.T) {
-	path := writeTOML(t, "[mds]\nlisten = \"x:1\"\ndb = \"y\"\n[server.tls]\ncert = \"c\"\n")
+	path := writeTOML(t, "[tls]\nlisten = \"x:1\"\ndb = \"y\"\n[server.tls]\ncert = \"c\"\n")
 	_, _, err := LoadFrom("server", path, nil, nil)
 	if err == nil {
 		t.Fatal("unknown tables loaded")
 	}
 	msg := err.Error()
 	if got := strings.Count(msg, "\n") + 1; got != 2 {
-		t.Fatalf("want 2 errors ([mds], server.tls), got %d:\n%s", got, msg)
+		t.Fatalf("want 2 errors ([tls], server.tls), got %d:\n%s", got, msg)
 	}
 	if strings.Contains(msg, "mds.listen") || strings.Contains(msg, "server.tls.cert") {
 		t.Fatalf("keys inside a reported table are reported again:\n%s", msg)

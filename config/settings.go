@@ -121,6 +121,24 @@ var settings = []setting{
 		value: stringValue{field: func(c *Config) *string { return &c.Server.HTTPListen }, ok: checkHTTPListen, text: "host:port with port 0..65535, or empty for off"},
 	},
 	{
+		key: "server.advertise_addr", env: "DFKV_ADVERTISE_ADDR", flag: "advertise-addr", roles: roleServer,
+		def:   "",
+		help:  "host:port clients reach this node at, registered with the MDS; empty = the listen address",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.AdvertiseAddr }, ok: checkAdvertise, text: "empty, or host:port with a host and port 1..65535"},
+	},
+	{
+		key: "server.weight", env: "DFKV_SERVER_WEIGHT", flag: "weight", roles: roleServer,
+		def:   "1",
+		help:  "relative share of blocks this node takes on the ring (registered with the MDS)",
+		value: intValue{field: func(c *Config) *int { return &c.Server.Weight }, min: 1, max: 1000},
+	},
+	{
+		key: "server.mds", env: "DFKV_MDS_ADDRS", flag: "mds", roles: roleServer,
+		def:   "",
+		help:  "MDS addresses to register with and heartbeat to (env: comma list; flag: repeat it); empty = static membership",
+		value: listValue{field: func(c *Config) *[]string { return &c.Server.MDS }, ok: checkAddrs, text: "empty, or host:port addresses, none named twice", optional: true},
+	},
+	{
 		key: "server.disks", env: "DFKV_DISKS", flag: "disk", roles: roleServer,
 		def:   "./dfkv-data/disk0",
 		help:  "data directories, one per disk (env: comma list; flag: repeat it)",
@@ -188,6 +206,18 @@ var settings = []setting{
 		value: listValue{field: func(c *Config) *[]string { return &c.Client.Members }, ok: checkMembers, text: "one or more host:port with port 1..65535, none named twice"},
 	},
 	{
+		key: "client.mds", env: "DFKV_MDS_ADDRS", flag: "mds", roles: roleTools,
+		def:   "",
+		help:  "MDS addresses to discover members from; when set, client.members is ignored (env: comma list)",
+		value: listValue{field: func(c *Config) *[]string { return &c.Client.MDS }, ok: checkAddrs, text: "empty, or host:port addresses, none named twice", optional: true},
+	},
+	{
+		key: "client.mds_poll_ms", env: "DFKV_MDS_POLL_MS", flag: "mds-poll-ms", roles: roleTools,
+		def:   "500",
+		help:  "milliseconds between member-list checks with the MDS",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.Client.MDSPoll }, min: 50, max: 60000},
+	},
+	{
 		key: "client.namespace", env: "DFKV_NAMESPACE", flag: "namespace", roles: roleTools,
 		def:   "dfkv-tools",
 		help:  "namespace bytes the tools address blocks in",
@@ -216,6 +246,55 @@ var settings = []setting{
 		def:   "8",
 		help:  "nodes one batch talks to at once",
 		value: intValue{field: func(c *Config) *int { return &c.Client.BatchConcurrency }, min: 1, max: 256},
+	},
+
+	{
+		key: "mds.listen", env: "DFKV_MDS_LISTEN", flag: "listen", roles: roleMDS,
+		def:   "127.0.0.1:7700",
+		help:  "address of the MDS control protocol",
+		value: stringValue{field: func(c *Config) *string { return &c.MDS.Listen }, ok: checkListen, text: "host:port (port 0..65535)"},
+	},
+	{
+		key: "mds.http_listen", env: "DFKV_MDS_HTTP_LISTEN", flag: "http-listen", roles: roleMDS,
+		def:   "127.0.0.1:7780",
+		help:  "address of the MDS /healthz, /readyz, /members and /metrics; empty = off",
+		value: stringValue{field: func(c *Config) *string { return &c.MDS.HTTPListen }, ok: checkHTTPListen, text: "empty, or host:port (port 0..65535)"},
+	},
+	{
+		key: "mds.etcd_endpoints", env: "DFKV_ETCD_ENDPOINTS", flag: "etcd", roles: roleMDS,
+		def:   "",
+		help:  "etcd endpoints holding the directory (production); empty = an embedded bbolt file at mds.db_path",
+		value: listValue{field: func(c *Config) *[]string { return &c.MDS.EtcdEndpoints }, ok: checkEtcdEndpoints, text: "empty, or host:port / http(s)://host:port endpoints", optional: true},
+	},
+	{
+		key: "mds.etcd_prefix", env: "DFKV_ETCD_PREFIX", flag: "etcd-prefix", roles: roleMDS,
+		def:   "/dfkv",
+		help:  "etcd key prefix under which the directory lives",
+		value: stringValue{field: func(c *Config) *string { return &c.MDS.EtcdPrefix }, ok: checkEtcdPrefix, text: "a path starting with / and not ending with /"},
+	},
+	{
+		key: "mds.db_path", env: "DFKV_MDS_DB", flag: "db", roles: roleMDS,
+		def:   "./dfkv-data/mds.db",
+		help:  "bbolt file of the directory when no etcd endpoints are set",
+		value: stringValue{field: func(c *Config) *string { return &c.MDS.DBPath }, ok: checkNonEmpty, text: "a file path"},
+	},
+	{
+		key: "mds.heartbeat_ttl_ms", env: "DFKV_MDS_HEARTBEAT_TTL_MS", flag: "heartbeat-ttl-ms", roles: roleMDS,
+		def:   "10000",
+		help:  "milliseconds a node may stay silent before the directory drops it; nodes heartbeat at a third of it",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.MDS.HeartbeatTTL }, min: 2000, max: 600000},
+	},
+	{
+		key: "mds.first_request_ms", env: "DFKV_MDS_FIRST_REQ_MS", flag: "first-request-ms", roles: roleMDS,
+		def:   "30000",
+		help:  "milliseconds a new control connection may take to send its first request; 0 waits forever",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.MDS.FirstRequest }, min: 0, max: hour, note: "0 = off"},
+	},
+	{
+		key: "mds.probe_cache_ms", env: "DFKV_MDS_PROBE_CACHE_MS", flag: "probe-cache-ms", roles: roleMDS,
+		def:   "2500",
+		help:  "milliseconds /readyz reuses an etcd reachability probe; 0 probes on every request",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.MDS.ProbeCache }, min: 0, max: 600000, note: "0 = probe every request"},
 	},
 
 	{
@@ -259,9 +338,8 @@ var otherEnv = []string{
 // rather than letting an operator believe it took effect. When a feature
 // lands, its variable becomes a row above and leaves this list.
 var notBuiltEnv = []string{
-	// MDS (DESIGN.md §5, §9)
-	"DFKV_MDS_ADDRS", "DFKV_MDS_LISTEN", "DFKV_MDS_HTTP_LISTEN", "DFKV_ETCD_ENDPOINTS", "DFKV_MDS_DB",
-	"DFKV_MDS_PROBE_CACHE_MS", "DFKV_MDS_FIRST_REQ_MS", "DFKV_MDS_ACCEPT_LEGACY",
+	// MDS legacy framing shim (seed 000): dfkv has no legacy peers.
+	"DFKV_MDS_ACCEPT_LEGACY",
 	// server (seed 000)
 	"DFKV_METRICS_FIRST_REQ_MS", "DFKV_PUT_ACK_MODE", "DFKV_READ_COALESCE", "DFKV_SERVER_URING",
 	"DFKV_RAM_TIER", "DFKV_RAM_TIER_BYTES", "DFKV_RAM_TIER_LARGE_RESERVE_BYTES", "DFKV_RAM_TIER_NUMA",

@@ -171,10 +171,17 @@ type listValue struct {
 	field func(*Config) *[]string
 	ok    func([]string) error
 	text  string
+	// optional lists may be empty: a single empty value ("" in the env or
+	// default, --flag "") means no elements.
+	optional bool
 }
 
 func (v listValue) set(c *Config, vals []string) error {
 	if len(vals) == 1 && strings.TrimSpace(vals[0]) == "" {
+		if v.optional {
+			*v.field(c) = nil
+			return nil
+		}
 		return errors.New("is empty")
 	}
 	for i, e := range vals {
@@ -270,6 +277,50 @@ func checkHostPort(s string, minPort int, needHost bool) error {
 }
 
 func checkListen(s string) error { return checkHostPort(s, 0, false) }
+
+// checkAddrs accepts an empty list or host:port addresses (port 1..65535),
+// none twice: the MDS addresses of nodes and clients.
+func checkAddrs(addrs []string) error {
+	if len(addrs) == 0 {
+		return nil
+	}
+	return checkMembers(addrs)
+}
+
+// checkAdvertise accepts empty (advertise the listen address) or host:port
+// with a host and a real port.
+func checkAdvertise(s string) error {
+	if s == "" {
+		return nil
+	}
+	return checkHostPort(s, 1, true)
+}
+
+// checkEtcdEndpoints accepts an empty list (then the MDS uses bbolt) or
+// host:port / http(s)://host:port endpoints.
+func checkEtcdEndpoints(eps []string) error {
+	for i, e := range eps {
+		hp := strings.TrimPrefix(strings.TrimPrefix(e, "http://"), "https://")
+		if err := checkHostPort(hp, 1, true); err != nil {
+			return fmt.Errorf("has element %d %q that %v", i+1, e, err)
+		}
+	}
+	return nil
+}
+
+func checkEtcdPrefix(s string) error {
+	if !strings.HasPrefix(s, "/") || strings.HasSuffix(s, "/") || strings.ContainsAny(s, " \t\n") {
+		return errors.New("must start with / and not end with /, without spaces")
+	}
+	return nil
+}
+
+func checkNonEmpty(s string) error {
+	if s == "" {
+		return errors.New("is empty")
+	}
+	return nil
+}
 
 func checkHTTPListen(s string) error {
 	if s == "" {

@@ -49,7 +49,7 @@ func Command() *cli.Command {
 			existCommand(),
 			rmCommand(),
 			statsCommand(),
-			{Name: "members", Usage: "list cluster members (not implemented yet)", Action: rolekit.NotImplemented("ctl members", "issue 4 (membership)")},
+			membersCommand(),
 			{Name: "info", Usage: "node build and disk summary (not implemented yet)", Action: rolekit.NotImplemented("ctl info", "issue 5 (operating dfkv)")},
 		},
 	}

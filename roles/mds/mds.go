@@ -1,20 +1,254 @@
-// Package mds is the `dfkv mds` role, the membership directory. It is not
-// built yet: the role exists so that scripts and symlinks can name it, and
-// says plainly that it is missing.
+// Package mds is `dfkv mds`, the membership directory (DESIGN.md §5).
+// Cache nodes register (address, weight, disks, capacity) and heartbeat;
+// clients ask for the member list and its epoch and rebuild their ring
+// when the epoch moves. The directory lives in etcd when endpoints are
+// configured (several MDS processes share it) and otherwise in an embedded
+// bbolt file, so a single MDS needs nothing else installed.
 package mds
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
+	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
+	"github.com/dfkv/dfkv/wire"
 )
 
 // Command is `dfkv mds`.
 func Command() *cli.Command {
 	return &cli.Command{
-		Name:            "mds",
-		Usage:           "run the membership directory (not implemented yet)",
-		SkipFlagParsing: true,
-		Action:          rolekit.NotImplemented("mds", "issue 4 (membership)"),
+		Name:  "mds",
+		Usage: "run the membership directory (etcd-backed, or an embedded bbolt file)",
+		Description: "Serves the control protocol on --listen and /healthz, /readyz, /members, /metrics on --http-listen.\n" +
+			"With --etcd endpoints the directory lives in etcd; without, in the bbolt file --db.",
+		Flags: config.Flags("mds"),
+		Action: func(c *cli.Context) error {
+			cfg, log, done, err := rolekit.Load(c, "mds")
+			if err != nil || done {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			if err := Run(ctx, cfg, Deps{Logger: log}); err != nil {
+				log.Error("mds failed", "error", err.Error())
+				return cli.Exit(fmt.Sprintf("dfkv mds: %v", err), 1)
+			}
+			return nil
+		},
 	}
+}
+
+// Deps are what a test may replace; zero values mean the real thing.
+type Deps struct {
+	Logger       *slog.Logger
+	Listener     net.Listener // control protocol; nil = cfg.MDS.Listen
+	HTTPListener net.Listener // nil = cfg.MDS.HTTPListen (none if empty)
+	Clock        engine.Clock
+	Ready        func()
+}
+
+// Run serves the directory until ctx ends.
+func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Clock == nil {
+		deps.Clock = engine.SystemClock{}
+	}
+	mc := cfg.MDS
+	if err := wire.ValidateGroup(cfg.Group); err != nil {
+		return err
+	}
+	var expiries atomic.Uint64
+	var dir Directory
+	var backend string
+	if len(mc.EtcdEndpoints) > 0 {
+		d, err := openEtcdDir(mc.EtcdEndpoints, mc.EtcdPrefix, mc.HeartbeatTTL, log)
+		if err != nil {
+			return err
+		}
+		dir, backend = d, "etcd"
+	} else {
+		if dirName := filepath.Dir(mc.DBPath); dirName != "" {
+			if err := mkdirAll(dirName); err != nil {
+				return fmt.Errorf("MDS database directory %s: %w", dirName, err)
+			}
+		}
+		d, err := openBoltDir(mc.DBPath, mc.HeartbeatTTL, deps.Clock, log, func(n int) { expiries.Add(uint64(n)) })
+		if err != nil {
+			return err
+		}
+		dir, backend = d, "bbolt"
+	}
+	defer dir.Close()
+
+	ln := deps.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", mc.Listen); err != nil {
+			return fmt.Errorf("listen on %s (mds.listen / DFKV_MDS_LISTEN): %w", mc.Listen, err)
+		}
+	}
+	cs := &controlServer{dir: dir, ln: ln, log: log, ttl: mc.HeartbeatTTL, firstReq: mc.FirstRequest}
+	probe := &probeCache{dir: dir, ttl: mc.ProbeCache}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), &mdsCollector{cs: cs, dir: dir, group: cfg.Group, probe: probe, expiries: &expiries, backend: backend})
+
+	var httpSrv *http.Server
+	if hln := deps.HTTPListener; hln != nil || mc.HTTPListen != "" {
+		if hln == nil {
+			var err error
+			if hln, err = net.Listen("tcp", mc.HTTPListen); err != nil {
+				_ = ln.Close()
+				return fmt.Errorf("listen on %s (mds.http_listen / DFKV_MDS_HTTP_LISTEN): %w", mc.HTTPListen, err)
+			}
+		}
+		httpSrv = newHTTP(dir, probe, reg, cfg.Group, mc.FirstRequest)
+		go func() {
+			if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("MDS http listener failed", "error", err.Error())
+			}
+		}()
+	}
+	log.Info("dfkv mds listening", "listen", ln.Addr().String(), "http", mc.HTTPListen, "backend", backend,
+		"etcd", mc.EtcdEndpoints, "db", mc.DBPath, "heartbeat_ttl", mc.HeartbeatTTL.String(), "group", cfg.Group)
+	if deps.Ready != nil {
+		deps.Ready()
+	}
+	cs.serve(ctx)
+	if httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = httpSrv.Shutdown(sctx)
+		cancel()
+	}
+	log.Info("dfkv mds stopped")
+	return nil
+}
+
+// probeCache debounces backend probes so a readiness scraper cannot turn
+// into etcd read load (DFKV_MDS_PROBE_CACHE_MS; 0 probes every time).
+type probeCache struct {
+	dir Directory
+	ttl time.Duration
+
+	mu   sync.Mutex
+	at   time.Time
+	last error
+	ok   atomic.Bool
+}
+
+func (p *probeCache) check(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ttl > 0 && !p.at.IsZero() && time.Since(p.at) < p.ttl {
+		return p.last
+	}
+	p.last = p.dir.Probe(ctx)
+	p.at = time.Now()
+	p.ok.Store(p.last == nil)
+	return p.last
+}
+
+func newHTTP(dir Directory, probe *probeCache, reg *prometheus.Registry, group string, firstReq time.Duration) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := probe.check(r.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("/members", func(w http.ResponseWriter, r *http.Request) {
+		g := r.URL.Query().Get("group")
+		if g == "" {
+			g = group
+		}
+		if err := wire.ValidateGroup(g); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		epoch, members, err := dir.Members(r.Context(), g)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(struct {
+			Group   string            `json:"group"`
+			Epoch   uint64            `json:"epoch"`
+			Members []wire.MemberInfo `json:"members"`
+		}{g, epoch, members})
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t := firstReq
+	if t <= 0 {
+		t = 30 * time.Second
+	}
+	return &http.Server{Handler: mux, ReadHeaderTimeout: t, ReadTimeout: t, WriteTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
+}
+
+type mdsCollector struct {
+	cs       *controlServer
+	dir      Directory
+	group    string
+	probe    *probeCache
+	expiries *atomic.Uint64
+	backend  string
+}
+
+var (
+	descMembers  = prometheus.NewDesc("dfkv_mds_members", "Members of the MDS's configured group.", []string{"group"}, nil)
+	descEpoch    = prometheus.NewDesc("dfkv_mds_epoch", "Membership epoch of the MDS's configured group.", []string{"group"}, nil)
+	descRegs     = prometheus.NewDesc("dfkv_mds_registrations_total", "REGISTER requests served.", nil, nil)
+	descDeregs   = prometheus.NewDesc("dfkv_mds_deregistrations_total", "DEREGISTER requests served.", nil, nil)
+	descExpiries = prometheus.NewDesc("dfkv_mds_heartbeat_expiries_total", "Members dropped because their heartbeat lapsed (bbolt backend; etcd expires leases itself).", nil, nil)
+	descBackend  = prometheus.NewDesc("dfkv_mds_backend_up", "1 if the last (debounced) backend probe succeeded.", []string{"backend"}, nil)
+	descFirstReq = prometheus.NewDesc("dfkv_mds_first_request_timeouts_total", "Control connections closed by the first-request deadline.", nil, nil)
+)
+
+func (c *mdsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descMembers, descEpoch, descRegs, descDeregs, descExpiries, descBackend, descFirstReq} {
+		ch <- d
+	}
+}
+
+func (c *mdsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if epoch, members, err := c.dir.Members(ctx, c.group); err == nil {
+		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(len(members)), c.group)
+		ch <- prometheus.MustNewConstMetric(descEpoch, prometheus.GaugeValue, float64(epoch), c.group)
+	}
+	up := 0.0
+	if c.probe.check(ctx) == nil {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descBackend, prometheus.GaugeValue, up, c.backend)
+	ch <- prometheus.MustNewConstMetric(descRegs, prometheus.CounterValue, float64(c.cs.registrations.Load()))
+	ch <- prometheus.MustNewConstMetric(descDeregs, prometheus.CounterValue, float64(c.cs.deregistrations.Load()))
+	ch <- prometheus.MustNewConstMetric(descExpiries, prometheus.CounterValue, float64(c.expiries.Load()))
+	ch <- prometheus.MustNewConstMetric(descFirstReq, prometheus.CounterValue, float64(c.cs.firstReqTimeouts.Load()))
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -155,8 +156,9 @@ func TestThreeNodeCluster(t *testing.T) {
 	}
 }
 
-// TestClusterNodeDown: with one of three nodes stopped, its items fail
-// with UNAVAILABLE while the other nodes' items succeed.
+// TestClusterNodeDown: with one of three nodes stopped, its reads are
+// misses (wrapping client.ErrPeerDown), its writes UNAVAILABLE, and the
+// other nodes' items succeed.
 func TestClusterNodeDown(t *testing.T) {
 	var addrs []string
 	var stops []func()
@@ -187,8 +189,8 @@ func TestClusterNodeDown(t *testing.T) {
 		owner, _ := cl.Owner(keys[i])
 		if owner == addrs[1] {
 			downs++
-			if wire.StatusOf(r.Err) != wire.StatusUnavailable {
-				t.Fatalf("item %d on the stopped node: %v", i, r.Err)
+			if wire.StatusOf(r.Err) != wire.StatusNotFound || !errors.Is(r.Err, client.ErrPeerDown) {
+				t.Fatalf("item %d on the stopped node: %v, want a miss", i, r.Err)
 			}
 		} else if r.Err != nil || !bytes.Equal(r.Data, vals[i]) {
 			t.Fatalf("item %d on a live node: %v", i, r.Err)
@@ -196,5 +198,11 @@ func TestClusterNodeDown(t *testing.T) {
 	}
 	if downs == 0 {
 		t.Fatal("no key routed to the stopped node; test proves nothing")
+	}
+	for i, err := range cl.PutBatch(ctx, keys, vals) {
+		owner, _ := cl.Owner(keys[i])
+		if want := owner == addrs[1]; want != (wire.StatusOf(err) == wire.StatusUnavailable) {
+			t.Fatalf("put %d (owner %s): %v", i, owner, err)
+		}
 	}
 }

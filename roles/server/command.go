@@ -22,6 +22,9 @@ import (
 	"github.com/dfkv/dfkv/engine/file"
 	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
+	"github.com/dfkv/dfkv/roles/version"
+	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/client"
 )
 
 // Command is the `dfkv server` role.
@@ -116,8 +119,8 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		return err
 	}
 
-	reg := prometheus.NewRegistry()
-	if srv.metrics, err = NewMetrics(reg, srv, group); err != nil {
+	promReg := prometheus.NewRegistry()
+	if srv.metrics, err = NewMetrics(promReg, srv, group); err != nil {
 		_ = ln.Close()
 		_ = closeGroup()
 		return err
@@ -132,7 +135,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 				return fmt.Errorf("listen on %s (server.http_listen / DFKV_HTTP_LISTEN): %w", sc.HTTPListen, err)
 			}
 		}
-		httpSrv = newHTTPServer(srv, group, reg, sc.FirstRequest)
+		httpSrv = newHTTPServer(srv, group, promReg, sc.FirstRequest)
 		go func() {
 			if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http listener failed", "addr", sc.HTTPListen, "error", err.Error())
@@ -154,11 +157,39 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		"max_block_bytes", sc.MaxBlockBytes,
 		"started_in", time.Since(start).Round(time.Millisecond).String(),
 	)
+	var reg *registrar
+	if len(sc.MDS) > 0 {
+		addr, err := advertiseAddr(sc.AdvertiseAddr, ln.Addr())
+		if err != nil {
+			_ = ln.Close()
+			_ = closeGroup()
+			return err
+		}
+		mc, err := client.NewMDSClient(sc.MDS, cfg.Group, nil, 5*time.Second)
+		if err != nil {
+			_ = ln.Close()
+			_ = closeGroup()
+			return fmt.Errorf("server.mds (DFKV_MDS_ADDRS): %w", err)
+		}
+		reg = &registrar{mds: mc, log: log, done: make(chan struct{}), info: wire.MemberInfo{
+			ID: serverID(cfg, ln.Addr()), Addr: addr, Weight: sc.Weight, Disks: sc.Disks,
+			CapacityBytes: st.CapacityBytes, Version: version.Version,
+		}}
+		if err := wire.ValidateMemberID(reg.info.ID); err != nil {
+			_ = ln.Close()
+			_ = closeGroup()
+			return fmt.Errorf("server.id (DFKV_SERVER_ID): %w", err)
+		}
+		go reg.run(ctx)
+	}
 	if deps.Ready != nil {
 		deps.Ready(srv)
 	}
 
 	serveErr := srv.Serve(ctx)
+	if reg != nil {
+		<-reg.done
+	}
 	log.Info("dfkv server stopped accepting; syncing engines")
 	if httpSrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -41,6 +41,10 @@ func (c *Client) split(keys [][]byte, errs func(i int, err error)) []*group {
 			continue
 		}
 		p := c.route(k)
+		if p == nil {
+			errs(i, errNoMembers)
+			continue
+		}
 		g := byPeer[p]
 		if g == nil {
 			g = &group{p: p}
@@ -109,7 +113,7 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
 		for _, i := range idx {
 			body += uint64(len(values[i]))
 		}
-		err := c.exchange(ctx, g.p, deadline, func(cc *cconn) error {
+		err := c.exchange(ctx, g.p, deadline, false, func(cc *cconn) error {
 			cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{
 				Op: wire.OpBatchPut, Length: uint64(len(idx)),
 				BodyLen: uint64(len(idx))*wire.BatchPutItemLen + body,
@@ -164,7 +168,7 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 	deadline := c.deadline(ctx)
 	c.fanOut(groups, func(g *group, lo, hi int) {
 		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
-		err := c.exchange(ctx, g.p, deadline, func(cc *cconn) error {
+		err := c.exchange(ctx, g.p, deadline, true, func(cc *cconn) error {
 			cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{
 				Op: wire.OpBatchGet, Length: uint64(len(idx)), BodyLen: uint64(len(idx)) * wire.BatchGetItemLen,
 			})
@@ -291,7 +295,7 @@ func (c *Client) RemoveBatch(ctx context.Context, keys [][]byte) []error {
 // keyBatch sends one BATCH_EXIST or BATCH_REMOVE frame and reports each
 // record through fn.
 func (c *Client) keyBatch(ctx context.Context, p *peer, deadline time.Time, op wire.Op, ks []wire.BlockKey, fn func(n int, st wire.Status, stored uint64)) error {
-	return c.exchange(ctx, p, deadline, func(cc *cconn) error {
+	return c.exchange(ctx, p, deadline, op == wire.OpBatchExist, func(cc *cconn) error {
 		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: op, Length: uint64(len(ks)), BodyLen: uint64(len(ks)) * wire.BatchKeyItemLen})
 		for _, k := range ks {
 			cc.wbuf = wire.AppendKeyItem(cc.wbuf, k)

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dfkv/dfkv/wire"
@@ -32,6 +33,14 @@ type Options struct {
 	Namespace []byte
 	// Members are the nodes' host:port addresses (static membership).
 	Members []string
+	// MDS are membership-directory addresses; when set, Members is
+	// ignored and the client discovers and follows the group's members.
+	MDS []string
+	// Group is the cluster group to ask the MDS about ("default").
+	Group string
+	// MDSPoll is how often the client asks the MDS whether membership
+	// changed.
+	MDSPoll time.Duration
 	// Timeout applies to a call whose context has no deadline.
 	Timeout time.Duration
 	// DialTimeout bounds connecting to one node.
@@ -74,60 +83,217 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Group == "" {
+		o.Group = "default"
+	}
+	if o.MDSPoll <= 0 {
+		o.MDSPoll = 500 * time.Millisecond
+	}
 }
 
 // Client talks to one dfkv cluster in one namespace.
 type Client struct {
 	opts   Options
 	mapper *wire.KeyMapper
-	ring   *wire.Ring
-	peers  []*peer
+	table  atomic.Pointer[routeTable]
+
+	mds  *MDSClient // nil with static members
+	stop chan struct{}
+	done chan struct{}
+
+	peerMu sync.Mutex
+	peers  map[string]*peer // by address, kept across ring rebuilds
 
 	closeOnce sync.Once
 }
 
-// Open validates opts and returns a Client. It does not connect: nodes are
-// dialed on first use, so a client can be opened before its cluster is up.
+// routeTable is one immutable view of the cluster: a ring and the peer of
+// each ring member. A membership change swaps in a new table; calls in
+// flight keep the table they started with.
+type routeTable struct {
+	epoch   uint64
+	ring    *wire.Ring // nil when no member is known
+	peers   []*peer
+	members []wire.MemberInfo
+}
+
+// Open validates opts and returns a Client. With static members it does
+// not connect: nodes are dialed on first use. With MDS addresses it asks
+// the MDS for the members once (failing if no MDS answers) and then
+// follows membership changes in the background every MDSPoll.
 func Open(opts Options) (*Client, error) {
 	opts.setDefaults()
 	mapper, err := wire.NewKeyMapper(opts.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("client: namespace: %w", err)
 	}
-	if len(opts.Members) == 0 {
-		return nil, fmt.Errorf("client: no members: give at least one node address host:port: %w", wire.StatusInvalid)
+	c := &Client{opts: opts, mapper: mapper, peers: map[string]*peer{}}
+	if len(opts.MDS) > 0 {
+		if c.mds, err = NewMDSClient(opts.MDS, opts.Group, opts.Dialer, opts.DialTimeout+opts.Timeout); err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
+		defer cancel()
+		epoch, members, _, err := c.mds.Members(ctx, 0)
+		if err != nil {
+			return nil, fmt.Errorf("client: discover members of group %s from MDS %v: %w", opts.Group, opts.MDS, err)
+		}
+		if err := c.install(epoch, members); err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		c.stop, c.done = make(chan struct{}), make(chan struct{})
+		go c.follow()
+		return c, nil
 	}
-	members := make([]wire.Member, len(opts.Members))
-	peers := make([]*peer, len(opts.Members))
+	if len(opts.Members) == 0 {
+		return nil, fmt.Errorf("client: no members: give node addresses host:port or MDS addresses: %w", wire.StatusInvalid)
+	}
+	members := make([]wire.MemberInfo, len(opts.Members))
 	for i, addr := range opts.Members {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return nil, fmt.Errorf("client: member %q is not host:port: %v: %w", addr, err, wire.StatusInvalid)
 		}
-		members[i] = wire.Member{ID: addr, Addr: addr, Weight: 1}
-		peers[i] = newPeer(addr, &opts)
+		members[i] = wire.MemberInfo{ID: addr, Addr: addr, Weight: 1}
 	}
-	ring, err := wire.NewRing(members, 0)
-	if err != nil {
+	if err := c.install(0, members); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &Client{opts: opts, mapper: mapper, ring: ring, peers: peers}, nil
+	return c, nil
 }
 
-// Close closes idle connections. Calls in flight finish on their own.
+// install builds and publishes a routing table for members.
+func (c *Client) install(epoch uint64, members []wire.MemberInfo) error {
+	t := &routeTable{epoch: epoch, members: members}
+	if len(members) > 0 {
+		rm := make([]wire.Member, len(members))
+		for i, m := range members {
+			rm[i] = wire.Member{ID: m.ID, Addr: m.Addr, Weight: m.Weight}
+		}
+		ring, err := wire.NewRing(rm, 0)
+		if err != nil {
+			return err
+		}
+		t.ring = ring
+	}
+	keep := map[string]bool{}
+	c.peerMu.Lock()
+	t.peers = make([]*peer, len(members))
+	for i, m := range members {
+		p := c.peers[m.Addr]
+		if p == nil {
+			p = newPeer(m.Addr, &c.opts)
+			c.peers[m.Addr] = p
+		}
+		t.peers[i] = p
+		keep[m.Addr] = true
+	}
+	var gone []*peer
+	for addr, p := range c.peers {
+		if !keep[addr] {
+			gone = append(gone, p)
+			delete(c.peers, addr)
+		}
+	}
+	c.peerMu.Unlock()
+	c.table.Store(t)
+	for _, p := range gone {
+		p.close()
+	}
+	return nil
+}
+
+// follow polls the MDS for membership changes until Close. A changed
+// epoch with the same member set swaps nothing.
+func (c *Client) follow() {
+	defer close(c.done)
+	t := time.NewTicker(c.opts.MDSPoll)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		cur := c.table.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
+		epoch, members, changed, err := c.mds.Members(ctx, cur.epoch)
+		cancel()
+		if err != nil {
+			if !failing {
+				c.opts.Logger.Warn("client: MDS unreachable; routing over the last known members", "mds", c.opts.MDS, "error", err.Error())
+				failing = true
+			}
+			continue
+		}
+		if failing {
+			c.opts.Logger.Info("client: MDS reachable again", "mds", c.opts.MDS)
+			failing = false
+		}
+		if !changed {
+			continue
+		}
+		if sameMembers(cur.members, members) {
+			nt := *cur
+			nt.epoch = epoch
+			c.table.Store(&nt)
+			continue
+		}
+		if err := c.install(epoch, members); err != nil {
+			c.opts.Logger.Error("client: cannot route over the new member list", "epoch", epoch, "error", err.Error())
+			continue
+		}
+		c.opts.Logger.Info("client: membership changed", "epoch", epoch, "members", len(members))
+	}
+}
+
+func sameMembers(a, b []wire.MemberInfo) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID || a[i].Addr != b[i].Addr || a[i].Weight != b[i].Weight {
+			return false
+		}
+	}
+	return true
+}
+
+// Close stops following the MDS and closes idle connections. Calls in
+// flight finish on their own.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
+		if c.stop != nil {
+			close(c.stop)
+			<-c.done
+		}
+		c.peerMu.Lock()
 		for _, p := range c.peers {
 			p.close()
 		}
+		c.peerMu.Unlock()
 	})
 	return nil
 }
 
+// Epoch is the membership epoch the client routes by (0 for static
+// members).
+func (c *Client) Epoch() uint64 { return c.table.Load().epoch }
+
 // BlockKey returns the native identity of key in the client's namespace.
 func (c *Client) BlockKey(key []byte) (wire.BlockKey, error) { return c.mapper.BlockKey(key) }
 
-// route returns the node owning k.
-func (c *Client) route(k wire.BlockKey) *peer { return c.peers[c.ring.Get(k.RouteHash())] }
+// errNoMembers answers every call while no node is known.
+var errNoMembers = fmt.Errorf("no cache node is registered in the group: %w", wire.StatusUnavailable)
+
+// route returns the node owning k, or nil when no node is known.
+func (c *Client) route(k wire.BlockKey) *peer {
+	t := c.table.Load()
+	if t.ring == nil {
+		return nil
+	}
+	return t.peers[t.ring.Get(k.RouteHash())]
+}
 
 // Owner returns the address of the node that owns key.
 func (c *Client) Owner(key []byte) (string, error) {
@@ -135,14 +301,24 @@ func (c *Client) Owner(key []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return c.route(k).addr, nil
+	p := c.route(k)
+	if p == nil {
+		return "", errNoMembers
+	}
+	return p.addr, nil
+}
+
+// MemberList returns the members the client routes over.
+func (c *Client) MemberList() []wire.MemberInfo {
+	return append([]wire.MemberInfo(nil), c.table.Load().members...)
 }
 
 // Members returns the node addresses the client routes over.
 func (c *Client) Members() []string {
-	out := make([]string, len(c.peers))
-	for i, p := range c.peers {
-		out[i] = p.addr
+	t := c.table.Load()
+	out := make([]string, len(t.members))
+	for i, m := range t.members {
+		out[i] = m.Addr
 	}
 	return out
 }

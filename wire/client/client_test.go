@@ -102,20 +102,98 @@ func TestBadInputRefusedLocally(t *testing.T) {
 	}
 }
 
-func TestDeadPeerIsUnavailable(t *testing.T) {
+// countingDialer counts dial attempts.
+type countingDialer struct {
+	net.Dialer
+	n atomic.Int32
+}
+
+func (d *countingDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.n.Add(1)
+	return d.Dialer.DialContext(ctx, network, addr)
+}
+
+// TestDeadPeerReadsMissWritesFail: reads of an unreachable node are
+// misses, writes are UNAVAILABLE, and inside the back-off window no call
+// dials at all.
+func TestDeadPeerReadsMissWritesFail(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens here now
-	cl := open(t, addr)
-	_, err := cl.Exist(context.Background(), []byte("k"))
-	if wire.StatusOf(err) != wire.StatusUnavailable {
-		t.Fatalf("got %v, want UNAVAILABLE", err)
+	d := &countingDialer{}
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Dialer: d, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
 	}
-	res := cl.ExistBatch(context.Background(), [][]byte{[]byte("a"), []byte("b")})
+	defer cl.Close()
+	ctx := context.Background()
+	_, err = cl.Exist(ctx, []byte("k"))
+	if wire.StatusOf(err) != wire.StatusNotFound || !errors.Is(err, ErrPeerDown) || !errors.Is(err, wire.StatusUnavailable) {
+		t.Fatalf("exist on a dead node: %v, want a miss wrapping ErrPeerDown and UNAVAILABLE", err)
+	}
+	if d.n.Load() != 1 {
+		t.Fatalf("%d dials, want 1", d.n.Load())
+	}
+	// Inside the back-off: answered without dialing.
+	if err := cl.Put(ctx, []byte("k"), []byte("v")); wire.StatusOf(err) != wire.StatusUnavailable || !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("put on a dead node: %v, want UNAVAILABLE", err)
+	}
+	if _, err := cl.GetAuto(ctx, []byte("k")); wire.StatusOf(err) != wire.StatusNotFound {
+		t.Fatalf("get on a dead node: %v, want a miss", err)
+	}
+	res := cl.ExistBatch(ctx, [][]byte{[]byte("a"), []byte("b")})
 	for i, r := range res {
-		if wire.StatusOf(r.Err) != wire.StatusUnavailable {
+		if wire.StatusOf(r.Err) != wire.StatusNotFound {
 			t.Fatalf("batch item %d: %v", i, r.Err)
 		}
+	}
+	if n, err := cl.ExistPrefix(ctx, [][]byte{[]byte("a")}); n != 0 || err != nil {
+		t.Fatalf("prefix on a dead node: %d %v, want 0 and no error", n, err)
+	}
+	if d.n.Load() != 1 {
+		t.Fatalf("%d dials inside the back-off window, want 1", d.n.Load())
+	}
+}
+
+// TestPeerComesBack: after the back-off the node is tried again, and a
+// success clears its history.
+func TestPeerComesBack(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	cl := open(t, addr)
+	ctx := context.Background()
+	if err := cl.Put(ctx, []byte("k"), []byte("v")); !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("first put: %v", err)
+	}
+	ln2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("port %s taken by someone else meanwhile: %v", addr, err)
+	}
+	go func() {
+		c, err := ln2.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			if _, err := readRequest(c); err != nil {
+				return
+			}
+			reply(c, wire.ResponseHeader{Status: wire.StatusOK}, nil)
+		}
+	}()
+	defer ln2.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := cl.Put(ctx, []byte("k"), []byte("v"))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrPeerDown) || time.Now().After(deadline) {
+			t.Fatalf("node never came back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -124,9 +202,14 @@ func TestSilentNodeTimesOut(t *testing.T) {
 	cl := open(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := cl.Exist(ctx, []byte("k"))
-	if wire.StatusOf(err) != wire.StatusTimeout {
-		t.Fatalf("got %v, want TIMEOUT", err)
+	err := cl.Put(ctx, []byte("k"), []byte("v"))
+	if wire.StatusOf(err) != wire.StatusTimeout || !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("put: got %v, want TIMEOUT", err)
+	}
+	// A read of the same (now backed-off) node is a miss at once.
+	_, err = cl.Exist(context.Background(), []byte("k"))
+	if wire.StatusOf(err) != wire.StatusNotFound {
+		t.Fatalf("exist: got %v, want a miss", err)
 	}
 }
 

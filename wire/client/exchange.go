@@ -2,9 +2,49 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/dfkv/dfkv/wire"
+)
+
+// ErrPeerDown is wrapped by the error of every call that could not reach
+// its node: the connection failed, timed out, or the node is inside the
+// back-off window of an earlier failure. Reads (GET, EXIST and their batch
+// forms) of an unreachable node are answered as misses, so their errors
+// also wrap wire.StatusNotFound (the engine recomputes, as for any miss);
+// writes wrap wire.StatusUnavailable or wire.StatusTimeout.
+var ErrPeerDown = errors.New("dfkv node unreachable")
+
+// peerError is the error of a call that could not reach its node.
+type peerError struct {
+	addr  string
+	cause error
+	miss  bool
+}
+
+func (e *peerError) Error() string {
+	if e.miss {
+		return fmt.Sprintf("dfkv node %s unreachable, answered as a miss: %v", e.addr, e.cause)
+	}
+	return e.cause.Error()
+}
+
+func (e *peerError) Unwrap() []error {
+	if e.miss {
+		return []error{wire.StatusNotFound, ErrPeerDown, e.cause}
+	}
+	return []error{ErrPeerDown, e.cause}
+}
+
+// Per-peer back-off after a connection failure: the first failure keeps
+// the node out for minBackoff, each further one doubles it up to
+// maxBackoff. Calls inside the window fail at once without dialing; the
+// first call after it tries the node again, and one success clears it.
+const (
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 5 * time.Second
 )
 
 // exchange runs fn on a connection to p under the call's deadline. A
@@ -13,14 +53,25 @@ import (
 // response byte arrived (the node closed it while idle, e.g. across a
 // restart), the exchange is retried once on a fresh connection: the node
 // never starts a request it has not fully received, so nothing ran twice.
-func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, fn func(cc *cconn) error) error {
+// read marks GET/EXIST calls, whose unreachable node is answered as a
+// miss.
+func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read bool, fn func(cc *cconn) error) error {
+	if p == nil {
+		return errNoMembers
+	}
+	if p.isDown(time.Now()) {
+		return &peerError{addr: p.addr, miss: read, cause: fmt.Errorf("dfkv node %s: backing off after a connection failure: %w", p.addr, wire.StatusUnavailable)}
+	}
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return connError(p.addr, err)
 		}
 		cc, reused, err := p.get(ctx, deadline)
 		if err != nil {
-			return err
+			if !errors.Is(ctx.Err(), context.Canceled) {
+				p.fail(time.Now())
+			}
+			return &peerError{addr: p.addr, miss: read, cause: err}
 		}
 		cc.got, cc.broken = false, false
 		_ = cc.nc.SetDeadline(deadline)
@@ -29,21 +80,40 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, fn f
 		stopped := stop()
 		if !cc.broken && stopped {
 			p.put(cc)
+			p.succeed()
 			return err
 		}
 		_ = cc.nc.Close()
 		if err == nil {
 			// The context ended just as fn succeeded; the result stands.
+			p.succeed()
 			return nil
 		}
 		if reused && !cc.got && attempt == 0 {
 			continue
 		}
-		if ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// The caller gave up; that says nothing about the node. A
+			// deadline that passed, though, is a node too slow to answer,
+			// and counts against it like a failed connection.
 			return connError(p.addr, ctx.Err())
 		}
-		return connError(p.addr, err)
+		if isProtocolError(err) {
+			// The node answered, but wrongly: it is up.
+			return connError(p.addr, err)
+		}
+		p.fail(time.Now())
+		return &peerError{addr: p.addr, miss: read, cause: connError(p.addr, err)}
 	}
+}
+
+// isProtocolError reports an error that came from decoding a reply (the
+// node is alive but said something wrong), as opposed to the connection
+// failing.
+func isProtocolError(err error) bool {
+	var fe *wire.FrameError
+	var st wire.Status
+	return errors.As(err, &fe) || errors.As(err, &st)
 }
 
 // keyOf maps an object key, validating it.

@@ -18,7 +18,7 @@ func (c *Client) Put(ctx context.Context, key, value []byte) error {
 		return err
 	}
 	p := c.route(k)
-	return c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+	return c.exchange(ctx, p, c.deadline(ctx), false, func(cc *cconn) error {
 		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpPut, Key: k, BodyLen: uint64(len(value))})
 		if err := cc.send(value); err != nil {
 			return err
@@ -60,7 +60,7 @@ func (c *Client) GetRange(ctx context.Context, key []byte, offset, length uint64
 		}
 	}
 	p := c.route(k)
-	err = c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+	err = c.exchange(ctx, p, c.deadline(ctx), true, func(cc *cconn) error {
 		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpGet, Key: k, Offset: offset, Length: length})
 		if err := cc.send(nil); err != nil {
 			return err
@@ -89,7 +89,7 @@ func (c *Client) GetAuto(ctx context.Context, key []byte) ([]byte, error) {
 	}
 	var out []byte
 	p := c.route(k)
-	err = c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+	err = c.exchange(ctx, p, c.deadline(ctx), true, func(cc *cconn) error {
 		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpGet, Key: k})
 		if err := cc.send(nil); err != nil {
 			return err
@@ -116,7 +116,7 @@ func (c *Client) Exist(ctx context.Context, key []byte) (stored uint64, err erro
 		return 0, err
 	}
 	p := c.route(k)
-	err = c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+	err = c.exchange(ctx, p, c.deadline(ctx), true, func(cc *cconn) error {
 		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpExist, Key: k})
 		if err := cc.send(nil); err != nil {
 			return err
@@ -135,7 +135,7 @@ func (c *Client) Remove(ctx context.Context, key []byte) error {
 		return err
 	}
 	p := c.route(k)
-	return c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+	return c.exchange(ctx, p, c.deadline(ctx), false, func(cc *cconn) error {
 		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpRemove, Key: k})
 		if err := cc.send(nil); err != nil {
 			return err
@@ -148,7 +148,7 @@ func (c *Client) Remove(ctx context.Context, key []byte) error {
 // Ping checks that the node at addr answers. addr need not be a member.
 func (c *Client) Ping(ctx context.Context, addr string) error {
 	p := c.peerFor(addr)
-	return c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+	return c.exchange(ctx, p, c.deadline(ctx), false, func(cc *cconn) error {
 		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpPing})
 		if err := cc.send(nil); err != nil {
 			return err
@@ -165,7 +165,7 @@ const maxStatsBody = 16 << 20
 func (c *Client) Stats(ctx context.Context, addr string) ([]byte, error) {
 	p := c.peerFor(addr)
 	var out []byte
-	err := c.exchange(ctx, p, c.deadline(ctx), func(cc *cconn) error {
+	err := c.exchange(ctx, p, c.deadline(ctx), false, func(cc *cconn) error {
 		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpStats})
 		if err := cc.send(nil); err != nil {
 			return err
@@ -187,12 +187,13 @@ func (c *Client) Stats(ctx context.Context, addr string) ([]byte, error) {
 // peerFor returns the member peer at addr, or a transient peer for a
 // non-member address (tools address nodes directly).
 func (c *Client) peerFor(addr string) *peer {
-	for _, p := range c.peers {
-		if p.addr == addr {
-			return p
-		}
+	c.peerMu.Lock()
+	p := c.peers[addr]
+	c.peerMu.Unlock()
+	if p != nil {
+		return p
 	}
-	p := newPeer(addr, &c.opts)
+	p = newPeer(addr, &c.opts)
 	p.done = true // not pooled: close its connection after the call
 	return p
 }

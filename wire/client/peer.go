@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dfkv/dfkv/wire"
@@ -22,6 +23,36 @@ type peer struct {
 	mu   sync.Mutex
 	idle []*cconn
 	done bool
+
+	// Health, the client's second layer of offline detection (DESIGN.md
+	// §5): consecutive connection failures and the end of the back-off.
+	failures  atomic.Int32
+	downUntil atomic.Int64 // unix nanoseconds
+}
+
+func (p *peer) isDown(now time.Time) bool { return now.UnixNano() < p.downUntil.Load() }
+
+// fail records a connection failure and extends the back-off window.
+func (p *peer) fail(now time.Time) {
+	n := p.failures.Add(1)
+	b := minBackoff
+	for i := int32(1); i < n && b < maxBackoff; i++ {
+		b *= 2
+	}
+	b = min(b, maxBackoff)
+	p.downUntil.Store(now.Add(b).UnixNano())
+	if n == 1 {
+		p.opts.Logger.Warn("client: node unreachable; backing off", "node", p.addr, "backoff", b.String())
+	}
+}
+
+// succeed clears the failure history after a good exchange.
+func (p *peer) succeed() {
+	if p.failures.Load() != 0 {
+		p.failures.Store(0)
+		p.downUntil.Store(0)
+		p.opts.Logger.Info("client: node reachable again", "node", p.addr)
+	}
 }
 
 func newPeer(addr string, opts *Options) *peer { return &peer{addr: addr, opts: opts} }

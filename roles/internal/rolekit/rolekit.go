@@ -75,6 +75,9 @@ func OpenClient(cfg *config.Config, log *slog.Logger) (*client.Client, error) {
 	return client.Open(client.Options{
 		Namespace:        []byte(cc.Namespace),
 		Members:          cc.Members,
+		MDS:              cc.MDS,
+		Group:            cfg.Group,
+		MDSPoll:          cc.MDSPoll,
 		Timeout:          cc.Timeout,
 		DialTimeout:      cc.DialTimeout,
 		PoolSize:         cc.PoolSize,

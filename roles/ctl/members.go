@@ -1,0 +1,54 @@
+package ctl
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+func membersCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "members",
+		Usage:     "list the members the client routes over (from the MDS when --mds is set) and whether each answers",
+		UsageText: "dfkv ctl [--mds ADDR | --members ADDR,...] members",
+		Action: func(c *cli.Context) error {
+			cl, cfg, done, err := open(c)
+			if err != nil || done {
+				return err
+			}
+			defer cl.Close()
+			src := "static members (client.members)"
+			if len(cfg.Client.MDS) > 0 {
+				src = fmt.Sprintf("MDS %s, group %s, epoch %d", strings.Join(cfg.Client.MDS, ","), cfg.Group, cl.Epoch())
+			}
+			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "# %s\n", src)
+			fmt.Fprintln(w, "ID\tADDRESS\tWEIGHT\tCAPACITY\tLAST HEARTBEAT\tPING")
+			down := 0
+			for _, m := range cl.MemberList() {
+				ping := "ok"
+				if err := cl.Ping(c.Context, m.Addr); err != nil {
+					ping = "FAIL: " + err.Error()
+					down++
+				}
+				hb := "-"
+				if m.LastHeartbeatUnixMS > 0 {
+					hb = time.Since(time.UnixMilli(m.LastHeartbeatUnixMS)).Round(time.Millisecond).String() + " ago"
+				}
+				capacity := "-"
+				if m.CapacityBytes > 0 {
+					capacity = fmt.Sprintf("%.1f GiB", float64(m.CapacityBytes)/(1<<30))
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, m.Addr, m.Weight, capacity, hb, ping)
+			}
+			_ = w.Flush()
+			if down > 0 {
+				return cli.Exit(fmt.Sprintf("dfkv ctl members: %d member(s) did not answer", down), exitFailure)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,281 @@
+package mds
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// boltDir keeps the directory in an embedded bbolt file, for a single MDS
+// that needs nothing else installed. Members and epochs survive an MDS
+// restart. Heartbeats live in memory (writing the file on every heartbeat
+// would buy nothing): after a restart every restored member gets one full
+// TTL to heartbeat before it expires.
+//
+// Layout: one bucket per group ("g/<group>"), holding "epoch" (u64 BE) and
+// one key per member ("m/<id>", JSON MemberInfo).
+type boltDir struct {
+	db    *bolt.DB
+	ttl   time.Duration
+	clock engine.Clock
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	seen map[string]map[string]time.Time // group → id → last heartbeat
+
+	stop chan struct{}
+	done chan struct{}
+	// Expired counts members dropped for a lapsed heartbeat.
+	expired func(n int)
+}
+
+func openBoltDir(path string, ttl time.Duration, clock engine.Clock, log *slog.Logger, expired func(int)) (*boltDir, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open MDS database %s (mds.db_path / DFKV_MDS_DB): %w; is another dfkv mds using it?", path, err)
+	}
+	d := &boltDir{db: db, ttl: ttl, clock: clock, log: log, seen: map[string]map[string]time.Time{},
+		stop: make(chan struct{}), done: make(chan struct{}), expired: expired}
+	now := clock.Now()
+	err = db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			if len(name) < 3 || string(name[:2]) != "g/" {
+				return fmt.Errorf("unexpected bucket %q", name)
+			}
+			g := string(name[2:])
+			return b.ForEach(func(k, v []byte) error {
+				if len(k) > 2 && string(k[:2]) == "m/" {
+					d.touch(g, string(k[2:]), now)
+				}
+				return nil
+			})
+		})
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("MDS database %s is not a dfkv directory: %w; move it away to start empty", path, err)
+	}
+	go d.sweep()
+	return d, nil
+}
+
+func (d *boltDir) touch(group, id string, t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m := d.seen[group]
+	if m == nil {
+		m = map[string]time.Time{}
+		d.seen[group] = m
+	}
+	m[id] = t
+}
+
+func bucketName(group string) []byte { return []byte("g/" + group) }
+
+// bump increments the group's epoch inside tx and returns it.
+func bump(b *bolt.Bucket) (uint64, error) {
+	var e uint64
+	if v := b.Get([]byte("epoch")); len(v) == 8 {
+		e = binary.BigEndian.Uint64(v)
+	}
+	e++
+	var buf [8]byte
+	binary.BigEndian.PutUint64(buf[:], e)
+	return e, b.Put([]byte("epoch"), buf[:])
+}
+
+func epochOf(b *bolt.Bucket) uint64 {
+	if b == nil {
+		return 0
+	}
+	if v := b.Get([]byte("epoch")); len(v) == 8 {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+func (d *boltDir) Register(_ context.Context, group string, m wire.MemberInfo) (uint64, error) {
+	now := d.clock.Now()
+	m.LastHeartbeatUnixMS = 0 // kept in memory, filled in by Members
+	val, err := json.Marshal(m)
+	if err != nil {
+		return 0, err
+	}
+	var epoch uint64
+	err = d.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketName(group))
+		if err != nil {
+			return err
+		}
+		key := []byte("m/" + m.ID)
+		if old := b.Get(key); old != nil && string(old) == string(val) {
+			epoch = epochOf(b) // same registration again: no change
+			return nil
+		}
+		if err := b.Put(key, val); err != nil {
+			return err
+		}
+		epoch, err = bump(b)
+		return err
+	})
+	if err != nil {
+		return 0, backendErr("register", err)
+	}
+	d.touch(group, m.ID, now)
+	return epoch, nil
+}
+
+func (d *boltDir) Heartbeat(_ context.Context, group, id string) (uint64, error) {
+	var epoch uint64
+	found := false
+	err := d.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketName(group))
+		if b == nil {
+			return nil
+		}
+		epoch = epochOf(b)
+		found = b.Get([]byte("m/"+id)) != nil
+		return nil
+	})
+	if err != nil {
+		return 0, backendErr("heartbeat", err)
+	}
+	if !found {
+		return epoch, ErrUnknownMember
+	}
+	d.touch(group, id, d.clock.Now())
+	return epoch, nil
+}
+
+func (d *boltDir) Deregister(_ context.Context, group, id string) (uint64, error) {
+	epoch, removed, err := d.remove(group, []string{id})
+	if err != nil {
+		return 0, backendErr("deregister", err)
+	}
+	if removed == 0 {
+		return epoch, ErrUnknownMember
+	}
+	return epoch, nil
+}
+
+// remove deletes ids from group in one transaction, bumping the epoch once
+// if anything was removed.
+func (d *boltDir) remove(group string, ids []string) (epoch uint64, removed int, err error) {
+	err = d.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketName(group))
+		if b == nil {
+			return nil
+		}
+		for _, id := range ids {
+			k := []byte("m/" + id)
+			if b.Get(k) != nil {
+				if err := b.Delete(k); err != nil {
+					return err
+				}
+				removed++
+			}
+		}
+		if removed > 0 {
+			epoch, err = bump(b)
+			return err
+		}
+		epoch = epochOf(b)
+		return nil
+	})
+	if err == nil {
+		d.mu.Lock()
+		for _, id := range ids {
+			delete(d.seen[group], id)
+		}
+		d.mu.Unlock()
+	}
+	return epoch, removed, err
+}
+
+func (d *boltDir) Members(_ context.Context, group string) (uint64, []wire.MemberInfo, error) {
+	var epoch uint64
+	var out []wire.MemberInfo
+	err := d.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketName(group))
+		if b == nil {
+			return nil
+		}
+		epoch = epochOf(b)
+		c := b.Cursor()
+		prefix := []byte("m/")
+		for k, v := c.Seek(prefix); k != nil && len(k) > 2 && string(k[:2]) == "m/"; k, v = c.Next() {
+			var m wire.MemberInfo
+			if err := json.Unmarshal(v, &m); err != nil {
+				return fmt.Errorf("member %q: %w", k, err)
+			}
+			out = append(out, m)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, nil, backendErr("members", err)
+	}
+	d.mu.Lock()
+	for i := range out {
+		out[i].LastHeartbeatUnixMS = d.seen[group][out[i].ID].UnixMilli()
+	}
+	d.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return epoch, out, nil
+}
+
+func (d *boltDir) Probe(context.Context) error { return nil }
+
+// sweep drops members whose heartbeat lapsed, checking a few times per TTL.
+func (d *boltDir) sweep() {
+	defer close(d.done)
+	t := time.NewTicker(max(d.ttl/4, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+		}
+		now := d.clock.Now()
+		d.mu.Lock()
+		lapsed := map[string][]string{}
+		for g, ids := range d.seen {
+			for id, last := range ids {
+				if now.Sub(last) > d.ttl {
+					lapsed[g] = append(lapsed[g], id)
+				}
+			}
+		}
+		d.mu.Unlock()
+		for g, ids := range lapsed {
+			epoch, n, err := d.remove(g, ids)
+			if err != nil {
+				d.log.Error("MDS: cannot drop expired members", "group", g, "error", err.Error())
+				continue
+			}
+			if n > 0 {
+				d.log.Warn("MDS: dropped members whose heartbeat lapsed", "group", g, "members", ids, "ttl", d.ttl, "epoch", epoch)
+				if d.expired != nil {
+					d.expired(n)
+				}
+			}
+		}
+	}
+}
+
+func (d *boltDir) Close() error {
+	close(d.stop)
+	<-d.done
+	return d.db.Close()
+}

@@ -1,0 +1,244 @@
+package mds
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// etcdDir keeps the directory in etcd, the production set-up: several MDS
+// processes serve one etcd cluster and agree because etcd is the only
+// state. Each member is one key, attached to its own lease of the
+// heartbeat TTL, so a node that stops heartbeating (or whose MDS died)
+// ages out by itself:
+//
+//	<prefix>/groups/<group>/members/<id> = JSON MemberInfo (leased)
+//
+// A group's epoch is the etcd revision of the last change under its
+// members prefix (a put, a delete, a lease expiry), learned from the
+// initial read and a watch: revisions are global and only grow, so the
+// epoch moves forward on every change whichever MDS made it.
+type etcdDir struct {
+	cli    *clientv3.Client
+	prefix string
+	ttl    time.Duration
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	epochs map[string]uint64 // group → last change revision seen
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+const etcdOpTimeout = 3 * time.Second
+
+func openEtcdDir(endpoints []string, prefix string, ttl time.Duration, log *slog.Logger) (*etcdDir, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(), // dfkv logs through slog; etcd's own chatter stays out
+
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %v (mds.etcd_endpoints / DFKV_ETCD_ENDPOINTS): %w", endpoints, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &etcdDir{cli: cli, prefix: strings.TrimSuffix(prefix, "/"), ttl: ttl, log: log,
+		epochs: map[string]uint64{}, cancel: cancel, done: make(chan struct{})}
+	go d.watch(ctx)
+	return d, nil
+}
+
+func (d *etcdDir) groupPrefix(group string) string {
+	return d.prefix + "/groups/" + group + "/members/"
+}
+
+func (d *etcdDir) memberKey(group, id string) string { return d.groupPrefix(group) + id }
+
+// groupOf extracts the group from a member key.
+func (d *etcdDir) groupOf(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, d.prefix+"/groups/")
+	if !ok {
+		return "", false
+	}
+	g, _, ok := strings.Cut(rest, "/members/")
+	return g, ok
+}
+
+func (d *etcdDir) noteEpoch(group string, rev int64) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if uint64(rev) > d.epochs[group] {
+		d.epochs[group] = uint64(rev)
+	}
+	return d.epochs[group]
+}
+
+// watch follows every change under the prefix so each group's epoch sees
+// deletes and lease expiries too. It restarts after errors.
+func (d *etcdDir) watch(ctx context.Context) {
+	defer close(d.done)
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+		resp, err := d.cli.Get(rctx, d.prefix+"/groups/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		cancel()
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+				continue
+			}
+		}
+		for _, kv := range resp.Kvs {
+			if g, ok := d.groupOf(string(kv.Key)); ok {
+				d.noteEpoch(g, kv.ModRevision)
+			}
+		}
+		wch := d.cli.Watch(clientv3.WithRequireLeader(ctx), d.prefix+"/groups/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		for wr := range wch {
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				if g, ok := d.groupOf(string(ev.Kv.Key)); ok {
+					d.noteEpoch(g, ev.Kv.ModRevision)
+				}
+			}
+		}
+	}
+}
+
+func (d *etcdDir) Register(ctx context.Context, group string, m wire.MemberInfo) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+	defer cancel()
+	m.LastHeartbeatUnixMS = time.Now().UnixMilli()
+	val, err := json.Marshal(m)
+	if err != nil {
+		return 0, err
+	}
+	ttlSec := int64((d.ttl + time.Second - 1) / time.Second)
+	lease, err := d.cli.Grant(ctx, ttlSec)
+	if err != nil {
+		return 0, backendErr("register: grant lease", err)
+	}
+	key := d.memberKey(group, m.ID)
+	// Replace any earlier registration and revoke its lease, so a node
+	// restarting quickly does not leave a second lease that would later
+	// delete its fresh key.
+	prev, err := d.cli.Get(ctx, key)
+	if err != nil {
+		return 0, backendErr("register", err)
+	}
+	resp, err := d.cli.Put(ctx, key, string(val), clientv3.WithLease(lease.ID))
+	if err != nil {
+		return 0, backendErr("register", err)
+	}
+	if len(prev.Kvs) == 1 && prev.Kvs[0].Lease != 0 && clientv3.LeaseID(prev.Kvs[0].Lease) != lease.ID {
+		_, _ = d.cli.Revoke(ctx, clientv3.LeaseID(prev.Kvs[0].Lease))
+	}
+	return d.noteEpoch(group, resp.Header.Revision), nil
+}
+
+func (d *etcdDir) Heartbeat(ctx context.Context, group, id string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+	defer cancel()
+	resp, err := d.cli.Get(ctx, d.memberKey(group, id))
+	if err != nil {
+		return 0, backendErr("heartbeat", err)
+	}
+	epoch := d.epoch(group)
+	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
+		return epoch, ErrUnknownMember
+	}
+	if _, err := d.cli.KeepAliveOnce(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		if isLeaseNotFound(err) {
+			return epoch, ErrUnknownMember
+		}
+		return 0, backendErr("heartbeat", err)
+	}
+	return epoch, nil
+}
+
+func isLeaseNotFound(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "requested lease not found")
+}
+
+func (d *etcdDir) Deregister(ctx context.Context, group, id string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+	defer cancel()
+	key := d.memberKey(group, id)
+	prev, err := d.cli.Get(ctx, key)
+	if err != nil {
+		return 0, backendErr("deregister", err)
+	}
+	if len(prev.Kvs) == 0 {
+		return d.epoch(group), ErrUnknownMember
+	}
+	resp, err := d.cli.Delete(ctx, key)
+	if err != nil {
+		return 0, backendErr("deregister", err)
+	}
+	if l := prev.Kvs[0].Lease; l != 0 {
+		_, _ = d.cli.Revoke(ctx, clientv3.LeaseID(l))
+	}
+	return d.noteEpoch(group, resp.Header.Revision), nil
+}
+
+func (d *etcdDir) epoch(group string) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.epochs[group]
+}
+
+func (d *etcdDir) Members(ctx context.Context, group string) (uint64, []wire.MemberInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+	defer cancel()
+	resp, err := d.cli.Get(ctx, d.groupPrefix(group), clientv3.WithPrefix())
+	if err != nil {
+		return 0, nil, backendErr("members", err)
+	}
+	out := make([]wire.MemberInfo, 0, len(resp.Kvs))
+	var epoch uint64
+	for _, kv := range resp.Kvs {
+		var m wire.MemberInfo
+		if err := json.Unmarshal(kv.Value, &m); err != nil {
+			d.log.Warn("MDS: skipping unreadable member record in etcd", "key", string(kv.Key), "error", err.Error())
+			continue
+		}
+		out = append(out, m)
+		epoch = d.noteEpoch(group, kv.ModRevision)
+	}
+	if e := d.epoch(group); e > epoch {
+		epoch = e
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return epoch, out, nil
+}
+
+func (d *etcdDir) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+	defer cancel()
+	if _, err := d.cli.Get(ctx, d.prefix+"/probe", clientv3.WithCountOnly()); err != nil {
+		return backendErr("etcd probe", err)
+	}
+	return nil
+}
+
+func (d *etcdDir) Close() error {
+	d.cancel()
+	<-d.done
+	return errors.Join(d.cli.Close())
+}

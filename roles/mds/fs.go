@@ -1,0 +1,5 @@
+package mds
+
+import "os"
+
+func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }

@@ -1,0 +1,407 @@
+package mds
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/roles/internal/testetcd"
+	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/client"
+)
+
+func member(i int) wire.MemberInfo {
+	return wire.MemberInfo{ID: fmt.Sprintf("node-%d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 7600+i), Weight: 1, CapacityBytes: 1 << 30}
+}
+
+// runMDS runs an MDS in-process and returns its control and HTTP
+// addresses and a stop function.
+func runMDS(t *testing.T, flags map[string][]string) (ctrl, httpAddr string, stop func()) {
+	t.Helper()
+	cfg, _, err := config.LoadFrom("mds", "", nil, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	hln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		done <- Run(ctx, cfg, Deps{Listener: ln, HTTPListener: hln, Logger: slog.New(slog.DiscardHandler), Ready: func() { close(ready) }})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("mds did not start: %v", err)
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("mds: %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return ln.Addr().String(), hln.Addr().String(), stop
+}
+
+func mdsClient(t *testing.T, group string, addrs ...string) *client.MDSClient {
+	t.Helper()
+	c, err := client.NewMDSClient(addrs, group, nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestBoltDirectory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mds.db")
+	d, err := openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	e1, err := d.Register(ctx, "g", member(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, _ := d.Register(ctx, "g", member(2))
+	e2again, _ := d.Register(ctx, "g", member(2)) // same again: no change
+	if !(e1 < e2 && e2 == e2again) {
+		t.Fatalf("epochs %d %d %d: want growth on change only", e1, e2, e2again)
+	}
+	if _, err := d.Heartbeat(ctx, "g", "node-9"); !errors.Is(err, ErrUnknownMember) {
+		t.Fatalf("heartbeat of an unknown member: %v", err)
+	}
+	if _, err := d.Heartbeat(ctx, "other", "node-1"); !errors.Is(err, ErrUnknownMember) {
+		t.Fatal("groups are not separate")
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The directory survives an MDS restart.
+	d, err = openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	epoch, ms, err := d.Members(ctx, "g")
+	if err != nil || epoch != e2 || len(ms) != 2 || ms[0].ID != "node-1" || ms[1].Addr != member(2).Addr {
+		t.Fatalf("after restart: epoch %d members %+v err %v", epoch, ms, err)
+	}
+	if _, err := d.Heartbeat(ctx, "g", "node-1"); err != nil {
+		t.Fatalf("heartbeat after restart: %v", err)
+	}
+	e3, err := d.Deregister(ctx, "g", "node-1")
+	if err != nil || e3 <= e2 {
+		t.Fatalf("deregister: %d %v", e3, err)
+	}
+	if _, err := d.Deregister(ctx, "g", "node-1"); !errors.Is(err, ErrUnknownMember) {
+		t.Fatalf("second deregister: %v", err)
+	}
+}
+
+func TestBoltHeartbeatExpiry(t *testing.T) {
+	var expired int
+	d, err := openBoltDir(filepath.Join(t.TempDir(), "mds.db"), 300*time.Millisecond, engine.SystemClock{}, slog.New(slog.DiscardHandler), func(n int) { expired += n })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d.Register(ctx, "g", member(1))
+	e0, _ := d.Register(ctx, "g", member(2))
+	// node-1 keeps heartbeating, node-2 falls silent.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := d.Heartbeat(ctx, "g", "node-1"); err != nil {
+			t.Fatal(err)
+		}
+		epoch, ms, _ := d.Members(ctx, "g")
+		if len(ms) == 1 {
+			if ms[0].ID != "node-1" || epoch <= e0 {
+				t.Fatalf("wrong survivor or epoch: %+v %d", ms, epoch)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("silent member never expired")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if expired != 1 {
+		t.Fatalf("expiry counter %d", expired)
+	}
+}
+
+func TestBoltRefusesForeignFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mds.db")
+	d, _ := openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+	d.db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("stranger")); return err })
+	d.Close()
+	if _, err := openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil); err == nil || !strings.Contains(err.Error(), "not a dfkv directory") {
+		t.Fatalf("foreign bucket accepted: %v", err)
+	}
+}
+
+// TestControlProtocol drives the MDS over TCP with the client's MDSClient.
+func TestControlProtocol(t *testing.T) {
+	ctrl, httpAddr, _ := runMDS(t, map[string][]string{"db": {filepath.Join(t.TempDir(), "m.db")}})
+	mc := mdsClient(t, "default", ctrl)
+	ctx := context.Background()
+	rep, err := mc.Register(ctx, member(1))
+	if err != nil || rep.HeartbeatTTLMS != 10000 {
+		t.Fatalf("register: %+v %v", rep, err)
+	}
+	epoch, ms, changed, err := mc.Members(ctx, 0)
+	if err != nil || !changed || len(ms) != 1 || epoch != rep.Epoch {
+		t.Fatalf("members: %d %+v %v %v", epoch, ms, changed, err)
+	}
+	if _, _, changed, err := mc.Members(ctx, epoch); err != nil || changed {
+		t.Fatalf("members at the known epoch: changed=%v %v", changed, err)
+	}
+	if _, err := mc.Heartbeat(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mc.Heartbeat(ctx, "ghost"); wire.StatusOf(err) != wire.StatusNotFound {
+		t.Fatalf("heartbeat of a ghost: %v", err)
+	}
+	// Bad registrations are refused with a reason.
+	bad := member(2)
+	bad.Addr = "0.0.0.0:7600"
+	if _, err := mc.Register(ctx, bad); wire.StatusOf(err) != wire.StatusInvalid || !strings.Contains(err.Error(), "advertise_addr") {
+		t.Fatalf("unspecified address: %v", err)
+	}
+	bad = member(2)
+	bad.ID = "has space"
+	if _, err := mc.Register(ctx, bad); wire.StatusOf(err) != wire.StatusInvalid {
+		t.Fatalf("bad id: %v", err)
+	}
+	if _, err := client.NewMDSClient([]string{ctrl}, "bad group!", nil, time.Second); wire.StatusOf(err) != wire.StatusInvalid {
+		t.Fatalf("bad group accepted at open: %v", err)
+	}
+	// The member list as JSON for humans.
+	resp, err := http.Get("http://" + httpAddr + "/members")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Epoch   uint64
+		Members []wire.MemberInfo
+	}
+	json.NewDecoder(resp.Body).Decode(&doc)
+	resp.Body.Close()
+	if doc.Epoch != epoch || len(doc.Members) != 1 || doc.Members[0].ID != "node-1" {
+		t.Fatalf("/members: %+v", doc)
+	}
+	if err := mc.Deregister(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ms, _, _ := mc.Members(ctx, 0); len(ms) != 0 {
+		t.Fatalf("after deregister: %+v", ms)
+	}
+}
+
+func TestControlProtocolRefusesStrangers(t *testing.T) {
+	ctrl, _, _ := runMDS(t, map[string][]string{"db": {filepath.Join(t.TempDir(), "m.db")}, "first-request-ms": {"200"}})
+	// A data-plane frame (epoch 6) on the MDS port.
+	c, err := net.Dial("tcp", ctrl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.Write(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing}))
+	var hb [wire.ResponsePrefixLen]byte
+	if _, err := io.ReadFull(c, hb[:]); err != nil {
+		t.Fatal(err)
+	}
+	h, err := wire.DecodeMDSResponse(hb[:])
+	if err != nil || h.Status != wire.StatusEpochMismatch {
+		t.Fatalf("epoch 6 on the MDS: %+v %v", h, err)
+	}
+	io.CopyN(io.Discard, c, int64(h.BodyLen))
+	if _, err := c.Read(hb[:1]); err == nil {
+		t.Fatal("connection still open after an epoch mismatch")
+	}
+	// A drip feeder is cut off by the first-request deadline.
+	d, _ := net.Dial("tcp", ctrl)
+	defer d.Close()
+	d.SetDeadline(time.Now().Add(10 * time.Second))
+	d.Write(wire.AppendMDSRequest(nil, wire.OpMDSMembers, 0, 10)[:20])
+	if _, err := d.Read(hb[:1]); err == nil {
+		t.Fatal("drip feeder not closed")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("drip feeder still connected after the deadline")
+	}
+	// The data-plane client fails fast against an MDS address too.
+	cl, err := client.Open(client.Options{Namespace: []byte("n"), Members: []string{ctrl}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.Put(context.Background(), []byte("k"), []byte("v")); !errors.Is(err, wire.StatusEpochMismatch) {
+		t.Fatalf("data client on the MDS port: %v", err)
+	}
+}
+
+// TestMembersReplyCap: a member list too large for one reply is refused
+// with TOO_LARGE, never truncated.
+func TestMembersReplyCap(t *testing.T) {
+	ctrl, _, _ := runMDS(t, map[string][]string{"db": {filepath.Join(t.TempDir(), "m.db")}})
+	mc := mdsClient(t, "default", ctrl)
+	ctx := context.Background()
+	disks := make([]string, 60)
+	for i := range disks {
+		disks[i] = "/data/" + strings.Repeat("d", 200) + fmt.Sprint(i)
+	}
+	n := 0
+	for total := 0; total <= wire.MaxMembersReply; n++ {
+		m := member(n)
+		m.Disks = disks
+		if _, err := mc.Register(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(m)
+		total += len(b)
+	}
+	_, ms, _, err := mc.Members(ctx, 0)
+	if wire.StatusOf(err) != wire.StatusTooLarge || ms != nil || !strings.Contains(err.Error(), "reply cap") {
+		t.Fatalf("oversized member list: %d members, %v", len(ms), err)
+	}
+}
+
+func TestEtcdDirectorySharedByTwoMDS(t *testing.T) {
+	etcd := testetcd.Start(t)
+	flags := map[string][]string{"etcd": {etcd.Endpoint}, "heartbeat-ttl-ms": {"2000"}, "probe-cache-ms": {"0"}}
+	ctrlA, _, _ := runMDS(t, flags)
+	ctrlB, httpB, _ := runMDS(t, flags)
+	a, b := mdsClient(t, "default", ctrlA), mdsClient(t, "default", ctrlB)
+	ctx := context.Background()
+	if _, err := a.Register(ctx, member(1)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := a.Register(ctx, member(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, ms, _, err := b.Members(ctx, 0)
+	if err != nil || len(ms) != 2 || epoch < rep.Epoch {
+		t.Fatalf("MDS B sees %d members at epoch %d (A said %d): %v", len(ms), epoch, rep.Epoch, err)
+	}
+	// Heartbeats through B renew leases granted through A.
+	stopBeat := make(chan struct{})
+	beatDone := make(chan struct{})
+	go func() {
+		defer close(beatDone)
+		for {
+			select {
+			case <-stopBeat:
+				return
+			case <-time.After(300 * time.Millisecond):
+				b.Heartbeat(ctx, "node-1")
+			}
+		}
+	}()
+	// node-2 falls silent and its lease lapses within TTL (+ etcd's
+	// lease granularity); node-1 stays.
+	start := time.Now()
+	for {
+		e, ms, _, err := a.Members(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 1 {
+			if ms[0].ID != "node-1" || e <= epoch {
+				t.Fatalf("survivor %+v at epoch %d (was %d)", ms, e, epoch)
+			}
+			t.Logf("silent member dropped %v after its last registration (TTL 2s)", time.Since(start).Round(10*time.Millisecond))
+			break
+		}
+		if time.Since(start) > 15*time.Second {
+			t.Fatal("lapsed lease never dropped the member")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stopBeat)
+	<-beatDone
+	if err := b.Deregister(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ms, _, _ := a.Members(ctx, 0); len(ms) != 0 {
+		t.Fatalf("after deregister through B, A sees %+v", ms)
+	}
+	// Readiness follows etcd: down when it stops, back when it returns.
+	ready := func() int {
+		resp, err := http.Get("http://" + httpB + "/readyz")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := ready(); got != 200 {
+		t.Fatalf("readyz with etcd up: %d", got)
+	}
+	etcd.Stop()
+	if got := ready(); got != http.StatusServiceUnavailable {
+		t.Fatalf("readyz with etcd down: %d", got)
+	}
+	if _, _, _, err := b.Members(ctx, 0); wire.StatusOf(err) != wire.StatusUnavailable {
+		t.Fatalf("members with etcd down: %v", err)
+	}
+	etcd.Restart(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for ready() != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("readyz did not recover after etcd came back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestProbeDebounce: with a probe cache, /readyz does not reach the
+// backend on every request.
+func TestProbeDebounce(t *testing.T) {
+	d := &countingDir{}
+	p := &probeCache{dir: d, ttl: time.Hour}
+	for i := 0; i < 10; i++ {
+		p.check(context.Background())
+	}
+	if d.probes != 1 {
+		t.Fatalf("%d probes with a cache, want 1", d.probes)
+	}
+	p = &probeCache{dir: d, ttl: 0}
+	for i := 0; i < 3; i++ {
+		p.check(context.Background())
+	}
+	if d.probes != 4 {
+		t.Fatalf("%d probes without a cache, want 4", d.probes)
+	}
+}
+
+type countingDir struct {
+	Directory
+	probes int
+}
+
+func (d *countingDir) Probe(context.Context) error { d.probes++; return nil }

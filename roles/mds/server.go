@@ -1,0 +1,216 @@
+package mds
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// controlServer answers the MDS control protocol from a Directory.
+type controlServer struct {
+	dir      Directory
+	ln       net.Listener
+	log      *slog.Logger
+	ttl      time.Duration
+	firstReq time.Duration
+
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	done  bool
+
+	registrations    atomic.Uint64
+	deregistrations  atomic.Uint64
+	firstReqTimeouts atomic.Uint64
+	frameErrors      atomic.Uint64
+}
+
+// serve accepts until ctx ends, then closes every connection (control
+// requests are short and idempotent; a client retries elsewhere).
+func (s *controlServer) serve(ctx context.Context) {
+	s.conns = map[net.Conn]struct{}{}
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.done = true
+		for c := range s.conns {
+			_ = c.Close()
+		}
+		s.mu.Unlock()
+		_ = s.ln.Close()
+	})
+	defer stop()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			break
+		}
+		s.mu.Lock()
+		if s.done {
+			s.mu.Unlock()
+			_ = c.Close()
+			break
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.handle(ctx, c)
+	}
+	s.wg.Wait()
+}
+
+func (s *controlServer) handle(ctx context.Context, c net.Conn) {
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		_ = c.Close()
+		s.wg.Done()
+	}()
+	if s.firstReq > 0 {
+		_ = c.SetReadDeadline(time.Now().Add(s.firstReq))
+	}
+	br := bufio.NewReader(c)
+	var hdr [wire.RequestPrefixLen]byte
+	for first := true; ; first = false {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			if first && errors.Is(err, os.ErrDeadlineExceeded) {
+				s.firstReqTimeouts.Add(1)
+				s.log.Warn("MDS: closing control connection: no complete first request within the deadline",
+					"remote", c.RemoteAddr().String(), "first_request_ms", s.firstReq.Milliseconds())
+			}
+			return
+		}
+		op, known, n, err := wire.DecodeMDSRequest(hdr[:])
+		if err != nil {
+			var fe *wire.FrameError
+			errors.As(err, &fe)
+			s.frameErrors.Add(1)
+			s.log.Warn("MDS: closing connection after malformed control request", "remote", c.RemoteAddr().String(), "error", err.Error())
+			s.reply(c, fe.Status, 0, []byte(fe.Message))
+			return
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(br, body); err != nil {
+			if first && errors.Is(err, os.ErrDeadlineExceeded) {
+				s.firstReqTimeouts.Add(1)
+			}
+			return
+		}
+		if first && s.firstReq > 0 {
+			_ = c.SetReadDeadline(time.Time{})
+		}
+		st, epoch, out := s.do(ctx, op, known, body)
+		if err := s.reply(c, st, epoch, out); err != nil {
+			return
+		}
+	}
+}
+
+func (s *controlServer) reply(c net.Conn, st wire.Status, epoch uint64, body []byte) error {
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_, err := c.Write(append(wire.AppendMDSResponse(nil, st, epoch, len(body)), body...))
+	return err
+}
+
+// do executes one control request and returns its status, the epoch and
+// the reply body (JSON, or a message for a non-OK status).
+func (s *controlServer) do(ctx context.Context, op wire.Op, known uint64, body []byte) (wire.Status, uint64, []byte) {
+	var req wire.MDSRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return wire.StatusInvalid, 0, []byte("control request body is not the expected JSON: " + err.Error())
+	}
+	if err := wire.ValidateGroup(req.Group); err != nil {
+		return wire.StatusInvalid, 0, []byte(err.Error())
+	}
+	fail := func(err error) (wire.Status, uint64, []byte) {
+		return wire.StatusOf(err), 0, []byte(err.Error())
+	}
+	switch op {
+	case wire.OpMDSRegister:
+		if req.Member == nil {
+			return wire.StatusInvalid, 0, []byte("REGISTER without a member")
+		}
+		m := *req.Member
+		if err := validateMember(m); err != nil {
+			return fail(err)
+		}
+		epoch, err := s.dir.Register(ctx, req.Group, m)
+		if err != nil {
+			return fail(err)
+		}
+		s.registrations.Add(1)
+		s.log.Info("MDS: member registered", "group", req.Group, "id", m.ID, "addr", m.Addr, "weight", m.Weight, "epoch", epoch)
+		out, _ := json.Marshal(wire.MDSReply{Epoch: epoch, HeartbeatTTLMS: s.ttl.Milliseconds()})
+		return wire.StatusOK, epoch, out
+	case wire.OpMDSHeartbeat:
+		if err := wire.ValidateMemberID(req.ID); err != nil {
+			return fail(err)
+		}
+		epoch, err := s.dir.Heartbeat(ctx, req.Group, req.ID)
+		if err != nil {
+			st, _, msg := fail(err)
+			return st, epoch, msg
+		}
+		return wire.StatusOK, epoch, nil
+	case wire.OpMDSDeregister:
+		if err := wire.ValidateMemberID(req.ID); err != nil {
+			return fail(err)
+		}
+		epoch, err := s.dir.Deregister(ctx, req.Group, req.ID)
+		if err != nil {
+			st, _, msg := fail(err)
+			return st, epoch, msg
+		}
+		s.deregistrations.Add(1)
+		s.log.Info("MDS: member deregistered", "group", req.Group, "id", req.ID, "epoch", epoch)
+		return wire.StatusOK, epoch, nil
+	case wire.OpMDSMembers:
+		epoch, members, err := s.dir.Members(ctx, req.Group)
+		if err != nil {
+			return fail(err)
+		}
+		if known != 0 && known == epoch {
+			return wire.StatusOK, epoch, nil
+		}
+		out, _ := json.Marshal(wire.MDSReply{Epoch: epoch, Members: members})
+		if len(out) > wire.MaxMembersReply {
+			return wire.StatusTooLarge, epoch, []byte(fmt.Sprintf(
+				"member list of group %s is %d bytes (%d members), over the %d-byte reply cap; split the group",
+				req.Group, len(out), len(members), wire.MaxMembersReply))
+		}
+		return wire.StatusOK, epoch, out
+	}
+	return wire.StatusUnsupported, 0, []byte("unknown control op")
+}
+
+func validateMember(m wire.MemberInfo) error {
+	if err := wire.ValidateMemberID(m.ID); err != nil {
+		return err
+	}
+	host, port, err := net.SplitHostPort(m.Addr)
+	if err != nil || host == "" || port == "0" {
+		return fmt.Errorf("member %s: address %q is not a reachable host:port: %w", m.ID, m.Addr, wire.StatusInvalid)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("member %s: address %q is unspecified; set server.advertise_addr: %w", m.ID, m.Addr, wire.StatusInvalid)
+	}
+	if m.Weight < 1 || m.Weight > 1000 {
+		return fmt.Errorf("member %s: weight %d outside 1..1000: %w", m.ID, m.Weight, wire.StatusInvalid)
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/roles/mds"
+	"github.com/dfkv/dfkv/wire/client"
+)
+
+// startMDS runs a bbolt-backed MDS in-process with a short heartbeat TTL.
+func startMDS(t *testing.T) string {
+	t.Helper()
+	cfg, _, err := config.LoadFrom("mds", "", nil, map[string][]string{
+		"db": {filepath.Join(t.TempDir(), "mds.db")}, "heartbeat-ttl-ms": {"2000"}, "http-listen": {""},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() { done <- mds.Run(ctx, cfg, mds.Deps{Listener: ln, Ready: func() { close(ready) }}) }()
+	<-ready
+	t.Cleanup(func() { cancel(); <-done })
+	return ln.Addr().String()
+}
+
+// startRegisteredNode runs a node that registers with the MDS at mdsAddr.
+func startRegisteredNode(t *testing.T, mdsAddr, id string) (addr string, stop func()) {
+	t.Helper()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dir := t.TempDir()
+	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
+		"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}, "http-listen": {""}, "mds": {mdsAddr}, "id": {id},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		done <- Run(ctx, cfg, Deps{Listener: ln, Logger: slog.New(slog.DiscardHandler), Ready: func(*Server) { close(ready) }})
+	}()
+	<-ready
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("node %s: %v", id, err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
+}
+
+// waitMembers waits until the client routes over n members and returns
+// how long that took.
+func waitMembers(t *testing.T, cl *client.Client, n int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for len(cl.Members()) != n {
+		if time.Since(start) > 15*time.Second {
+			t.Fatalf("client sees %d members, want %d", len(cl.Members()), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// TestDiscoveryFollowsMembership: nodes register on start and leave on
+// graceful stop; a client configured with only the MDS address follows
+// both, and data stays readable where it lives.
+func TestDiscoveryFollowsMembership(t *testing.T) {
+	mdsAddr := startMDS(t)
+	a1, _ := startRegisteredNode(t, mdsAddr, "n1")
+	_, _ = startRegisteredNode(t, mdsAddr, "n2")
+
+	cl, err := client.Open(client.Options{Namespace: []byte("disc"), MDS: []string{mdsAddr}, MDSPoll: 50 * time.Millisecond, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	waitMembers(t, cl, 2)
+	e2 := cl.Epoch()
+	ctx := context.Background()
+	keys := make([][]byte, 40)
+	vals := make([][]byte, 40)
+	for i := range keys {
+		keys[i], vals[i] = []byte(fmt.Sprint("k", i)), []byte(fmt.Sprint("value-", i))
+	}
+	for i, err := range cl.PutBatch(ctx, keys, vals) {
+		if err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	// A third node joins: the epoch moves and the client picks it up.
+	a3, stop3 := startRegisteredNode(t, mdsAddr, "n3")
+	took := waitMembers(t, cl, 3)
+	t.Logf("client saw the new node %v after it was ready (poll 50ms)", took.Round(time.Millisecond))
+	if cl.Epoch() <= e2 {
+		t.Fatalf("epoch %d did not move past %d", cl.Epoch(), e2)
+	}
+	moved := 0
+	for i, r := range cl.GetBatch(ctx, keys, nil) {
+		owner, _ := cl.Owner(keys[i])
+		switch {
+		case owner == a3:
+			moved++ // its keys now route to the new, empty node: misses
+		case r.Err != nil || !bytes.Equal(r.Data, vals[i]):
+			t.Fatalf("key %d on an old node: %v", i, r.Err)
+		}
+	}
+	if moved == 0 || moved == len(keys) {
+		t.Fatalf("%d of %d keys moved to the new node", moved, len(keys))
+	}
+	// Graceful stop deregisters at once (no TTL wait).
+	stop3()
+	took = waitMembers(t, cl, 2)
+	t.Logf("client dropped the stopped node %v after its graceful stop", took.Round(time.Millisecond))
+	for _, m := range cl.MemberList() {
+		if m.Addr == a3 {
+			t.Fatal("stopped node still listed")
+		}
+	}
+	if len(cl.Members()) != 2 || (cl.Members()[0] != a1 && cl.Members()[1] != a1) {
+		t.Fatalf("members after the stop: %v", cl.Members())
+	}
+}

@@ -1,0 +1,164 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// MDSClient speaks the MDS control protocol (wire/mds.go) to one of
+// several MDS addresses. Control traffic is a few requests per second per
+// process, so each call dials a fresh connection; a failing address is
+// skipped in favour of the next, and the last address that answered is
+// tried first next time.
+type MDSClient struct {
+	addrs   []string
+	group   string
+	dialer  Dialer
+	timeout time.Duration
+
+	mu   sync.Mutex
+	next int
+}
+
+// NewMDSClient validates the group and addresses. It does not connect.
+func NewMDSClient(addrs []string, group string, dialer Dialer, timeout time.Duration) (*MDSClient, error) {
+	if err := wire.ValidateGroup(group); err != nil {
+		return nil, err
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("no MDS addresses: %w", wire.StatusInvalid)
+	}
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("MDS address %q is not host:port: %v: %w", a, err, wire.StatusInvalid)
+		}
+	}
+	if dialer == nil {
+		dialer = &net.Dialer{}
+	}
+	if timeout <= 0 {
+		timeout = 3 * time.Second
+	}
+	return &MDSClient{addrs: append([]string(nil), addrs...), group: group, dialer: dialer, timeout: timeout}, nil
+}
+
+// Group is the group this client speaks for.
+func (m *MDSClient) Group() string { return m.group }
+
+// Register adds or refreshes info in the directory and returns the reply
+// (epoch and the heartbeat TTL the node must keep).
+func (m *MDSClient) Register(ctx context.Context, info wire.MemberInfo) (wire.MDSReply, error) {
+	var rep wire.MDSReply
+	_, err := m.call(ctx, wire.OpMDSRegister, 0, wire.MDSRequest{Group: m.group, Member: &info}, &rep)
+	return rep, err
+}
+
+// Heartbeat renews id. An error wrapping wire.StatusNotFound means the
+// directory no longer holds it: register again.
+func (m *MDSClient) Heartbeat(ctx context.Context, id string) (uint64, error) {
+	return m.call(ctx, wire.OpMDSHeartbeat, 0, wire.MDSRequest{Group: m.group, ID: id}, nil)
+}
+
+// Deregister removes id (a node stopping gracefully).
+func (m *MDSClient) Deregister(ctx context.Context, id string) error {
+	_, err := m.call(ctx, wire.OpMDSDeregister, 0, wire.MDSRequest{Group: m.group, ID: id}, nil)
+	return err
+}
+
+// Members returns the group's members. When the directory's epoch equals
+// known, the MDS answers "unchanged" and changed is false.
+func (m *MDSClient) Members(ctx context.Context, known uint64) (epoch uint64, members []wire.MemberInfo, changed bool, err error) {
+	var rep wire.MDSReply
+	rep.Epoch = known
+	epoch, err = m.call(ctx, wire.OpMDSMembers, known, wire.MDSRequest{Group: m.group}, &rep)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if known != 0 && epoch == known {
+		return epoch, nil, false, nil
+	}
+	return epoch, rep.Members, true, nil
+}
+
+// call tries each address once, starting with the last one that worked.
+func (m *MDSClient) call(ctx context.Context, op wire.Op, known uint64, req wire.MDSRequest, rep *wire.MDSReply) (uint64, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	start := m.next
+	m.mu.Unlock()
+	var errs []error
+	for i := range m.addrs {
+		idx := (start + i) % len(m.addrs)
+		epoch, err, final := m.callOne(ctx, m.addrs[idx], op, known, body, rep)
+		if err == nil || final {
+			m.mu.Lock()
+			m.next = idx
+			m.mu.Unlock()
+			return epoch, err
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return 0, fmt.Errorf("no MDS answered (%v): %w", errs, wire.StatusUnavailable)
+}
+
+// callOne runs one exchange. final reports an answer from the MDS itself
+// (a status), which another MDS would give too, so no other is tried.
+func (m *MDSClient) callOne(ctx context.Context, addr string, op wire.Op, known uint64, body []byte, rep *wire.MDSReply) (epoch uint64, err error, final bool) {
+	deadline := time.Now().Add(m.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	nc, err := m.dialer.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return 0, fmt.Errorf("MDS %s: %v", addr, err), false
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	msg := append(wire.AppendMDSRequest(nil, op, known, len(body)), body...)
+	if _, err := nc.Write(msg); err != nil {
+		return 0, fmt.Errorf("MDS %s: %v", addr, err), false
+	}
+	br := bufio.NewReader(nc)
+	var hb [wire.ResponsePrefixLen]byte
+	if _, err := io.ReadFull(br, hb[:]); err != nil {
+		return 0, fmt.Errorf("MDS %s: %v", addr, err), false
+	}
+	h, err := wire.DecodeMDSResponse(hb[:])
+	if err != nil {
+		return 0, fmt.Errorf("MDS %s: %w", addr, err), true
+	}
+	data := make([]byte, h.BodyLen)
+	if _, err := io.ReadFull(br, data); err != nil {
+		return 0, fmt.Errorf("MDS %s: %v", addr, err), false
+	}
+	if h.Status != wire.StatusOK {
+		// An MDS whose backend is down says UNAVAILABLE; another MDS
+		// may still reach it, so that one answer is not final.
+		final := h.Status != wire.StatusUnavailable
+		return h.Stored, fmt.Errorf("MDS %s: %w", addr, &wire.StatusError{Status: h.Status, Message: string(data)}), final
+	}
+	if rep != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, rep); err != nil {
+			return 0, fmt.Errorf("MDS %s: unreadable reply: %v: %w", addr, err, wire.StatusInvalid), true
+		}
+	}
+	return h.Stored, nil, true
+}

@@ -234,6 +234,18 @@ func (d *boltDir) Members(_ context.Context, group string) (uint64, []wire.Membe
 	return epoch, out, nil
 }
 
+func (d *boltDir) Epoch(_ context.Context, group string) (uint64, error) {
+	var epoch uint64
+	err := d.db.View(func(tx *bolt.Tx) error {
+		epoch = epochOf(tx.Bucket(bucketName(group)))
+		return nil
+	})
+	if err != nil {
+		return 0, backendErr("epoch", err)
+	}
+	return epoch, nil
+}
+
 func (d *boltDir) Probe(context.Context) error { return nil }
 
 // sweep drops members whose heartbeat lapsed, checking a few times per TTL.

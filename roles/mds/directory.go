@@ -22,6 +22,9 @@ type Directory interface {
 	Deregister(ctx context.Context, group, id string) (uint64, error)
 	// Members returns the group's epoch and members sorted by ID.
 	Members(ctx context.Context, group string) (uint64, []wire.MemberInfo, error)
+	// Epoch returns the group's epoch cheaply (0 if unknown), so the MDS
+	// can answer an unchanged MEMBERS from its encoded-reply cache.
+	Epoch(ctx context.Context, group string) (uint64, error)
 	// Probe checks that the backend is reachable (readiness).
 	Probe(ctx context.Context) error
 	// Close stops background work and releases the backend.

@@ -197,6 +197,11 @@ func (d *etcdDir) Deregister(ctx context.Context, group, id string) (uint64, err
 	return d.noteEpoch(group, resp.Header.Revision), nil
 }
 
+// Epoch is the last change revision the watch saw for group. The watch
+// trails etcd by milliseconds, so a reply cached at this epoch may miss a
+// change for that long; the client's next poll sees it.
+func (d *etcdDir) Epoch(_ context.Context, group string) (uint64, error) { return d.epoch(group), nil }
+
 func (d *etcdDir) epoch(group string) uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()

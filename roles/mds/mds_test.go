@@ -18,7 +18,7 @@ import (
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
-	"github.com/dfkv/dfkv/roles/internal/testetcd"
+	"github.com/dfkv/dfkv/roles/testetcd"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
@@ -30,6 +30,10 @@ func member(i int) wire.MemberInfo {
 // runMDS runs an MDS in-process and returns its control and HTTP
 // addresses and a stop function.
 func runMDS(t *testing.T, flags map[string][]string) (ctrl, httpAddr string, stop func()) {
+	return runMDSB(t, flags)
+}
+
+func runMDSB(t testing.TB, flags map[string][]string) (ctrl, httpAddr string, stop func()) {
 	t.Helper()
 	cfg, _, err := config.LoadFrom("mds", "", nil, flags)
 	if err != nil {
@@ -62,7 +66,9 @@ func runMDS(t *testing.T, flags map[string][]string) (ctrl, httpAddr string, sto
 	return ln.Addr().String(), hln.Addr().String(), stop
 }
 
-func mdsClient(t *testing.T, group string, addrs ...string) *client.MDSClient {
+func mdsClientB(t testing.TB, addr string) *client.MDSClient { return mdsClient(t, "default", addr) }
+
+func mdsClient(t testing.TB, group string, addrs ...string) *client.MDSClient {
 	t.Helper()
 	c, err := client.NewMDSClient(addrs, group, nil, 5*time.Second)
 	if err != nil {

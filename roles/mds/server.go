@@ -30,6 +30,12 @@ type controlServer struct {
 	conns map[net.Conn]struct{}
 	done  bool
 
+	// replies caches the encoded MEMBERS reply per group at an epoch, for
+	// at most replyCacheAge, so a fleet of polling clients costs the
+	// backend one read per change rather than one per poll.
+	cacheMu sync.Mutex
+	replies map[string]cachedReply
+
 	registrations    atomic.Uint64
 	deregistrations  atomic.Uint64
 	firstReqTimeouts atomic.Uint64
@@ -180,6 +186,14 @@ func (s *controlServer) do(ctx context.Context, op wire.Op, known uint64, body [
 		s.log.Info("MDS: member deregistered", "group", req.Group, "id", req.ID, "epoch", epoch)
 		return wire.StatusOK, epoch, nil
 	case wire.OpMDSMembers:
+		if e, err := s.dir.Epoch(ctx, req.Group); err == nil && e != 0 {
+			if known == e {
+				return wire.StatusOK, e, nil
+			}
+			if r, ok := s.cached(req.Group, e); ok {
+				return r.status, e, r.body
+			}
+		}
 		epoch, members, err := s.dir.Members(ctx, req.Group)
 		if err != nil {
 			return fail(err)
@@ -187,15 +201,49 @@ func (s *controlServer) do(ctx context.Context, op wire.Op, known uint64, body [
 		if known != 0 && known == epoch {
 			return wire.StatusOK, epoch, nil
 		}
-		out, _ := json.Marshal(wire.MDSReply{Epoch: epoch, Members: members})
-		if len(out) > wire.MaxMembersReply {
-			return wire.StatusTooLarge, epoch, []byte(fmt.Sprintf(
+		r := cachedReply{epoch: epoch, at: time.Now(), status: wire.StatusOK}
+		r.body, _ = json.Marshal(wire.MDSReply{Epoch: epoch, Members: members})
+		if len(r.body) > wire.MaxMembersReply {
+			r.status = wire.StatusTooLarge
+			r.body = []byte(fmt.Sprintf(
 				"member list of group %s is %d bytes (%d members), over the %d-byte reply cap; split the group",
-				req.Group, len(out), len(members), wire.MaxMembersReply))
+				req.Group, len(r.body), len(members), wire.MaxMembersReply))
 		}
-		return wire.StatusOK, epoch, out
+		s.store(req.Group, r)
+		return r.status, epoch, r.body
 	}
 	return wire.StatusUnsupported, 0, []byte("unknown control op")
+}
+
+// replyCacheAge bounds how stale the informational fields of a cached
+// reply (last heartbeat times) may get; the member set itself is keyed by
+// epoch and never stale.
+const replyCacheAge = time.Second
+
+type cachedReply struct {
+	epoch  uint64
+	at     time.Time
+	status wire.Status
+	body   []byte
+}
+
+func (s *controlServer) cached(group string, epoch uint64) (cachedReply, bool) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	r, ok := s.replies[group]
+	if !ok || r.epoch != epoch || time.Since(r.at) > replyCacheAge {
+		return cachedReply{}, false
+	}
+	return r, true
+}
+
+func (s *controlServer) store(group string, r cachedReply) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if s.replies == nil {
+		s.replies = map[string]cachedReply{}
+	}
+	s.replies[group] = r
 }
 
 func validateMember(m wire.MemberInfo) error {

@@ -46,7 +46,7 @@ func Command() *cli.Command {
 			if runID == "" {
 				runID = fmt.Sprintf("%d-%d", time.Now().UnixNano(), os.Getpid())
 			}
-			r := &Runner{Client: cl, Out: c.App.Writer, RunID: runID, MaxBlock: cfg.Server.MaxBlockBytes, Members: cfg.Client.Members, Keep: c.Bool("keep")}
+			r := &Runner{Client: cl, Out: c.App.Writer, RunID: runID, MaxBlock: cfg.Server.MaxBlockBytes, Members: cl.Members(), Keep: c.Bool("keep")}
 			pass, fail := r.Run(c.Context)
 			fmt.Fprintf(c.App.Writer, "smoke: %d passed, %d failed\n", pass, fail)
 			if fail > 0 {

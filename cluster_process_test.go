@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dfkv/dfkv/roles/testetcd"
+	"github.com/dfkv/dfkv/wire/client"
+)
+
+// child is one dfkv process of a cluster test.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+	done chan struct{}
+}
+
+// startChild starts `dfkv args...` and waits until readyURL answers 200.
+func startChild(t *testing.T, name, readyURL string, args ...string) *child {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	cmd.Env = cleanEnv()
+	c := &child{name: name, cmd: cmd, logs: &bytes.Buffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = c.logs, c.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(c.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-c.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-c.done
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, c.logs.String())
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(readyURL)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return c
+			}
+		}
+		select {
+		case <-c.done:
+			t.Fatalf("%s exited before it was ready:\n%s", name, c.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after 60s:\n%s", name, c.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *child) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	_ = c.cmd.Process.Signal(sig)
+	select {
+	case <-c.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not exit on %v", c.name, sig)
+	}
+}
+
+// mdsMembers reads the MDS's member IDs over HTTP.
+func mdsMembers(t *testing.T, httpAddr string) []string {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/members")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var doc struct {
+		Members []struct{ ID string }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range doc.Members {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > limit {
+			t.Fatalf("%s: not within %v", what, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// TestClusterProcessesWithEtcd runs a real cluster: one `dfkv mds` on a
+// real etcd and three `dfkv server` processes on loopback. It runs smoke
+// through the MDS, SIGKILLs a node and measures how long until the
+// directory and a client stop routing to it, runs smoke again, adds a
+// node, runs smoke again, and stops everything gracefully.
+func TestClusterProcessesWithEtcd(t *testing.T) {
+	etcd := testetcd.Start(t)
+	dir := t.TempDir()
+	mdsAddr, mdsHTTP := freePort(t), freePort(t)
+	startChild(t, "mds", "http://"+mdsHTTP+"/readyz", "mds", "--listen", mdsAddr, "--http-listen", mdsHTTP,
+		"--etcd", etcd.Endpoint, "--heartbeat-ttl-ms", "2000")
+	nodes := map[string]*child{}
+	startNode := func(id string) {
+		addr, httpAddr := freePort(t), freePort(t)
+		nodes[id] = startChild(t, id, "http://"+httpAddr+"/readyz", "server", "--listen", addr, "--http-listen", httpAddr,
+			"--disk", filepath.Join(dir, id), "--disk-capacity", "1GiB", "--mds", mdsAddr, "--id", id)
+	}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		startNode(id)
+	}
+	waitFor(t, "three members registered", 30*time.Second, func() bool { return len(mdsMembers(t, mdsHTTP)) == 3 })
+
+	smoke := func(when string) {
+		t.Helper()
+		code, out, errs := dfkv(t, nil, "smoke", "--mds", mdsAddr, "--max-block-bytes", "4MiB")
+		if code != 0 || !bytes.Contains(out, []byte(" 0 failed")) {
+			t.Fatalf("smoke %s (exit %d):\n%s\n%s", when, code, out, errs)
+		}
+	}
+	smoke("with three nodes")
+
+	cl, err := client.Open(client.Options{Namespace: []byte("cluster"), MDS: []string{mdsAddr}, MDSPoll: 100 * time.Millisecond, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if len(cl.Members()) != 3 {
+		t.Fatalf("client sees %v", cl.Members())
+	}
+
+	// SIGKILL: no deregistration; the lease (TTL 2s) has to lapse.
+	killed := time.Now()
+	nodes["n2"].signal(t, syscall.SIGKILL)
+	dirTook := waitFor(t, "killed node dropped from the directory", 30*time.Second, func() bool {
+		return !strings.Contains(strings.Join(mdsMembers(t, mdsHTTP), ","), "n2")
+	})
+	waitFor(t, "client stops routing to the killed node", 30*time.Second, func() bool { return len(cl.Members()) == 2 })
+	t.Logf("SIGKILL to directory drop %v, to client no longer routing %v (heartbeat TTL 2s, client poll 100ms)",
+		dirTook.Round(10*time.Millisecond), time.Since(killed).Round(10*time.Millisecond))
+	smoke("after a node was killed")
+
+	// A new node joins and is used.
+	startNode("n4")
+	joined := time.Now()
+	waitFor(t, "client sees the new node", 30*time.Second, func() bool { return len(cl.Members()) == 3 })
+	t.Logf("new node visible to the client %v after it was ready", time.Since(joined).Round(time.Millisecond))
+	smoke("after a node joined")
+	if err := cl.Put(context.Background(), []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+
+	// Graceful stops deregister at once.
+	for _, id := range []string{"n1", "n3", "n4"} {
+		nodes[id].signal(t, syscall.SIGTERM)
+		if code := nodes[id].cmd.ProcessState.ExitCode(); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", id, code, nodes[id].logs.String())
+		}
+	}
+	if got := mdsMembers(t, mdsHTTP); len(got) != 0 {
+		t.Fatalf("members left after graceful stops: %v", got)
+	}
+}

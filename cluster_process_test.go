@@ -110,38 +110,46 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) t
 	return time.Since(start)
 }
 
-// TestClusterProcessesWithEtcd runs a real cluster: one `dfkv mds` on a
-// real etcd and three `dfkv server` processes on loopback. It runs smoke
-// through the MDS, SIGKILLs a node and measures how long until the
-// directory and a client stop routing to it, runs smoke again, adds a
-// node, runs smoke again, and stops everything gracefully.
+// TestClusterProcessesWithEtcd runs a real cluster: two `dfkv mds`
+// processes on one real etcd and three `dfkv server` processes on
+// loopback. It runs smoke through the MDS, SIGKILLs a node and measures
+// how long until the directory and a client stop routing to it, runs smoke
+// again, kills one MDS (the other serves on), adds a node, runs smoke
+// again, and stops everything gracefully.
 func TestClusterProcessesWithEtcd(t *testing.T) {
 	etcd := testetcd.Start(t)
 	dir := t.TempDir()
 	mdsAddr, mdsHTTP := freePort(t), freePort(t)
+	mds2Addr, mds2HTTP := freePort(t), freePort(t)
 	startChild(t, "mds", "http://"+mdsHTTP+"/readyz", "mds", "--listen", mdsAddr, "--http-listen", mdsHTTP,
 		"--etcd", etcd.Endpoint, "--heartbeat-ttl-ms", "2000")
+	mds2 := startChild(t, "mds2", "http://"+mds2HTTP+"/readyz", "mds", "--listen", mds2Addr, "--http-listen", mds2HTTP,
+		"--etcd", etcd.Endpoint, "--heartbeat-ttl-ms", "2000")
+	bothMDS := mds2Addr + "," + mdsAddr
 	nodes := map[string]*child{}
 	startNode := func(id string) {
 		addr, httpAddr := freePort(t), freePort(t)
 		nodes[id] = startChild(t, id, "http://"+httpAddr+"/readyz", "server", "--listen", addr, "--http-listen", httpAddr,
-			"--disk", filepath.Join(dir, id), "--disk-capacity", "1GiB", "--mds", mdsAddr, "--id", id)
+			"--disk", filepath.Join(dir, id), "--disk-capacity", "1GiB", "--mds", bothMDS, "--id", id)
 	}
 	for _, id := range []string{"n1", "n2", "n3"} {
 		startNode(id)
 	}
 	waitFor(t, "three members registered", 30*time.Second, func() bool { return len(mdsMembers(t, mdsHTTP)) == 3 })
+	if got := mdsMembers(t, mds2HTTP); len(got) != 3 {
+		t.Fatalf("the second MDS sees %v", got)
+	}
 
 	smoke := func(when string) {
 		t.Helper()
-		code, out, errs := dfkv(t, nil, "smoke", "--mds", mdsAddr, "--max-block-bytes", "4MiB")
+		code, out, errs := dfkv(t, nil, "smoke", "--mds", bothMDS, "--max-block-bytes", "4MiB")
 		if code != 0 || !bytes.Contains(out, []byte(" 0 failed")) {
 			t.Fatalf("smoke %s (exit %d):\n%s\n%s", when, code, out, errs)
 		}
 	}
 	smoke("with three nodes")
 
-	cl, err := client.Open(client.Options{Namespace: []byte("cluster"), MDS: []string{mdsAddr}, MDSPoll: 100 * time.Millisecond, Timeout: 10 * time.Second})
+	cl, err := client.Open(client.Options{Namespace: []byte("cluster"), MDS: []string{mds2Addr, mdsAddr}, MDSPoll: 100 * time.Millisecond, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +168,9 @@ func TestClusterProcessesWithEtcd(t *testing.T) {
 	t.Logf("SIGKILL to directory drop %v, to client no longer routing %v (heartbeat TTL 2s, client poll 100ms)",
 		dirTook.Round(10*time.Millisecond), time.Since(killed).Round(10*time.Millisecond))
 	smoke("after a node was killed")
+
+	// One MDS dies; nodes and clients carry on through the other.
+	mds2.signal(t, syscall.SIGKILL)
 
 	// A new node joins and is used.
 	startNode("n4")

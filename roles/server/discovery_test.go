@@ -139,3 +139,49 @@ func TestDiscoveryFollowsMembership(t *testing.T) {
 		t.Fatalf("members after the stop: %v", cl.Members())
 	}
 }
+
+// TestReregisterAfterDirectoryReset: when the MDS comes back with an
+// empty directory (its bbolt file lost), the node's next heartbeat is
+// refused and the node registers again by itself.
+func TestReregisterAfterDirectoryReset(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	mdsAddr := ln.Addr().String()
+	run := func(ln net.Listener, db string) func() {
+		cfg, _, err := config.LoadFrom("mds", "", nil, map[string][]string{"db": {db}, "heartbeat-ttl-ms": {"2000"}, "http-listen": {""}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		ready := make(chan struct{})
+		go func() { done <- mds.Run(ctx, cfg, mds.Deps{Listener: ln, Ready: func() { close(ready) }}) }()
+		<-ready
+		return func() { cancel(); <-done }
+	}
+	stopMDS := run(ln, filepath.Join(t.TempDir(), "a.db"))
+	startRegisteredNode(t, mdsAddr, "n1")
+	mc, _ := client.NewMDSClient([]string{mdsAddr}, "default", nil, time.Second)
+	waitFor := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			_, ms, _, err := mc.Members(context.Background(), 0)
+			if err == nil && len(ms) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("directory holds %d members (%v), want %d", len(ms), err, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor(1)
+	stopMDS()
+	ln2, err := net.Listen("tcp", mdsAddr)
+	if err != nil {
+		t.Skipf("MDS port %s taken meanwhile: %v", mdsAddr, err)
+	}
+	stopMDS = run(ln2, filepath.Join(t.TempDir(), "fresh.db"))
+	defer stopMDS()
+	waitFor(1)
+}

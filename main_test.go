@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -59,7 +60,7 @@ func TestDispatchInProcess(t *testing.T) {
 	f([]string{"dfkv", "nosuch"}, 2, "valid roles: server, mds, smoke, bench, ctl, version")
 	f([]string{"/usr/bin/dfkv-nosuch"}, 2, "dfkvctl")
 	f([]string{"dfkv-mds", "--print-config"}, 0, "mds.listen = ")
-	f([]string{"dfkv", "bench"}, 3, "bench: not implemented yet")
+	f([]string{"dfkv", "bench", "--workload", "scan"}, 2, "valid workloads are put, get, exist, mixed, prefix")
 	f([]string{"dfkv", "version"}, 0, "dfkv ")
 	f([]string{"/opt/x/dfkv_server", "--print-config"}, 0, "server.listen = ")
 	f([]string{"dfkvctl", "--print-config"}, 0, "client.members = ")
@@ -96,7 +97,7 @@ func TestSymlinkDispatch(t *testing.T) {
 	f("dfkv-smoke", []string{"--print-config"}, 0, "client.members")
 	f("dfkv-ctl", []string{"--print-config"}, 0, "client.namespace")
 	f("dfkvctl", []string{"--print-config"}, 0, "client.namespace")
-	f("dfkv-bench", nil, 3, "not implemented yet")
+	f("dfkv-bench", []string{"--print-config"}, 0, "client.members")
 	f("dfkv-mds", []string{"--print-config"}, 0, "mds.etcd_endpoints")
 	f("dfkv_mds", []string{"--print-config"}, 0, "mds.db_path")
 	f("dfkv-bogus", nil, 2, "unknown role name")
@@ -284,9 +285,19 @@ func TestServerProcessEndToEnd(t *testing.T) {
 	}
 	checkAll("before restart")
 
-	code, out, _ = dfkv(t, nil, "ctl", members, "stats")
+	code, out, _ = dfkv(t, nil, "ctl", members, "stats", "--json")
 	if code != 0 || !bytes.Contains(out, []byte(`"objects"`)) {
+		t.Fatalf("ctl stats --json: %d %s", code, out)
+	}
+	code, out, _ = dfkv(t, nil, "ctl", members, "stats")
+	if code != 0 || !bytes.Contains(out, []byte("objects")) || !bytes.Contains(out, []byte("hits")) {
 		t.Fatalf("ctl stats: %d %s", code, out)
+	}
+	code, out, _ = dfkv(t, nil, "ctl", members, "info")
+	for _, want := range []string{"build      dfkv", "cpu ", "features", "engine     file", "disk       " + d0, "disk       " + d1, "setting    server.disks"} {
+		if code != 0 || !bytes.Contains(out, []byte(want)) {
+			t.Fatalf("ctl info lacks %q (exit %d):\n%s", want, code, out)
+		}
 	}
 
 	srv.stop(t)
@@ -326,5 +337,41 @@ func TestServerRefusesBadConfig(t *testing.T) {
 	code, _, errs = dfkv(t, nil, "server", "--config", cfg)
 	if code != 2 || !strings.Contains(errs, "listen_port") {
 		t.Fatalf("unknown key: exit %d: %s", code, errs)
+	}
+}
+
+// TestBenchProcess runs the built `dfkv bench` against a child server:
+// --json - puts pure JSON on stdout (the table goes to stderr); against
+// the stopped server the run reports its errors and exits 1.
+func TestBenchProcess(t *testing.T) {
+	dir := t.TempDir()
+	addr, httpAddr := freePort(t), freePort(t)
+	srv := startServer(t, addr, httpAddr, filepath.Join(dir, "d0"))
+	args := []string{"bench", "--members=" + addr, "--workload", "get", "--value-size", "64KiB", "--keys", "8", "-c", "2", "--ops", "20", "--warmup", "0", "--json", "-"}
+	code, out, errs := dfkv(t, nil, args...)
+	var res struct {
+		OK     bool              `json:"ok"`
+		Errors map[string]uint64 `json:"errors"`
+		Totals struct {
+			Ops   uint64 `json:"ops"`
+			Bytes uint64 `json:"bytes"`
+		} `json:"totals"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("bench --json - did not print JSON on stdout (exit %d): %v\n%s\nstderr:\n%s", code, err, out, errs)
+	}
+	if code != 0 || !res.OK || len(res.Errors) != 0 || res.Totals.Ops != 20 || res.Totals.Bytes != 20*65536 {
+		t.Fatalf("bench get: exit %d, result %+v\nstderr:\n%s", code, res, errs)
+	}
+	if !strings.Contains(errs, "p99.9") {
+		t.Fatalf("bench --json -: the table is not on stderr:\n%s", errs)
+	}
+	srv.stop(t)
+	code, out, errs = dfkv(t, nil, args...)
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("bench against a stopped server: no JSON (exit %d): %v\n%s", code, err, out)
+	}
+	if code != 1 || res.OK || res.Errors["UNAVAILABLE"] == 0 || !strings.Contains(errs, "WARNING: ") {
+		t.Fatalf("bench against a stopped server: exit %d, errors %v\nstderr:\n%s", code, res.Errors, errs)
 	}
 }

@@ -31,7 +31,7 @@ func Command() *cli.Command {
 	)
 	return &cli.Command{
 		Name:  "ctl",
-		Usage: "inspect and edit a cluster: put, get, exist, rm, stats",
+		Usage: "inspect and edit a cluster: put, get, exist, rm, stats, members, info",
 		Flags: flags,
 		Action: func(c *cli.Context) error {
 			if _, _, done, err := rolekit.Load(c, "ctl"); err != nil || done {
@@ -50,7 +50,7 @@ func Command() *cli.Command {
 			rmCommand(),
 			statsCommand(),
 			membersCommand(),
-			{Name: "info", Usage: "node build and disk summary (not implemented yet)", Action: rolekit.NotImplemented("ctl info", "issue 5 (operating dfkv)")},
+			infoCommand(),
 		},
 	}
 }

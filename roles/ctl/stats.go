@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"sort"
 
 	"github.com/urfave/cli/v2"
 )
@@ -11,32 +13,59 @@ import (
 func statsCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "stats",
-		Usage:     "print every member's statistics as JSON",
-		UsageText: "dfkv ctl stats",
+		Usage:     "summarise every member's counters (--json for the raw documents)",
+		UsageText: "dfkv ctl stats [--json]",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print each member's STATS document as JSON"}},
 		Action: func(c *cli.Context) error {
-			cl, _, done, err := open(c)
-			if err != nil || done {
+			asJSON := c.Bool("json")
+			failed, err := fetchStats(c, func(addr string, raw []byte, st *nodeStats) {
+				if asJSON {
+					var out bytes.Buffer
+					if err := json.Indent(&out, raw, "", "  "); err != nil {
+						out.Write(raw)
+					}
+					fmt.Fprintf(c.App.Writer, "# %s\n%s\n", addr, out.String())
+					return
+				}
+				writeStats(c.App.Writer, addr, st)
+			})
+			if err != nil {
 				return err
-			}
-			defer cl.Close()
-			failed := 0
-			for _, addr := range cl.Members() {
-				body, err := cl.Stats(c.Context, addr)
-				if err != nil {
-					failed++
-					fmt.Fprintf(c.App.ErrWriter, "dfkv ctl stats: %s: %v\n", addr, err)
-					continue
-				}
-				var out bytes.Buffer
-				if err := json.Indent(&out, body, "", "  "); err != nil {
-					out.Write(body)
-				}
-				fmt.Fprintf(c.App.Writer, "# %s\n%s\n", addr, out.String())
 			}
 			if failed > 0 {
 				return cli.Exit("", exitFailure)
 			}
 			return nil
 		},
+	}
+}
+
+func writeStats(w io.Writer, addr string, st *nodeStats) {
+	e := st.Engine
+	fmt.Fprintf(w, "node %s (%s)\n", orDash(st.Info.ID), addr)
+	pct := 0.0
+	if e.CapacityBytes > 0 {
+		pct = 100 * float64(e.UsedBytes) / float64(e.CapacityBytes)
+	}
+	fmt.Fprintf(w, "  stored       %d objects, %s of %s (%.1f%%)\n", e.Objects, bytesHuman(e.UsedBytes), bytesHuman(e.CapacityBytes), pct)
+	reads := e.Hits + e.Misses
+	hit := 0.0
+	if reads > 0 {
+		hit = 100 * float64(e.Hits) / float64(reads)
+	}
+	fmt.Fprintf(w, "  reads        %d (%.1f%% hits), %d puts, %d removes, %d evictions, %d I/O errors\n", reads, hit, e.Puts, e.Removes, e.Evictions, e.IOErrors)
+	s := st.Server
+	fmt.Fprintf(w, "  traffic      %s in, %s out; %d open connections (%d accepted, %d refused)\n", bytesHuman(s.BytesIn), bytesHuman(s.BytesOut), s.OpenConns, s.Accepted, s.Refused)
+	fmt.Fprintf(w, "  refusals     %d malformed frames, %d first-request timeouts\n", s.FrameErrors, s.FirstReqTimeouts)
+	ops := make([]string, 0, len(s.Ops))
+	for op, n := range s.Ops {
+		if n > 0 {
+			ops = append(ops, fmt.Sprintf("%s %d", op, n))
+		}
+	}
+	sort.Strings(ops)
+	fmt.Fprintf(w, "  requests     %v\n", ops)
+	if !e.Healthy {
+		fmt.Fprintln(w, "  WARNING      a storage engine failed closed; see the node's log")
 	}
 }

@@ -41,9 +41,10 @@ func Command() *cli.Command {
 			if err != nil || done {
 				return err
 			}
+			file, sources := rolekit.Sources(c, "server")
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			if err := Run(ctx, cfg, Deps{Logger: log}); err != nil {
+			if err := Run(ctx, cfg, Deps{Logger: log, ConfigFile: file, ConfigSources: sources}); err != nil {
 				log.Error("server failed", "error", err.Error())
 				return cli.Exit(fmt.Sprintf("dfkv server: %v", err), 1)
 			}
@@ -64,6 +65,10 @@ type Deps struct {
 	Clock        engine.Clock
 	// Ready, if set, is called with the server once it accepts connections.
 	Ready func(*Server)
+	// ConfigFile and ConfigSources describe where the configuration came
+	// from, for `dfkv ctl info`.
+	ConfigFile    string
+	ConfigSources []string
 }
 
 // Run opens the node's engines, serves until ctx ends, then shuts down
@@ -119,6 +124,10 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		return err
 	}
 
+	srv.SetInfo(NodeInfo{
+		ID: serverID(cfg, ln.Addr()), Group: cfg.Group, Listen: ln.Addr().String(), Engine: sc.StoreEngine,
+		ConfigFile: deps.ConfigFile, ConfigSources: deps.ConfigSources, StartedUnixMS: start.UnixMilli(), MDS: sc.MDS,
+	})
 	promReg := prometheus.NewRegistry()
 	if srv.metrics, err = NewMetrics(promReg, srv, group); err != nil {
 		_ = ln.Close()

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
 	"github.com/dfkv/dfkv/wire"
 )
@@ -285,10 +284,7 @@ func (c *conn) handleOne() error {
 		err := eng.Remove(h.Key)
 		c.respond(wire.StatusOf(err), 0, err)
 	case wire.OpStats:
-		body, _ := json.Marshal(struct {
-			Server Stats        `json:"server"`
-			Engine engine.Stats `json:"engine"`
-		}{c.s.Stats(), eng.Stats()})
+		body, _ := json.Marshal(c.s.statsReply())
 		c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, BodyLen: uint64(len(body))})
 		c.wbuf = append(c.wbuf, body...)
 	case wire.OpBatchPut:

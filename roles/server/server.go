@@ -55,6 +55,7 @@ type Server struct {
 
 	stats   counters
 	metrics *Metrics // nil = not exported
+	info    NodeInfo // reported by STATS
 }
 
 // counters are the server's own numbers; engine numbers come from Stats().

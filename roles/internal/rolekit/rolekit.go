@@ -86,3 +86,23 @@ func OpenClient(cfg *config.Config, log *slog.Logger) (*client.Client, error) {
 		Logger:           log,
 	})
 }
+
+// Sources returns the config file a role read (if any) and the resolved
+// settings that did not come from defaults, one "key = value  # source"
+// line each, for `dfkv ctl info`.
+func Sources(c *cli.Context, role string) (file string, lines []string) {
+	_, res, err := config.Load(c, role, os.LookupEnv)
+	if err != nil {
+		return "", nil
+	}
+	file, _ = res.File()
+	var b strings.Builder
+	_, _ = res.WriteTo(&b)
+	for _, l := range strings.Split(b.String(), "\n") {
+		if l == "" || strings.HasPrefix(l, "#") || strings.Contains(l, "# default") {
+			continue
+		}
+		lines = append(lines, l)
+	}
+	return file, lines
+}

@@ -1,0 +1,400 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/roles/server"
+)
+
+// startNode runs a whole dfkv node (config, file engine, listener)
+// in-process and returns its address and a stop function.
+func startNode(t *testing.T) (addr string, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
+		"disk":          {filepath.Join(dir, "d0")},
+		"disk-capacity": {"256MiB"},
+		"http-listen":   {""},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		done <- server.Run(ctx, cfg, server.Deps{Listener: ln, Ready: func(*server.Server) { close(ready) }})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("node did not start: %v", err)
+	}
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("node stopped with %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
+}
+
+// runBench runs `dfkv bench args…` in-process and returns the exit status
+// and both outputs.
+func runBench(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	app := &cli.App{
+		Name:      "dfkv",
+		Commands:  []*cli.Command{Command()},
+		Writer:    &out,
+		ErrWriter: &errb,
+		ExitErrHandler: func(c *cli.Context, err error) {
+			if err == nil {
+				return
+			}
+			if ec, ok := err.(cli.ExitCoder); ok {
+				if msg := ec.Error(); msg != "" {
+					fmt.Fprintln(&errb, msg)
+				}
+				code = ec.ExitCode()
+				return
+			}
+			fmt.Fprintln(&errb, err)
+			code = 1
+		},
+	}
+	if err := app.Run(append([]string{"dfkv", "bench"}, args...)); err != nil && code == 0 {
+		fmt.Fprintln(&errb, err)
+		code = 2
+	}
+	return code, out.String(), errb.String()
+}
+
+// benchJSON runs bench with --json into a file and decodes it.
+func benchJSON(t *testing.T, wantCode int, args ...string) (*Result, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "r.json")
+	code, out, errs := runBench(t, append(args, "--json", path)...)
+	if code != wantCode {
+		t.Fatalf("bench %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantCode, out, errs)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("bench %v wrote no JSON: %v\nstdout:\n%s\nstderr:\n%s", args, err, out, errs)
+	}
+	var res Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("bench %v: JSON does not decode: %v\n%s", args, err, b)
+	}
+	return &res, out
+}
+
+// checkClean checks a run that must have succeeded: no error anywhere,
+// totals adding up, sane percentiles.
+func checkClean(t *testing.T, what string, res *Result, out string, wantOps uint64) {
+	t.Helper()
+	if !res.OK || res.ErrorCount != 0 || len(res.Errors) != 0 || res.Interrupted {
+		t.Fatalf("%s: ok=%v errors=%d %v interrupted=%v samples %q", what, res.OK, res.ErrorCount, res.Errors, res.Interrupted, res.ErrorSamples)
+	}
+	if strings.Contains(out, "WARNING") {
+		t.Fatalf("%s: a clean run printed a warning:\n%s", what, out)
+	}
+	if wantOps > 0 && res.Totals.Ops != wantOps {
+		t.Fatalf("%s: totals.ops %d, want %d", what, res.Totals.Ops, wantOps)
+	}
+	var seriesOps uint64
+	for _, s := range res.Series {
+		seriesOps += s.OpsCount
+	}
+	if len(res.Series) == 0 || seriesOps != res.Totals.Ops {
+		t.Fatalf("%s: %d samples adding up to %d ops, want %d", what, len(res.Series), seriesOps, res.Totals.Ops)
+	}
+	for _, o := range res.Ops {
+		l := o.Latency
+		if !(l.Min > 0 && l.Min <= l.P50 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
+			t.Fatalf("%s: %s latency percentiles out of order: %+v", what, o.Op, l)
+		}
+		if len(o.Curve) == 0 {
+			t.Fatalf("%s: %s has no percentile curve", what, o.Op)
+		}
+	}
+}
+
+// TestBenchAgainstServer: PUT then GET (and the other workloads) against
+// a real node, with exact totals and a well-formed HTML report.
+func TestBenchAgainstServer(t *testing.T) {
+	addr, _ := startNode(t)
+	common := []string{"--members", addr, "--keys", "16", "-c", "4", "--warmup", "0", "--value-size", "64KiB"}
+
+	res, out := benchJSON(t, 0, append(common, "--workload", "put", "--ops", "40")...)
+	checkClean(t, "put", res, out, 40)
+	if len(res.Ops) != 1 || res.Ops[0].Op != "put" || res.Ops[0].Count != 40 || res.Totals.Bytes != 40*65536 {
+		t.Fatalf("put: ops %+v, bytes %d", res.Ops, res.Totals.Bytes)
+	}
+	if res.Fill != nil {
+		t.Fatalf("put filled the key space without --fill: %+v", res.Fill)
+	}
+
+	htmlPath := filepath.Join(t.TempDir(), "r.html")
+	res, out = benchJSON(t, 0, append(common, "--workload", "get", "--ops", "40", "--html", htmlPath)...)
+	checkClean(t, "get", res, out, 40)
+	if res.Fill == nil || res.Fill.Keys != 16 || res.Fill.Errors != 0 {
+		t.Fatalf("get: fill %+v, want 16 keys and no error", res.Fill)
+	}
+	if len(res.Ops) != 1 || res.Ops[0].Op != "get" || res.Ops[0].Bytes != 40*65536 {
+		t.Fatalf("get: ops %+v", res.Ops)
+	}
+	if !strings.Contains(out, "get") || !strings.Contains(out, "p99.9") {
+		t.Fatalf("get: table lacks the op row or columns:\n%s", out)
+	}
+	page, err := os.ReadFile(htmlPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(page, []byte("<svg")); n != 2 {
+		t.Fatalf("HTML report has %d <svg> plots, want 2", n)
+	}
+	for _, bad := range []string{"<script", "src=", "href=", "@import", "url("} {
+		if bytes.Contains(page, []byte(bad)) {
+			t.Fatalf("HTML report contains %q: it must not fetch or run anything", bad)
+		}
+	}
+	if !bytes.Contains(page, []byte("<polyline")) || !bytes.Contains(page, []byte("no errors")) {
+		t.Fatalf("HTML report lacks plot lines or the no-error note")
+	}
+
+	res, out = benchJSON(t, 0, append(common, "--workload", "exist", "--ops", "30", "--value-size", "4KiB")...)
+	checkClean(t, "exist", res, out, 30)
+	if res.Ops[0].Op != "exist" || res.Totals.Bytes != 0 {
+		t.Fatalf("exist: %+v bytes %d", res.Ops, res.Totals.Bytes)
+	}
+
+	res, out = benchJSON(t, 0, append(common, "--workload", "mixed", "--ops", "100", "--mixed-get-ratio", "0.5")...)
+	checkClean(t, "mixed", res, out, 100)
+	if len(res.Ops) != 2 || res.Ops[0].Count+res.Ops[1].Count != 100 {
+		t.Fatalf("mixed: %+v", res.Ops)
+	}
+
+	// Duration mode: the series covers the measured stage.
+	res, out = benchJSON(t, 0, append(common, "--workload", "put", "--duration", "1200ms", "--warmup", "100ms", "--value-size", "4KiB")...)
+	checkClean(t, "put --duration", res, out, 0)
+	if res.Totals.Seconds < 1.2 || res.Config.DurationS != 1.2 {
+		t.Fatalf("put --duration 1200ms measured %.3fs (config %v)", res.Totals.Seconds, res.Config.DurationS)
+	}
+}
+
+// TestBenchPrefix: with half the sequences stored and half of every
+// sequence shared, a lookup finds all pages of a stored sequence and the
+// shared half of the others: hit rate 0.75, mean prefix 3 of 4 pages.
+func TestBenchPrefix(t *testing.T) {
+	addr, _ := startNode(t)
+	res, out := benchJSON(t, 0, "--members", addr, "--workload", "prefix", "--sequences", "6", "--pages-per-seq", "4",
+		"--shared-prefix", "0.5", "--value-size", "4KiB", "-c", "3", "--ops", "12", "--warmup", "0")
+	checkClean(t, "prefix", res, out, 12)
+	p := res.Prefix
+	if p == nil || p.Lookups != 12 || p.SharedPages != 2 || p.CachedSequences != 3 || p.HitRate != 0.75 || p.MeanPrefixPages != 3 {
+		t.Fatalf("prefix: %+v", p)
+	}
+	// 2 shared pages + 2 own pages of each of the 3 stored sequences.
+	if res.Fill == nil || res.Fill.Keys != 8 {
+		t.Fatalf("prefix: populate stored %+v, want 8 pages", res.Fill)
+	}
+	if !strings.Contains(out, "hit rate 75.0%") {
+		t.Fatalf("prefix: table lacks the hit rate:\n%s", out)
+	}
+}
+
+// TestBenchErrors: failures are counted, announced, and exit 1.
+func TestBenchErrors(t *testing.T) {
+	addr, stop := startNode(t)
+
+	// Values of another size than expected are WRONG_SIZE, not a result.
+	res, _ := benchJSON(t, 0, "--members", addr, "--workload", "put", "--fill", "--keys", "4", "--value-size", "4KiB", "--ops", "4", "--warmup", "0")
+	checkClean(t, "put --fill", res, "", 4)
+	res, out := benchJSON(t, 1, "--members", addr, "--workload", "get", "--fill=false", "--keys", "4", "--value-size", "8KiB", "--ops", "10", "--warmup", "0", "-c", "2")
+	if res.OK || res.Errors[classWrongSize] != 10 || res.ErrorCount != 10 {
+		t.Fatalf("get of 4KiB values as 8KiB: ok=%v errors %v", res.OK, res.Errors)
+	}
+	if !strings.Contains(out, "WARNING: 10 errors (WRONG_SIZE 10)") {
+		t.Fatalf("table does not warn about the errors:\n%s", out)
+	}
+
+	stop()
+	htmlPath := filepath.Join(t.TempDir(), "err.html")
+	res, out = benchJSON(t, 1, "--members", addr, "--workload", "get", "--keys", "4", "--value-size", "4KiB", "--ops", "6", "--warmup", "0", "-c", "2", "--dial-timeout-ms", "500", "--html", htmlPath)
+	if page, err := os.ReadFile(htmlPath); err != nil || !bytes.Contains(page, []byte(`class="warn"`)) || bytes.Count(page, []byte("<svg")) != 2 {
+		t.Fatalf("HTML report of a failed run lacks the warning or the (empty) plots: %v\n%s", err, page)
+	}
+	if res.OK || res.Errors["UNAVAILABLE"] != 4+6 || res.ErrorsByPhase["fill"]["UNAVAILABLE"] != 4 || res.Totals.Ops != 0 {
+		t.Fatalf("run against a stopped node: ok=%v errors %v by phase %v totals %+v samples %q", res.OK, res.Errors, res.ErrorsByPhase, res.Totals, res.ErrorSamples)
+	}
+	if !strings.Contains(out, "WARNING: 10 errors (UNAVAILABLE 10)") || !strings.Contains(out, "connection refused") {
+		t.Fatalf("table does not warn about the stopped node:\n%s", out)
+	}
+	if len(res.ErrorSamples) != 2 {
+		t.Fatalf("want one error sample per phase and class (2), got %q", res.ErrorSamples)
+	}
+
+	// The client answers reads of an unreachable node as misses; bench
+	// must not report them as a short prefix.
+	res, _ = benchJSON(t, 1, "--members", addr, "--workload", "prefix", "--sequences", "2", "--pages-per-seq", "2", "--value-size", "4KiB", "--ops", "4", "--warmup", "0", "-c", "1")
+	if res.ErrorsByPhase["run"]["UNAVAILABLE"] != 4 || res.Errors["NOT_FOUND"] != 0 || res.Prefix.Lookups != 0 {
+		t.Fatalf("prefix against a stopped node: errors %v, prefix %+v", res.ErrorsByPhase, res.Prefix)
+	}
+}
+
+// TestBenchPeers drives the in-memory redis and memcached fakes with the
+// same workers as dfkv.
+func TestBenchPeers(t *testing.T) {
+	for _, proto := range []string{"redis", "memcache"} {
+		t.Run(proto, func(t *testing.T) {
+			addr := startFakePeer(t, proto)
+			common := []string{"--protocol", proto, "--addr", addr, "--keys", "8", "-c", "3", "--warmup", "0", "--value-size", "100KiB"}
+			for _, w := range []string{"get", "put", "exist", "mixed", "prefix"} {
+				res, out := benchJSON(t, 0, append(common, "--workload", w, "--ops", "24", "--sequences", "4", "--pages-per-seq", "2")...)
+				checkClean(t, proto+" "+w, res, out, 24)
+				if res.Config.Protocol != proto || res.Config.Target != addr {
+					t.Fatalf("%s: config %+v", w, res.Config)
+				}
+				if w == "prefix" && res.Prefix.HitRate != 0.75 {
+					t.Fatalf("prefix over %s: hit rate %v, want 0.75", proto, res.Prefix.HitRate)
+				}
+			}
+		})
+	}
+	// A peer that is not there: errors, exit 1.
+	res, _ := benchJSON(t, 1, "--protocol", "memcache", "--addr", freeAddr(t), "--workload", "put", "--ops", "3", "--warmup", "0", "-c", "1", "--value-size", "1KiB")
+	if res.Errors["UNAVAILABLE"] != 3 {
+		t.Fatalf("memcached not running: errors %v", res.Errors)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestBenchUsageErrors(t *testing.T) {
+	f := func(want string, args ...string) {
+		t.Helper()
+		code, out, errs := runBench(t, args...)
+		if code != exitUsage || !strings.Contains(errs, want) {
+			t.Fatalf("bench %v: exit %d (want %d), stderr %q (want %q)\nstdout %s", args, code, exitUsage, errs, want, out)
+		}
+	}
+	f(`--workload "scan": valid workloads are put, get, exist, mixed, prefix`, "--workload", "scan")
+	f(`--protocol "http"`, "--protocol", "http")
+	f("--protocol redis needs --addr host:port", "--protocol", "redis")
+	f("--addr is for --protocol redis|memcache", "--addr", "127.0.0.1:6379")
+	f("--value-size", "--value-size", "1.5MiB")
+	f("--value-size 0", "--value-size", "0")
+	f("exceeds max_block_bytes", "--value-size", "128MiB")
+	f("--mixed-get-ratio 2", "--mixed-get-ratio", "2")
+	f("--concurrency 0", "-c", "0")
+	f("--keys 0", "--keys", "0")
+	f("--duration 0s", "--duration", "0")
+	f("--shared-prefix 1.5", "--shared-prefix", "1.5")
+	f("spaces and control characters", "--key-prefix", "a b")
+	f("DFKV_CLIENT_TIMEOUT_MS", "--timeout-ms", "0")
+	f("would both write to stdout", "--json", "-", "--html", "-")
+
+	code, out, _ := runBench(t, "--print-config")
+	if code != 0 || !strings.Contains(out, "client.members") {
+		t.Fatalf("--print-config: %d %s", code, out)
+	}
+}
+
+func TestIsTerminal(t *testing.T) {
+	if isTerminal(&bytes.Buffer{}) {
+		t.Fatal("a buffer is a terminal")
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if isTerminal(null) {
+		t.Fatal("/dev/null (a character device) is taken for a terminal")
+	}
+}
+
+// TestTableAndHTMLWarnLoudly renders a result with errors: the table and
+// the HTML both lead with the warning, naming every class.
+func TestTableAndHTMLWarnLoudly(t *testing.T) {
+	res := &Result{Config: ResultConfig{Workload: "get", Protocol: "dfkv", Target: "x:1", ValueSize: 4096, Concurrency: 1, Ops: 5},
+		ErrorCount: 3, Errors: map[string]uint64{"TIMEOUT": 2, "IO_ERROR": 1}, ErrorSamples: []string{"GET \"k\": <boom>"}}
+	var tb, hb bytes.Buffer
+	if err := res.WriteTable(&tb); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tb.String(), "WARNING: 3 errors (TIMEOUT 2, IO_ERROR 1)") {
+		t.Fatalf("table:\n%s", tb.String())
+	}
+	if err := res.WriteHTML(&hb); err != nil {
+		t.Fatal(err)
+	}
+	h := hb.String()
+	if !strings.Contains(h, `class="warn"`) || !strings.Contains(h, "TIMEOUT 2") || !strings.Contains(h, "&lt;boom&gt;") {
+		t.Fatalf("HTML does not warn (or does not escape):\n%s", h)
+	}
+}
+
+// TestInterruptedRunIsNotAResult: a run cut short (SIGINT) ends promptly,
+// keeps what it measured, and is marked as not a result.
+func TestInterruptedRunIsNotAResult(t *testing.T) {
+	addr := startFakePeer(t, "redis")
+	ctx, cancel := context.WithCancel(context.Background())
+	o := Options{Workload: wPut, Protocol: "redis", Target: addr, ValueSize: 1024, Keys: 8, Concurrency: 2,
+		Duration: time.Hour, KeyPrefix: "bench/", Seed: 1, Sequences: 1, PagesPerSeq: 1}
+	time.AfterFunc(300*time.Millisecond, cancel)
+	res, err := execute(ctx, o, &peerTarget{proto: "redis", addr: addr, dialTimeout: time.Second, timeout: 5 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Interrupted || res.OK || res.ErrorCount != 0 || res.Totals.Ops == 0 {
+		t.Fatalf("interrupted run: interrupted=%v ok=%v errors=%d ops=%d", res.Interrupted, res.OK, res.ErrorCount, res.Totals.Ops)
+	}
+	if w := res.warning(); !strings.Contains(w, "run interrupted") {
+		t.Fatalf("warning %q does not say the run was interrupted", w)
+	}
+}
+
+func TestProgressBar(t *testing.T) {
+	var b bytes.Buffer
+	progressBar(&b, Options{Duration: 10 * time.Second})(5*time.Second, 500, 2e9, 0)
+	if s := b.String(); !strings.HasPrefix(s, "\r[") || !strings.Contains(s, " 50%") || !strings.Contains(s, "100 ops/s") || !strings.Contains(s, " 0.4 GB/s") || strings.Contains(s, "ERRORS") {
+		t.Fatalf("progress line %q", s)
+	}
+	b.Reset()
+	progressBar(&b, Options{Ops: 100})(time.Second, 20, 0, 5)
+	if s := b.String(); !strings.Contains(s, " 25%") || !strings.Contains(s, "ERRORS 5") {
+		t.Fatalf("progress line with errors %q", s)
+	}
+}

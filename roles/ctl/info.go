@@ -1,0 +1,149 @@
+package ctl
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dfkv/dfkv/engine"
+)
+
+// nodeStats mirrors the STATS reply of a node (roles/server statsReply).
+type nodeStats struct {
+	Info struct {
+		ID            string   `json:"id"`
+		Group         string   `json:"group"`
+		Listen        string   `json:"listen"`
+		Version       string   `json:"version"`
+		Commit        string   `json:"commit"`
+		GoVersion     string   `json:"go_version"`
+		OS            string   `json:"os"`
+		CPU           string   `json:"cpu"`
+		CPUs          int      `json:"cpus"`
+		CPUFeatures   []string `json:"cpu_features"`
+		Engine        string   `json:"engine"`
+		ConfigFile    string   `json:"config_file"`
+		ConfigSources []string `json:"config_sources"`
+		StartedUnixMS int64    `json:"started_unix_ms"`
+		MDS           []string `json:"mds"`
+	} `json:"info"`
+	Server struct {
+		OpenConns        int64             `json:"open_conns"`
+		Accepted         uint64            `json:"accepted"`
+		Refused          uint64            `json:"refused"`
+		FirstReqTimeouts uint64            `json:"first_request_timeouts"`
+		FrameErrors      uint64            `json:"frame_errors"`
+		BytesIn          uint64            `json:"bytes_in"`
+		BytesOut         uint64            `json:"bytes_out"`
+		Ops              map[string]uint64 `json:"ops"`
+	} `json:"server"`
+	Engine engine.Stats   `json:"engine"`
+	Disks  []engine.Stats `json:"disks"`
+}
+
+// fetchStats asks every member for STATS and hands each decoded reply to
+// fn; it returns how many members failed.
+func fetchStats(c *cli.Context, fn func(addr string, raw []byte, st *nodeStats)) (int, error) {
+	cl, _, done, err := open(c)
+	if err != nil || done {
+		return 0, err
+	}
+	defer cl.Close()
+	failed := 0
+	for _, addr := range cl.Members() {
+		raw, err := cl.Stats(c.Context, addr)
+		if err != nil {
+			failed++
+			fmt.Fprintf(c.App.ErrWriter, "dfkv ctl: %s: %v\n", addr, err)
+			continue
+		}
+		var st nodeStats
+		if err := json.Unmarshal(raw, &st); err != nil {
+			failed++
+			fmt.Fprintf(c.App.ErrWriter, "dfkv ctl: %s: unreadable STATS reply: %v\n", addr, err)
+			continue
+		}
+		fn(addr, raw, &st)
+	}
+	return failed, nil
+}
+
+func infoCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "info",
+		Usage:     "print each member's build, CPU, engine, disks, capacity and configuration sources",
+		UsageText: "dfkv ctl info",
+		Action: func(c *cli.Context) error {
+			failed, err := fetchStats(c, func(addr string, _ []byte, st *nodeStats) { writeInfo(c.App.Writer, addr, st) })
+			if err != nil {
+				return err
+			}
+			if failed > 0 {
+				return cli.Exit("", exitFailure)
+			}
+			return nil
+		},
+	}
+}
+
+func writeInfo(w io.Writer, addr string, st *nodeStats) {
+	in := st.Info
+	fmt.Fprintf(w, "node %s (%s)\n", in.ID, addr)
+	fmt.Fprintf(w, "  build      dfkv %s, commit %s, %s, %s\n", in.Version, orDash(in.Commit), in.GoVersion, in.OS)
+	if in.StartedUnixMS > 0 {
+		fmt.Fprintf(w, "  up         %s\n", time.Since(time.UnixMilli(in.StartedUnixMS)).Round(time.Second))
+	}
+	fmt.Fprintf(w, "  cpu        %s, %d CPUs\n", orDash(in.CPU), in.CPUs)
+	fmt.Fprintf(w, "  features   %s\n", strings.Join(in.CPUFeatures, " "))
+	fmt.Fprintf(w, "  group      %s; membership %s\n", in.Group, membership(in.MDS))
+	fmt.Fprintf(w, "  engine     %s; %d objects, %s of %s used\n", in.Engine, st.Engine.Objects, bytesHuman(st.Engine.UsedBytes), bytesHuman(st.Engine.CapacityBytes))
+	for _, d := range st.Disks {
+		health := "healthy"
+		if !d.Healthy {
+			health = "FAILED CLOSED"
+		}
+		io := "O_DIRECT"
+		if !d.DirectIO {
+			io = "buffered I/O"
+		}
+		fmt.Fprintf(w, "  disk       %s: %s, %s of %s, %d objects, %s, %s\n", d.Path, d.Engine, bytesHuman(d.UsedBytes), bytesHuman(d.CapacityBytes), d.Objects, io, health)
+	}
+	if in.ConfigFile != "" {
+		fmt.Fprintf(w, "  config     %s\n", in.ConfigFile)
+	}
+	for _, l := range in.ConfigSources {
+		fmt.Fprintf(w, "  setting    %s\n", l)
+	}
+}
+
+func membership(mds []string) string {
+	if len(mds) == 0 {
+		return "static"
+	}
+	return "MDS " + strings.Join(mds, ",")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// bytesHuman prints n in binary units.
+func bytesHuman(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

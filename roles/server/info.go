@@ -1,0 +1,73 @@
+package server
+
+import (
+	"runtime"
+	"sort"
+
+	"github.com/klauspost/cpuid/v2"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/roles/version"
+)
+
+// NodeInfo is what `dfkv ctl info` shows about a node: its build, the CPU
+// it runs on and how it was configured. It is sent in the STATS reply.
+type NodeInfo struct {
+	ID            string   `json:"id"`
+	Group         string   `json:"group"`
+	Listen        string   `json:"listen"`
+	Version       string   `json:"version"`
+	Commit        string   `json:"commit"`
+	GoVersion     string   `json:"go_version"`
+	OS            string   `json:"os"`
+	CPU           string   `json:"cpu"`
+	CPUs          int      `json:"cpus"`
+	CPUFeatures   []string `json:"cpu_features"`
+	Engine        string   `json:"engine"`
+	ConfigFile    string   `json:"config_file,omitempty"`
+	ConfigSources []string `json:"config_sources,omitempty"` // "key = value  # source" lines that are not defaults
+	StartedUnixMS int64    `json:"started_unix_ms"`
+	MDS           []string `json:"mds,omitempty"`
+}
+
+// cpuInfo fills the CPU fields from cpuid: the features that matter to a
+// data mover (vector widths for checksums and copies, AES and SHA for
+// hashing identities) come first, the rest follow sorted.
+func (n *NodeInfo) cpuInfo() {
+	n.CPU = cpuid.CPU.BrandName
+	n.CPUs = runtime.NumCPU()
+	n.GoVersion = runtime.Version()
+	n.OS = runtime.GOOS + "/" + runtime.GOARCH
+	n.Version, n.Commit = version.Version, version.Commit
+	feats := cpuid.CPU.FeatureSet()
+	sort.Strings(feats)
+	n.CPUFeatures = feats
+}
+
+// statsReply is the STATS reply body.
+type statsReply struct {
+	Info   NodeInfo       `json:"info"`
+	Server Stats          `json:"server"`
+	Engine engine.Stats   `json:"engine"`
+	Disks  []engine.Stats `json:"disks,omitempty"`
+}
+
+// SetInfo records what STATS reports about the node. Call before Serve.
+func (s *Server) SetInfo(n NodeInfo) {
+	n.cpuInfo()
+	s.info = n
+}
+
+func (s *Server) statsReply() statsReply {
+	r := statsReply{Info: s.info, Server: s.Stats(), Engine: s.opts.Engine.Stats()}
+	if g, ok := s.opts.Engine.(*engine.Group); ok {
+		r.Disks = g.Disks()
+		names := g.Names()
+		for i := range r.Disks {
+			if r.Disks[i].Path == "" {
+				r.Disks[i].Path = names[i]
+			}
+		}
+	}
+	return r
+}

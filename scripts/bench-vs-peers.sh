@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# bench-vs-peers.sh: dfkv against redis and memcached on this machine, with
+# one load generator for all three (`dfkv bench --protocol dfkv|redis|memcache`),
+# so the tool is not the difference (issue 5, part 6).
+#
+# It installs redis-server, memcached and iperf3 from Debian when missing,
+# starts redis (persistence off), memcached (-t 2 -I 8m -m 8192), iperf3 -s
+# and a dfkv server (temporary disk directory) on free loopback ports, as
+# its own children, and stops them by PID on exit. For each value size
+# (64KiB, 1MiB) and each system, it fills the key space once (unmeasured:
+# first-touch of fresh memory is far slower than steady state, see
+# BASELINE); then for each connection count (1, 16) it measures GET, then
+# SET/PUT over the same keys, for a fixed duration. Then EXIST of
+# 4KiB-value keys at 16 connections (dfkv EXIST, redis EXISTS, memcached
+# `mg KEY` without flags), and the loopback ceiling: iperf3 --len 1M, one
+# stream.
+#
+# It prints one table: GB/s of values (GB = 1e9 bytes; ops/s for EXIST)
+# per system, and the dfkv/redis and dfkv/memcached ratios. The JSON result
+# of every run is kept in the results directory.
+#
+# Usage: scripts/bench-vs-peers.sh [--quick] [--duration SECS] [--out DIR] [--server-args ARGS]
+#   --quick            a short smoke run (1 s per measurement, small key spaces)
+#   --duration S       seconds per measurement (default 5)
+#   --out DIR          keep results in DIR (default: a new directory under /tmp)
+#   --server-args ARGS extra flags for `dfkv server`, word-split
+#                      (e.g. "--store-engine slab")
+# Exit status: 0 when every run was clean; 1 when any run had errors (its
+# cell shows ERR) or a server failed to start.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0
+duration=5
+out=""
+server_args=""
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--quick) quick=1 ;;
+	--duration) duration="$2"; shift ;;
+	--out) out="$2"; shift ;;
+	--server-args) server_args="$2"; shift ;;
+	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) echo "bench-vs-peers.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+	esac
+	shift
+done
+
+warmup=1s
+sizes=(64KiB 1MiB)
+conns=(1 16)
+# Key spaces of about 1 GiB per size (BASELINE's loadgen used the same),
+# and 16384 4KiB-value keys for EXIST.
+declare -A keys=([64KiB]=16384 [1MiB]=1024)
+exist_keys=16384
+iperf_secs=5
+if [ "$quick" = 1 ]; then
+	duration=1
+	warmup=300ms
+	keys=([64KiB]=512 [1MiB]=128)
+	exist_keys=1024
+	iperf_secs=1
+fi
+
+# --- tools ---------------------------------------------------------------
+missing=()
+for pair in redis-server:redis-server memcached:memcached iperf3:iperf3; do
+	command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	echo "== installing ${missing[*]} from Debian"
+	$sudo apt-get update -q
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
+fi
+
+# --- processes, all ours, stopped by PID ------------------------------------
+data=$(mktemp -d -t dfkv-vs-peers-data.XXXXXX)
+results=${out:-$(mktemp -d -t dfkv-vs-peers.XXXXXX)}
+mkdir -p "$results"
+pids=()
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	rm -rf "$data"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_port() {
+	local p
+	for _ in $(seq 1 100); do
+		p=$((20000 + RANDOM % 30000))
+		if ! port_in_use "$p"; then
+			echo "$p"
+			return
+		fi
+	done
+	echo "bench-vs-peers.sh: no free port found" >&2
+	exit 1
+}
+# wait_port NAME PORT PID LOG: until PORT accepts, or fail naming NAME.
+wait_port() {
+	for _ in $(seq 1 200); do
+		if port_in_use "$2"; then return 0; fi
+		if ! kill -0 "$3" 2>/dev/null; then
+			echo "bench-vs-peers.sh: $1 exited before listening on $2; its log:" >&2
+			cat "$4" >&2
+			exit 1
+		fi
+		sleep 0.05
+	done
+	echo "bench-vs-peers.sh: $1 does not listen on $2 after 10 s; its log:" >&2
+	cat "$4" >&2
+	exit 1
+}
+
+echo "== building dfkv"
+go build -o "$data/dfkv" .
+dfkv="$data/dfkv"
+
+redis_port=$(free_port)
+redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
+	--protected-mode yes --daemonize no >"$results/redis.log" 2>&1 &
+pids+=($!)
+wait_port redis "$redis_port" $! "$results/redis.log"
+
+mc_port=$(free_port)
+mc_user=()
+[ "$(id -u)" = 0 ] && mc_user=(-u root) # memcached refuses root without -u
+memcached -l 127.0.0.1 -p "$mc_port" -U 0 -m 8192 -I 8m -t 2 -c 4096 "${mc_user[@]}" \
+	>"$results/memcached.log" 2>&1 &
+pids+=($!)
+wait_port memcached "$mc_port" $! "$results/memcached.log"
+
+iperf_port=$(free_port)
+iperf3 -s -B 127.0.0.1 -p "$iperf_port" >"$results/iperf3-server.log" 2>&1 &
+pids+=($!)
+wait_port iperf3 "$iperf_port" $! "$results/iperf3-server.log"
+
+dfkv_port=$(free_port)
+"$dfkv" server --listen "127.0.0.1:$dfkv_port" --http-listen "" \
+	--disk "$data/disk0" --disk-capacity 16GiB $server_args >"$results/dfkv-server.log" 2>&1 &
+pids+=($!)
+wait_port "dfkv server" "$dfkv_port" $! "$results/dfkv-server.log"
+
+echo "== redis :$redis_port, memcached :$mc_port, iperf3 :$iperf_port, dfkv :$dfkv_port; results in $results"
+
+# --- measurements -------------------------------------------------------------
+failed=0
+# total FILE KEY: a field of the "totals" object of a bench JSON result.
+total() {
+	awk -v k="\"$2\":" '/"totals": \{/ {f = 1; next} f && /\}/ {f = 0} f && index($0, k) {gsub(/[ ,]/, ""); split($0, a, ":"); print a[2]}' "$1"
+}
+# run SYSTEM NAME ARGS...: one bench run; prints the GB/s (ops/s when
+# unit=ops) of the measured stage, or ERR. It runs in $(...), so it sets
+# nothing: measure_row notes the ERR.
+run() {
+	local sys=$1 name=$2
+	shift 2
+	local target=(--members "127.0.0.1:$dfkv_port")
+	case "$sys" in
+	redis) target=(--protocol redis --addr "127.0.0.1:$redis_port") ;;
+	memcached) target=(--protocol memcache --addr "127.0.0.1:$mc_port") ;;
+	esac
+	local json="$results/$name-$sys.json"
+	if "$dfkv" bench "${target[@]}" --key-prefix "vs/" --duration "${duration}s" --warmup "$warmup" \
+		--json "$json" "$@" >"$results/$name-$sys.txt" 2>&1; then
+		if [ "$unit" = ops/s ]; then total "$json" ops_per_s; else total "$json" gb_per_s; fi
+	else
+		echo "bench-vs-peers.sh: $sys $name had errors, see $results/$name-$sys.txt:" >&2
+		grep -E "WARNING|error:|dfkv bench:" "$results/$name-$sys.txt" | head -5 >&2 || true
+		echo ERR
+	fi
+}
+
+fmt() {
+	case "$1" in ERR | "") echo "${1:-?}" ;; *) awk -v v="$1" 'BEGIN { if (v >= 1000) printf "%.0f", v; else printf "%.3g", v }' ;; esac
+}
+rows=()
+measure_row() { # OP SIZE CONNS NAME ARGS...: one row of the table
+	local op=$1 size=$2 c=$3 name=$4
+	shift 4
+	local d r m
+	d=$(run dfkv "$name" "$@")
+	r=$(run redis "$name" "$@")
+	m=$(run memcached "$name" "$@")
+	case "$d$r$m" in *ERR*) failed=1 ;; esac
+	rows+=("$op|$size|$c|$unit|$d|$r|$m")
+	printf '   %-5s %-6s c=%-3s dfkv %s  redis %s  memcached %s %s\n' "$op" "$size" "$c" "$(fmt "$d")" "$(fmt "$r")" "$(fmt "$m")" "$unit" >&2
+}
+
+for size in "${sizes[@]}"; do
+	for c in "${conns[@]}"; do
+		n=${keys[$size]}
+		unit=GB/s
+		# The first connection count of a size fills the key space; the
+		# later ones find it filled (the SET run rewrote the same keys
+		# with values of the same size).
+		fill=(--fill=false) what="keys already filled"
+		[ "$c" = "${conns[0]}" ] && fill=(--fill) what="fill"
+		echo "== $size, $c connections, $n keys: $what, then GET" >&2
+		measure_row GET "$size" "$c" "get-$size-c$c" --workload get "${fill[@]}" --value-size "$size" --keys "$n" -c "$c"
+		echo "== $size, $c connections: SET/PUT over the filled keys" >&2
+		measure_row SET "$size" "$c" "set-$size-c$c" --workload put --fill=false --value-size "$size" --keys "$n" -c "$c"
+	done
+done
+unit=ops/s
+echo "== EXIST, 4KiB values, 16 connections, $exist_keys keys" >&2
+measure_row EXIST 4KiB 16 "exist-4KiB-c16" --workload exist --value-size 4KiB --keys "$exist_keys" -c 16
+
+echo "== iperf3 --len 1M, 1 stream, ${iperf_secs}s" >&2
+iperf_gbs=ERR
+if iperf3 -c 127.0.0.1 -p "$iperf_port" --len 1M -t "$iperf_secs" -J >"$results/iperf3.json" 2>&1; then
+	iperf_gbs=$(awk '/"sum_received"/ {f = 1} f && /"bits_per_second"/ {gsub(/[ ,]/, ""); split($0, a, ":"); printf "%.3g\n", a[2] / 8e9; exit}' "$results/iperf3.json")
+else
+	echo "bench-vs-peers.sh: iperf3 failed, see $results/iperf3.json" >&2
+	failed=1
+fi
+
+# --- the table ----------------------------------------------------------------
+ratio() {
+	case "$1$2" in *ERR* | "") echo "-"; return ;; esac
+	awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'
+}
+echo
+echo "dfkv vs redis vs memcached, one load generator (dfkv bench), $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores$([ "$quick" = 1 ] && echo ', QUICK run')"
+echo "measured ${duration}s per cell after an unmeasured fill and ${warmup} warm-up; GB = 1e9 bytes of values"
+echo "dfkv server: --disk-capacity 16GiB ${server_args:-(default engine)}"
+printf '%-6s %-6s %5s  %-5s %10s %10s %10s  %10s  %14s\n' op size conns unit dfkv redis memcached dfkv/redis dfkv/memcached
+for row in "${rows[@]}"; do
+	IFS='|' read -r op size c u d r m <<<"$row"
+	printf '%-6s %-6s %5s  %-5s %10s %10s %10s  %10s  %14s\n' "$op" "$size" "$c" "$u" "$(fmt "$d")" "$(fmt "$r")" "$(fmt "$m")" "$(ratio "$d" "$r")" "$(ratio "$d" "$m")"
+done
+echo "loopback ceiling: iperf3 --len 1M, 1 stream, ${iperf_secs}s: $iperf_gbs GB/s"
+echo "results: $results"
+if [ "$failed" != 0 ]; then
+	echo "WARNING: some runs had errors (ERR cells): they are not results" >&2
+	exit 1
+fi

@@ -57,6 +57,7 @@ type Server struct {
 	MaxBlockBytes     uint64        // largest value a PUT may store and the largest frame body
 	MaxBatchItems     int           // items in one batch frame
 	MaxConns          int           // open data-plane connections; past it new ones are refused
+	SocketBufferBytes uint64        // SO_SNDBUF/SO_RCVBUF per connection; 0 = kernel autotuning
 	FirstRequest      time.Duration // how long a new connection may take to send its first request; 0 = no limit
 	ShutdownTimeout   time.Duration // how long SIGTERM waits for in-flight requests
 

@@ -175,6 +175,12 @@ var settings = []setting{
 		value: intValue{field: func(c *Config) *int { return &c.Server.MaxConns }, min: 1, max: 1000000},
 	},
 	{
+		key: "server.socket_buffer_bytes", env: "DFKV_SOCKET_BUFFER_BYTES", flag: "socket-buffer", roles: roleServer,
+		def:   "0",
+		help:  "SO_SNDBUF and SO_RCVBUF of each data connection; 0 leaves the kernel's autotuning on",
+		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.SocketBufferBytes }, min: 0, max: 1 << 30, note: "0 (kernel autotuning) or a size such as 4MiB"},
+	},
+	{
 		key: "server.first_request_ms", env: "DFKV_TCP_FIRST_REQ_MS", flag: "first-request-ms", roles: roleServer,
 		def:   "30000",
 		help:  "milliseconds a new connection may take to send its first request; 0 waits forever",

@@ -117,6 +117,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		MaxConns:        sc.MaxConns,
 		FirstRequest:    sc.FirstRequest,
 		ShutdownTimeout: sc.ShutdownTimeout,
+		SocketBuffer:    int(sc.SocketBufferBytes),
 	})
 	if err != nil {
 		_ = ln.Close()

@@ -39,6 +39,9 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// WriteTimeout bounds one flush to a client that stopped reading.
 	WriteTimeout time.Duration
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of each connection; 0
+	// keeps the kernel's autotuning.
+	SocketBuffer int
 }
 
 // Server serves one node's engine over TCP.
@@ -147,6 +150,10 @@ func (s *Server) isClosing() bool {
 func (s *Server) startConn(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
+		if b := s.opts.SocketBuffer; b > 0 {
+			_ = tc.SetReadBuffer(b)
+			_ = tc.SetWriteBuffer(b)
+		}
 	}
 	s.mu.Lock()
 	if s.closing || len(s.conns) >= s.opts.MaxConns {

@@ -294,7 +294,7 @@ func TestServerProcessEndToEnd(t *testing.T) {
 		t.Fatalf("ctl stats: %d %s", code, out)
 	}
 	code, out, _ = dfkv(t, nil, "ctl", members, "info")
-	for _, want := range []string{"build      dfkv", "cpu ", "features", "engine     file", "disk       " + d0, "disk       " + d1, "setting    server.disks"} {
+	for _, want := range []string{"build      dfkv", "cpu ", "features", "engine     slab", "disk       " + d0, "disk       " + d1, "setting    server.disks"} {
 		if code != 0 || !bytes.Contains(out, []byte(want)) {
 			t.Fatalf("ctl info lacks %q (exit %d):\n%s", want, code, out)
 		}
@@ -328,9 +328,21 @@ func TestServerRefusesBadConfig(t *testing.T) {
 	if code != 2 || !strings.Contains(errs, "DFKV_LISTEN") {
 		t.Fatalf("bad listen: exit %d: %s", code, errs)
 	}
-	code, _, errs = dfkv(t, nil, "server", "--disk", filepath.Join(dir, "d"), "--store-engine", "slab", "--listen", freePort(t), "--http-listen", "")
-	if code == 0 || !strings.Contains(errs, "not built yet") {
-		t.Fatalf("slab engine: exit %d: %s", code, errs)
+	code, _, errs = dfkv(t, nil, "server", "--disk", filepath.Join(dir, "d"), "--store-engine", "lsm", "--listen", freePort(t), "--http-listen", "")
+	if code != 2 || !strings.Contains(errs, "DFKV_STORE_ENGINE") {
+		t.Fatalf("unknown engine: exit %d: %s", code, errs)
+	}
+	// A disk the file engine wrote is not silently reformatted by slab.
+	fileDisk := filepath.Join(dir, "filedisk")
+	if err := os.MkdirAll(filepath.Join(fileDisk, "blocks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = dfkv(t, nil, "server", "--disk", fileDisk, "--disk-capacity", "256MiB", "--listen", freePort(t), "--http-listen", "")
+	if code == 0 || !strings.Contains(errs, fileDisk) {
+		t.Fatalf("slab on a file-engine disk: exit %d: %s", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(fileDisk, "slab_meta")); err == nil {
+		t.Fatal("slab wrote into a directory it refused")
 	}
 	cfg := filepath.Join(dir, "bad.toml")
 	_ = os.WriteFile(cfg, []byte("[server]\nlisten = \"127.0.0.1:1\"\nlisten_port = 3\n"), 0o644)

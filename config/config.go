@@ -53,7 +53,8 @@ type Server struct {
 	MDS               []string      // MDS addresses; empty = static membership
 	Disks             []string      // one directory per disk
 	DiskCapacityBytes uint64        // per disk; 0 = sized from the filesystem at startup
-	StoreEngine       string        // "file" (the slab engine lands with issue 3)
+	StoreEngine       string        // "slab" (default) or "file" (diagnostic)
+	SlabExtentBytes   uint64        // slab extent size; 0 = max(64MiB, MaxBlockBytes)
 	MaxBlockBytes     uint64        // largest value a PUT may store and the largest frame body
 	MaxBatchItems     int           // items in one batch frame
 	MaxConns          int           // open data-plane connections; past it new ones are refused

@@ -147,14 +147,20 @@ var settings = []setting{
 	{
 		key: "server.disk_capacity_bytes", env: "DFKV_DISK_CAPACITY_BYTES", flag: "disk-capacity", roles: roleServer,
 		def:   "0",
-		help:  "bytes each disk may hold; 0 sizes it from the filesystem at startup",
+		help:  "bytes each disk may hold (the slab engine preallocates them); 0 sizes it at startup",
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.DiskCapacityBytes }, min: 0, max: math.MaxUint64, note: "0 (size from the filesystem) or a size such as 512GiB"},
 	},
 	{
 		key: "server.store_engine", env: "DFKV_STORE_ENGINE", flag: "store-engine", roles: roleServer,
-		def:   "file",
-		help:  "storage engine: file, or slab (not built yet; the server says so)",
+		def:   "slab",
+		help:  "storage engine: slab (production: preallocated extents, crash-safe restart) or file (diagnostic: one file per block)",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.StoreEngine }, ok: oneOf("file", "slab"), text: "file, slab"},
+	},
+	{
+		key: "server.slab_extent_bytes", env: "DFKV_SLAB_EXTENT_BYTES", flag: "slab-extent-bytes", roles: roleServer,
+		def:   "0",
+		help:  "slab engine extent size; 0 = max(64MiB, max_block_bytes). Part of the on-disk geometry: changing it needs an empty disk",
+		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.SlabExtentBytes }, min: 0, max: 1 << 34, note: "0 (automatic) or a multiple of 1MiB such as 64MiB"},
 	},
 	{
 		key: "server.max_block_bytes", env: "DFKV_MAX_BLOCK_BYTES", flag: "max-block-bytes", roles: roleServer | roleTools,

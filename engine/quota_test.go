@@ -8,6 +8,7 @@ import (
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/file"
+	"github.com/dfkv/dfkv/engine/slab"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -22,14 +23,36 @@ func tkey(tenant uint64, i int) wire.BlockKey {
 	return k
 }
 
-// quotaGroup opens file engines on two disks under dir, all reporting to q.
+// quotaEngine is the engine the quota tests run over; each test runs
+// once per engine (eachEngine), since both must account committed bytes.
+var quotaEngine = "file"
+
+func eachEngine(t *testing.T, f func(t *testing.T)) {
+	for _, name := range []string{"file", "slab"} {
+		t.Run(name, func(t *testing.T) {
+			quotaEngine = name
+			f(t)
+		})
+	}
+}
+
+// quotaGroup opens engines on two disks under dir, all reporting to q.
 func quotaGroup(t *testing.T, dir string, capacity uint64, q *engine.Quotas) *engine.Group {
 	t.Helper()
 	var engines []engine.StoreEngine
 	var names []string
 	for _, d := range []string{"d0", "d1"} {
 		p := filepath.Join(dir, d)
-		e, err := file.Open(file.Options{Dir: p, CapacityBytes: capacity, Accounting: q})
+		var e engine.StoreEngine
+		var err error
+		if quotaEngine == "slab" {
+			// Extents of an eighth of the capacity, so several size
+			// classes coexist on a small test disk.
+			ext := max(capacity/8/4096*4096, 4096)
+			e, err = slab.Open(slab.Options{Dir: p, CapacityBytes: capacity / ext * ext, ExtentBytes: ext, Accounting: q})
+		} else {
+			e, err = file.Open(file.Options{Dir: p, CapacityBytes: capacity, Accounting: q})
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +84,9 @@ func wantStatus(t *testing.T, err error, want wire.Status, what string) {
 	}
 }
 
-func TestQuotaScalar(t *testing.T) {
+func TestQuotaScalar(t *testing.T) { eachEngine(t, testQuotaScalar) }
+
+func testQuotaScalar(t *testing.T) {
 	q := engine.NewQuotas(0, map[uint64]uint64{tenantA: 10000})
 	g := quotaGroup(t, t.TempDir(), 1<<30, q)
 	defer g.Close()
@@ -87,6 +112,10 @@ func TestQuotaScalar(t *testing.T) {
 }
 
 func TestQuotaDefaultAppliesToUnlisted(t *testing.T) {
+	eachEngine(t, testQuotaDefaultAppliesToUnlisted)
+}
+
+func testQuotaDefaultAppliesToUnlisted(t *testing.T) {
 	q := engine.NewQuotas(5000, map[uint64]uint64{tenantA: 0})
 	g := quotaGroup(t, t.TempDir(), 1<<30, q)
 	defer g.Close()
@@ -96,7 +125,9 @@ func TestQuotaDefaultAppliesToUnlisted(t *testing.T) {
 
 // TestQuotaBatchPerItem: one tenant's items are refused past its quota in
 // batch order while another tenant's items in the same batch are stored.
-func TestQuotaBatchPerItem(t *testing.T) {
+func TestQuotaBatchPerItem(t *testing.T) { eachEngine(t, testQuotaBatchPerItem) }
+
+func testQuotaBatchPerItem(t *testing.T) {
 	q := engine.NewQuotas(0, map[uint64]uint64{tenantA: 8000})
 	g := quotaGroup(t, t.TempDir(), 1<<30, q)
 	defer g.Close()
@@ -118,6 +149,10 @@ func TestQuotaBatchPerItem(t *testing.T) {
 
 // TestQuotaConcurrentNeverOversubscribes races many PUTs of one tenant.
 func TestQuotaConcurrentNeverOversubscribes(t *testing.T) {
+	eachEngine(t, testQuotaConcurrentNeverOversubscribes)
+}
+
+func testQuotaConcurrentNeverOversubscribes(t *testing.T) {
 	const limit = 64 * 1000
 	q := engine.NewQuotas(0, map[uint64]uint64{tenantA: limit})
 	g := quotaGroup(t, t.TempDir(), 1<<30, q)
@@ -150,6 +185,10 @@ func TestQuotaConcurrentNeverOversubscribes(t *testing.T) {
 // TestQuotaAccountingThroughEvictionAndRestart: committed bytes follow
 // eviction, and a restart rebuilds them from what is on disk.
 func TestQuotaAccountingThroughEvictionAndRestart(t *testing.T) {
+	eachEngine(t, testQuotaAccountingThroughEvictionAndRestart)
+}
+
+func testQuotaAccountingThroughEvictionAndRestart(t *testing.T) {
 	dir := t.TempDir()
 	q := engine.NewQuotas(0, map[uint64]uint64{tenantA: 1 << 30})
 	g := quotaGroup(t, dir, 40000, q) // two disks of 40000 bytes: eviction must happen

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite uses, if missing:
-#   etcd-server  - a real etcd for the membership tests (started per test)
+#   etcd-server   - a real etcd for the membership tests (started per test)
+#   python3-torch - CPU torch for Debian's /usr/bin/python3, for the
+#                   connector tests with real tensors (contrib/python)
+#   gcc           - cgo for libdfkv.so and the C test program
 # Needs root (CI runs as root); prints what it does.
 set -euo pipefail
 need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+/usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
+command -v cc >/dev/null 2>&1 || need+=(gcc)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "== installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
@@ -15,3 +20,4 @@ if [ ${#need[@]} -gt 0 ]; then
 	pkill -x etcd 2>/dev/null || true
 fi
 echo "== etcd: $(etcd --version 2>/dev/null | head -1)"
+echo "== torch for /usr/bin/python3: $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1)"

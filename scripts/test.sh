@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of dfkv: formatting and vet, the Go suites with the race
 # detector (fuzz seed corpora included: `go test` replays testdata/fuzz),
-# and the multi-process tests that build and start real dfkv binaries.
+# the multi-process tests that build and start real dfkv binaries (and a
+# real etcd), and the C ABI and Python connector tests against real nodes.
 # This is the README's test command and what .ci/run calls.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,3 +24,6 @@ echo "== go test -race"
 # (each starting servers) at once; each package still runs its own tests
 # in parallel where they say so.
 go test -race -count=1 -p 1 -timeout 15m ./...
+
+echo "== contrib: libdfkv.so, the C test program, the Python package and connectors"
+bash scripts/test-contrib.sh

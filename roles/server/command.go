@@ -20,6 +20,7 @@ import (
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/file"
+	"github.com/dfkv/dfkv/engine/slab"
 	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
 	"github.com/dfkv/dfkv/roles/version"
@@ -221,12 +222,8 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 // over them. On failure it closes whatever it opened.
 func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Logger) (*engine.Group, error) {
 	sc := cfg.Server
-	switch sc.StoreEngine {
-	case "file":
-	case "slab":
-		return nil, fmt.Errorf("store engine %q is not built yet; start with --store-engine=file (DFKV_STORE_ENGINE=file)", sc.StoreEngine)
-	default:
-		return nil, fmt.Errorf("unknown store engine %q; valid: file", sc.StoreEngine)
+	if sc.StoreEngine != "slab" && sc.StoreEngine != "file" {
+		return nil, fmt.Errorf("unknown store engine %q (server.store_engine / DFKV_STORE_ENGINE); valid: slab, file", sc.StoreEngine)
 	}
 	quotas, err := LoadQuotas(sc.TenantQuotasFile, sc.TenantDefaultQuotaBytes)
 	if err != nil {
@@ -243,24 +240,7 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 		}
 	}
 	for _, dir := range sc.Disks {
-		capacity := sc.DiskCapacityBytes
-		if capacity == 0 {
-			if err := fs.MkdirAll(dir, 0o755); err != nil {
-				closeAll()
-				return nil, fmt.Errorf("disk %s: %w", dir, err)
-			}
-			u, err := fs.Usage(dir)
-			if err != nil {
-				closeAll()
-				return nil, fmt.Errorf("disk %s: size it with server.disk_capacity_bytes: %w", dir, err)
-			}
-			// Half the filesystem: stable across restarts (unlike free
-			// space, which shrinks as the cache fills), and the ENOSPC
-			// evict-and-retry covers a disk shared with other data.
-			capacity = u.Total / 2
-			log.Info("disk capacity not configured; using half of the filesystem", "disk", dir, "capacity_bytes", capacity)
-		}
-		e, err := file.Open(file.Options{Dir: dir, CapacityBytes: capacity, FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct})
+		e, err := openDisk(sc, dir, fs, clock, log, acct)
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("open disk %s: %w", dir, err)
@@ -281,6 +261,68 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 		log.Info("tenant quotas on", "file", sc.TenantQuotasFile, "default_quota_bytes", sc.TenantDefaultQuotaBytes)
 	}
 	return g, nil
+}
+
+// Automatic slab sizing: a new disk gets a quarter of its free space, at
+// most autoSlabMax, rounded down to whole extents. Production nodes set
+// server.disk_capacity_bytes; the automatic size is for trying dfkv out
+// without filling a shared disk.
+const autoSlabMax = 4 << 30
+
+// openDisk opens one disk's engine. Without a configured capacity, a slab
+// disk keeps the geometry it was formatted with (so a restart never trips
+// the geometry check) and a new one is sized from its free space; the file
+// engine, which preallocates nothing, takes half the filesystem.
+func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *slog.Logger, acct engine.Accounting) (engine.StoreEngine, error) {
+	capacity, extent := sc.DiskCapacityBytes, sc.SlabExtentBytes
+	if sc.StoreEngine == "slab" {
+		if extent == 0 {
+			extent = max(uint64(slab.DefaultExtentBytes), (sc.MaxBlockBytes+(1<<20)-1)&^((1<<20)-1))
+		}
+		if capacity == 0 {
+			c, e, ok, err := slab.Existing(fs, dir)
+			if err != nil {
+				return nil, fmt.Errorf("%w; set server.disk_capacity_bytes or point at an empty directory", err)
+			}
+			if ok {
+				capacity = c
+				if sc.SlabExtentBytes == 0 {
+					extent = e
+				}
+			} else {
+				if err := fs.MkdirAll(dir, 0o755); err != nil {
+					return nil, err
+				}
+				u, err := fs.Usage(dir)
+				if err != nil {
+					return nil, fmt.Errorf("size it with server.disk_capacity_bytes: %w", err)
+				}
+				capacity = min(u.Free/4, autoSlabMax) / extent * extent
+				if capacity < extent {
+					return nil, fmt.Errorf("only %d bytes free, less than one %d-byte extent; free space or set server.disk_capacity_bytes", u.Free, extent)
+				}
+				log.Info("disk capacity not configured; formatting a quarter of the free space (at most 4GiB)",
+					"disk", dir, "capacity_bytes", capacity, "extent_bytes", extent)
+			}
+		}
+		return slab.Open(slab.Options{Dir: dir, CapacityBytes: capacity, ExtentBytes: extent, MaxValueBytes: min(sc.MaxBlockBytes, extent),
+			FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct})
+	}
+	if capacity == 0 {
+		if err := fs.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		u, err := fs.Usage(dir)
+		if err != nil {
+			return nil, fmt.Errorf("size it with server.disk_capacity_bytes: %w", err)
+		}
+		// Half the filesystem: stable across restarts (unlike free space,
+		// which shrinks as the cache fills), and the ENOSPC
+		// evict-and-retry covers a disk shared with other data.
+		capacity = u.Total / 2
+		log.Info("disk capacity not configured; using half of the filesystem", "disk", dir, "capacity_bytes", capacity)
+	}
+	return file.Open(file.Options{Dir: dir, CapacityBytes: capacity, FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct})
 }
 
 func serverID(cfg *config.Config, addr net.Addr) string {

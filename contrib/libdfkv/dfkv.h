@@ -1,0 +1,267 @@
+/*
+ * dfkv.h — the C ABI of dfkv, a distributed KV-cache store for LLM inference.
+ *
+ * Written by hand; implemented by libdfkv.so (contrib/libdfkv, Go with cgo,
+ * built by scripts/build-lib.sh). See DESIGN.md §2 (identity), §3 (status
+ * codes) and §7 (clients).
+ *
+ * Identity
+ *   A client handle is opened on one immutable NAMESPACE (binary bytes, e.g.
+ *   a canonical DFKVNS\0\2 descriptor from the Python package). Every call
+ *   names a block by an OBJECT KEY given as a (const void* ptr, uint64_t len)
+ *   span. Embedded NUL bytes are identity bytes, never terminators. A NULL or
+ *   zero-length key, a key over 4096 bytes, and a zero-byte value fail closed
+ *   with DFKV_INVALID; nothing is sent.
+ *
+ * Unreachable nodes
+ *   Reads (get, get_range, exist, their batch and SG forms, exist_prefix)
+ *   of a node that cannot be reached are answered as misses: the item's
+ *   status is DFKV_NOT_FOUND (the engine recomputes, as for any miss) and
+ *   the last error says "unreachable, answered as a miss". Writes and
+ *   removes report DFKV_UNAVAILABLE or DFKV_TIMEOUT. After a connection
+ *   failure the node is skipped for a short, growing back-off window, so a
+ *   dead node costs no dial per call.
+ *
+ * Return values
+ *   Every function returns a dfkv status (an int, the same numbers as the
+ *   wire protocol's status byte): DFKV_OK (0) or a failure. Output slots are
+ *   written to a failure value (0 lengths, DFKV_INTERNAL statuses) before
+ *   any work, so they never hold stale data when a call fails early. No
+ *   function aborts or unwinds into the caller: an internal fault is caught
+ *   and returned as DFKV_INTERNAL with a message in dfkv_last_error.
+ *
+ * Thread safety
+ *   A dfkv_client is safe to use from many threads at once; batch calls fan
+ *   out to the owning nodes in parallel inside the library. dfkv_close must
+ *   not race with other calls on the same handle that the caller still
+ *   expects to succeed; a call made after dfkv_close fails with DFKV_INVALID
+ *   (handles are never reused, so a stale handle cannot reach another
+ *   client).
+ *
+ * Processes
+ *   libdfkv.so contains a Go runtime with its own threads; like any such
+ *   library it does not survive fork() without exec. Open clients in the
+ *   process that uses them.
+ *
+ * Memory ownership
+ *   The library never retains a caller pointer after a call returns and never
+ *   frees caller memory. Keys and values are read, and destination buffers
+ *   written, only during the call. Strings the library returns are copied
+ *   into caller buffers (dfkv_last_error, dfkv_stats), except
+ *   dfkv_status_name, which returns a static string.
+ *
+ * Last error
+ *   Each handle keeps the message of its most recent failure behind a mutex
+ *   (dfkv_last_error(c, ...)); failures of dfkv_open_v2, which has no handle
+ *   yet, and of calls made with a NULL or closed handle go to one
+ *   process-wide slot (dfkv_last_error(NULL, ...)). With one
+ *   handle shared by many threads, the message is the latest failure of any
+ *   of them: read it right after the failing call, and use per-thread
+ *   handles when messages must be attributed exactly. Success does not clear
+ *   the message.
+ */
+#ifndef DFKV_H
+#define DFKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes: wire.Status values (wire/status.go). Never renumbered. */
+#define DFKV_OK             0  /* success */
+#define DFKV_NOT_FOUND      1  /* no block under this key (a miss) */
+#define DFKV_INVALID        2  /* bad argument: NULL/empty/oversized span, zero-byte value, bad options, closed handle */
+#define DFKV_QUOTA_EXCEEDED 3  /* the tenant's quota is full */
+#define DFKV_CACHE_FULL     4  /* the node could not make room */
+#define DFKV_IO_ERROR       5  /* the node's disk failed */
+#define DFKV_TIMEOUT        6  /* the call's deadline (timeout_ms) passed */
+#define DFKV_UNAVAILABLE    7  /* the owning node could not be reached or dropped the connection */
+#define DFKV_UNSUPPORTED    8  /* a feature this build does not have (e.g. a newer options field) */
+#define DFKV_EPOCH_MISMATCH 9  /* the node speaks another protocol epoch */
+#define DFKV_TOO_LARGE      10 /* value over max block bytes, or a destination smaller than the stored value */
+#define DFKV_INTERNAL       11 /* a bug inside libdfkv; the message says where */
+
+/* Opaque client handle. It is a token, not a pointer to memory: never
+ * dereference it. NULL is never a valid handle. */
+typedef struct dfkv_client dfkv_client;
+
+/*
+ * Options for dfkv_open_v2. Size-delimited: set struct_size to
+ * sizeof(dfkv_client_options_v2) and zero every field you do not set
+ * (memset or "= {0}"). A later version appends fields; this library rejects
+ * a struct_size smaller than its v2 layout (DFKV_INVALID) and accepts a
+ * larger one only when every byte past the fields it knows is zero (a
+ * non-zero unknown field asks for a feature it lacks: DFKV_UNSUPPORTED).
+ */
+typedef struct dfkv_client_options_v2 {
+    uint64_t struct_size;        /* sizeof(dfkv_client_options_v2); required */
+
+    /* Membership: exactly one of members or mds_addrs. */
+    const char* members;         /* static members: comma-separated host:port list */
+    const char* mds_addrs;       /* MDS addresses, comma-separated: members are discovered and followed */
+    const char* group;           /* MDS group; NULL or "" = "default"; only with mds_addrs */
+
+    /* Namespace: immutable binary bytes, 1..65536 bytes, copied at open. */
+    const void* namespace_ptr;
+    uint64_t namespace_len;
+
+    uint32_t batch_concurrency;  /* nodes a batch call talks to at once; 0 = 8 */
+    uint32_t pool_size;          /* idle connections kept per node; 0 = 16 */
+    uint64_t timeout_ms;         /* per-call deadline; 0 = 10000 */
+    uint64_t dial_timeout_ms;    /* connecting to one node; 0 = 2000 */
+    uint64_t max_block_bytes;    /* largest value sent or accepted; 0 = 64 MiB */
+} dfkv_client_options_v2;
+
+/* DFKV_INTERNAL_NO_PROTOTYPES is for libdfkv's own cgo build, which cannot
+ * spell `const`; never define it in a caller. */
+#ifndef DFKV_INTERNAL_NO_PROTOTYPES
+
+/* Opens a client. On success *out is a handle for dfkv_close; on failure
+ * *out is NULL and dfkv_last_error(NULL, ...) says why. With static members
+ * it does not connect (nodes are dialed on first use); with mds_addrs it
+ * asks the MDS for the group's members before returning (an unreachable
+ * MDS fails the open) and then follows membership changes in the
+ * background until dfkv_close. */
+int dfkv_open_v2(const dfkv_client_options_v2* opts, dfkv_client** out);
+
+/* Closes idle connections and invalidates the handle. Closing NULL or a
+ * closed handle returns DFKV_INVALID. */
+int dfkv_close(dfkv_client* c);
+
+/* Copies the last error message (NUL-terminated, truncated to cap-1 bytes)
+ * into buf and returns its full length in bytes, excluding the NUL, so a
+ * return >= cap means it was truncated. c == NULL reads the open-failure
+ * slot. buf may be NULL when cap is 0. */
+size_t dfkv_last_error(dfkv_client* c, char* buf, size_t cap);
+
+/* Upper-case name of a status ("OK", "NOT_FOUND", ...) or "UNKNOWN".
+ * Static storage; never free it. */
+const char* dfkv_status_name(int status);
+
+/* ---- scalar operations ---- */
+
+/* Stores value under key, replacing any previous value. */
+int dfkv_put(dfkv_client* c, const void* key, uint64_t key_len,
+             const void* value, uint64_t value_len);
+
+/* Reads the whole value of key into buf. *stored_len (required) receives
+ * the stored length. When the value is longer than buf_len, buf holds its
+ * first buf_len bytes and DFKV_TOO_LARGE is returned: retry with a buffer of
+ * *stored_len bytes. A miss is DFKV_NOT_FOUND. */
+int dfkv_get(dfkv_client* c, const void* key, uint64_t key_len,
+             void* buf, uint64_t buf_len, uint64_t* stored_len);
+
+/* Reads `length` bytes at `offset` of key's value into buf (buf_len >= the
+ * bytes wanted). length 0 reads to the end (as much as fits in buf);
+ * offset == stored length reads 0 bytes successfully; offset past the end
+ * is DFKV_INVALID; a length past the end is clamped. *bytes_read and
+ * *stored_len (both required) receive the bytes copied and the full stored
+ * length. */
+int dfkv_get_range(dfkv_client* c, const void* key, uint64_t key_len,
+                   uint64_t offset, uint64_t length,
+                   void* buf, uint64_t buf_len,
+                   uint64_t* bytes_read, uint64_t* stored_len);
+
+/* DFKV_OK with *stored_len (may be NULL) when key is stored, DFKV_NOT_FOUND
+ * when it is not. */
+int dfkv_exist(dfkv_client* c, const void* key, uint64_t key_len, uint64_t* stored_len);
+
+/* Removes key; DFKV_NOT_FOUND when it was not stored. */
+int dfkv_remove(dfkv_client* c, const void* key, uint64_t key_len);
+
+/* ---- scatter-gather (one key, several caller buffers) ---- */
+
+/* Stores the concatenation bufs[0..n) (lens[i] bytes each, every lens[i] >
+ * 0) as one value. The library copies the pieces into one pooled buffer. */
+int dfkv_put_sg(dfkv_client* c, const void* key, uint64_t key_len,
+                uint64_t n, const void* const* bufs, const uint64_t* lens);
+
+/* Reads key's value and fills bufs[0..n) in order. *stored_len (required)
+ * receives the stored length. A value shorter than the buffers fills a
+ * prefix of them and returns DFKV_OK (check *stored_len); a longer one fills
+ * them all and returns DFKV_TOO_LARGE. */
+int dfkv_get_sg(dfkv_client* c, const void* key, uint64_t key_len,
+                uint64_t n, void* const* bufs, const uint64_t* lens,
+                uint64_t* stored_len);
+
+/* ---- batch operations ----
+ * keys[i] / key_lens[i] are parallel arrays of n spans (n <= 1048576). Each
+ * item gets its own status in statuses[i] (required, n entries). The return
+ * value is DFKV_OK when every item succeeded, otherwise the status of the
+ * first failed item; an argument error of the call itself (NULL arrays,
+ * n too large) is DFKV_INVALID with every statuses[i] = DFKV_INVALID.
+ * Items go to their owning nodes in parallel; a node that fails fails only
+ * its own items. */
+
+int dfkv_put_batch(dfkv_client* c, uint64_t n,
+                   const void* const* keys, const uint64_t* key_lens,
+                   const void* const* values, const uint64_t* value_lens,
+                   int32_t* statuses);
+
+/* Reads each whole value into bufs[i] (buf_lens[i] bytes, > 0).
+ * stored_lens[i] (required) receives each stored length; an item whose value
+ * is longer than its buffer is DFKV_TOO_LARGE. */
+int dfkv_get_batch(dfkv_client* c, uint64_t n,
+                   const void* const* keys, const uint64_t* key_lens,
+                   void* const* bufs, const uint64_t* buf_lens,
+                   uint64_t* stored_lens, int32_t* statuses);
+
+/* statuses[i] is DFKV_OK or DFKV_NOT_FOUND per key; stored_lens may be NULL. */
+int dfkv_exist_batch(dfkv_client* c, uint64_t n,
+                     const void* const* keys, const uint64_t* key_lens,
+                     uint64_t* stored_lens, int32_t* statuses);
+
+int dfkv_remove_batch(dfkv_client* c, uint64_t n,
+                      const void* const* keys, const uint64_t* key_lens,
+                      int32_t* statuses);
+
+/* How long a prefix is stored: *hits (required) receives the number of
+ * consecutive keys from keys[0] that exist. All keys are looked up in
+ * parallel across their owners and the answer is cut at the first miss.
+ * Returns DFKV_OK when the count ended at a miss (an unreachable node's
+ * keys are misses) or at n; when it ended at another error (an invalid key
+ * span, a node answering with an error), that error's status, with *hits
+ * still the count before it. */
+int dfkv_exist_prefix(dfkv_client* c, uint64_t n,
+                      const void* const* keys, const uint64_t* key_lens,
+                      uint64_t* hits);
+
+/* Batch scatter-gather: item i is key i and the counts[i] buffers that
+ * follow the previous items' buffers in the flattened bufs/lens arrays (so
+ * bufs and lens hold counts[0] + ... + counts[n-1] entries, each buffer
+ * non-NULL and non-empty). put stores each item's concatenation; get fills
+ * each item's buffers in order, stored_lens[i] (required) receiving the
+ * stored length, with the dfkv_get_sg rules per item. The pieces are copied
+ * through pooled buffers, at most 64 MiB of them per round, so one call of
+ * many large items runs as several parallel batches. Statuses and the
+ * return value follow the batch rules above. */
+int dfkv_put_batch_sg(dfkv_client* c, uint64_t n,
+                      const void* const* keys, const uint64_t* key_lens,
+                      const uint64_t* counts, const void* const* bufs, const uint64_t* lens,
+                      int32_t* statuses);
+
+int dfkv_get_batch_sg(dfkv_client* c, uint64_t n,
+                      const void* const* keys, const uint64_t* key_lens,
+                      const uint64_t* counts, void* const* bufs, const uint64_t* lens,
+                      uint64_t* stored_lens, int32_t* statuses);
+
+/* ---- introspection ---- */
+
+/* Writes a JSON object {"<member>": <that node's STATS document> |
+ * {"error": "..."}, ...} for every member into buf (NUL-terminated) and its
+ * length (without the NUL) into *len (required). When cap is too small,
+ * returns DFKV_TOO_LARGE with *len the size needed (plus 1 for the NUL).
+ * The document is fetched anew by every call and its counters grow, so
+ * retry with headroom (e.g. *len + 4096). */
+int dfkv_stats(dfkv_client* c, char* buf, uint64_t cap, uint64_t* len);
+
+#endif /* DFKV_INTERNAL_NO_PROTOTYPES */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DFKV_H */

@@ -1,0 +1,816 @@
+package main
+
+/*
+#define DFKV_INTERNAL_NO_PROTOTYPES 1
+#include "dfkv.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime/debug"
+	"unsafe"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// Exports. Each one: preset the output slots to failure, defer guard (a
+// panic becomes DFKV_INTERNAL with a message, never a crash of the host),
+// turn C spans into Go slices, call the plain function in ops.go, write
+// the outputs. NB: the header declares `dfkv_client*` and `const` pointers;
+// cgo cannot spell const, so the prototypes are hidden from this file by
+// DFKV_INTERNAL_NO_PROTOTYPES and the token travels as uintptr_t, which
+// has the same size and calling convention as a pointer on every platform
+// Go's c-shared mode supports.
+
+const (
+	stOK       = C.int(wire.StatusOK)
+	stInvalid  = C.int(wire.StatusInvalid)
+	stInternal = C.int(wire.StatusInternal)
+	// maxBatch bounds n of a batch call, so a garbage n cannot make the
+	// library allocate gigabytes of slice headers.
+	maxBatch = 1 << 20
+	// maxSGParts bounds the buffers of one scatter-gather call.
+	maxSGParts = 1 << 16
+)
+
+// guard is deferred by every export: it turns a panic into DFKV_INTERNAL
+// and records the fault in the handle's (or the global) last error.
+func guard(fn string, h C.uintptr_t, rc *C.int) {
+	if r := recover(); r != nil {
+		err := errInternal(fn, r, debug.Stack())
+		if s, e := lookup(uintptr(h)); e == nil {
+			s.setErr(err)
+		} else {
+			setGlobalErr(err)
+		}
+		*rc = stInternal
+	}
+}
+
+// ret records err (if any) and returns its status.
+func (s *state) ret(err error) C.int {
+	if err == nil {
+		return stOK
+	}
+	s.setErr(err)
+	return C.int(statusOf(err))
+}
+
+// badHandle is handleErr for batch calls: every item is INVALID too.
+func badHandle(statuses []C.int32_t, err error) C.int {
+	for i := range statuses {
+		statuses[i] = C.int32_t(stInvalid)
+	}
+	return handleErr(err)
+}
+
+// handleErr is the return of a call on a bad handle.
+func handleErr(err error) C.int {
+	setGlobalErr(err)
+	return C.int(statusOf(err))
+}
+
+func keySpan(p unsafe.Pointer, n C.uint64_t) ([]byte, error) {
+	switch {
+	case p == nil:
+		return nil, fmt.Errorf("object key pointer is NULL (length %d): %w", uint64(n), wire.StatusInvalid)
+	case n == 0:
+		return nil, fmt.Errorf("object key is zero-length: %w", wire.StatusInvalid)
+	case uint64(n) > wire.MaxObjectKeyBytes:
+		return nil, fmt.Errorf("object key is %d bytes, over the %d-byte limit: %w", uint64(n), wire.MaxObjectKeyBytes, wire.StatusInvalid)
+	}
+	return unsafe.Slice((*byte)(p), int(n)), nil
+}
+
+func valueSpan(p unsafe.Pointer, n C.uint64_t, max uint64) ([]byte, error) {
+	switch {
+	case n == 0:
+		return nil, fmt.Errorf("zero-byte value: dfkv stores only non-empty values: %w", wire.StatusInvalid)
+	case p == nil:
+		return nil, fmt.Errorf("value pointer is NULL (length %d): %w", uint64(n), wire.StatusInvalid)
+	case uint64(n) > max:
+		return nil, fmt.Errorf("value of %d bytes exceeds max_block_bytes %d: %w", uint64(n), max, wire.StatusTooLarge)
+	}
+	return unsafe.Slice((*byte)(p), int(n)), nil
+}
+
+// dstSpan views a destination buffer. A buffer longer than max_block_bytes
+// is cut to it: no stored value can be longer.
+func dstSpan(p unsafe.Pointer, n C.uint64_t, max uint64) ([]byte, error) {
+	switch {
+	case p == nil:
+		return nil, fmt.Errorf("destination buffer is NULL (length %d): %w", uint64(n), wire.StatusInvalid)
+	case n == 0:
+		return nil, fmt.Errorf("destination buffer is zero-length: %w", wire.StatusInvalid)
+	}
+	l := uint64(n)
+	if l > max {
+		l = max
+	}
+	return unsafe.Slice((*byte)(p), int(l)), nil
+}
+
+func checkN(n C.uint64_t, limit uint64, what string) error {
+	if uint64(n) > limit {
+		return fmt.Errorf("%s count %d is over the limit %d: %w", what, uint64(n), limit, wire.StatusInvalid)
+	}
+	return nil
+}
+
+func ptrs(p *unsafe.Pointer, n C.uint64_t, what string) ([]unsafe.Pointer, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	if p == nil {
+		return nil, fmt.Errorf("%s array is NULL with n=%d: %w", what, uint64(n), wire.StatusInvalid)
+	}
+	return unsafe.Slice(p, int(n)), nil
+}
+
+func u64s(p *C.uint64_t, n C.uint64_t, what string) ([]C.uint64_t, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	if p == nil {
+		return nil, fmt.Errorf("%s array is NULL with n=%d: %w", what, uint64(n), wire.StatusInvalid)
+	}
+	return unsafe.Slice(p, int(n)), nil
+}
+
+// batchKeys views n keys. Items whose span is bad get their error in
+// local[i] and a nil key, which wire/client also fails closed.
+func batchKeys(n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t) ([][]byte, []error, error) {
+	if err := checkN(n, maxBatch, "batch"); err != nil {
+		return nil, nil, err
+	}
+	kp, err := ptrs(keys, n, "keys")
+	if err != nil {
+		return nil, nil, err
+	}
+	kl, err := u64s(keyLens, n, "key_lens")
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([][]byte, n)
+	local := make([]error, n)
+	for i := range out {
+		out[i], local[i] = keySpan(kp[i], kl[i])
+	}
+	return out, local, nil
+}
+
+// finish writes per-item statuses and returns the call's status: OK, or
+// the first failed item's status (recorded as the last error).
+func (s *state) finish(statuses []C.int32_t, errs []error) C.int {
+	var first error
+	for i, err := range errs {
+		statuses[i] = C.int32_t(statusOf(err))
+		if err != nil && first == nil {
+			first = itemErr(i, err)
+		}
+	}
+	return s.ret(first)
+}
+
+// statusSlots views and presets the statuses array.
+func statusSlots(p *C.int32_t, n C.uint64_t) ([]C.int32_t, error) {
+	if err := checkN(n, maxBatch, "batch"); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if p == nil {
+		return nil, fmt.Errorf("statuses array is NULL with n=%d: %w", uint64(n), wire.StatusInvalid)
+	}
+	st := unsafe.Slice(p, int(n))
+	for i := range st {
+		st[i] = C.int32_t(stInternal)
+	}
+	return st, nil
+}
+
+// badCall marks every item invalid for a call-level argument error.
+func (s *state) badCall(statuses []C.int32_t, err error) C.int {
+	for i := range statuses {
+		statuses[i] = C.int32_t(stInvalid)
+	}
+	return s.ret(err)
+}
+
+//export dfkv_open_v2
+func dfkv_open_v2(opts *C.dfkv_client_options_v2, out *C.uintptr_t) (rc C.int) {
+	defer guard("dfkv_open_v2", 0, &rc)
+	if out != nil {
+		*out = 0
+	}
+	fail := func(err error) C.int {
+		setGlobalErr(err)
+		return C.int(statusOf(err))
+	}
+	if out == nil {
+		return fail(fmt.Errorf("dfkv_open_v2: out is NULL: %w", wire.StatusInvalid))
+	}
+	if opts == nil {
+		return fail(fmt.Errorf("dfkv_open_v2: opts is NULL: %w", wire.StatusInvalid))
+	}
+	const known = uint64(C.sizeof_dfkv_client_options_v2)
+	size := uint64(opts.struct_size)
+	switch {
+	case size < known:
+		return fail(fmt.Errorf("dfkv_open_v2: struct_size %d is smaller than dfkv_client_options_v2 (%d bytes); set it to sizeof(dfkv_client_options_v2): %w", size, known, wire.StatusInvalid))
+	case size > 1<<16:
+		return fail(fmt.Errorf("dfkv_open_v2: struct_size %d is implausibly large (max 65536): %w", size, wire.StatusInvalid))
+	case size > known:
+		// A newer caller: accept only if every field this build does not
+		// know is zero, i.e. asks for nothing it cannot do.
+		tail := unsafe.Slice((*byte)(unsafe.Pointer(opts)), int(size))[known:]
+		for i, b := range tail {
+			if b != 0 {
+				return fail(fmt.Errorf("dfkv_open_v2: struct_size %d: byte %d past the %d bytes this libdfkv knows is non-zero; a newer option is set that this build does not support: %w", size, known+uint64(i), known, wire.StatusUnsupported))
+			}
+		}
+	}
+	o := openOptions{
+		members:          C.GoString(opts.members),
+		mds:              C.GoString(opts.mds_addrs),
+		group:            C.GoString(opts.group),
+		batchConcurrency: uint32(opts.batch_concurrency),
+		poolSize:         uint32(opts.pool_size),
+		timeoutMS:        uint64(opts.timeout_ms),
+		dialTimeoutMS:    uint64(opts.dial_timeout_ms),
+		maxBlockBytes:    uint64(opts.max_block_bytes),
+	}
+	nsLen := uint64(opts.namespace_len)
+	switch {
+	case opts.namespace_ptr == nil && nsLen > 0:
+		return fail(fmt.Errorf("dfkv_open_v2: namespace_ptr is NULL with namespace_len %d: %w", nsLen, wire.StatusInvalid))
+	case nsLen > wire.MaxNamespaceBytes:
+		return fail(fmt.Errorf("dfkv_open_v2: namespace is %d bytes, over the %d-byte limit: %w", nsLen, wire.MaxNamespaceBytes, wire.StatusInvalid))
+	case nsLen > 0:
+		o.namespace = unsafe.Slice((*byte)(opts.namespace_ptr), int(nsLen))
+	}
+	h, err := open(o)
+	if err != nil {
+		return fail(err)
+	}
+	*out = C.uintptr_t(h)
+	return stOK
+}
+
+//export dfkv_close
+func dfkv_close(h C.uintptr_t) (rc C.int) {
+	defer guard("dfkv_close", 0, &rc)
+	s, err := release(uintptr(h))
+	if err != nil {
+		return handleErr(fmt.Errorf("dfkv_close: %w", err))
+	}
+	return s.ret(s.c.Close())
+}
+
+//export dfkv_last_error
+func dfkv_last_error(h C.uintptr_t, buf *C.char, capacity C.size_t) (n C.size_t) {
+	defer func() {
+		if recover() != nil {
+			n = 0
+		}
+	}()
+	var msg string
+	if h == 0 {
+		msg = globalErr()
+	} else if s, err := lookup(uintptr(h)); err != nil {
+		msg = err.Error()
+	} else {
+		msg = s.getErr()
+	}
+	if buf != nil && capacity > 0 {
+		// View only what is written: a huge cap must not overflow int.
+		k := len(msg)
+		if uint64(capacity) <= uint64(k) {
+			k = int(capacity) - 1
+		}
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), k+1)
+		copy(dst, msg[:k])
+		dst[k] = 0
+	}
+	return C.size_t(len(msg))
+}
+
+//export dfkv_put
+func dfkv_put(h C.uintptr_t, key unsafe.Pointer, keyLen C.uint64_t, value unsafe.Pointer, valueLen C.uint64_t) (rc C.int) {
+	defer guard("dfkv_put", h, &rc)
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return handleErr(err)
+	}
+	k, err := keySpan(key, keyLen)
+	if err != nil {
+		return s.ret(err)
+	}
+	v, err := valueSpan(value, valueLen, s.maxBlock)
+	if err != nil {
+		return s.ret(err)
+	}
+	return s.ret(s.put(k, v))
+}
+
+//export dfkv_get
+func dfkv_get(h C.uintptr_t, key unsafe.Pointer, keyLen C.uint64_t, buf unsafe.Pointer, bufLen C.uint64_t, storedLen *C.uint64_t) (rc C.int) {
+	defer guard("dfkv_get", h, &rc)
+	if storedLen != nil {
+		*storedLen = 0
+	}
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return handleErr(err)
+	}
+	if storedLen == nil {
+		return s.ret(fmt.Errorf("dfkv_get: stored_len is NULL: %w", wire.StatusInvalid))
+	}
+	k, err := keySpan(key, keyLen)
+	if err != nil {
+		return s.ret(err)
+	}
+	dst, err := dstSpan(buf, bufLen, s.maxBlock)
+	if err != nil {
+		return s.ret(err)
+	}
+	stored, err := s.get(k, dst)
+	*storedLen = C.uint64_t(stored)
+	return s.ret(err)
+}
+
+//export dfkv_get_range
+func dfkv_get_range(h C.uintptr_t, key unsafe.Pointer, keyLen C.uint64_t, offset, length C.uint64_t, buf unsafe.Pointer, bufLen C.uint64_t, bytesRead, storedLen *C.uint64_t) (rc C.int) {
+	defer guard("dfkv_get_range", h, &rc)
+	if bytesRead != nil {
+		*bytesRead = 0
+	}
+	if storedLen != nil {
+		*storedLen = 0
+	}
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return handleErr(err)
+	}
+	if bytesRead == nil || storedLen == nil {
+		return s.ret(fmt.Errorf("dfkv_get_range: bytes_read or stored_len is NULL: %w", wire.StatusInvalid))
+	}
+	k, err := keySpan(key, keyLen)
+	if err != nil {
+		return s.ret(err)
+	}
+	dst, err := dstSpan(buf, bufLen, s.maxBlock)
+	if err != nil {
+		return s.ret(err)
+	}
+	n, stored, err := s.getRange(k, uint64(offset), uint64(length), dst)
+	*bytesRead = C.uint64_t(n)
+	*storedLen = C.uint64_t(stored)
+	return s.ret(err)
+}
+
+//export dfkv_exist
+func dfkv_exist(h C.uintptr_t, key unsafe.Pointer, keyLen C.uint64_t, storedLen *C.uint64_t) (rc C.int) {
+	defer guard("dfkv_exist", h, &rc)
+	if storedLen != nil {
+		*storedLen = 0
+	}
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return handleErr(err)
+	}
+	k, err := keySpan(key, keyLen)
+	if err != nil {
+		return s.ret(err)
+	}
+	stored, err := s.exist(k)
+	if storedLen != nil {
+		*storedLen = C.uint64_t(stored)
+	}
+	return s.ret(err)
+}
+
+//export dfkv_remove
+func dfkv_remove(h C.uintptr_t, key unsafe.Pointer, keyLen C.uint64_t) (rc C.int) {
+	defer guard("dfkv_remove", h, &rc)
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return handleErr(err)
+	}
+	k, err := keySpan(key, keyLen)
+	if err != nil {
+		return s.ret(err)
+	}
+	return s.ret(s.remove(k))
+}
+
+// sgParts views n caller buffers; each must be non-NULL and non-empty.
+func sgParts(n C.uint64_t, bufs *unsafe.Pointer, lens *C.uint64_t) ([][]byte, error) {
+	if n == 0 {
+		return nil, fmt.Errorf("scatter-gather call with no buffers: %w", wire.StatusInvalid)
+	}
+	if err := checkN(n, maxSGParts, "scatter-gather buffer"); err != nil {
+		return nil, err
+	}
+	bp, err := ptrs(bufs, n, "bufs")
+	if err != nil {
+		return nil, err
+	}
+	bl, err := u64s(lens, n, "lens")
+	if err != nil {
+		return nil, err
+	}
+	parts := make([][]byte, n)
+	var total uint64
+	for i := range parts {
+		switch {
+		case bp[i] == nil:
+			return nil, fmt.Errorf("scatter-gather buffer %d is NULL: %w", i, wire.StatusInvalid)
+		case bl[i] == 0:
+			return nil, fmt.Errorf("scatter-gather buffer %d is zero-length: %w", i, wire.StatusInvalid)
+		}
+		total += uint64(bl[i])
+		if total > 1<<40 {
+			return nil, fmt.Errorf("scatter-gather buffers total over 1 TiB at buffer %d: %w", i, wire.StatusTooLarge)
+		}
+		parts[i] = unsafe.Slice((*byte)(bp[i]), int(bl[i]))
+	}
+	return parts, nil
+}
+
+//export dfkv_put_sg
+func dfkv_put_sg(h C.uintptr_t, key unsafe.Pointer, keyLen C.uint64_t, n C.uint64_t, bufs *unsafe.Pointer, lens *C.uint64_t) (rc C.int) {
+	defer guard("dfkv_put_sg", h, &rc)
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return handleErr(err)
+	}
+	k, err := keySpan(key, keyLen)
+	if err != nil {
+		return s.ret(err)
+	}
+	parts, err := sgParts(n, bufs, lens)
+	if err != nil {
+		return s.ret(err)
+	}
+	return s.ret(s.putSG(k, parts))
+}
+
+//export dfkv_get_sg
+func dfkv_get_sg(h C.uintptr_t, key unsafe.Pointer, keyLen C.uint64_t, n C.uint64_t, bufs *unsafe.Pointer, lens *C.uint64_t, storedLen *C.uint64_t) (rc C.int) {
+	defer guard("dfkv_get_sg", h, &rc)
+	if storedLen != nil {
+		*storedLen = 0
+	}
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return handleErr(err)
+	}
+	if storedLen == nil {
+		return s.ret(fmt.Errorf("dfkv_get_sg: stored_len is NULL: %w", wire.StatusInvalid))
+	}
+	k, err := keySpan(key, keyLen)
+	if err != nil {
+		return s.ret(err)
+	}
+	parts, err := sgParts(n, bufs, lens)
+	if err != nil {
+		return s.ret(err)
+	}
+	stored, err := s.getSG(k, parts)
+	*storedLen = C.uint64_t(stored)
+	return s.ret(err)
+}
+
+//export dfkv_put_batch
+func dfkv_put_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, values *unsafe.Pointer, valueLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
+	defer guard("dfkv_put_batch", h, &rc)
+	st, stErr := statusSlots(statuses, n)
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return badHandle(st, err)
+	}
+	if stErr != nil {
+		return s.ret(fmt.Errorf("dfkv_put_batch: %w", stErr))
+	}
+	ks, local, err := batchKeys(n, keys, keyLens)
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_put_batch: %w", err))
+	}
+	vp, err := ptrs(values, n, "values")
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_put_batch: %w", err))
+	}
+	vl, err := u64s(valueLens, n, "value_lens")
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_put_batch: %w", err))
+	}
+	vs := make([][]byte, n)
+	for i := range vs {
+		if local[i] != nil {
+			continue
+		}
+		if vs[i], local[i] = valueSpan(vp[i], vl[i], s.maxBlock); local[i] != nil {
+			ks[i] = nil
+		}
+	}
+	errs := s.putBatch(ks, vs)
+	for i, e := range local {
+		if e != nil {
+			errs[i] = e
+		}
+	}
+	return s.finish(st, errs)
+}
+
+//export dfkv_get_batch
+func dfkv_get_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, bufs *unsafe.Pointer, bufLens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
+	defer guard("dfkv_get_batch", h, &rc)
+	st, stErr := statusSlots(statuses, n)
+	var sl []C.uint64_t
+	if stErr == nil && storedLens != nil && n > 0 {
+		sl = unsafe.Slice(storedLens, int(n))
+		for i := range sl {
+			sl[i] = 0
+		}
+	}
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return badHandle(st, err)
+	}
+	if stErr != nil {
+		return s.ret(fmt.Errorf("dfkv_get_batch: %w", stErr))
+	}
+	if storedLens == nil && n > 0 {
+		return s.badCall(st, fmt.Errorf("dfkv_get_batch: stored_lens is NULL: %w", wire.StatusInvalid))
+	}
+	ks, local, err := batchKeys(n, keys, keyLens)
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_get_batch: %w", err))
+	}
+	bp, err := ptrs(bufs, n, "bufs")
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_get_batch: %w", err))
+	}
+	bl, err := u64s(bufLens, n, "buf_lens")
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_get_batch: %w", err))
+	}
+	dsts := make([][]byte, n)
+	for i := range dsts {
+		if local[i] != nil {
+			continue
+		}
+		// NB: a nil dst would make wire/client allocate; a bad buffer
+		// therefore also drops the key so the item fails locally.
+		if dsts[i], local[i] = dstSpan(bp[i], bl[i], s.maxBlock); local[i] != nil {
+			ks[i] = nil
+		}
+	}
+	res := s.getBatch(ks, dsts)
+	errs := make([]error, n)
+	for i, r := range res {
+		errs[i] = r.Err
+		if local[i] != nil {
+			errs[i] = local[i]
+			continue
+		}
+		sl[i] = C.uint64_t(r.Stored)
+	}
+	return s.finish(st, errs)
+}
+
+//export dfkv_exist_batch
+func dfkv_exist_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
+	defer guard("dfkv_exist_batch", h, &rc)
+	st, stErr := statusSlots(statuses, n)
+	var sl []C.uint64_t
+	if stErr == nil && storedLens != nil && n > 0 {
+		sl = unsafe.Slice(storedLens, int(n))
+		for i := range sl {
+			sl[i] = 0
+		}
+	}
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return badHandle(st, err)
+	}
+	if stErr != nil {
+		return s.ret(fmt.Errorf("dfkv_exist_batch: %w", stErr))
+	}
+	ks, local, err := batchKeys(n, keys, keyLens)
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_exist_batch: %w", err))
+	}
+	res := s.existBatch(ks)
+	errs := make([]error, n)
+	for i, r := range res {
+		errs[i] = r.Err
+		if local[i] != nil {
+			errs[i] = local[i]
+			continue
+		}
+		if sl != nil {
+			sl[i] = C.uint64_t(r.Stored)
+		}
+	}
+	return s.finish(st, errs)
+}
+
+//export dfkv_remove_batch
+func dfkv_remove_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
+	defer guard("dfkv_remove_batch", h, &rc)
+	st, stErr := statusSlots(statuses, n)
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return badHandle(st, err)
+	}
+	if stErr != nil {
+		return s.ret(fmt.Errorf("dfkv_remove_batch: %w", stErr))
+	}
+	ks, local, err := batchKeys(n, keys, keyLens)
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_remove_batch: %w", err))
+	}
+	errs := s.removeBatch(ks)
+	for i, e := range local {
+		if e != nil {
+			errs[i] = e
+		}
+	}
+	return s.finish(st, errs)
+}
+
+//export dfkv_exist_prefix
+func dfkv_exist_prefix(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, hits *C.uint64_t) (rc C.int) {
+	defer guard("dfkv_exist_prefix", h, &rc)
+	if hits != nil {
+		*hits = 0
+	}
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return handleErr(err)
+	}
+	if hits == nil {
+		return s.ret(fmt.Errorf("dfkv_exist_prefix: hits is NULL: %w", wire.StatusInvalid))
+	}
+	ks, local, err := batchKeys(n, keys, keyLens)
+	if err != nil {
+		return s.ret(fmt.Errorf("dfkv_exist_prefix: %w", err))
+	}
+	// A bad span cuts the prefix there, like any other error; keys after
+	// it are not looked up at all.
+	for i, e := range local {
+		if e != nil {
+			ks = ks[:i]
+			break
+		}
+	}
+	count, err := s.existPrefix(ks)
+	if err == nil && len(ks) < int(n) {
+		err = local[len(ks)]
+	}
+	*hits = C.uint64_t(count)
+	if err != nil {
+		err = itemErr(count, err)
+	}
+	return s.ret(err)
+}
+
+//export dfkv_stats
+func dfkv_stats(h C.uintptr_t, buf *C.char, capacity C.uint64_t, length *C.uint64_t) (rc C.int) {
+	defer guard("dfkv_stats", h, &rc)
+	if length != nil {
+		*length = 0
+	}
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return handleErr(err)
+	}
+	if length == nil {
+		return s.ret(fmt.Errorf("dfkv_stats: len is NULL: %w", wire.StatusInvalid))
+	}
+	doc, err := s.stats()
+	if err != nil {
+		return s.ret(err)
+	}
+	*length = C.uint64_t(len(doc))
+	if buf == nil || uint64(capacity) < uint64(len(doc))+1 {
+		return s.ret(fmt.Errorf("dfkv_stats: document is %d bytes, buffer holds %d (need %d with the NUL): %w", len(doc), uint64(capacity), len(doc)+1, wire.StatusTooLarge))
+	}
+	dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), len(doc)+1)
+	copy(dst, doc)
+	dst[len(doc)] = 0
+	return stOK
+}
+
+// batchSGParts views the flattened buffers of a batch scatter-gather call.
+// An item with a bad buffer gets its error in local[i]; a bad array or
+// count fails the whole call.
+func batchSGParts(n C.uint64_t, counts *C.uint64_t, bufs *unsafe.Pointer, lens *C.uint64_t, local []error) ([][][]byte, error) {
+	cs, err := u64s(counts, n, "counts")
+	if err != nil {
+		return nil, err
+	}
+	var total uint64
+	for i, c := range cs {
+		total += uint64(c)
+		if total > maxBatch*16 {
+			return nil, fmt.Errorf("counts sum past %d buffers at item %d: %w", maxBatch*16, i, wire.StatusInvalid)
+		}
+	}
+	bp, err := ptrs(bufs, C.uint64_t(total), "bufs")
+	if err != nil {
+		return nil, err
+	}
+	bl, err := u64s(lens, C.uint64_t(total), "lens")
+	if err != nil {
+		return nil, err
+	}
+	parts := make([][][]byte, n)
+	off := 0
+	for i, c := range cs {
+		if c == 0 && local[i] == nil {
+			local[i] = fmt.Errorf("item has no buffers (counts[%d] = 0): %w", i, wire.StatusInvalid)
+		}
+		ps := make([][]byte, c)
+		for j := range ps {
+			p, l := bp[off+j], bl[off+j]
+			switch {
+			case local[i] != nil:
+			case p == nil:
+				local[i] = fmt.Errorf("buffer %d of the item is NULL: %w", j, wire.StatusInvalid)
+			case l == 0:
+				local[i] = fmt.Errorf("buffer %d of the item is zero-length: %w", j, wire.StatusInvalid)
+			case uint64(l) > 1<<40:
+				local[i] = fmt.Errorf("buffer %d of the item is %d bytes: %w", j, uint64(l), wire.StatusTooLarge)
+			default:
+				ps[j] = unsafe.Slice((*byte)(p), int(l))
+			}
+		}
+		parts[i] = ps
+		off += int(c)
+	}
+	return parts, nil
+}
+
+//export dfkv_put_batch_sg
+func dfkv_put_batch_sg(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, counts *C.uint64_t, bufs *unsafe.Pointer, lens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
+	defer guard("dfkv_put_batch_sg", h, &rc)
+	st, stErr := statusSlots(statuses, n)
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return badHandle(st, err)
+	}
+	if stErr != nil {
+		return s.ret(fmt.Errorf("dfkv_put_batch_sg: %w", stErr))
+	}
+	ks, local, err := batchKeys(n, keys, keyLens)
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_put_batch_sg: %w", err))
+	}
+	parts, err := batchSGParts(n, counts, bufs, lens, local)
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_put_batch_sg: %w", err))
+	}
+	s.putBatchSG(ks, parts, local)
+	return s.finish(st, local)
+}
+
+//export dfkv_get_batch_sg
+func dfkv_get_batch_sg(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, counts *C.uint64_t, bufs *unsafe.Pointer, lens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
+	defer guard("dfkv_get_batch_sg", h, &rc)
+	st, stErr := statusSlots(statuses, n)
+	var sl []C.uint64_t
+	if stErr == nil && storedLens != nil && n > 0 {
+		sl = unsafe.Slice(storedLens, int(n))
+		for i := range sl {
+			sl[i] = 0
+		}
+	}
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return badHandle(st, err)
+	}
+	if stErr != nil {
+		return s.ret(fmt.Errorf("dfkv_get_batch_sg: %w", stErr))
+	}
+	if storedLens == nil && n > 0 {
+		return s.badCall(st, fmt.Errorf("dfkv_get_batch_sg: stored_lens is NULL: %w", wire.StatusInvalid))
+	}
+	ks, local, err := batchKeys(n, keys, keyLens)
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_get_batch_sg: %w", err))
+	}
+	parts, err := batchSGParts(n, counts, bufs, lens, local)
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_get_batch_sg: %w", err))
+	}
+	stored := s.getBatchSG(ks, parts, local)
+	for i := range sl {
+		sl[i] = C.uint64_t(stored[i])
+	}
+	return s.finish(st, local)
+}

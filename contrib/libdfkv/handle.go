@@ -1,0 +1,188 @@
+package main
+
+import (
+	"fmt"
+	"runtime/cgo"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/client"
+)
+
+// state is what one dfkv_client token stands for.
+type state struct {
+	c        *client.Client
+	maxBlock uint64
+
+	mu      sync.Mutex
+	lastErr string
+
+	// sg holds *[]byte scratch buffers for scatter-gather calls, so a
+	// steady stream of SG puts reuses memory instead of touching new pages
+	// (DESIGN.md §10: first touch costs ~5 µs per 4 KiB here).
+	sg sync.Pool
+}
+
+func (s *state) setErr(err error) {
+	s.mu.Lock()
+	s.lastErr = err.Error()
+	s.mu.Unlock()
+}
+
+func (s *state) getErr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErr
+}
+
+// openErr is the last-error slot for failures with no handle: dfkv_open_v2
+// and calls made with a NULL, closed or forged handle.
+var openErr struct {
+	mu  sync.Mutex
+	msg string
+}
+
+func setGlobalErr(err error) {
+	openErr.mu.Lock()
+	openErr.msg = err.Error()
+	openErr.mu.Unlock()
+}
+
+func globalErr() string {
+	openErr.mu.Lock()
+	defer openErr.mu.Unlock()
+	return openErr.msg
+}
+
+// errBadHandle is returned for a NULL, closed or forged dfkv_client token.
+var errBadHandle = fmt.Errorf("dfkv_client handle is NULL, closed or not from dfkv_open_v2: %w", wire.StatusInvalid)
+
+// lookup returns the state of token h. cgo.Handle.Value panics on a
+// handle it does not know; that is a caller error here, not a crash.
+func lookup(h uintptr) (s *state, err error) {
+	if h == 0 {
+		return nil, errBadHandle
+	}
+	defer func() {
+		if recover() != nil {
+			s, err = nil, errBadHandle
+		}
+	}()
+	s, ok := cgo.Handle(h).Value().(*state)
+	if !ok {
+		return nil, errBadHandle
+	}
+	return s, nil
+}
+
+// release invalidates token h. Two racing closes of one handle: the loser
+// gets errBadHandle.
+func release(h uintptr) (s *state, err error) {
+	s, err = lookup(h)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if recover() != nil {
+			s, err = nil, errBadHandle
+		}
+	}()
+	cgo.Handle(h).Delete()
+	return s, nil
+}
+
+// openOptions is dfkv_client_options_v2 read out of C memory.
+type openOptions struct {
+	members, mds, group string
+	namespace           []byte // a view of C memory, copied by open
+	batchConcurrency    uint32
+	poolSize            uint32
+	timeoutMS           uint64
+	dialTimeoutMS       uint64
+	maxBlockBytes       uint64
+}
+
+// open builds the client state and returns its token.
+func open(o openOptions) (uintptr, error) {
+	members := splitList(o.members)
+	mds := splitList(o.mds)
+	switch {
+	case len(mds) > 0 && len(members) > 0:
+		return 0, fmt.Errorf("dfkv_open_v2: both members (%q) and mds_addrs (%q) are set; give exactly one: %w", o.members, o.mds, wire.StatusInvalid)
+	case len(mds) == 0 && len(members) == 0:
+		return 0, fmt.Errorf("dfkv_open_v2: no membership: set members to a comma-separated host:port list, or mds_addrs: %w", wire.StatusInvalid)
+	case len(mds) == 0 && o.group != "":
+		return 0, fmt.Errorf("dfkv_open_v2: group %q is only meaningful with mds_addrs: %w", o.group, wire.StatusInvalid)
+	}
+	group := o.group
+	if len(mds) > 0 && group == "" {
+		group = "default"
+	}
+	if len(o.namespace) == 0 {
+		return 0, fmt.Errorf("dfkv_open_v2: namespace is NULL or empty: %w", wire.StatusInvalid)
+	}
+	const maxTimeoutMS = uint64(24 * time.Hour / time.Millisecond)
+	if o.timeoutMS > maxTimeoutMS || o.dialTimeoutMS > maxTimeoutMS {
+		return 0, fmt.Errorf("dfkv_open_v2: timeout_ms %d / dial_timeout_ms %d over a day: %w", o.timeoutMS, o.dialTimeoutMS, wire.StatusInvalid)
+	}
+	if o.maxBlockBytes > 1<<40 {
+		return 0, fmt.Errorf("dfkv_open_v2: max_block_bytes %d is over 1 TiB: %w", o.maxBlockBytes, wire.StatusInvalid)
+	}
+	c, err := client.Open(client.Options{
+		Namespace:        append([]byte(nil), o.namespace...),
+		Members:          members,
+		MDS:              mds,
+		Group:            group,
+		Timeout:          time.Duration(o.timeoutMS) * time.Millisecond,
+		DialTimeout:      time.Duration(o.dialTimeoutMS) * time.Millisecond,
+		PoolSize:         int(o.poolSize),
+		BatchConcurrency: int(o.batchConcurrency),
+		MaxBlockBytes:    o.maxBlockBytes,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("dfkv_open_v2: %w", err)
+	}
+	maxBlock := o.maxBlockBytes
+	if maxBlock == 0 {
+		maxBlock = 64 << 20 // client.Options default
+	}
+	return uintptr(cgo.NewHandle(&state{c: c, maxBlock: maxBlock})), nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// statusOf maps an error to the C return code.
+func statusOf(err error) int {
+	st := wire.StatusOf(err)
+	if !st.Known() {
+		return int(wire.StatusInternal)
+	}
+	return int(st)
+}
+
+// itemErr prefixes a batch item's error with its index for the last-error
+// message.
+func itemErr(i int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("item %d: %w", i, err)
+}
+
+// errInternal wraps a recovered panic.
+func errInternal(fn string, r any, stack []byte) error {
+	if len(stack) > 2048 {
+		stack = stack[:2048]
+	}
+	return fmt.Errorf("%s: internal fault (please report): %v\n%s: %w", fn, r, stack, wire.StatusInternal)
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// The C side (exports, struct_size rules, every status path against real
+// servers) is tested by test/dfkv_test.c through scripts/test-contrib.sh;
+// Go test files cannot use cgo, so these cover the plain Go layer.
+
+func TestOpenValidation(t *testing.T) {
+	ns := []byte("ns\x00")
+	f := func(o openOptions, want wire.Status, msg string) {
+		t.Helper()
+		h, err := open(o)
+		if err == nil {
+			release(h)
+			t.Fatalf("%+v: opened, want %s", o, want)
+		}
+		if wire.StatusOf(err) != want || !strings.Contains(err.Error(), msg) {
+			t.Fatalf("%+v: %v (status %s), want %s containing %q", o, err, wire.StatusOf(err), want, msg)
+		}
+	}
+	f(openOptions{namespace: ns}, wire.StatusInvalid, "no membership")
+	f(openOptions{members: " , ", namespace: ns}, wire.StatusInvalid, "no membership")
+	f(openOptions{members: "a:1", mds: "b:2", namespace: ns}, wire.StatusInvalid, "exactly one")
+	f(openOptions{members: "a:1", group: "g", namespace: ns}, wire.StatusInvalid, "only meaningful with mds_addrs")
+	f(openOptions{members: "a:1"}, wire.StatusInvalid, "namespace")
+	f(openOptions{members: "not-an-address", namespace: ns}, wire.StatusInvalid, "not host:port")
+	f(openOptions{members: "a:1", namespace: ns, timeoutMS: 1 << 40}, wire.StatusInvalid, "over a day")
+
+	h, err := open(openOptions{members: "127.0.0.1:1, 127.0.0.1:2", namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := lookup(h)
+	if err != nil || len(s.c.Members()) != 2 || s.maxBlock != 64<<20 {
+		t.Fatalf("lookup: %v, %+v", err, s)
+	}
+	if _, err := release(h); err != nil {
+		t.Fatal(err)
+	}
+	// A released, never-issued or zero handle fails closed.
+	for _, bad := range []uintptr{h, 0, h + 1000} {
+		if _, err := lookup(bad); !errors.Is(err, wire.StatusInvalid) {
+			t.Fatalf("lookup(%d) after release: %v", bad, err)
+		}
+		if _, err := release(bad); !errors.Is(err, wire.StatusInvalid) {
+			t.Fatalf("release(%d): %v", bad, err)
+		}
+	}
+}
+
+func TestSGRounds(t *testing.T) {
+	f := func(totals []uint64, want [][2]int) {
+		t.Helper()
+		got := sgRounds(totals)
+		if len(got) != len(want) {
+			t.Fatalf("sgRounds(%v) = %v, want %v", totals, got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("sgRounds(%v) = %v, want %v", totals, got, want)
+			}
+		}
+	}
+	const M = 1 << 20
+	f(nil, nil)
+	f([]uint64{M, M}, [][2]int{{0, 2}})
+	f([]uint64{40 * M, 40 * M, 10 * M}, [][2]int{{0, 1}, {1, 3}})
+	f([]uint64{100 * M, 1}, [][2]int{{0, 1}, {1, 2}}) // an item over the round size still gets its own round
+	f([]uint64{64 * M, 0, 1}, [][2]int{{0, 2}, {2, 3}})
+}
+
+func TestStatusOf(t *testing.T) {
+	if statusOf(nil) != 0 || statusOf(errors.New("x")) != int(wire.StatusInternal) ||
+		statusOf(itemErr(3, wire.StatusTooLarge)) != int(wire.StatusTooLarge) {
+		t.Fatal("statusOf mapping")
+	}
+	if err := itemErr(3, wire.StatusNotFound); !strings.HasPrefix(err.Error(), "item 3: ") {
+		t.Fatal(err)
+	}
+}
+
+// TestHeaderStatusCodes: the status numbers of the hand-written dfkv.h are
+// wire.Status values (DESIGN.md §3: "The C ABI returns the same numbers"),
+// every one of them, with the same names.
+func TestHeaderStatusCodes(t *testing.T) {
+	h, err := os.ReadFile("dfkv.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^#define DFKV_([A-Z_]+)\s+(\d+)\b`)
+	seen := map[wire.Status]bool{}
+	for _, m := range re.FindAllStringSubmatch(string(h), -1) {
+		n, _ := strconv.Atoi(m[2])
+		st := wire.Status(n)
+		if !st.Known() || st.String() != m[1] {
+			t.Errorf("dfkv.h: DFKV_%s = %d, but wire.Status(%d) is %s", m[1], n, n, st)
+		}
+		seen[st] = true
+	}
+	for st := wire.Status(0); st.Known(); st++ {
+		if !seen[st] {
+			t.Errorf("dfkv.h has no DFKV_%s (%d)", st, st)
+		}
+	}
+}

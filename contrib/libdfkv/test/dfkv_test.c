@@ -1,0 +1,392 @@
+/*
+ * dfkv_test.c — checks libdfkv.so through the hand-written dfkv.h against
+ * real dfkv server processes. Built with -Wall -Werror by
+ * scripts/test-contrib.sh:
+ *
+ *   dfkv_test MEMBERS
+ *
+ * MEMBERS is the comma-separated host:port list of running nodes. Exits 0
+ * when every check passed, 1 (after printing each failure) otherwise.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dfkv.h"
+
+static int failures;
+
+static void report(const char* file, int line, const char* what, dfkv_client* c) {
+    char msg[512];
+    dfkv_last_error(c, msg, sizeof msg);
+    fprintf(stderr, "%s:%d: FAILED: %s (last error: %s)\n", file, line, what, msg);
+    failures++;
+}
+
+#define CHECK(cond, c) do { if (!(cond)) report(__FILE__, __LINE__, #cond, (c)); } while (0)
+#define CHECK_RC(expr, want, c) do { \
+    int rc_ = (expr); \
+    if (rc_ != (want)) { \
+        char what_[256]; \
+        snprintf(what_, sizeof what_, "%s returned %s (%d), want %s", #expr, \
+                 dfkv_status_name(rc_), rc_, dfkv_status_name(want)); \
+        report(__FILE__, __LINE__, what_, (c)); \
+    } \
+} while (0)
+
+static const char ns[] = "dfkv-c-test\0namespace";
+
+static dfkv_client* open_client(const char* members) {
+    dfkv_client_options_v2 o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.members = members;
+    o.namespace_ptr = ns;
+    o.namespace_len = sizeof ns - 1; /* the NUL inside is identity, the trailing one is not */
+    o.timeout_ms = 5000;
+    dfkv_client* c = NULL;
+    int rc = dfkv_open_v2(&o, &c);
+    if (rc != DFKV_OK || c == NULL) {
+        char msg[512];
+        dfkv_last_error(NULL, msg, sizeof msg);
+        fprintf(stderr, "dfkv_open_v2: %s: %s\n", dfkv_status_name(rc), msg);
+        exit(1);
+    }
+    return c;
+}
+
+static void test_open_options(const char* members) {
+    dfkv_client_options_v2 o;
+    dfkv_client* c = (dfkv_client*)0x1;
+    char msg[512];
+
+    /* struct_size smaller than v2: rejected, *out reset to NULL. */
+    memset(&o, 0, sizeof o);
+    o.members = members;
+    o.namespace_ptr = ns;
+    o.namespace_len = 3;
+    o.struct_size = sizeof o - 8;
+    CHECK_RC(dfkv_open_v2(&o, &c), DFKV_INVALID, NULL);
+    CHECK(c == NULL, NULL);
+    dfkv_last_error(NULL, msg, sizeof msg);
+    CHECK(strstr(msg, "struct_size") != NULL, NULL);
+    o.struct_size = 0;
+    CHECK_RC(dfkv_open_v2(&o, &c), DFKV_INVALID, NULL);
+
+    /* A larger struct from a newer caller: fine while the unknown tail is
+     * zero, UNSUPPORTED when it asks for something. */
+    struct {
+        dfkv_client_options_v2 v2;
+        uint64_t future_field;
+    } big;
+    memset(&big, 0, sizeof big);
+    big.v2 = o;
+    big.v2.struct_size = sizeof big;
+    CHECK_RC(dfkv_open_v2(&big.v2, &c), DFKV_OK, NULL);
+    CHECK(c != NULL, NULL);
+    CHECK_RC(dfkv_close(c), DFKV_OK, NULL);
+    big.future_field = 7;
+    CHECK_RC(dfkv_open_v2(&big.v2, &c), DFKV_UNSUPPORTED, NULL);
+    CHECK(c == NULL, NULL);
+
+    /* MDS discovery: an unreachable MDS fails the open (it asks for the
+     * members first), with *out NULL and a message naming the MDS. */
+    o.struct_size = sizeof o;
+    o.members = NULL;
+    o.mds_addrs = "127.0.0.1:1";
+    o.timeout_ms = 2000;
+    int rc = dfkv_open_v2(&o, &c);
+    CHECK(rc != DFKV_OK && c == NULL, NULL);
+    dfkv_last_error(NULL, msg, sizeof msg);
+    CHECK(strstr(msg, "MDS") != NULL, NULL);
+    /* Both membership forms, or a group without an MDS: INVALID. */
+    o.members = members;
+    CHECK_RC(dfkv_open_v2(&o, &c), DFKV_INVALID, NULL);
+    o.mds_addrs = NULL;
+    o.group = "g";
+    CHECK_RC(dfkv_open_v2(&o, &c), DFKV_INVALID, NULL);
+    o.group = NULL;
+    o.members = NULL;
+
+    /* No members, no namespace, NULL arguments. */
+    o.mds_addrs = NULL;
+    CHECK_RC(dfkv_open_v2(&o, &c), DFKV_INVALID, NULL);
+    o.members = members;
+    o.namespace_len = 0;
+    CHECK_RC(dfkv_open_v2(&o, &c), DFKV_INVALID, NULL);
+    CHECK_RC(dfkv_open_v2(NULL, &c), DFKV_INVALID, NULL);
+    o.namespace_len = 3;
+    CHECK_RC(dfkv_open_v2(&o, NULL), DFKV_INVALID, NULL);
+}
+
+static void test_scalar(dfkv_client* c) {
+    const char key[] = "scalar-key";
+    const char val[] = "hello, dfkv";
+    char buf[64];
+    uint64_t stored = 99, nread = 99;
+
+    CHECK_RC(dfkv_put(c, key, sizeof key - 1, val, sizeof val - 1), DFKV_OK, c);
+    CHECK_RC(dfkv_get(c, key, sizeof key - 1, buf, sizeof buf, &stored), DFKV_OK, c);
+    CHECK(stored == sizeof val - 1 && memcmp(buf, val, stored) == 0, c);
+    CHECK_RC(dfkv_exist(c, key, sizeof key - 1, &stored), DFKV_OK, c);
+    CHECK(stored == sizeof val - 1, c);
+    CHECK_RC(dfkv_exist(c, key, sizeof key - 1, NULL), DFKV_OK, c);
+
+    /* Buffer too small: prefix copied, stored length reported. */
+    memset(buf, 0, sizeof buf);
+    CHECK_RC(dfkv_get(c, key, sizeof key - 1, buf, 5, &stored), DFKV_TOO_LARGE, c);
+    CHECK(stored == sizeof val - 1 && memcmp(buf, "hello", 5) == 0, c);
+
+    /* Range contract. */
+    CHECK_RC(dfkv_get_range(c, key, sizeof key - 1, 7, 4, buf, sizeof buf, &nread, &stored), DFKV_OK, c);
+    CHECK(nread == 4 && stored == sizeof val - 1 && memcmp(buf, "dfkv", 4) == 0, c);
+    CHECK_RC(dfkv_get_range(c, key, sizeof key - 1, 7, 0, buf, sizeof buf, &nread, &stored), DFKV_OK, c);
+    CHECK(nread == 4, c);
+    CHECK_RC(dfkv_get_range(c, key, sizeof key - 1, 7, 100, buf, sizeof buf, &nread, &stored), DFKV_OK, c);
+    CHECK(nread == 4, c);
+    CHECK_RC(dfkv_get_range(c, key, sizeof key - 1, sizeof val - 1, 0, buf, sizeof buf, &nread, &stored), DFKV_OK, c);
+    CHECK(nread == 0, c);
+    CHECK_RC(dfkv_get_range(c, key, sizeof key - 1, sizeof val, 0, buf, sizeof buf, &nread, &stored), DFKV_INVALID, c);
+
+    CHECK_RC(dfkv_remove(c, key, sizeof key - 1), DFKV_OK, c);
+    CHECK_RC(dfkv_exist(c, key, sizeof key - 1, &stored), DFKV_NOT_FOUND, c);
+    CHECK_RC(dfkv_get(c, key, sizeof key - 1, buf, sizeof buf, &stored), DFKV_NOT_FOUND, c);
+    CHECK(stored == 0, c);
+    CHECK_RC(dfkv_remove(c, key, sizeof key - 1), DFKV_NOT_FOUND, c);
+}
+
+static void test_nul_keys(dfkv_client* c) {
+    /* Three keys that a C-string API would confuse: "a", "a\0b", "a\0c". */
+    const char k1[] = "a";
+    const char k2[] = {'a', '\0', 'b'};
+    const char k3[] = {'a', '\0', 'c'};
+    char buf[8];
+    uint64_t stored;
+    /* Start clean even against a node that outlived an earlier run. */
+    dfkv_remove(c, k1, 1);
+    dfkv_remove(c, k2, sizeof k2);
+    dfkv_remove(c, k3, sizeof k3);
+    CHECK_RC(dfkv_put(c, k2, sizeof k2, "two", 3), DFKV_OK, c);
+    CHECK_RC(dfkv_exist(c, k1, 1, &stored), DFKV_NOT_FOUND, c);
+    CHECK_RC(dfkv_exist(c, k3, sizeof k3, &stored), DFKV_NOT_FOUND, c);
+    CHECK_RC(dfkv_put(c, k3, sizeof k3, "three", 5), DFKV_OK, c);
+    CHECK_RC(dfkv_get(c, k2, sizeof k2, buf, sizeof buf, &stored), DFKV_OK, c);
+    CHECK(stored == 3 && memcmp(buf, "two", 3) == 0, c);
+    CHECK_RC(dfkv_get(c, k3, sizeof k3, buf, sizeof buf, &stored), DFKV_OK, c);
+    CHECK(stored == 5 && memcmp(buf, "three", 5) == 0, c);
+    /* A value of NUL bytes is stored exactly. */
+    const char zeros[4] = {0, 0, 0, 0};
+    CHECK_RC(dfkv_put(c, k1, 1, zeros, sizeof zeros), DFKV_OK, c);
+    memset(buf, 0x55, sizeof buf);
+    CHECK_RC(dfkv_get(c, k1, 1, buf, sizeof buf, &stored), DFKV_OK, c);
+    CHECK(stored == 4 && memcmp(buf, zeros, 4) == 0, c);
+}
+
+static void test_fail_closed(dfkv_client* c) {
+    char buf[8];
+    uint64_t stored = 99;
+    char msg[256];
+    CHECK_RC(dfkv_put(c, "k", 0, "v", 1), DFKV_INVALID, c);
+    dfkv_last_error(c, msg, sizeof msg);
+    CHECK(strstr(msg, "zero-length") != NULL, c);
+    CHECK_RC(dfkv_put(c, NULL, 1, "v", 1), DFKV_INVALID, c);
+    CHECK_RC(dfkv_put(c, NULL, 0, "v", 1), DFKV_INVALID, c);
+    CHECK_RC(dfkv_put(c, "k", 1, "v", 0), DFKV_INVALID, c);
+    dfkv_last_error(c, msg, sizeof msg);
+    CHECK(strstr(msg, "zero-byte value") != NULL, c);
+    CHECK_RC(dfkv_put(c, "k", 1, NULL, 0), DFKV_INVALID, c);
+    CHECK_RC(dfkv_get(c, "", 0, buf, sizeof buf, &stored), DFKV_INVALID, c);
+    CHECK(stored == 0, c);
+    CHECK_RC(dfkv_get(c, "k", 1, buf, sizeof buf, NULL), DFKV_INVALID, c);
+    CHECK_RC(dfkv_exist(c, "k", 0, NULL), DFKV_INVALID, c);
+    CHECK_RC(dfkv_remove(c, NULL, 0), DFKV_INVALID, c);
+    static char big_key[4097];
+    memset(big_key, 'k', sizeof big_key);
+    CHECK_RC(dfkv_exist(c, big_key, sizeof big_key, NULL), DFKV_INVALID, c);
+    CHECK_RC(dfkv_exist(c, big_key, 4096, NULL), DFKV_NOT_FOUND, c);
+    /* Truncated last error: returns the full length. */
+    CHECK_RC(dfkv_put(c, "k", 0, "v", 1), DFKV_INVALID, c);
+    size_t full = dfkv_last_error(c, msg, 4);
+    CHECK(full > 4 && strlen(msg) == 3, c);
+    CHECK(dfkv_last_error(c, NULL, 0) == full, c);
+}
+
+#define NB 8
+
+static void test_batch(dfkv_client* c) {
+    char keys[NB][16], vals[NB][32], out[NB][32];
+    const void* kp[NB];
+    const void* vp[NB];
+    void* op[NB];
+    uint64_t kl[NB], vl[NB], ol[NB], stored[NB];
+    int32_t st[NB];
+    for (int i = 0; i < NB; i++) {
+        kl[i] = (uint64_t)snprintf(keys[i], sizeof keys[i], "batch-%d", i);
+        vl[i] = (uint64_t)snprintf(vals[i], sizeof vals[i], "value of item %d", i);
+        kp[i] = keys[i];
+        vp[i] = vals[i];
+        op[i] = out[i];
+        ol[i] = sizeof out[i];
+    }
+    /* Put all but item 3, which is left a miss. */
+    const void* kp7[NB - 1];
+    const void* vp7[NB - 1];
+    uint64_t kl7[NB - 1], vl7[NB - 1];
+    for (int i = 0, j = 0; i < NB; i++) {
+        if (i == 3) continue;
+        kp7[j] = kp[i]; kl7[j] = kl[i]; vp7[j] = vp[i]; vl7[j] = vl[i]; j++;
+    }
+    CHECK_RC(dfkv_put_batch(c, NB - 1, kp7, kl7, vp7, vl7, st), DFKV_OK, c);
+    for (int i = 0; i < NB - 1; i++) CHECK(st[i] == DFKV_OK, c);
+
+    memset(out, 0, sizeof out);
+    CHECK_RC(dfkv_get_batch(c, NB, kp, kl, op, ol, stored, st), DFKV_NOT_FOUND, c);
+    for (int i = 0; i < NB; i++) {
+        if (i == 3) {
+            CHECK(st[i] == DFKV_NOT_FOUND && stored[i] == 0, c);
+        } else {
+            CHECK(st[i] == DFKV_OK && stored[i] == vl[i] && memcmp(out[i], vals[i], vl[i]) == 0, c);
+        }
+    }
+    CHECK_RC(dfkv_exist_batch(c, NB, kp, kl, stored, st), DFKV_NOT_FOUND, c);
+    for (int i = 0; i < NB; i++) CHECK(st[i] == (i == 3 ? DFKV_NOT_FOUND : DFKV_OK), c);
+    CHECK_RC(dfkv_exist_batch(c, NB, kp, kl, NULL, st), DFKV_NOT_FOUND, c);
+
+    /* Prefix: items 0..2 stored, 3 missing, 4.. stored => 3. */
+    uint64_t hits = 99;
+    CHECK_RC(dfkv_exist_prefix(c, NB, kp, kl, &hits), DFKV_OK, c);
+    CHECK(hits == 3, c);
+    CHECK_RC(dfkv_exist_prefix(c, 3, kp, kl, &hits), DFKV_OK, c);
+    CHECK(hits == 3, c);
+    CHECK_RC(dfkv_exist_prefix(c, 0, NULL, NULL, &hits), DFKV_OK, c);
+    CHECK(hits == 0, c);
+
+    /* One bad item in a batch fails alone; a zero-byte value is INVALID. */
+    uint64_t vl_bad[NB];
+    memcpy(vl_bad, vl, sizeof vl);
+    vl_bad[5] = 0;
+    CHECK_RC(dfkv_put_batch(c, NB, kp, kl, vp, vl_bad, st), DFKV_INVALID, c);
+    for (int i = 0; i < NB; i++) CHECK(st[i] == (i == 5 ? DFKV_INVALID : DFKV_OK), c);
+    uint64_t kl_bad[NB];
+    memcpy(kl_bad, kl, sizeof kl);
+    kl_bad[2] = 0;
+    CHECK_RC(dfkv_exist_prefix(c, NB, kp, kl_bad, &hits), DFKV_INVALID, c);
+    CHECK(hits == 2, c);
+    CHECK_RC(dfkv_exist_batch(c, NB, kp, kl_bad, NULL, st), DFKV_INVALID, c);
+    CHECK(st[2] == DFKV_INVALID && st[0] == DFKV_OK, c);
+
+    /* Call-level argument errors. */
+    CHECK_RC(dfkv_get_batch(c, NB, NULL, kl, op, ol, stored, st), DFKV_INVALID, c);
+    for (int i = 0; i < NB; i++) CHECK(st[i] == DFKV_INVALID, c);
+    CHECK_RC(dfkv_exist_batch(c, NB, kp, kl, NULL, NULL), DFKV_INVALID, c);
+
+    CHECK_RC(dfkv_remove_batch(c, NB, kp, kl, st), DFKV_OK, c);
+    for (int i = 0; i < NB; i++) CHECK(st[i] == DFKV_OK, c);
+    CHECK_RC(dfkv_exist_prefix(c, NB, kp, kl, &hits), DFKV_OK, c);
+    CHECK(hits == 0, c);
+}
+
+static void test_sg(dfkv_client* c) {
+    const char key[] = "sg\0key";
+    char a[3] = {'a', 'b', 'c'}, b[5] = {'d', 'e', 'f', 'g', 'h'}, d[1] = {'i'};
+    const void* in[3] = {a, b, d};
+    uint64_t in_lens[3] = {3, 5, 1};
+    CHECK_RC(dfkv_put_sg(c, key, sizeof key - 1, 3, in, in_lens), DFKV_OK, c);
+    char whole[16];
+    uint64_t stored = 0;
+    CHECK_RC(dfkv_get(c, key, sizeof key - 1, whole, sizeof whole, &stored), DFKV_OK, c);
+    CHECK(stored == 9 && memcmp(whole, "abcdefghi", 9) == 0, c);
+
+    /* Read back split differently. */
+    char x[4], y[4], z[1];
+    void* outb[3] = {x, y, z};
+    uint64_t out_lens[3] = {4, 4, 1};
+    CHECK_RC(dfkv_get_sg(c, key, sizeof key - 1, 3, outb, out_lens, &stored), DFKV_OK, c);
+    CHECK(stored == 9 && memcmp(x, "abcd", 4) == 0 && memcmp(y, "efgh", 4) == 0 && z[0] == 'i', c);
+    /* Buffers too small for the value. */
+    out_lens[2] = 0;
+    CHECK_RC(dfkv_get_sg(c, key, sizeof key - 1, 3, outb, out_lens, &stored), DFKV_INVALID, c);
+    CHECK_RC(dfkv_get_sg(c, key, sizeof key - 1, 2, outb, out_lens, &stored), DFKV_TOO_LARGE, c);
+    CHECK(stored == 9, c);
+    /* Zero-byte SG pieces fail closed. */
+    in_lens[1] = 0;
+    CHECK_RC(dfkv_put_sg(c, key, sizeof key - 1, 3, in, in_lens), DFKV_INVALID, c);
+    CHECK_RC(dfkv_put_sg(c, key, sizeof key - 1, 0, in, in_lens), DFKV_INVALID, c);
+}
+
+
+static void test_batch_sg(dfkv_client* c) {
+    /* Two items: "k0" from 2 pieces, "k1" from 1 piece; item 2 has a
+     * zero-length piece and fails alone. */
+    const void* keys[3] = {"bsg-k0", "bsg-k1", "bsg-k2"};
+    uint64_t key_lens[3] = {6, 6, 6};
+    uint64_t counts[3] = {2, 1, 1};
+    const void* in[4] = {"hello ", "world", "solo", "x"};
+    uint64_t in_lens[4] = {6, 5, 4, 0};
+    int32_t st[3];
+    dfkv_remove_batch(c, 3, keys, key_lens, st);
+    CHECK_RC(dfkv_put_batch_sg(c, 3, keys, key_lens, counts, in, in_lens, st), DFKV_INVALID, c);
+    CHECK(st[0] == DFKV_OK && st[1] == DFKV_OK && st[2] == DFKV_INVALID, c);
+
+    char a[4], b[7], d[8], e[1];
+    void* out[4] = {a, b, d, e};
+    uint64_t out_lens[4] = {4, 7, 8, 1};
+    uint64_t stored[3];
+    CHECK_RC(dfkv_get_batch_sg(c, 3, keys, key_lens, counts, out, out_lens, stored, st), DFKV_NOT_FOUND, c);
+    CHECK(st[0] == DFKV_OK && stored[0] == 11 && memcmp(a, "hell", 4) == 0 && memcmp(b, "o world", 7) == 0, c);
+    CHECK(st[1] == DFKV_OK && stored[1] == 4 && memcmp(d, "solo", 4) == 0, c);
+    CHECK(st[2] == DFKV_NOT_FOUND && stored[2] == 0, c);
+    CHECK_RC(dfkv_get_batch_sg(c, 3, keys, key_lens, NULL, out, out_lens, stored, st), DFKV_INVALID, c);
+}
+
+static void test_stats_and_close(const char* members) {
+    dfkv_client* c = open_client(members);
+    uint64_t len = 0;
+    CHECK_RC(dfkv_stats(c, NULL, 0, &len), DFKV_TOO_LARGE, c);
+    CHECK(len > 2, c);
+    /* Counters may grow between the calls: leave headroom. */
+    uint64_t cap = len + 4096;
+    char* buf = malloc(cap);
+    CHECK_RC(dfkv_stats(c, buf, cap, &len), DFKV_OK, c);
+    CHECK(buf[0] == '{' && buf[len - 1] == '}' && strlen(buf) == len, c);
+    free(buf);
+    CHECK_RC(dfkv_close(c), DFKV_OK, NULL);
+    /* A closed handle fails closed, never crashes. */
+    uint64_t stored;
+    CHECK_RC(dfkv_exist(c, "k", 1, &stored), DFKV_INVALID, NULL);
+    CHECK_RC(dfkv_close(c), DFKV_INVALID, NULL);
+    CHECK_RC(dfkv_close(NULL), DFKV_INVALID, NULL);
+    int32_t st2[2] = {99, 99};
+    const void* k2[2] = {"a", "b"};
+    uint64_t kl2[2] = {1, 1};
+    CHECK_RC(dfkv_exist_batch(c, 2, k2, kl2, NULL, st2), DFKV_INVALID, NULL);
+    CHECK(st2[0] == DFKV_INVALID && st2[1] == DFKV_INVALID, NULL);
+    CHECK_RC(dfkv_put(NULL, "k", 1, "v", 1), DFKV_INVALID, NULL);
+    CHECK(strcmp(dfkv_status_name(DFKV_NOT_FOUND), "NOT_FOUND") == 0, NULL);
+    CHECK(strcmp(dfkv_status_name(DFKV_INTERNAL), "INTERNAL") == 0, NULL);
+    CHECK(strcmp(dfkv_status_name(99), "UNKNOWN") == 0, NULL);
+}
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s host:port[,host:port...]\n", argv[0]);
+        return 2;
+    }
+    test_open_options(argv[1]);
+    dfkv_client* c = open_client(argv[1]);
+    test_scalar(c);
+    test_nul_keys(c);
+    test_fail_closed(c);
+    test_batch(c);
+    test_sg(c);
+    test_batch_sg(c);
+    CHECK_RC(dfkv_close(c), DFKV_OK, NULL);
+    test_stats_and_close(argv[1]);
+    if (failures) {
+        fprintf(stderr, "dfkv_test: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("dfkv_test: all checks passed\n");
+    return 0;
+}

@@ -1,0 +1,35 @@
+"""dfkv: Python client of the dfkv KV-cache store.
+
+Standard library only: ``import dfkv`` works without torch and without
+libdfkv.so (the identity encoders are pure Python); the library is loaded
+when the first Client opens, from $DFKV_LIBRARY, next to this package, or
+build/ at the repository root.
+
+    import dfkv
+    ns = dfkv.NamespaceDescriptor(tenant="acme", model_id="meta-llama/Llama-3-8B",
+                                  model_revision="", layout_id=dfkv.LAYOUT_VLLM,
+                                  dtype="bfloat16", layout_fingerprint=0, block_tokens=16,
+                                  layer_geometry=dfkv.LayerGeometry(32, 8, 128))
+    with dfkv.Client("127.0.0.1:7600", ns) as c:
+        c.put(b"key\\x00with-nul", b"value")
+        assert c.get(b"key\\x00with-nul") == b"value"
+
+NB: libdfkv.so carries a Go runtime, which does not survive fork(). Open
+Clients in the process that uses them (after any fork; engines that fork
+workers should create their connector in the worker), which the lazy load
+makes natural: importing dfkv starts nothing.
+
+Connectors: dfkv.sglang (HiCacheStorage), dfkv.lmcache (RemoteConnector and
+ConnectorAdapter for dfkv://), dfkv.vllm (KVConnectorBase_V1).
+"""
+from .identity import *  # noqa: F401,F403
+from .identity import __all__ as _identity_all
+from .errors import (DfkvError, NotFound, InvalidArgument, QuotaExceeded, CacheFull, DfkvIOError,  # noqa: F401
+                     Timeout, Unavailable, Unsupported, EpochMismatch, TooLarge, Internal, Status, error_for)
+from .client import Client, key_bytes  # noqa: F401
+
+__all__ = list(_identity_all) + [
+    "DfkvError", "NotFound", "InvalidArgument", "QuotaExceeded", "CacheFull", "DfkvIOError", "Timeout",
+    "Unavailable", "Unsupported", "EpochMismatch", "TooLarge", "Internal", "Status", "error_for",
+    "Client", "key_bytes",
+]

@@ -1,0 +1,379 @@
+"""ctypes client over libdfkv.so (contrib/libdfkv/dfkv.h)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+from ctypes import POINTER, byref, c_char_p, c_int32, c_uint64, c_void_p
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+from . import _lib
+from ._buffers import Pinned
+from .errors import InvalidArgument, Status, error_for
+from .identity import NamespaceDescriptor
+
+Key = Union[bytes, bytearray, memoryview, str]
+
+__all__ = ["Client", "key_bytes"]
+
+
+def key_bytes(key: Key) -> bytes:
+    """Object key bytes: bytes as given (NUL bytes included), str as UTF-8.
+    Keys are small (<= 4 KiB), so other buffers are copied to bytes."""
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    if isinstance(key, (bytearray, memoryview)):
+        return bytes(key)
+    raise TypeError(f"object key must be bytes or str, not {type(key).__name__}")
+
+
+def _key_arrays(keys: Sequence[Key]):
+    ks = [key_bytes(k) for k in keys]
+    n = len(ks)
+    arr = (c_char_p * n)(*ks)
+    lens = (c_uint64 * n)(*[len(k) for k in ks])
+    # The c_char_p array points into the bytes objects in ks; ks must stay
+    # alive for the call, hence it is returned too.
+    return n, ctypes.cast(arr, POINTER(c_void_p)), lens, (ks, arr)
+
+
+class Client:
+    """A dfkv client on one namespace.
+
+    ``members`` is a "host:port,host:port" string or a list of addresses;
+    ``namespace`` is bytes or a NamespaceDescriptor (encoded here). Safe to
+    share between threads: every call releases the GIL inside libdfkv.
+
+    Errors raise a DfkvError subclass per status (NotFound, InvalidArgument,
+    Unavailable, TooLarge, ...) whose message is libdfkv's last error. Batch
+    calls never raise for per-item failures: they return per-item statuses.
+    NB: the last-error text is per handle; with one Client shared by many
+    threads, a message may belong to a concurrent failure (libdfkv
+    documents this), the status never does.
+    """
+
+    def __init__(self, members: Union[str, Sequence[str], None], namespace: Union[bytes, NamespaceDescriptor], *,
+                 mds: Union[str, Sequence[str], None] = None, group: Optional[str] = None,
+                 batch_concurrency: int = 0, pool_size: int = 0, timeout_ms: int = 0, dial_timeout_ms: int = 0,
+                 max_block_bytes: int = 0, library: Optional[str] = None) -> None:
+        self._h: Optional[int] = None
+        self._lib = _lib.load(library)
+        if isinstance(namespace, NamespaceDescriptor):
+            namespace = namespace.encode()
+        ns = bytes(namespace)
+        self.namespace = ns
+
+        def join(v):
+            if v is None:
+                return None
+            return (v if isinstance(v, str) else ",".join(v)).encode()
+
+        self._members_b = join(members)
+        o = _lib.ClientOptionsV2()
+        o.struct_size = ctypes.sizeof(_lib.ClientOptionsV2)
+        o.members = self._members_b
+        o.mds_addrs = join(mds)
+        o.group = group.encode() if group else None
+        nsbuf = ctypes.create_string_buffer(ns, len(ns)) if ns else None
+        o.namespace_ptr = ctypes.cast(nsbuf, c_void_p) if nsbuf is not None else None
+        o.namespace_len = len(ns)
+        o.batch_concurrency = batch_concurrency
+        o.pool_size = pool_size
+        o.timeout_ms = timeout_ms
+        o.dial_timeout_ms = dial_timeout_ms
+        o.max_block_bytes = max_block_bytes
+        h = c_void_p()
+        rc = self._lib.dfkv_open_v2(byref(o), byref(h))
+        if rc != 0:
+            raise error_for(rc, self._last_error(None))
+        self._h = h.value
+        self._close_lock = threading.Lock()
+        self._get_hint = 64 << 10
+
+    # -- plumbing --------------------------------------------------------
+
+    def _last_error(self, h) -> str:
+        cap = 1024
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            n = self._lib.dfkv_last_error(h, buf, cap)
+            if n < cap:
+                return buf.value.decode("utf-8", "replace")
+            cap = n + 1
+
+    def _handle(self) -> int:
+        h = self._h
+        if h is None:
+            raise InvalidArgument("dfkv client is closed")
+        return h
+
+    def _raise(self, rc: int, what: str):
+        raise error_for(rc, f"{what}: {self._last_error(self._h)}")
+
+    def close(self) -> None:
+        """Close the client; later calls raise InvalidArgument. Idempotent."""
+        with self._close_lock:
+            h, self._h = self._h, None
+        if h is not None:
+            self._lib.dfkv_close(h)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- scalar ----------------------------------------------------------
+
+    def put(self, key: Key, value: Any) -> None:
+        """Store value (bytes-like or CPU tensor, read in place) under key."""
+        h, k = self._handle(), key_bytes(key)
+        with Pinned() as p:
+            addr, n = p.addr(value, False, "value")
+            rc = self._lib.dfkv_put(h, k, len(k), addr, n)
+        if rc:
+            self._raise(rc, "put")
+
+    def get_into(self, key: Key, buf: Any) -> int:
+        """Read key's whole value into buf (writable buffer or CPU tensor) and
+        return its stored length. Raises NotFound on a miss and TooLarge when
+        buf is smaller than the value (buf then holds its first bytes)."""
+        h, k = self._handle(), key_bytes(key)
+        stored = c_uint64()
+        with Pinned() as p:
+            addr, n = p.addr(buf, True, "destination")
+            rc = self._lib.dfkv_get(h, k, len(k), addr, n, byref(stored))
+        if rc:
+            self._raise(rc, "get")
+        return stored.value
+
+    def get(self, key: Key) -> Optional[bytearray]:
+        """The value of key as a new bytearray, or None on a miss. One round
+        trip when the value is no larger than the last one read, else two."""
+        h, k = self._handle(), key_bytes(key)
+        stored = c_uint64()
+        for _ in range(3):
+            buf = bytearray(self._get_hint)
+            with Pinned() as p:
+                addr, n = p.addr(buf, True, "destination")
+                rc = self._lib.dfkv_get(h, k, len(k), addr, n, byref(stored))
+            if rc == Status.OK:
+                self._get_hint = max(stored.value, 1)
+                del buf[stored.value:]
+                return buf
+            if rc == Status.NOT_FOUND:
+                return None
+            if rc != Status.TOO_LARGE:
+                self._raise(rc, "get")
+            self._get_hint = stored.value
+        self._raise(rc, "get (value kept growing)")
+
+    def get_range(self, key: Key, offset: int, length: int, buf: Any) -> Tuple[int, int]:
+        """Read length bytes at offset into buf; returns (bytes_read, stored_length)."""
+        h, k = self._handle(), key_bytes(key)
+        nread, stored = c_uint64(), c_uint64()
+        with Pinned() as p:
+            addr, n = p.addr(buf, True, "destination")
+            rc = self._lib.dfkv_get_range(h, k, len(k), offset, length, addr, n, byref(nread), byref(stored))
+        if rc:
+            self._raise(rc, "get_range")
+        return nread.value, stored.value
+
+    def stored_length(self, key: Key) -> Optional[int]:
+        """The stored length of key, or None on a miss."""
+        h, k = self._handle(), key_bytes(key)
+        stored = c_uint64()
+        rc = self._lib.dfkv_exist(h, k, len(k), byref(stored))
+        if rc == Status.NOT_FOUND:
+            return None
+        if rc:
+            self._raise(rc, "exist")
+        return stored.value
+
+    def exists(self, key: Key) -> bool:
+        return self.stored_length(key) is not None
+
+    def remove(self, key: Key) -> bool:
+        """Remove key; False when it was not stored."""
+        h, k = self._handle(), key_bytes(key)
+        rc = self._lib.dfkv_remove(h, k, len(k))
+        if rc == Status.NOT_FOUND:
+            return False
+        if rc:
+            self._raise(rc, "remove")
+        return True
+
+    # -- scatter-gather --------------------------------------------------
+
+    def _sg(self, bufs: Sequence[Any], writable: bool, p: Pinned):
+        n = len(bufs)
+        addrs = (c_void_p * n)()
+        lens = (c_uint64 * n)()
+        for i, b in enumerate(bufs):
+            addrs[i], lens[i] = p.addr(b, writable, f"buffer {i}")
+        return n, addrs, lens
+
+    def put_sg(self, key: Key, bufs: Sequence[Any]) -> None:
+        """Store the concatenation of bufs as one value."""
+        h, k = self._handle(), key_bytes(key)
+        with Pinned() as p:
+            n, addrs, lens = self._sg(bufs, False, p)
+            rc = self._lib.dfkv_put_sg(h, k, len(k), n, addrs, lens)
+        if rc:
+            self._raise(rc, "put_sg")
+
+    def get_sg(self, key: Key, bufs: Sequence[Any]) -> int:
+        """Fill bufs in order from key's value; returns the stored length."""
+        h, k = self._handle(), key_bytes(key)
+        stored = c_uint64()
+        with Pinned() as p:
+            n, addrs, lens = self._sg(bufs, True, p)
+            rc = self._lib.dfkv_get_sg(h, k, len(k), n, addrs, lens, byref(stored))
+        if rc:
+            self._raise(rc, "get_sg")
+        return stored.value
+
+    # -- batch -----------------------------------------------------------
+
+    def batch_put(self, keys: Sequence[Key], values: Sequence[Any]) -> List[Status]:
+        """Store values[i] under keys[i]; one Status per item."""
+        if len(keys) != len(values):
+            raise InvalidArgument(f"batch_put: {len(keys)} keys but {len(values)} values")
+        h = self._handle()
+        n, karr, klens, keep = _key_arrays(keys)
+        st = (c_int32 * n)()
+        with Pinned() as p:
+            vaddr = (c_void_p * n)()
+            vlens = (c_uint64 * n)()
+            for i, v in enumerate(values):
+                vaddr[i], vlens[i] = p.addr(v, False, f"value {i}")
+            self._lib.dfkv_put_batch(h, n, karr, klens, vaddr, vlens, st)
+        return [Status(s) for s in st]
+
+    def batch_get_into(self, keys: Sequence[Key], bufs: Sequence[Any]) -> Tuple[List[Status], List[int]]:
+        """Read keys[i] into bufs[i]; returns (statuses, stored_lengths)."""
+        if len(keys) != len(bufs):
+            raise InvalidArgument(f"batch_get_into: {len(keys)} keys but {len(bufs)} buffers")
+        h = self._handle()
+        n, karr, klens, keep = _key_arrays(keys)
+        st = (c_int32 * n)()
+        stored = (c_uint64 * n)()
+        with Pinned() as p:
+            baddr = (c_void_p * n)()
+            blens = (c_uint64 * n)()
+            for i, b in enumerate(bufs):
+                baddr[i], blens[i] = p.addr(b, True, f"destination {i}")
+            self._lib.dfkv_get_batch(h, n, karr, klens, baddr, blens, stored, st)
+        return [Status(s) for s in st], list(stored)
+
+    def batch_exist(self, keys: Sequence[Key]) -> Tuple[List[Status], List[int]]:
+        """Per-item (status, stored length): OK or NOT_FOUND, or the error."""
+        h = self._handle()
+        n, karr, klens, keep = _key_arrays(keys)
+        st = (c_int32 * n)()
+        stored = (c_uint64 * n)()
+        self._lib.dfkv_exist_batch(h, n, karr, klens, stored, st)
+        return [Status(s) for s in st], list(stored)
+
+    def batch_exists(self, keys: Sequence[Key]) -> List[bool]:
+        """True per stored key; a failed lookup counts as not stored."""
+        st, _ = self.batch_exist(keys)
+        return [s == Status.OK for s in st]
+
+    def batch_get(self, keys: Sequence[Key]) -> List[Optional[bytearray]]:
+        """Values as new bytearrays (None for a miss or a failed item)."""
+        st, sizes = self.batch_exist(keys)
+        out: List[Optional[bytearray]] = [None] * len(keys)
+        idx = [i for i, s in enumerate(st) if s == Status.OK]
+        if not idx:
+            return out
+        bufs = [bytearray(sizes[i]) for i in idx]
+        gst, gstored = self.batch_get_into([keys[i] for i in idx], bufs)
+        for j, i in enumerate(idx):
+            if gst[j] == Status.OK:
+                del bufs[j][gstored[j]:]
+                out[i] = bufs[j]
+        return out
+
+    def _batch_sg_arrays(self, items: Sequence[Sequence[Any]], writable: bool, p: Pinned):
+        n = len(items)
+        counts = (c_uint64 * n)(*[len(parts) for parts in items])
+        total = sum(counts)
+        addrs = (c_void_p * total)()
+        lens = (c_uint64 * total)()
+        j = 0
+        for i, parts in enumerate(items):
+            for b in parts:
+                addrs[j], lens[j] = p.addr(b, writable, f"item {i} buffer")
+                j += 1
+        return counts, addrs, lens
+
+    def batch_put_sg(self, keys: Sequence[Key], items: Sequence[Sequence[Any]]) -> List[Status]:
+        """Store, per key, the concatenation of its buffers (items[i])."""
+        if len(keys) != len(items):
+            raise InvalidArgument(f"batch_put_sg: {len(keys)} keys but {len(items)} buffer lists")
+        h = self._handle()
+        n, karr, klens, keep = _key_arrays(keys)
+        st = (c_int32 * n)()
+        with Pinned() as p:
+            counts, addrs, lens = self._batch_sg_arrays(items, False, p)
+            self._lib.dfkv_put_batch_sg(h, n, karr, klens, counts, addrs, lens, st)
+        return [Status(s) for s in st]
+
+    def batch_get_sg(self, keys: Sequence[Key], items: Sequence[Sequence[Any]]) -> Tuple[List[Status], List[int]]:
+        """Fill, per key, its buffers (items[i]) in order; returns
+        (statuses, stored_lengths)."""
+        if len(keys) != len(items):
+            raise InvalidArgument(f"batch_get_sg: {len(keys)} keys but {len(items)} buffer lists")
+        h = self._handle()
+        n, karr, klens, keep = _key_arrays(keys)
+        st = (c_int32 * n)()
+        stored = (c_uint64 * n)()
+        with Pinned() as p:
+            counts, addrs, lens = self._batch_sg_arrays(items, True, p)
+            self._lib.dfkv_get_batch_sg(h, n, karr, klens, counts, addrs, lens, stored, st)
+        return [Status(s) for s in st], list(stored)
+
+    def batch_remove(self, keys: Sequence[Key]) -> List[Status]:
+        h = self._handle()
+        n, karr, klens, keep = _key_arrays(keys)
+        st = (c_int32 * n)()
+        self._lib.dfkv_remove_batch(h, n, karr, klens, st)
+        return [Status(s) for s in st]
+
+    def exist_prefix(self, keys: Sequence[Key], *, raise_on_error: bool = False) -> int:
+        """How many consecutive keys from keys[0] are stored (one parallel
+        lookup, cut at the first miss; an unreachable node's keys are
+        misses). Another error (an invalid key, a node answering with an
+        error) also cuts the count; with raise_on_error it raises instead."""
+        h = self._handle()
+        n, karr, klens, keep = _key_arrays(keys)
+        hits = c_uint64()
+        rc = self._lib.dfkv_exist_prefix(h, n, karr, klens, byref(hits))
+        if rc and raise_on_error:
+            self._raise(rc, "exist_prefix")
+        return hits.value
+
+    def stats(self) -> dict:
+        """{member address: that node's STATS document or {"error": ...}}."""
+        h = self._handle()
+        need = c_uint64()
+        cap = 1 << 16
+        for _ in range(3):
+            buf = ctypes.create_string_buffer(cap)
+            rc = self._lib.dfkv_stats(h, buf, cap, byref(need))
+            if rc == Status.OK:
+                return json.loads(buf.raw[:need.value])
+            if rc != Status.TOO_LARGE:
+                self._raise(rc, "stats")
+            cap = need.value + 1
+        self._raise(rc, "stats")

@@ -1,0 +1,376 @@
+"""dfkv.Client through libdfkv.so against the real servers of
+scripts/test-contrib.sh (three nodes)."""
+
+import array
+import os
+import threading
+import time
+import unittest
+import uuid
+
+import dfkv
+from dfkv import Status
+
+from ._servers import Server, members
+
+
+def ns(name):
+    return dfkv.NamespaceDescriptor(
+        tenant="pytest", model_id="test/" + name, model_revision=uuid.uuid4().hex,
+        layout_id="x-pytest", dtype="uint8", layout_fingerprint=0, block_tokens=1,
+        layer_geometry=dfkv.LayerGeometry(1, 1, 1))
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.members = members()
+        cls.c = dfkv.Client(cls.members, ns("client"), timeout_ms=10000)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+
+    def test_round_trip_buffer_kinds(self):
+        c = self.c
+        for i, value in enumerate([b"bytes value", bytearray(b"bytearray value"), memoryview(b"read-only view"),
+                                   memoryview(bytearray(b"writable view")), array.array("I", [1, 2, 3])]):
+            with self.subTest(type(value).__name__):
+                k = f"kinds/{i}"
+                c.put(k, value)
+                want = bytes(value)
+                self.assertEqual(bytes(c.get(k)), want)
+                dst = bytearray(len(want))
+                self.assertEqual(c.get_into(k, dst), len(want))
+                self.assertEqual(bytes(dst), want)
+                self.assertEqual(c.stored_length(k), len(want))
+
+    def test_get_into_memoryview_slice_writes_in_place(self):
+        self.c.put(b"slice", b"abcd")
+        big = bytearray(b"........")
+        self.assertEqual(self.c.get_into(b"slice", memoryview(big)[2:6]), 4)
+        self.assertEqual(bytes(big), b"..abcd..")
+
+    def test_nul_bytes_are_identity(self):
+        c = self.c
+        keys = [b"n", b"n\x00", b"n\x00a", b"n\x00b", b"\x00"]
+        c.batch_remove(keys)
+        for i, k in enumerate(keys):
+            c.put(k, bytes([i]) * (i + 1))
+        for i, k in enumerate(keys):
+            self.assertEqual(bytes(c.get(k)), bytes([i]) * (i + 1), k)
+        self.assertIsNone(c.get(b"n\x00c"))
+        # str keys are UTF-8 bytes, NUL included
+        self.assertEqual(bytes(c.get("n\x00a")), bytes([2]) * 3)
+
+    def test_zero_length_rejected_with_invalid(self):
+        c = self.c
+        cases = [
+            ("empty key put", lambda: c.put(b"", b"v")),
+            ("empty value put", lambda: c.put(b"k", b"")),
+            ("empty bytearray value", lambda: c.put(b"k", bytearray())),
+            ("empty key get", lambda: c.get_into(b"", bytearray(4))),
+            ("empty destination", lambda: c.get_into(b"k", bytearray())),
+            ("empty key exist", lambda: c.exists("")),
+            ("oversized key", lambda: c.exists(b"k" * 4097)),
+            ("empty sg piece", lambda: c.put_sg(b"k", [b"a", b""])),
+        ]
+        for name, fn in cases:
+            with self.subTest(name):
+                with self.assertRaises(dfkv.InvalidArgument) as cm:
+                    fn()
+                self.assertEqual(cm.exception.status, Status.INVALID)
+                self.assertIsInstance(cm.exception, ValueError)
+        st = c.batch_put([b"ok", b"", b"ok2"], [b"v", b"v", b""])
+        self.assertEqual(st, [Status.OK, Status.INVALID, Status.INVALID])
+
+    def test_error_names_what_failed(self):
+        with self.assertRaises(dfkv.InvalidArgument) as cm:
+            self.c.put(b"k", b"")
+        self.assertIn("zero-byte value", str(cm.exception))
+        self.c.put(b"big", b"xyz")
+        with self.assertRaises(dfkv.TooLarge) as cm:
+            self.c.get_into(b"big", bytearray(2))
+        self.assertIn("destination buffer smaller", str(cm.exception))
+
+    def test_non_contiguous_buffer_rejected(self):
+        buf = bytearray(8)
+        with self.assertRaises(dfkv.InvalidArgument) as cm:
+            self.c.put(b"nc", memoryview(buf)[::2])
+        self.assertIn("copy", str(cm.exception))
+        with self.assertRaises(TypeError):
+            self.c.get_into(b"nc", b"read-only bytes")
+
+    def test_batch_with_some_misses(self):
+        c = self.c
+        keys = [f"batch/{i}".encode() for i in range(50)]
+        c.batch_remove(keys)
+        present = [k for i, k in enumerate(keys) if i % 3]
+        self.assertTrue(all(s == Status.OK for s in c.batch_put(present, [k * 3 for k in present])))
+        bufs = [bytearray(64) for _ in keys]
+        st, stored = c.batch_get_into(keys, bufs)
+        for i, k in enumerate(keys):
+            if i % 3:
+                self.assertEqual(st[i], Status.OK)
+                self.assertEqual(bytes(bufs[i][:stored[i]]), k * 3)
+            else:
+                self.assertEqual((st[i], stored[i]), (Status.NOT_FOUND, 0))
+        self.assertEqual(c.batch_exists(keys), [bool(i % 3) for i in range(len(keys))])
+        got = c.batch_get(keys)
+        self.assertEqual([g is not None for g in got], [bool(i % 3) for i in range(len(keys))])
+        rm = c.batch_remove(keys)
+        self.assertEqual(rm, [Status.OK if i % 3 else Status.NOT_FOUND for i in range(len(keys))])
+
+    def test_prefix_count_across_three_nodes(self):
+        self.assertEqual(len(self.members), 3, "the prefix test needs the script's three nodes")
+        c = self.c
+        keys = [f"prefix/{i}".encode() for i in range(60)]
+        # The keys must really spread over all three nodes: route them with
+        # the Python Ketama ring (golden-tested against Go) as the client does.
+        ring = dfkv.Ring([(m, 1) for m in self.members])
+        owners = {self.members[ring.get(dfkv.block_key(c.namespace, k).route_hash)] for k in keys}
+        self.assertEqual(owners, set(self.members))
+        c.batch_remove(keys)
+        self.assertEqual(c.exist_prefix(keys), 0)
+        c.batch_put(keys[:40], [b"v"] * 40)
+        c.batch_put(keys[41:], [b"v"] * 19)
+        self.assertEqual(c.exist_prefix(keys), 40)
+        self.assertEqual(c.exist_prefix(keys[:10]), 10)
+        self.assertEqual(c.exist_prefix(keys[41:]), 19)
+        self.assertEqual(c.exist_prefix([]), 0)
+        c.put(keys[40], b"v")
+        self.assertEqual(c.exist_prefix(keys), 60)
+        # An invalid key cuts the prefix like an error; raise_on_error says why.
+        self.assertEqual(c.exist_prefix(keys[:5] + [b""] + keys[5:]), 5)
+        with self.assertRaises(dfkv.InvalidArgument) as cm:
+            c.exist_prefix(keys[:5] + [b""], raise_on_error=True)
+        self.assertIn("item 5", str(cm.exception))
+        c.remove(keys[0])
+        self.assertEqual(c.exist_prefix(keys), 0)
+        # Every node actually holds some of them.
+        stats = c.stats()
+        self.assertEqual(set(stats), set(self.members))
+
+    def test_scatter_gather(self):
+        c = self.c
+        c.put_sg(b"sg", [b"head-", bytearray(b"middle-"), memoryview(b"tail")])
+        self.assertEqual(bytes(c.get(b"sg")), b"head-middle-tail")
+        a, b = bytearray(7), bytearray(9)
+        self.assertEqual(c.get_sg(b"sg", [a, b]), 16)
+        self.assertEqual(bytes(a + b), b"head-middle-tail")
+        keys = [b"bsg/0", b"bsg/1"]
+        self.assertEqual(c.batch_put_sg(keys, [[b"ab", b"cd"], [b"e"]]), [Status.OK, Status.OK])
+        x, y, z = bytearray(3), bytearray(1), bytearray(1)
+        st, stored = c.batch_get_sg(keys + [b"bsg/missing"], [[x, y], [z], [bytearray(1)]])
+        self.assertEqual(st, [Status.OK, Status.OK, Status.NOT_FOUND])
+        self.assertEqual(stored[:2], [4, 1])
+        self.assertEqual(bytes(x + y + z), b"abcde")
+
+    def test_range(self):
+        self.c.put(b"range", b"0123456789")
+        buf = bytearray(4)
+        self.assertEqual(self.c.get_range(b"range", 3, 4, buf), (4, 10))
+        self.assertEqual(bytes(buf), b"3456")
+        self.assertEqual(self.c.get_range(b"range", 10, 0, buf), (0, 10))
+        with self.assertRaises(dfkv.InvalidArgument):
+            self.c.get_range(b"range", 11, 0, buf)
+
+    def test_closed_client_and_bad_open(self):
+        c = dfkv.Client(self.members, b"closing")
+        c.close()
+        c.close()
+        with self.assertRaises(dfkv.InvalidArgument):
+            c.put(b"k", b"v")
+        with self.assertRaises(dfkv.DfkvError) as cm:
+            dfkv.Client(None, b"ns", mds="127.0.0.1:1", timeout_ms=2000)
+        self.assertIn("MDS", str(cm.exception))
+        with self.assertRaises(dfkv.InvalidArgument):
+            dfkv.Client(self.members, b"ns", mds="127.0.0.1:1")
+        with self.assertRaises(dfkv.InvalidArgument):
+            dfkv.Client(self.members, b"")
+        with self.assertRaises(dfkv.InvalidArgument):
+            dfkv.Client("not-an-address", b"ns")
+
+    def test_threads_share_a_client(self):
+        errs = []
+
+        def work(t):
+            try:
+                for i in range(50):
+                    k = f"thr/{t}/{i}".encode()
+                    self.c.put(k, k)
+                    assert bytes(self.c.get(k)) == k
+            except Exception as e:  # noqa: BLE001
+                errs.append(e)
+
+        ts = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        self.assertEqual(errs, [])
+
+
+class LibraryTest(unittest.TestCase):
+    def test_options_struct_matches_the_header(self):
+        # libdfkv names the size it expects when struct_size is too small:
+        # it must be exactly the ctypes mirror of dfkv_client_options_v2.
+        import ctypes
+        from dfkv import _lib
+        lib = _lib.load()
+        o = _lib.ClientOptionsV2()
+        size = ctypes.sizeof(o)
+        o.struct_size = size - 8
+        h = ctypes.c_void_p()
+        self.assertEqual(lib.dfkv_open_v2(ctypes.byref(o), ctypes.byref(h)), Status.INVALID)
+        buf = ctypes.create_string_buffer(512)
+        lib.dfkv_last_error(None, buf, 512)
+        self.assertIn(f"dfkv_client_options_v2 ({size} bytes)", buf.value.decode())
+        self.assertIsNone(h.value)
+
+    def test_missing_library_is_a_clear_error(self):
+        from dfkv import _lib
+        with self.assertRaises(OSError) as cm:
+            _lib.load("/nonexistent/libdfkv.so")
+        self.assertIn("build-lib.sh", str(cm.exception))
+
+
+class NodeFailureTest(unittest.TestCase):
+    """A node SIGKILLed while batches run: per-item failures, no hang, no crash."""
+
+    def setUp(self):
+        self.a, self.b = Server(), Server()
+
+    def tearDown(self):
+        self.a.close()
+        self.b.close()
+
+    def test_kill_mid_batch(self):
+        c = dfkv.Client([self.a.addr, self.b.addr], ns("kill"), timeout_ms=5000, dial_timeout_ms=1000)
+        self.addCleanup(c.close)
+        ring = dfkv.Ring([(self.a.addr, 1), (self.b.addr, 1)])
+        keys = [f"kill/{i}".encode() for i in range(64)]
+        on_a = [ring.get(dfkv.block_key(c.namespace, k).route_hash) == 0 for k in keys]
+        self.assertTrue(any(on_a) and not all(on_a), "keys must span both nodes")
+        value = os.urandom(1 << 20)
+        self.assertEqual(c.batch_put(keys, [value] * len(keys)), [Status.OK] * len(keys))
+
+        results, stop, spans = [], threading.Event(), []
+
+        def reader():
+            bufs = [bytearray(1 << 20) for _ in keys]
+            while not stop.is_set():
+                t0 = time.monotonic()
+                results.append(c.batch_get_into(keys, bufs)[0])
+                spans.append((t0, time.monotonic()))
+
+        t = threading.Thread(target=reader)
+        t.start()
+        time.sleep(0.3)  # several 64 MiB batches in flight
+        t_kill = time.monotonic()
+        self.a.kill()
+        time.sleep(0.5)
+        stop.set()
+        t.join(timeout=20)
+        self.assertFalse(t.is_alive(), "batch_get hung after a node was killed")
+        self.assertTrue(any(s0 < t_kill < s1 for s0, s1 in spans), "no batch was in flight at the kill")
+        # Reads of an unreachable node are misses (wire/client), so a
+        # killed node's items are NOT_FOUND (or TIMEOUT/UNAVAILABLE while
+        # its connection dies); the other node's items never fail.
+        failed = [st for st in results if any(s != Status.OK for s in st)]
+        self.assertTrue(failed, "no batch saw the killed node")
+        for st in results:
+            for i, (s, a) in enumerate(zip(st, on_a)):
+                if a:
+                    self.assertIn(s, (Status.OK, Status.NOT_FOUND, Status.UNAVAILABLE, Status.TIMEOUT), i)
+                else:
+                    self.assertEqual(s, Status.OK, f"item {i} on the surviving node failed")
+        # After the kill: a's items fail fast as misses, b's succeed.
+        t0 = time.monotonic()
+        bufs = [bytearray(1 << 20) for _ in keys]
+        st, stored = c.batch_get_into(keys, bufs)
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertEqual(st, [Status.NOT_FOUND if a else Status.OK for a in on_a])
+        for i, a in enumerate(on_a):
+            if not a:
+                self.assertEqual(bytes(bufs[i]), value, i)
+        first_a = on_a.index(True)
+        self.assertEqual(c.exist_prefix(keys), first_a)
+        # Writes to the dead node are UNAVAILABLE (or TIMEOUT), per item.
+        st = c.batch_put(keys, [b"v"] * len(keys))
+        for s, a in zip(st, on_a):
+            self.assertIn(s, (Status.UNAVAILABLE, Status.TIMEOUT) if a else (Status.OK,))
+        with self.assertRaises((dfkv.Unavailable, dfkv.Timeout)) as cm:
+            c.put(keys[first_a], b"v")
+        self.assertIn(self.a.addr, str(cm.exception))
+
+
+class StalledNodeTest(unittest.TestCase):
+    """A node that stops answering (SIGSTOP) costs the call its timeout, not a hang."""
+
+    def setUp(self):
+        self.a, self.b = Server(), Server()
+        self.addCleanup(self.a.close)
+        self.addCleanup(self.b.close)
+
+    def test_stopped_node_times_out_per_item(self):
+        import signal
+        c = dfkv.Client([self.a.addr, self.b.addr], ns("stall"), timeout_ms=1000, dial_timeout_ms=500)
+        self.addCleanup(c.close)
+        ring = dfkv.Ring([(self.a.addr, 1), (self.b.addr, 1)])
+        keys = [f"stall/{i}".encode() for i in range(32)]
+        on_a = [ring.get(dfkv.block_key(c.namespace, k).route_hash) == 0 for k in keys]
+        self.assertEqual(c.batch_put(keys, keys), [Status.OK] * len(keys))
+        self.a.proc.send_signal(signal.SIGSTOP)
+        self.addCleanup(lambda: self.a.proc.poll() is None and self.a.proc.send_signal(signal.SIGCONT))
+        t0 = time.monotonic()
+        st, _ = c.batch_get_into(keys, [bytearray(64) for _ in keys])
+        took = time.monotonic() - t0
+        self.assertLess(took, 5, "a stalled node must cost about the 1 s timeout")
+        self.assertEqual([s == Status.OK for s in st], [not a for a in on_a])
+        for s, a in zip(st, on_a):
+            if a:  # a read of an unreachable node is a miss; TIMEOUT if the client says so
+                self.assertIn(s, (Status.NOT_FOUND, Status.TIMEOUT))
+        st = c.batch_put(keys, keys)
+        for s, a in zip(st, on_a):
+            self.assertIn(s, (Status.TIMEOUT, Status.UNAVAILABLE) if a else (Status.OK,))
+        self.a.proc.send_signal(signal.SIGCONT)
+
+
+class MDSTest(unittest.TestCase):
+    """Membership from a real `dfkv mds` through dfkv_open_v2's mds_addrs."""
+
+    def setUp(self):
+        self.mds = Server("mds")
+        self.addCleanup(self.mds.close)
+        self.nodes = []
+        for _ in range(2):
+            n = Server(args=("--mds", self.mds.addr, "--group", "pytest-g"))
+            self.addCleanup(n.close)
+            self.nodes.append(n)
+
+    def test_discovers_members_and_serves(self):
+        want = {n.addr for n in self.nodes}
+        deadline = time.monotonic() + 20
+        while True:
+            c = dfkv.Client(None, ns("mds"), mds=self.mds.addr, group="pytest-g", timeout_ms=5000)
+            got = set(c.stats())
+            if got == want:
+                break
+            c.close()
+            if time.monotonic() > deadline:
+                self.fail(f"MDS group members {got}, want {want}")
+            time.sleep(0.2)
+        self.addCleanup(c.close)
+        keys = [f"mds/{i}".encode() for i in range(20)]
+        self.assertEqual(c.batch_put(keys, keys), [Status.OK] * 20)
+        self.assertEqual(c.exist_prefix(keys), 20)
+        self.assertEqual(bytes(c.get(keys[7])), keys[7])
+        # A group nobody registered in has no members: a clear error.
+        empty = dfkv.Client(None, ns("mds"), mds=self.mds.addr, group="empty-group", timeout_ms=2000)
+        self.addCleanup(empty.close)
+        with self.assertRaises(dfkv.Unavailable) as cm:
+            empty.put(b"k", b"v")
+        self.assertIn("no cache node", str(cm.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,211 @@
+package slab
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/dfkv/dfkv/engine/enginetest"
+	"github.com/dfkv/dfkv/wire"
+)
+
+func newTestAlloc(t *testing.T, extentBytes uint64, extents uint32) *Allocator {
+	t.Helper()
+	l, err := NewLattice(extentBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAllocator(l, extents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Check(); err != nil {
+			t.Errorf("allocator inconsistent at the end: %v", err)
+		}
+	})
+	return a
+}
+
+func put(t *testing.T, a *Allocator, k wire.BlockKey, n uint64) SlotRef {
+	t.Helper()
+	r, err := a.Reserve(n)
+	if err != nil {
+		t.Fatalf("Reserve(%d): %v", n, err)
+	}
+	if old, _, replaced := a.Publish(r, &k); replaced {
+		a.Release(old)
+	}
+	return r
+}
+
+func read(a *Allocator, k wire.BlockKey) bool {
+	r, _, ok, err := a.Acquire(&k)
+	if ok && err == nil {
+		a.Release(r)
+	}
+	return ok
+}
+
+// TestRebalancePicksColdExtent: when a class needs an extent and none is
+// unbound, the one taken is the coldest (useful bytes × heat), and only
+// its values are evicted.
+func TestRebalancePicksColdExtent(t *testing.T) {
+	a := newTestAlloc(t, 64<<10, 8) // 16 slots of 4 KiB per extent
+	for i := range 128 {
+		put(t, a, enginetest.Key(i), 4096)
+	}
+	for range 3 {
+		for i := range 64 { // extents 0..3 hot
+			if !read(a, enginetest.Key(i)) {
+				t.Fatal("missing")
+			}
+		}
+	}
+	put(t, a, enginetest.Key(1000), 64<<10) // class 64 KiB has no extent
+	e := a.Rebound()
+	if e < 4 {
+		t.Fatalf("rebalance took hot extent %d", e)
+	}
+	if len(a.Victims()) != 16 {
+		t.Fatalf("%d victims, want the 16 values of one extent", len(a.Victims()))
+	}
+	for i := range 64 {
+		k := enginetest.Key(i)
+		if _, _, ok := a.Lookup(&k); !ok {
+			t.Fatalf("hot value %d was evicted", i)
+		}
+	}
+}
+
+// TestWorkloadShiftMovesExtents: after the value size changes for good,
+// the new class takes over most of the pool (not just the one extent it
+// was forced to take), so the cache keeps many recent values.
+func TestWorkloadShiftMovesExtents(t *testing.T) {
+	a := newTestAlloc(t, 64<<10, 8)
+	for i := range 128 {
+		put(t, a, enginetest.Key(i), 4096)
+	}
+	for i := range 200 {
+		put(t, a, enginetest.Key(10000+i), 60<<10)
+	}
+	c := a.Lattice().ClassOf(60 << 10)
+	if n := len(a.cls[c].extents); n < 6 {
+		t.Fatalf("after the shift the 60 KiB class holds %d of 8 extents", n)
+	}
+}
+
+// TestClockNeverTakesPinned: a pinned slot survives any amount of churn
+// in its class; once unpinned it can go.
+func TestClockNeverTakesPinned(t *testing.T) {
+	a := newTestAlloc(t, 64<<10, 2)
+	pk := enginetest.Key(0)
+	put(t, a, pk, 4096)
+	r, _, ok, _ := a.Acquire(&pk)
+	if !ok {
+		t.Fatal("missing")
+	}
+	for i := range 500 {
+		put(t, a, enginetest.Key(1+i), 4096)
+		if _, _, ok := a.Lookup(&pk); !ok {
+			t.Fatalf("pinned value evicted after %d puts", i)
+		}
+	}
+	a.Release(r)
+	for i := range 100 {
+		put(t, a, enginetest.Key(1000+i), 4096)
+	}
+	if _, _, ok := a.Lookup(&pk); ok {
+		t.Fatal("unpinned cold value never evicted")
+	}
+}
+
+// TestReserveFullWhenAllPinned: with every slot reserved, Reserve says
+// ErrFull instead of taking one.
+func TestReserveFullWhenAllPinned(t *testing.T) {
+	a := newTestAlloc(t, 16<<10, 1)
+	var rs []SlotRef
+	for range 4 {
+		r, err := a.Reserve(4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	if _, err := a.Reserve(4096); err != ErrFull {
+		t.Fatalf("Reserve with every slot reserved: %v", err)
+	}
+	for _, r := range rs {
+		a.Abort(r)
+		a.Release(r)
+	}
+}
+
+// TestRestoreOrderIndependent: restoring the same records in any order
+// gives the same allocator state.
+func TestRestoreOrderIndependent(t *testing.T) {
+	type rec struct {
+		e, s uint32
+		c    int
+		k    wire.BlockKey
+		n    uint32
+	}
+	l, _ := NewLattice(256 << 10)
+	var recs []rec
+	r := rand.New(rand.NewPCG(8, 9))
+	used := map[[2]uint32]bool{}
+	bound := map[uint32]int{}
+	for i := range 300 {
+		e := uint32(r.IntN(16))
+		c, ok := bound[e]
+		if !ok {
+			c = r.IntN(12)
+			bound[e] = c
+		}
+		s := uint32(r.IntN(int(l.Slots(c))))
+		if used[[2]uint32{e, s}] {
+			continue
+		}
+		used[[2]uint32{e, s}] = true
+		recs = append(recs, rec{e, s, c, enginetest.Key(i), uint32(1 + r.IntN(int(l.Size(c))))})
+	}
+	digest := func(order []int) uint64 {
+		a := newTestAlloc(t, 256<<10, 16)
+		for _, i := range order {
+			x := recs[i]
+			if _, err := a.Restore(x.e, x.s, x.c, &x.k, x.n); err != nil {
+				t.Fatalf("Restore: %v", err)
+			}
+		}
+		a.FinishRestore()
+		return a.Digest()
+	}
+	fwd := r.Perm(len(recs))
+	for i := range fwd {
+		fwd[i] = i
+	}
+	d := digest(fwd)
+	for range 3 {
+		if d2 := digest(r.Perm(len(recs))); d2 != d {
+			t.Fatalf("restore order changed the state: %x vs %x", d, d2)
+		}
+	}
+}
+
+// TestPressureDecays: a class that evicted hard and then went quiet gives
+// its extents up to a class that is evicting now.
+func TestPressureDecays(t *testing.T) {
+	a := newTestAlloc(t, 64<<10, 8)
+	for i := range 3000 { // 4 KiB churn: the 4 KiB class builds pressure
+		put(t, a, enginetest.Key(i), 4096)
+	}
+	small := a.Lattice().ClassOf(4096)
+	if len(a.cls[small].extents) != 8 {
+		t.Fatalf("4 KiB class holds %d extents after its churn", len(a.cls[small].extents))
+	}
+	for i := range 2000 {
+		put(t, a, enginetest.Key(100000+i), 60<<10)
+	}
+	if n := len(a.cls[a.Lattice().ClassOf(60<<10)].extents); n < 6 {
+		t.Fatalf("the 60 KiB class holds %d of 8 extents after the 4 KiB class went quiet", n)
+	}
+}

@@ -1,0 +1,165 @@
+// Package slab is the production storage engine ("slab", DiskSlabStore in
+// the original dfkv; DESIGN.md §4, issue 3): per disk a fixed pool of
+// preallocated extent files, carved by a deterministic size-class lattice
+// into uniform slots, with one CRC-protected 64-byte record per published
+// slot in a sparse slot table, so a restart rebuilds millions of blocks in
+// well under a second and a crash restarts cold instead of serving guesses.
+//
+// # Layout
+//
+//	<Dir>/slab_meta            format and geometry; written once, never rewritten
+//	<Dir>/slab_state           running epoch + clean flag; atomic replace
+//	<Dir>/slots.tbl            sparse; record of slot s of extent e at (e*MaxSlots+s)*64
+//	<Dir>/extents/00000.ext    ExtentBytes each, preallocated (fallocate mode 0)
+//	<Dir>/extents/00001.ext    ... CapacityBytes/ExtentBytes of them
+//
+// Open refuses a non-empty directory without slab_meta (for example a file
+// engine's blocks/), and a slab_meta whose format or geometry differs from
+// the options, naming every differing field (on-disk and configured value)
+// and the fix; it writes nothing before these checks pass.
+//
+// These constants are part of the on-disk format and must not be changed
+// without bumping the format version (3). All integers are little-endian;
+// CRCs are CRC-32C (Castagnoli).
+//
+// # slab_meta (64 bytes)
+//
+//	+--------+------+---------------------------------------------------+
+//	| offset | size | field                                             |
+//	+--------+------+---------------------------------------------------+
+//	|      0 |    8 | magic "DFKVSLAB"                                  |
+//	|      8 |    4 | format version (3: tenant-scoped records)         |
+//	|     12 |    4 | record size (64)                                  |
+//	|     16 |    8 | capacity bytes (as configured)                    |
+//	|     24 |    8 | extent bytes                                      |
+//	|     32 |    4 | extent count = capacity / extent bytes            |
+//	|     36 |    4 | MaxSlots = extent bytes / 4096 (table stride)     |
+//	|     40 |    4 | lattice min class (4096)                          |
+//	|     44 |    4 | lattice growth shift (3: steps of at most 1/8)    |
+//	|     48 |    4 | lattice class count                               |
+//	|     52 |    8 | zero                                              |
+//	|     60 |    4 | CRC-32C of bytes 0..59                            |
+//	+--------+------+---------------------------------------------------+
+//
+// # slab_state (32 bytes)
+//
+//	+--------+------+---------------------------------------------------+
+//	|      0 |    8 | magic "DFKVSTAT"                                  |
+//	|      8 |    4 | format version (3)                                |
+//	|     12 |    4 | flags: 1 = clean (the epoch ended with Close)     |
+//	|     16 |    8 | epoch (incremented at every Open)                 |
+//	|     24 |    4 | zero                                              |
+//	|     28 |    4 | CRC-32C of bytes 0..27                            |
+//	+--------+------+---------------------------------------------------+
+//
+// It is written temp file, fsync, rename, fsync directory. Open marks the
+// new epoch dirty before it returns; Close marks it clean only after every
+// extent and slots.tbl are fdatasynced. Open of a dirty, missing or torn
+// slab_state is a cold reset: slots.tbl is truncated to zero and extended
+// again (sparse, all records empty), one warning says the previous run did
+// not shut down cleanly, and the cache starts empty. This is what makes the
+// PUT path safe without an fsync per PUT: payload and record writes are
+// ordered (payload first) but not synced, and only a graceful stop vouches
+// for them.
+//
+// # slots.tbl records (64 bytes, at a fixed offset per slot)
+//
+//	 0       2   3   4               8              12              16
+//	+-------+---+---+---------------+---------------+---------------+
+//	| magic |ver|cls|    extent     |     slot      |  value length |
+//	|0xDF5B | 3 |   |     u32       |     u32       |      u32      |
+//	+-------+---+---+---------------+---------------+---------------+
+//	16                              24
+//	+-------------------------------+-------------------------------+
+//	|          tenant u64           |     object id [0:8]           |
+//	+-------------------------------+-------------------------------+
+//	32                              40                              48
+//	+-------------------------------+-------------------------------+
+//	|        object id [8:16]       |   generation u64 (per store)  |
+//	+-------------------------------+-------------------------------+
+//	48                                              60              64
+//	+-----------------------------------------------+---------------+
+//	|                  zero (12 bytes)              | CRC-32C 0..59 |
+//	+-----------------------------------------------+---------------+
+//
+// An all-zero record is an empty slot (never written, cleared, or a hole of
+// the sparse file). Extent and slot repeat what the offset says, so a record
+// written to the wrong place, or a shifted page, is detected. The
+// generation is a store-wide sequence number: of two valid records for one
+// key, the higher wins at rebuild.
+//
+// Restart after a clean stop walks only the allocated ranges of slots.tbl
+// (lseek SEEK_DATA/SEEK_HOLE; a bounded chunked scan of the whole table
+// where the filesystem cannot say), reading 1 MiB per pread, and validates
+// each record: magic, CRC, version, extent/slot against its offset, class
+// against the extent's binding (the first valid record of an extent binds
+// it), slot index and value length against the class. Invalid records are
+// dropped, zeroed and the table fdatasynced, with one warning. The
+// allocator is restored in one pass and per-tenant committed bytes are
+// reported to Options.Accounting. No file is opened per value and no
+// syscall is made per record.
+//
+// # Allocator
+//
+// The Allocator (allocator.go) is media-agnostic: it works on (extent,
+// slot) indices and owns no files, so the RAM tier can run it over an
+// arena. Its lattice (lattice.go) starts at 4 KiB, grows by at most
+// max(4 KiB, 12.5%) per class, includes every power of two, and ends at
+// the extent size; a value's internal waste is below max(4096, v/8) bytes.
+// Extents are unbound until a class needs one, then carved into
+// floor(ExtentBytes/class) slots. Per slot the allocator keeps one 32-byte
+// slotMeta (key, length, pins, heat, state; no pointers); the key→slot map
+// is an open-addressing table of 4-byte slot numbers that compares against
+// the key in the slot, so a live key is stored once (about 41 bytes of heap
+// per block at 1M blocks, measured by BenchmarkRebuild1M).
+//
+// When a class has no free slot and no extent is unbound, CLOCK runs over
+// the class's slots: read heat (incremented per read, capped at 63) is
+// halved as the hand passes, and the first idle slot at zero heat is
+// evicted and reused. Pinned slots (I/O in flight), reserved and dead ones
+// are never taken. Extents move between classes (rebalancing) when a class
+// has none, when every slot it has is pinned, or when it has evicted a
+// whole extent's worth since it last grew (its eviction pressure, which
+// decays by half every 2×extents evictions in the pool) and a class under
+// less pressure has more than one extent. The extent taken is the idle one (no
+// pins, nothing in flight) with the lowest score, its useful bytes weighted
+// by read heat; its values are evicted, its old records are punched out of
+// slots.tbl, and it is carved for the new class.
+//
+// # Concurrency
+//
+// One metadata mutex guards the allocator and the in-flight PUT map; no
+// payload I/O runs under it. A PUT reserves a slot (pinned) under the lock,
+// writes the payload outside it (O_DIRECT from a pooled aligned buffer
+// padded to 4 KiB), writes the record (buffered pwrite), then publishes
+// under the lock; the replaced slot turns dead, its record is cleared, and
+// it is reused only when its last reader unpins. Concurrent PUTs of one key
+// have one leader; followers wait and return its result. REMOVE unpublishes
+// at once, clears the record before returning, and fences a PUT of the key
+// still in flight, which then does not publish (nor survive a restart). A
+// record write or clear that fails means slots.tbl no longer describes the
+// extents: the store fails closed (every operation IO_ERROR, Stats.Healthy
+// false, one error log) and is left dirty, so the next start is cold.
+//
+// # O_DIRECT
+//
+// With Options.DirectIO the extents are opened once with O_DIRECT and kept
+// open. Read alignment comes from statx STATX_DIOALIGN where the kernel
+// reports it (else 4096; above 4096 the engine uses buffered I/O). If the
+// direct open or a startup probe read is refused (EINVAL/EOPNOTSUPP), the
+// engine says so once and uses buffered I/O. tmpfs accepts O_DIRECT without
+// doing it; that is harmless here.
+//
+// # Caveats
+//
+//   - Capacity and extent size are geometry: changing either means an empty
+//     directory (a cold cache). CapacityBytes not a multiple of ExtentBytes
+//     leaves the remainder unused.
+//   - A value never spans extents: MaxValueBytes <= ExtentBytes.
+//   - A store with few extents (capacity / extent size) can hold only that
+//     many classes at once; rebalancing then evicts whole extents. Size
+//     extents so a disk has hundreds.
+//   - CacheBatch overlaps up to 8 items' writes when its keys are distinct
+//     and stores them one after another when a key repeats; it does no
+//     grouping beyond that.
+package slab

@@ -1,0 +1,208 @@
+package slab
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// These constants are part of the on-disk format and must not be changed
+// without bumping formatVersion (which deliberately cold-starts every node:
+// the store refuses the old directory).
+const (
+	formatVersion = 3 // v3: tenant-scoped records (seed: "the v3 tenant-scoped on-disk format")
+
+	metaMagic  = "DFKVSLAB"
+	metaSize   = 64
+	stateMagic = "DFKVSTAT"
+	stateSize  = 32
+
+	// RecordSize is the size of one slots.tbl record.
+	RecordSize = 64
+	recMagic   = 0xDF5B
+	recCRCOff  = 60
+
+	maxExtentBytes = 1 << 30 // value lengths are u32 in records; keep well inside
+
+	metaName   = "slab_meta"
+	stateName  = "slab_state"
+	tableName  = "slots.tbl"
+	extentsDir = "extents"
+
+	stateClean = 1
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Record validation errors, distinct so a log line can say why a record was
+// dropped (bbolt Meta.Validate style).
+var (
+	ErrRecordMagic    = errors.New("bad record magic")
+	ErrRecordVersion  = errors.New("unknown record version")
+	ErrRecordChecksum = errors.New("record checksum mismatch")
+	ErrRecordPlace    = errors.New("record names another extent or slot than its offset")
+)
+
+// record is one decoded slots.tbl record.
+type record struct {
+	class  uint8
+	extent uint32
+	slot   uint32
+	length uint32
+	key    wire.BlockKey
+	gen    uint64
+}
+
+// encode writes r into b (RecordSize bytes).
+func (r *record) encode(b []byte) {
+	_ = b[RecordSize-1]
+	clear(b[:RecordSize])
+	binary.LittleEndian.PutUint16(b[0:], recMagic)
+	b[2] = formatVersion
+	b[3] = r.class
+	binary.LittleEndian.PutUint32(b[4:], r.extent)
+	binary.LittleEndian.PutUint32(b[8:], r.slot)
+	binary.LittleEndian.PutUint32(b[12:], r.length)
+	binary.LittleEndian.PutUint64(b[16:], r.key.Tenant)
+	copy(b[24:40], r.key.ID[:])
+	binary.LittleEndian.PutUint64(b[40:], r.gen)
+	binary.LittleEndian.PutUint32(b[recCRCOff:], crc32.Checksum(b[:recCRCOff], castagnoli))
+}
+
+// isZero reports an empty (never written or cleared) record.
+func isZero(b []byte) bool {
+	return binary.LittleEndian.Uint64(b[0:]) == 0 && binary.LittleEndian.Uint64(b[8:]) == 0 &&
+		binary.LittleEndian.Uint64(b[16:]) == 0 && binary.LittleEndian.Uint64(b[24:]) == 0 &&
+		binary.LittleEndian.Uint64(b[32:]) == 0 && binary.LittleEndian.Uint64(b[40:]) == 0 &&
+		binary.LittleEndian.Uint64(b[48:]) == 0 && binary.LittleEndian.Uint64(b[56:]) == 0
+}
+
+// decode parses a non-zero record and checks what the record alone can
+// prove; the caller checks it against the geometry.
+func (r *record) decode(b []byte) error {
+	_ = b[RecordSize-1]
+	if binary.LittleEndian.Uint16(b[0:]) != recMagic {
+		return ErrRecordMagic
+	}
+	if crc32.Checksum(b[:recCRCOff], castagnoli) != binary.LittleEndian.Uint32(b[recCRCOff:]) {
+		return ErrRecordChecksum
+	}
+	if b[2] != formatVersion {
+		return ErrRecordVersion
+	}
+	r.class = b[3]
+	r.extent = binary.LittleEndian.Uint32(b[4:])
+	r.slot = binary.LittleEndian.Uint32(b[8:])
+	r.length = binary.LittleEndian.Uint32(b[12:])
+	r.key.Tenant = binary.LittleEndian.Uint64(b[16:])
+	copy(r.key.ID[:], b[24:40])
+	r.gen = binary.LittleEndian.Uint64(b[40:])
+	return nil
+}
+
+// geometry is everything slab_meta pins: a store opened with other values
+// would misread slots.tbl or the extents.
+type geometry struct {
+	version     uint32
+	recordSize  uint32
+	capacity    uint64
+	extentBytes uint64
+	extents     uint32
+	maxSlots    uint32
+	minClass    uint32
+	growth      uint32 // growthShift
+	classes     uint32
+}
+
+func (g *geometry) encode() []byte {
+	b := make([]byte, metaSize)
+	copy(b, metaMagic)
+	binary.LittleEndian.PutUint32(b[8:], g.version)
+	binary.LittleEndian.PutUint32(b[12:], g.recordSize)
+	binary.LittleEndian.PutUint64(b[16:], g.capacity)
+	binary.LittleEndian.PutUint64(b[24:], g.extentBytes)
+	binary.LittleEndian.PutUint32(b[32:], g.extents)
+	binary.LittleEndian.PutUint32(b[36:], g.maxSlots)
+	binary.LittleEndian.PutUint32(b[40:], g.minClass)
+	binary.LittleEndian.PutUint32(b[44:], g.growth)
+	binary.LittleEndian.PutUint32(b[48:], g.classes)
+	binary.LittleEndian.PutUint32(b[60:], crc32.Checksum(b[:60], castagnoli))
+	return b
+}
+
+func decodeGeometry(b []byte) (geometry, error) {
+	var g geometry
+	if len(b) != metaSize || string(b[:8]) != metaMagic {
+		return g, fmt.Errorf("not a slab_meta file (%d bytes, magic %q)", len(b), b[:min(8, len(b))])
+	}
+	if crc32.Checksum(b[:60], castagnoli) != binary.LittleEndian.Uint32(b[60:]) {
+		return g, fmt.Errorf("slab_meta checksum mismatch")
+	}
+	g.version = binary.LittleEndian.Uint32(b[8:])
+	g.recordSize = binary.LittleEndian.Uint32(b[12:])
+	g.capacity = binary.LittleEndian.Uint64(b[16:])
+	g.extentBytes = binary.LittleEndian.Uint64(b[24:])
+	g.extents = binary.LittleEndian.Uint32(b[32:])
+	g.maxSlots = binary.LittleEndian.Uint32(b[36:])
+	g.minClass = binary.LittleEndian.Uint32(b[40:])
+	g.growth = binary.LittleEndian.Uint32(b[44:])
+	g.classes = binary.LittleEndian.Uint32(b[48:])
+	return g, nil
+}
+
+// diff lists the fields where have (on disk) differs from want (this run).
+func (g geometry) diff(want geometry) []string {
+	var d []string
+	f := func(name string, disk, conf uint64) {
+		if disk != conf {
+			d = append(d, fmt.Sprintf("%s: on disk %d, configured %d", name, disk, conf))
+		}
+	}
+	f("format version", uint64(g.version), uint64(want.version))
+	f("record size", uint64(g.recordSize), uint64(want.recordSize))
+	f("capacity bytes", g.capacity, want.capacity)
+	f("extent bytes", g.extentBytes, want.extentBytes)
+	f("extent count", uint64(g.extents), uint64(want.extents))
+	f("slots per extent bound", uint64(g.maxSlots), uint64(want.maxSlots))
+	f("lattice min class", uint64(g.minClass), uint64(want.minClass))
+	f("lattice growth shift", uint64(g.growth), uint64(want.growth))
+	f("lattice classes", uint64(g.classes), uint64(want.classes))
+	return d
+}
+
+// state is slab_state: the running epoch and whether it ended cleanly.
+type state struct {
+	epoch uint64
+	clean bool
+}
+
+func (s state) encode() []byte {
+	b := make([]byte, stateSize)
+	copy(b, stateMagic)
+	binary.LittleEndian.PutUint32(b[8:], formatVersion)
+	if s.clean {
+		binary.LittleEndian.PutUint32(b[12:], stateClean)
+	}
+	binary.LittleEndian.PutUint64(b[16:], s.epoch)
+	binary.LittleEndian.PutUint32(b[28:], crc32.Checksum(b[:28], castagnoli))
+	return b
+}
+
+func decodeState(b []byte) (state, error) {
+	if len(b) != stateSize || string(b[:8]) != stateMagic {
+		return state{}, fmt.Errorf("not a slab_state file")
+	}
+	if crc32.Checksum(b[:28], castagnoli) != binary.LittleEndian.Uint32(b[28:]) {
+		return state{}, fmt.Errorf("slab_state checksum mismatch")
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != formatVersion {
+		return state{}, fmt.Errorf("slab_state format version %d, want %d", v, formatVersion)
+	}
+	return state{
+		clean: binary.LittleEndian.Uint32(b[12:]) == stateClean,
+		epoch: binary.LittleEndian.Uint64(b[16:]),
+	}, nil
+}

@@ -1,0 +1,178 @@
+package slab
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"unsafe"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/vfs"
+	"github.com/dfkv/dfkv/wire"
+)
+
+var (
+	errNoSeekData = errors.New("SEEK_DATA not supported")
+	errLocked     = errors.New("directory locked")
+)
+
+const pageAlign = engine.IOAlign
+
+func alignUp(x, a uint64) uint64   { return (x + a - 1) &^ (a - 1) }
+func alignDown(x, a uint64) uint64 { return x &^ (a - 1) }
+
+func isAligned(p []byte) bool {
+	return len(p) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(p)))&(pageAlign-1) == 0
+}
+
+// writePayload writes value at byte off of extent e. Through O_DIRECT the
+// transfer must be aligned in memory, offset and length: a value that is
+// already aligned goes straight to the kernel, anything else is copied into
+// a pooled aligned buffer (at most chunkBytes at a time) whose tail is
+// zero-padded to 4 KiB. The padding lands inside the slot (classes are 4 KiB
+// multiples) and is never part of the value: the length lives in the record.
+func (s *Store) writePayload(e uint32, off uint64, value []byte) error {
+	f := s.extents[e]
+	n := uint64(len(value))
+	if !s.direct {
+		_, err := f.WriteAt(value, int64(off))
+		return err
+	}
+	if isAligned(value) && n%pageAlign == 0 {
+		_, err := f.WriteAt(value, int64(off))
+		return err
+	}
+	buf := s.pool.Get(int(min(alignUp(n, pageAlign), chunkBytes)))
+	defer s.pool.Put(buf)
+	for pos := uint64(0); pos < n; {
+		c := uint64(copy(buf.B, value[pos:]))
+		w := alignUp(c, pageAlign)
+		clear(buf.B[c:w])
+		if _, err := f.WriteAt(buf.B[:w], int64(off+pos)); err != nil {
+			return err
+		}
+		pos += c
+	}
+	return nil
+}
+
+// readPayload reads [off, off+n) of the value in the slot at slotOff of
+// extent e into one buffer from alloc. Through O_DIRECT it reads the
+// aligned superset (it stays inside the slot, whose size is a 4 KiB
+// multiple) and returns the sub-slice asked for.
+func (s *Store) readPayload(e uint32, slotOff, off, n uint64, alloc engine.Allocator) ([]byte, error) {
+	f := s.extents[e]
+	if !s.direct {
+		buf := alloc.Alloc(int(n))
+		got, err := f.ReadAt(buf[:n], int64(slotOff+off))
+		if uint64(got) == n {
+			return buf[:n:n], nil
+		}
+		if err == nil {
+			err = fmt.Errorf("short read: %d of %d bytes", got, n)
+		}
+		return nil, err
+	}
+	start, end := alignDown(off, s.align), alignUp(off+n, s.align)
+	buf := alloc.Alloc(int(end - start))
+	if !isAligned(buf) || uint64(cap(buf))%pageAlign != 0 {
+		return nil, fmt.Errorf("allocator returned a buffer not aligned to %d bytes: %w", pageAlign, wire.StatusInternal)
+	}
+	got, err := f.ReadAt(buf[:end-start], int64(slotOff+start))
+	if uint64(got) == end-start {
+		return buf[off-start : off-start+n : off-start+n], nil
+	}
+	if err == nil {
+		err = fmt.Errorf("short read: %d of %d bytes", got, end-start)
+	}
+	return nil, err
+}
+
+// recordOff is the fixed slots.tbl offset of r's record.
+func recordOff(r SlotRef) int64 { return int64(r) * RecordSize }
+
+// writeRecord writes r's record (buffered, not synced: a crash is a cold
+// reset, a graceful stop syncs slots.tbl before marking clean).
+func (s *Store) writeRecord(r SlotRef, rec *record) error {
+	var b [RecordSize]byte
+	rec.encode(b[:])
+	if _, err := s.table.WriteAt(b[:], recordOff(r)); err != nil {
+		return fmt.Errorf("write slot record at %s offset %d: %w", s.table.Name(), recordOff(r), err)
+	}
+	return nil
+}
+
+var zeroRecord [RecordSize]byte
+
+func (s *Store) clearRecord(r SlotRef) error {
+	if _, err := s.table.WriteAt(zeroRecord[:], recordOff(r)); err != nil {
+		return fmt.Errorf("clear slot record at %s offset %d: %w", s.table.Name(), recordOff(r), err)
+	}
+	return nil
+}
+
+// wipeExtentRecords drops every record of extent e (it changed class, so
+// its old records name slots that no longer exist).
+func (s *Store) wipeExtentRecords(e uint32) error {
+	off := int64(e) * int64(s.geo.maxSlots) * RecordSize
+	n := int64(s.geo.maxSlots) * RecordSize
+	if err := punchHole(s.table, off, n); err != nil {
+		return fmt.Errorf("wipe records of extent %d at %s offset %d: %w", e, s.table.Name(), off, err)
+	}
+	return nil
+}
+
+func (s *Store) writeState(st state) error {
+	return writeAtomic(s.fs, filepath.Join(s.dir, stateName), st.encode())
+}
+
+// writeAtomic replaces path with data: temp file, fsync, rename, fsync the
+// directory, so a crash leaves either the old file or the new one.
+func writeAtomic(fs vfs.FS, path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(data, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp, path)
+	}
+	if err == nil {
+		err = fs.SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		_ = fs.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// readSmall reads a whole small file (slab_meta, slab_state).
+func readSmall(fs vfs.FS, path string, limit int) ([]byte, error) {
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, limit+1)
+	n, err := f.ReadAt(b, 0)
+	if n == len(b) {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
+	}
+	if err != nil && n == 0 {
+		if errors.Is(err, io.EOF) {
+			return b[:0], nil
+		}
+		return nil, err
+	}
+	return b[:n], nil
+}

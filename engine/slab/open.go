@@ -1,0 +1,388 @@
+package slab
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/engine/vfs"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// Open opens the slab store in opts.Dir, creating it if the directory is
+// empty or missing. On an existing store it checks the format and geometry
+// (refusing, without writing anything, if they differ), then either
+// rebuilds the index from slots.tbl (the last run closed cleanly) or starts
+// cold (it did not). The epoch is marked dirty before Open returns.
+func Open(opts Options) (*Store, error) {
+	s, err := open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("slab engine: %w", err)
+	}
+	return s, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, wire.StatusInvalid)...)
+}
+
+func open(opts Options) (*Store, error) {
+	if opts.Dir == "" {
+		return nil, invalid("no directory given")
+	}
+	if opts.FS == nil {
+		opts.FS = vfs.OS{}
+	}
+	if opts.Clock == nil {
+		opts.Clock = engine.SystemClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Accounting == nil {
+		opts.Accounting = engine.NoAccounting{}
+	}
+	const mib = 1 << 20
+	if opts.ExtentBytes == 0 {
+		opts.ExtentBytes = max(DefaultExtentBytes, alignUp(opts.MaxValueBytes, mib))
+	}
+	if opts.MaxValueBytes == 0 {
+		opts.MaxValueBytes = min(DefaultMaxValueBytes, opts.ExtentBytes)
+	}
+	lat, err := NewLattice(opts.ExtentBytes)
+	if err != nil {
+		return nil, invalid("%s: %v", opts.Dir, err)
+	}
+	if opts.MaxValueBytes > opts.ExtentBytes {
+		return nil, invalid("%s: max value size %d exceeds the extent size %d; a value never spans extents, so raise the extent size or lower the max value size",
+			opts.Dir, opts.MaxValueBytes, opts.ExtentBytes)
+	}
+	if opts.CapacityBytes < opts.ExtentBytes {
+		return nil, invalid("%s: capacity %d bytes is smaller than one extent (%d bytes); raise the disk capacity or lower the extent size",
+			opts.Dir, opts.CapacityBytes, opts.ExtentBytes)
+	}
+	count := opts.CapacityBytes / opts.ExtentBytes
+	if count*uint64(lat.MaxSlots()) >= 1<<32-1 {
+		return nil, invalid("%s: %d extents of %d bytes need more than 2^32 slot records; use larger extents", opts.Dir, count, opts.ExtentBytes)
+	}
+	want := geometry{
+		version:     formatVersion,
+		recordSize:  RecordSize,
+		capacity:    opts.CapacityBytes,
+		extentBytes: opts.ExtentBytes,
+		extents:     uint32(count),
+		maxSlots:    lat.MaxSlots(),
+		minClass:    MinClass,
+		growth:      growthShift,
+		classes:     uint32(lat.Len()),
+	}
+	s := &Store{
+		dir:      opts.Dir,
+		capacity: opts.CapacityBytes,
+		maxValue: opts.MaxValueBytes,
+		geo:      want,
+		fs:       opts.FS,
+		clock:    opts.Clock,
+		log:      opts.Logger,
+		acct:     opts.Accounting,
+		pool:     iobuf.NewPool(chunkBytes),
+		flights:  map[wire.BlockKey]*flight{},
+		align:    pageAlign,
+	}
+	s.alloc, err = NewAllocator(lat, want.extents)
+	if err != nil {
+		return nil, invalid("%s: %v", opts.Dir, err)
+	}
+	fresh, err := s.checkDir(want)
+	if err != nil {
+		return nil, err
+	}
+	if s.lock, err = s.fs.OpenFile(s.dir, os.O_RDONLY, 0); err != nil {
+		return nil, err
+	}
+	if err := lockDir(s.lock); err != nil {
+		_ = s.lock.Close()
+		if errors.Is(err, errLocked) {
+			return nil, fmt.Errorf("%s is in use by another slab store (another dfkv server, or a second disk entry naming the same directory); nothing was changed: %w", s.dir, wire.StatusUnavailable)
+		}
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.closeFiles()
+		}
+	}()
+	// Nothing has been written yet. From here on the directory is ours.
+	if fresh {
+		if err := writeAtomic(s.fs, filepath.Join(s.dir, metaName), want.encode()); err != nil {
+			return nil, err
+		}
+	}
+	prev, clean, err := s.readState(fresh)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.openExtents(opts.DirectIO, !clean); err != nil {
+		return nil, err
+	}
+	if err := s.openTable(!clean); err != nil {
+		return nil, err
+	}
+	if !clean {
+		// Files may have been created: make their names durable before
+		// this epoch can ever be marked clean.
+		for _, d := range []string{filepath.Join(s.dir, extentsDir), s.dir} {
+			if err := s.fs.SyncDir(d); err != nil {
+				return nil, err
+			}
+		}
+	}
+	stats := rebuildStats{}
+	if clean {
+		stats, err = s.rebuild()
+		if err != nil {
+			return nil, err
+		}
+	}
+	s.epoch = prev + 1
+	if err := s.writeState(state{epoch: s.epoch}); err != nil {
+		return nil, err
+	}
+	ok = true
+	s.log.Info("slab engine: opened", "dir", s.dir, "epoch", s.epoch, "cold", !clean,
+		"objects", s.alloc.Objects(), "used_bytes", s.alloc.Used(), "capacity_bytes", s.capacity,
+		"extents", want.extents, "extent_bytes", want.extentBytes, "classes", want.classes,
+		"direct_io", s.direct, "dropped_records", stats.dropped, "rebuild", stats.took)
+	return s, nil
+}
+
+// checkDir decides whether Dir is a fresh directory (true) or a slab store
+// of this geometry (false). Anything else is refused before any write.
+func (s *Store) checkDir(want geometry) (bool, error) {
+	ents, err := s.fs.ReadDir(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var foreign []string
+	hasMeta := false
+	for _, e := range ents {
+		switch e.Name() {
+		case metaName:
+			hasMeta = true
+		case metaName + ".tmp", stateName + ".tmp":
+			// a crash during an atomic write; harmless
+		case "lost+found":
+			// the root of a fresh ext4 filesystem used as the disk dir
+		default:
+			foreign = append(foreign, e.Name())
+		}
+	}
+	if !hasMeta {
+		if len(foreign) == 0 {
+			return true, nil
+		}
+		if len(foreign) > 5 {
+			foreign = append(foreign[:5], "...")
+		}
+		return false, invalid("%s is not a slab store (no %s; it holds %s) and is not empty; point the slab engine at an empty directory, or select the engine that wrote it (e.g. --store-engine=file for a blocks/ directory)",
+			s.dir, metaName, strings.Join(foreign, ", "))
+	}
+	metaPath := filepath.Join(s.dir, metaName)
+	b, err := readSmall(s.fs, metaPath, metaSize)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", metaPath, err)
+	}
+	have, err := decodeGeometry(b)
+	if err != nil {
+		return false, invalid("%s: %v; this is not a slab store this version can open: point the engine at an empty directory", metaPath, err)
+	}
+	if d := have.diff(want); len(d) > 0 {
+		return false, invalid("%s was written with another format or geometry (%s); nothing was changed: point the engine at an empty directory (the cache starts cold) or restore the settings it was created with",
+			metaPath, strings.Join(d, "; "))
+	}
+	return false, nil
+}
+
+// readState reads slab_state. clean is true only if the last run marked
+// its epoch clean; anything else (no state, a torn or foreign state file, a
+// dirty epoch) means the previous run did not shut down cleanly.
+func (s *Store) readState(fresh bool) (epoch uint64, clean bool, err error) {
+	path := filepath.Join(s.dir, stateName)
+	b, err := readSmall(s.fs, path, stateSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		if !fresh {
+			s.log.Warn("slab engine: no slab_state (creation was interrupted); the cache starts empty", "dir", s.dir)
+		}
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	st, derr := decodeState(b)
+	if derr != nil {
+		s.log.Warn("slab engine: unreadable slab_state; the previous run did not shut down cleanly, the cache starts empty", "dir", s.dir, "err", derr)
+		return 0, false, nil
+	}
+	if !st.clean {
+		s.log.Warn("slab engine: the previous run did not shut down cleanly (epoch still dirty); the cache starts empty rather than risk stale data",
+			"dir", s.dir, "epoch", st.epoch)
+	}
+	return st.epoch, st.clean, nil
+}
+
+func (s *Store) extentPath(e uint32) string {
+	return filepath.Join(s.dir, extentsDir, fmt.Sprintf("%05d.ext", e))
+}
+
+// openExtents opens (creating and preallocating when cold) the extent pool
+// and keeps the descriptors for the life of the store. With direct it opens
+// them O_DIRECT; if the filesystem refuses a direct open it says so once and
+// uses buffered I/O.
+func (s *Store) openExtents(direct, cold bool) error {
+	if err := s.fs.MkdirAll(filepath.Join(s.dir, extentsDir), 0o755); err != nil {
+		return err
+	}
+	direct = direct && oDirect != 0
+	if direct {
+		if a := dioAlign(filepath.Join(s.dir, metaName)); a > pageAlign {
+			s.log.Warn("slab engine: the filesystem needs O_DIRECT alignment above 4 KiB; using buffered I/O", "dir", s.dir, "align", a)
+			direct = false
+		} else if a != 0 {
+			s.align = uint64(a)
+		}
+	}
+	size := int64(s.geo.extentBytes)
+	s.extents = make([]vfs.File, 0, s.geo.extents)
+	for e := range s.geo.extents {
+		path := s.extentPath(e)
+		flag := os.O_RDWR
+		if cold {
+			flag |= os.O_CREATE
+		}
+		var f vfs.File
+		var err error
+		if direct {
+			f, err = s.fs.OpenFile(path, flag|oDirect, 0o644)
+			if err != nil && directRefused(err) {
+				s.log.Warn("slab engine: O_DIRECT open refused; using buffered payload I/O", "dir", s.dir, "err", err)
+				direct = false
+				s.align = pageAlign
+			}
+		}
+		if !direct {
+			f, err = s.fs.OpenFile(path, flag, 0o644)
+		}
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("extent %s is missing from a cleanly closed store; restore it, or point the engine at an empty directory: %w", path, wire.StatusInvalid)
+			}
+			return err
+		}
+		s.extents = append(s.extents, f)
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if fi.Size() != size {
+			if !cold {
+				return fmt.Errorf("extent %s is %d bytes, want %d, in a cleanly closed store; restore it or point the engine at an empty directory: %w",
+					path, fi.Size(), size, wire.StatusInvalid)
+			}
+			if err := fallocateFn(f, size); err != nil {
+				return fmt.Errorf("preallocate extent %s (%d bytes): %w; the slab engine needs a filesystem with fallocate (ext4, xfs) and the space for its capacity", path, size, err)
+			}
+		}
+	}
+	if direct && len(s.extents) > 0 {
+		// Probe: a direct read of the first page. (tmpfs accepts the
+		// open; a filesystem that only fails at I/O time is caught here.)
+		buf := iobuf.AlignedSlice(pageAlign)
+		if _, err := s.extents[0].ReadAt(buf, 0); err != nil && directRefused(err) {
+			s.log.Warn("slab engine: O_DIRECT read refused; using buffered payload I/O", "dir", s.dir, "err", err)
+			for i, f := range s.extents {
+				_ = f.Close()
+				nf, err := s.fs.OpenFile(s.extentPath(uint32(i)), os.O_RDWR, 0o644)
+				if err != nil {
+					s.extents = s.extents[:i]
+					return err
+				}
+				s.extents[i] = nf
+			}
+			direct = false
+			s.align = pageAlign
+		}
+	}
+	s.direct = direct
+	return nil
+}
+
+// tableSize is the size of slots.tbl: one record per possible slot.
+func (s *Store) tableSize() int64 {
+	return int64(s.geo.extents) * int64(s.geo.maxSlots) * RecordSize
+}
+
+// openTable opens slots.tbl. Cold, it empties it (truncate to 0, then
+// extend sparsely) and syncs that, so no record of an earlier epoch can be
+// read again.
+func (s *Store) openTable(cold bool) error {
+	path := filepath.Join(s.dir, tableName)
+	flag := os.O_RDWR
+	if cold {
+		flag |= os.O_CREATE
+	}
+	f, err := s.fs.OpenFile(path, flag, 0o644)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s is missing from a cleanly closed store; point the engine at an empty directory: %w", path, wire.StatusInvalid)
+		}
+		return err
+	}
+	s.table = f
+	if cold {
+		if err := f.Truncate(0); err != nil {
+			return err
+		}
+		if err := f.Truncate(s.tableSize()); err != nil {
+			return err
+		}
+		return vfs.Datasync(f)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() != s.tableSize() {
+		return fmt.Errorf("%s is %d bytes, want %d for this geometry; point the engine at an empty directory: %w", path, fi.Size(), s.tableSize(), wire.StatusInvalid)
+	}
+	return nil
+}
+
+// fallocateFn is fallocate, replaceable by tests (a filesystem that
+// refuses preallocation cannot be conjured through vfs.FS, which has no
+// fallocate).
+var fallocateFn = fallocate
+
+func (s *Store) closeFiles() {
+	for _, f := range s.extents {
+		_ = f.Close()
+	}
+	if s.table != nil {
+		_ = s.table.Close()
+	}
+	if s.lock != nil {
+		_ = s.lock.Close()
+	}
+}

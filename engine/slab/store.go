@@ -1,0 +1,505 @@
+package slab
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/engine/vfs"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// Name is the engine name reported in Stats and selected by
+// --store-engine=slab.
+const Name = "slab"
+
+const (
+	// DefaultExtentBytes is the extent size when Options leave it 0.
+	DefaultExtentBytes = 64 << 20
+	// DefaultMaxValueBytes is the largest value when Options leave it 0
+	// (DESIGN.md §9 max_block_bytes).
+	DefaultMaxValueBytes = 64 << 20
+	// chunkBytes bounds the bounce buffer of an O_DIRECT write; larger
+	// unaligned values are written in pieces of it.
+	chunkBytes = 4 << 20
+	// scanChunk is how much of slots.tbl a restart reads per syscall.
+	scanChunk = 1 << 20
+	// slowSync is the fdatasync duration past which Close warns.
+	slowSync = time.Second
+)
+
+// Options configures Open.
+type Options struct {
+	// Dir is the disk directory. It must be empty (or missing) the first
+	// time; later it must hold a slab store of the same geometry.
+	Dir string
+	// CapacityBytes is the size of the extent pool: CapacityBytes /
+	// ExtentBytes extents are preallocated. Part of the geometry.
+	CapacityBytes uint64
+	// ExtentBytes is the extent size, a multiple of 4 KiB (1 MiB multiples
+	// are the sane production choice). 0 means max(64 MiB, MaxValueBytes
+	// rounded up to 1 MiB). A value never spans extents, so MaxValueBytes
+	// must not exceed it. Part of the geometry.
+	ExtentBytes uint64
+	// MaxValueBytes is the largest value accepted (larger: TOO_LARGE). 0
+	// means min(64 MiB, ExtentBytes).
+	MaxValueBytes uint64
+	// FS is the file layer; nil means vfs.OS{}. Tests pass a vfs.FaultFS.
+	FS vfs.FS
+	// Clock times syncs for the slow-sync warning; nil means the system
+	// clock.
+	Clock engine.Clock
+	// Logger receives operator events (startup summary, cold reset,
+	// dropped records, the O_DIRECT fallback, failing closed); nil
+	// discards them.
+	Logger *slog.Logger
+	// DirectIO asks for O_DIRECT payload I/O, falling back to buffered I/O
+	// with one notice where the filesystem refuses a direct open.
+	DirectIO bool
+	// Accounting is told every change of committed bytes per tenant; nil
+	// means engine.NoAccounting{}.
+	Accounting engine.Accounting
+}
+
+// Store is a slab engine on one disk directory. It implements
+// engine.StoreEngine and is safe for concurrent use.
+type Store struct {
+	dir      string
+	capacity uint64
+	maxValue uint64
+	geo      geometry
+	fs       vfs.FS
+	clock    engine.Clock
+	log      *slog.Logger
+	acct     engine.Accounting
+	pool     *iobuf.Pool
+
+	extents []vfs.File // resident descriptors, O_DIRECT while direct
+	table   vfs.File
+	lock    vfs.File // Dir itself, flocked for the life of the store
+	direct  bool     // fixed at Open
+	align   uint64   // O_DIRECT offset alignment for reads (<= 4096)
+
+	// mu is the metadata lock: the allocator, the in-flight map and the
+	// generation counter. No payload I/O happens under it.
+	mu      sync.Mutex
+	alloc   *Allocator
+	flights map[wire.BlockKey]*flight
+	gen     uint64
+	epoch   uint64
+
+	failed  atomic.Bool
+	closeMu sync.RWMutex
+	closed  atomic.Bool
+
+	hits      atomic.Uint64
+	misses    atomic.Uint64
+	puts      atomic.Uint64
+	removes   atomic.Uint64
+	evictions atomic.Uint64
+	ioErrors  atomic.Uint64
+}
+
+// flight is a same-key PUT in progress: the leader writes, followers wait
+// on done and return err. fenced is set (under mu) by a Remove of the key;
+// the leader then does not publish.
+type flight struct {
+	done    chan struct{}
+	err     error
+	fenced  bool
+	waiters int // followers (for tests and debugging)
+}
+
+var _ engine.StoreEngine = (*Store)(nil)
+
+func (s *Store) enter() error {
+	s.closeMu.RLock()
+	if s.closed.Load() {
+		s.closeMu.RUnlock()
+		return fmt.Errorf("slab engine: %s is closed: %w", s.dir, wire.StatusUnavailable)
+	}
+	if s.failed.Load() {
+		s.closeMu.RUnlock()
+		return s.failedErr()
+	}
+	return nil
+}
+
+func (s *Store) exit() { s.closeMu.RUnlock() }
+
+func (s *Store) failedErr() error {
+	return fmt.Errorf("slab engine: %s failed closed after a metadata I/O error; restart the node (the cache will start cold): %w", s.dir, wire.StatusIOError)
+}
+
+// fail turns the store unhealthy for good: a slot record that could not be
+// written or cleared means slots.tbl no longer describes the extents, so
+// every later operation answers IO_ERROR rather than guess, and Close does
+// not mark the epoch clean (the next start is cold).
+func (s *Store) fail(err error) {
+	s.ioErrors.Add(1)
+	if s.failed.CompareAndSwap(false, true) {
+		s.log.Error("slab engine: metadata I/O failed; failing closed: every operation now returns IO_ERROR until restart, and the next start is cold",
+			"dir", s.dir, "err", err)
+	}
+}
+
+// Cache implements engine.StoreEngine.
+func (s *Store) Cache(key wire.BlockKey, value []byte) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.exit()
+	return s.cache(key, value)
+}
+
+// CacheBatch implements engine.StoreEngine: each item gets its own result.
+// Items with distinct keys are written by up to batchWorkers goroutines at
+// once (payload writes overlap: the disk sees a queue, not one write at a
+// time); a batch that repeats a key is stored in order, one item after
+// another, so the key keeps its last value.
+func (s *Store) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
+	if err := s.enter(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return
+	}
+	defer s.exit()
+	if len(keys) < 2 || hasDuplicate(keys) {
+		for i := range keys {
+			errs[i] = s.cache(keys[i], values[i])
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(keys), batchWorkers) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(keys) {
+					return
+				}
+				errs[i] = s.cache(keys[i], values[i])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// batchWorkers bounds the writes one CacheBatch has in flight.
+const batchWorkers = 8
+
+func hasDuplicate(keys []wire.BlockKey) bool {
+	if len(keys) <= 16 {
+		for i := range keys {
+			for j := i + 1; j < len(keys); j++ {
+				if keys[i] == keys[j] {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	seen := make(map[wire.BlockKey]struct{}, len(keys))
+	for _, k := range keys {
+		if _, ok := seen[k]; ok {
+			return true
+		}
+		seen[k] = struct{}{}
+	}
+	return false
+}
+
+func (s *Store) cache(key wire.BlockKey, value []byte) error {
+	n := uint64(len(value))
+	if n == 0 {
+		return fmt.Errorf("slab engine: cache %s: zero-byte value: %w", key, wire.StatusInvalid)
+	}
+	if n > s.maxValue {
+		return fmt.Errorf("slab engine: cache %s: %d-byte value exceeds the %d-byte maximum: %w", key, n, s.maxValue, wire.StatusTooLarge)
+	}
+
+	s.mu.Lock()
+	if s.failed.Load() {
+		s.mu.Unlock()
+		return s.failedErr()
+	}
+	if f := s.flights[key]; f != nil {
+		// Follower: the leader's payload+record result is ours too, and
+		// our bytes are not written. NB: keys are content-addressed (the
+		// connectors hash the token prefix), so a same-key PUT carries the
+		// same bytes; and as the two PUTs overlap in time, ordering ours
+		// just before the leader's is a valid linearization either way.
+		f.waiters++
+		s.mu.Unlock()
+		<-f.done
+		if f.err == nil {
+			s.puts.Add(1)
+		}
+		return f.err
+	}
+	r, err := s.alloc.Reserve(n)
+	if err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("slab engine: cache %s: %d bytes: %w: %w", key, n, err, wire.StatusCacheFull)
+	}
+	var victims []Victim
+	if v := s.alloc.Victims(); len(v) > 0 {
+		victims = append(victims, v...)
+	}
+	if e := s.alloc.Rebound(); e >= 0 {
+		// NB: under the lock on purpose: nobody may write a record into
+		// the rebound extent before its old records are gone. It is one
+		// fallocate(PUNCH_HOLE) and happens only when an extent changes
+		// class.
+		if err := s.wipeExtentRecords(uint32(e)); err != nil {
+			s.alloc.Abort(r)
+			s.alloc.Release(r)
+			s.mu.Unlock()
+			s.fail(err)
+			s.account(victims)
+			return fmt.Errorf("slab engine: cache %s: %w: %w", key, err, wire.StatusIOError)
+		}
+	}
+	f := &flight{done: make(chan struct{})}
+	s.flights[key] = f
+	s.gen++
+	rec := record{class: uint8(s.alloc.Class(r)), length: uint32(n), key: key, gen: s.gen}
+	rec.extent, rec.slot = s.alloc.Split(r)
+	off := s.alloc.Offset(r)
+	s.mu.Unlock()
+	s.account(victims)
+
+	err = s.writePayload(rec.extent, off, value)
+	if err != nil {
+		s.ioErrors.Add(1)
+		err = fmt.Errorf("slab engine: cache %s: write %d bytes at %s offset %d: %w: %w",
+			key, n, s.extents[rec.extent].Name(), off, err, wire.StatusIOError)
+	} else if werr := s.writeRecord(r, &rec); werr != nil {
+		s.fail(werr)
+		err = fmt.Errorf("slab engine: cache %s: %w: %w", key, werr, wire.StatusIOError)
+	}
+
+	s.mu.Lock()
+	if s.flights[key] == f {
+		delete(s.flights, key)
+	}
+	if err == nil && !f.fenced && !s.failed.Load() {
+		old, oldLen, replaced := s.alloc.Publish(r, &key)
+		s.mu.Unlock()
+		s.acct.Committed(key.Tenant, int64(n))
+		if replaced {
+			s.acct.Committed(key.Tenant, -int64(oldLen))
+			s.clearAndRelease(old)
+		}
+		s.puts.Add(1)
+	} else {
+		// Failed, or a Remove of this key came in while we wrote: the
+		// slot goes back without ever being visible, and its record (ours,
+		// or an evicted value's) is cleared first.
+		s.alloc.Abort(r)
+		s.mu.Unlock()
+		s.clearAndRelease(r)
+		if err == nil && s.failed.Load() {
+			err = s.failedErr()
+		}
+		if err == nil {
+			s.puts.Add(1) // fenced: the PUT happened, then the Remove
+		}
+	}
+	f.err = err
+	close(f.done)
+	return err
+}
+
+func (s *Store) account(victims []Victim) {
+	for _, v := range victims {
+		s.acct.Committed(v.Key.Tenant, -int64(v.Length))
+	}
+	s.evictions.Add(uint64(len(victims)))
+}
+
+// clearAndRelease zeroes the record of dead slot r (pinned by the caller)
+// and releases the pin, which frees the slot once no read holds it. A clear
+// that fails fails the store closed: the record would resurrect the value.
+func (s *Store) clearAndRelease(r SlotRef) {
+	if err := s.clearRecord(r); err != nil {
+		s.fail(err)
+	}
+	s.mu.Lock()
+	s.alloc.Release(r)
+	s.mu.Unlock()
+}
+
+// Range implements engine.StoreEngine.
+func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
+	if err := s.enter(); err != nil {
+		return nil, 0, err
+	}
+	defer s.exit()
+	s.mu.Lock()
+	r, stored32, ok, err := s.alloc.Acquire(&key)
+	if !ok || err != nil {
+		s.mu.Unlock()
+		if err != nil {
+			return nil, 0, fmt.Errorf("slab engine: range %s: %w: %w", key, err, wire.StatusUnavailable)
+		}
+		s.misses.Add(1)
+		return nil, 0, fmt.Errorf("slab engine: range %s: %w", key, wire.StatusNotFound)
+	}
+	e, _ := s.alloc.Split(r)
+	slotOff := s.alloc.Offset(r)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.alloc.Release(r)
+		s.mu.Unlock()
+	}()
+
+	stored := uint64(stored32)
+	if offset > stored {
+		return nil, stored, fmt.Errorf("slab engine: range %s: offset %d past the stored length %d: %w", key, offset, stored, wire.StatusInvalid)
+	}
+	n := stored - offset
+	if length != 0 && length < n {
+		n = length
+	}
+	s.hits.Add(1)
+	if n == 0 {
+		return nil, stored, nil
+	}
+	data, err := s.readPayload(e, slotOff, offset, n, alloc)
+	if err != nil {
+		if _, ok := errors.AsType[wire.Status](err); ok {
+			return nil, stored, err
+		}
+		s.ioErrors.Add(1)
+		return nil, stored, fmt.Errorf("slab engine: range %s: read %d bytes at %s offset %d: %w: %w",
+			key, n, s.extents[e].Name(), slotOff+offset, err, wire.StatusIOError)
+	}
+	return data, stored, nil
+}
+
+// Lookup implements engine.StoreEngine.
+func (s *Store) Lookup(key wire.BlockKey) (uint64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	s.mu.Lock()
+	_, n, ok := s.alloc.Lookup(&key)
+	s.mu.Unlock()
+	if !ok {
+		return 0, fmt.Errorf("slab engine: lookup %s: %w", key, wire.StatusNotFound)
+	}
+	return uint64(n), nil
+}
+
+// Remove implements engine.StoreEngine. The key is hidden at once; a PUT
+// of the key still in flight is fenced and will not publish; the record is
+// cleared before Remove returns, so a graceful restart does not bring the
+// value back.
+func (s *Store) Remove(key wire.BlockKey) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.exit()
+	s.mu.Lock()
+	r, n, ok := s.alloc.Remove(&key)
+	f := s.flights[key]
+	if f != nil {
+		f.fenced = true
+		// Later PUTs of the key lead their own flight instead of
+		// following one that will not publish.
+		delete(s.flights, key)
+	}
+	s.mu.Unlock()
+	if !ok && f == nil {
+		return fmt.Errorf("slab engine: remove %s: %w", key, wire.StatusNotFound)
+	}
+	if ok {
+		s.acct.Committed(key.Tenant, -int64(n))
+		s.clearAndRelease(r)
+	}
+	s.removes.Add(1)
+	if s.failed.Load() {
+		return s.failedErr()
+	}
+	return nil
+}
+
+// Stats implements engine.StoreEngine.
+func (s *Store) Stats() engine.Stats {
+	s.mu.Lock()
+	objects, used := s.alloc.Objects(), s.alloc.Used()
+	s.mu.Unlock()
+	return engine.Stats{
+		Engine:        Name,
+		Path:          s.dir,
+		CapacityBytes: s.capacity,
+		UsedBytes:     used,
+		Objects:       objects,
+		Hits:          s.hits.Load(),
+		Misses:        s.misses.Load(),
+		Puts:          s.puts.Load(),
+		Removes:       s.removes.Load(),
+		Evictions:     s.evictions.Load(),
+		IOErrors:      s.ioErrors.Load(),
+		DirectIO:      s.direct,
+		Healthy:       !s.failed.Load() && !s.closed.Load(),
+	}
+}
+
+// Close implements engine.StoreEngine: it waits for operations in flight,
+// syncs the extents and slots.tbl and only then marks slab_state clean. A
+// store that failed closed is left dirty, so the next start is cold.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.closed.Load() {
+		s.closeMu.Unlock()
+		return fmt.Errorf("slab engine: %s is closed: %w", s.dir, wire.StatusUnavailable)
+	}
+	s.closed.Store(true)
+	s.closeMu.Unlock()
+
+	var err error
+	if s.failed.Load() {
+		err = errors.New("the store failed closed earlier, so its epoch stays dirty")
+	} else {
+		err = s.syncAll()
+		if err == nil {
+			err = s.writeState(state{epoch: s.epoch, clean: true})
+		}
+		if err != nil {
+			s.fail(err)
+		}
+	}
+	s.closeFiles()
+	if err != nil {
+		return fmt.Errorf("slab engine: close %s: %w; the next start is cold: %w", s.dir, err, wire.StatusIOError)
+	}
+	s.log.Info("slab engine: closed cleanly", "dir", s.dir, "epoch", s.epoch)
+	return nil
+}
+
+func (s *Store) syncAll() error {
+	start := s.clock.Now()
+	for _, f := range s.extents {
+		if err := vfs.Datasync(f); err != nil {
+			return err
+		}
+	}
+	if err := vfs.Datasync(s.table); err != nil {
+		return err
+	}
+	if d := s.clock.Now().Sub(start); d > slowSync {
+		s.log.Warn("slab engine: slow sync at shutdown", "dir", s.dir, "took", d)
+	}
+	return nil
+}

@@ -1,0 +1,108 @@
+package slab
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dfkv/dfkv/engine/vfs"
+)
+
+// oDirect is the open flag for direct I/O; zero where the platform has none.
+const oDirect = unix.O_DIRECT
+
+// fallocate reserves [0, size) of f (mode 0: allocate and extend), so the
+// extent pool owns its disk space from startup and a full filesystem is a
+// startup error, not an ENOSPC mid-PUT.
+func fallocate(f vfs.File, size int64) error {
+	for {
+		err := unix.Fallocate(int(f.Fd()), 0, 0, size)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
+		}
+		return nil
+	}
+}
+
+// punchHole deallocates [off, off+n) of f, keeping its size; the range then
+// reads as zeros. Where the filesystem cannot punch, it writes zeros.
+func punchHole(f vfs.File, off, n int64) error {
+	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+		return &os.PathError{Op: "fallocate punch", Path: f.Name(), Err: err}
+	}
+	zero := make([]byte, min(n, 1<<20))
+	for n > 0 {
+		c := min(n, int64(len(zero)))
+		if _, err := f.WriteAt(zero[:c], off); err != nil {
+			return err
+		}
+		off += c
+		n -= c
+	}
+	return nil
+}
+
+// seekData returns the start of the next allocated range at or after off,
+// and the start of the hole after it. ok=false with a nil error means no
+// data is left. errNoSeekData means the filesystem cannot tell (the caller
+// scans everything in bounded chunks).
+func seekData(f vfs.File, off, size int64) (start, end int64, ok bool, err error) {
+	fd := int(f.Fd())
+	start, err = unix.Seek(fd, off, unix.SEEK_DATA)
+	if err != nil {
+		if errors.Is(err, unix.ENXIO) {
+			return 0, 0, false, nil
+		}
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
+			return 0, 0, false, errNoSeekData
+		}
+		return 0, 0, false, &os.PathError{Op: "seek data", Path: f.Name(), Err: err}
+	}
+	end, err = unix.Seek(fd, start, unix.SEEK_HOLE)
+	if err != nil {
+		return 0, 0, false, &os.PathError{Op: "seek hole", Path: f.Name(), Err: err}
+	}
+	return start, min(end, size), start < size, nil
+}
+
+// dioAlign asks statx for the file's O_DIRECT alignment (STATX_DIOALIGN,
+// Linux 6.1+). It returns 0 where the kernel or filesystem does not say.
+func dioAlign(path string) uint32 {
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_DIOALIGN, &st); err != nil {
+		return 0
+	}
+	if st.Mask&unix.STATX_DIOALIGN == 0 || st.Dio_offset_align == 0 {
+		return 0
+	}
+	return max(st.Dio_offset_align, st.Dio_mem_align)
+}
+
+// directRefused reports whether an O_DIRECT open failed because the
+// filesystem does not do direct I/O (as opposed to a missing file or a
+// permission problem).
+func directRefused(err error) bool {
+	return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)
+}
+
+// lockDir takes an exclusive, non-blocking flock on the open directory d,
+// so two processes (or two stores in one process) never run one disk
+// directory at once. The lock dies with the descriptor, also on SIGKILL.
+func lockDir(d vfs.File) error {
+	err := unix.Flock(int(d.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return errLocked
+	}
+	if err != nil {
+		return &os.PathError{Op: "flock", Path: d.Name(), Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Tests contrib/: builds dfkv and libdfkv.so, starts three real `dfkv server`
+# processes on free loopback ports with temporary disks, then runs
+#   1. the C test program (contrib/libdfkv/test/dfkv_test.c, -Wall -Werror),
+#   2. the Python suite (contrib/python/tests) under Debian's own
+#      /usr/bin/python3 (the interpreter python3-torch is built for; torch
+#      tests skip with a message when torch is absent).
+# Every server, including those the Python tests start and SIGKILL
+# themselves, is stopped by PID on exit.
+#
+#   scripts/test-contrib.sh            # PYTHON=/usr/bin/python3 by default
+#   DFKV_BIN=/path/to/dfkv scripts/test-contrib.sh   # test against a prebuilt server
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+PYTHON="${PYTHON:-/usr/bin/python3}"
+
+work=$(mktemp -d -t dfkv-contrib-XXXXXX)
+pidfile="$work/pids"
+: >"$pidfile"
+cleanup() {
+	local rc=$?
+	while read -r pid; do
+		[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+	done <"$pidfile"
+	while read -r pid; do
+		[ -n "$pid" ] && wait "$pid" 2>/dev/null || true
+	done <"$pidfile"
+	if [ $rc -ne 0 ]; then
+		for log in "$work"/node*.log; do
+			[ -f "$log" ] && { echo "== $log"; tail -n 20 "$log"; }
+		done
+	fi
+	rm -rf "$work"
+	exit $rc
+}
+trap cleanup EXIT
+
+echo "== build dfkv and libdfkv.so"
+if [ -n "${DFKV_BIN:-}" ]; then
+	cp "$DFKV_BIN" "$work/dfkv"
+else
+	go build -o "$work/dfkv" .
+fi
+scripts/build-lib.sh "$work/lib" >/dev/null
+gofmt_out=$(gofmt -l contrib)
+if [ -n "$gofmt_out" ]; then echo "gofmt would change: $gofmt_out"; exit 1; fi
+go vet ./contrib/...
+
+echo "== compile the C test against dfkv.h (-Wall -Wextra -Werror)"
+cc -std=c11 -Wall -Wextra -Werror -I "$work/lib" -o "$work/dfkv_test" \
+	contrib/libdfkv/test/dfkv_test.c -L "$work/lib" -ldfkv -Wl,-rpath,"$work/lib"
+
+free_port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_accept() { # host:port pid
+	for _ in $(seq 1 300); do
+		if (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; then return 0; fi
+		kill -0 "$2" 2>/dev/null || { echo "node $1 exited before accepting"; return 1; }
+		sleep 0.05
+	done
+	echo "node $1 not accepting after 15s"; return 1
+}
+
+members=()
+for i in 1 2 3; do
+	addr="127.0.0.1:$(free_port)"
+	mkdir -p "$work/disk$i"
+	# The nodes see no DFKV_* settings of the caller's environment.
+	env $(env | sed -n 's/^\(DFKV_[A-Za-z0-9_]*\)=.*/-u \1/p') "$work/dfkv" server --listen "$addr" --http-listen '' \
+		--disk "$work/disk$i" --disk-capacity 1GiB >"$work/node$i.log" 2>&1 &
+	echo $! >>"$pidfile"
+	wait_accept "$addr" $!
+	members+=("$addr")
+done
+member_list=$(IFS=,; echo "${members[*]}")
+echo "== nodes: $member_list"
+
+echo "== C test"
+"$work/dfkv_test" "$member_list"
+
+echo "== Python tests ($PYTHON)"
+if "$PYTHON" -c 'import torch' 2>/dev/null; then
+	echo "torch $("$PYTHON" -c 'import torch; print(torch.__version__)') found: tensor tests run"
+else
+	echo "NOTE: torch is not importable by $PYTHON: tensor tests will be skipped (apt-get install python3-torch)"
+fi
+cd contrib/python
+DFKV_LIBRARY="$work/lib/libdfkv.so" DFKV_BIN="$work/dfkv" DFKV_TEST_MEMBERS="$member_list" \
+	DFKV_TEST_PIDFILE="$pidfile" PYTHONPATH="$repo/contrib/python" PYTHONDONTWRITEBYTECODE=1 \
+	"$PYTHON" -m unittest discover -s tests -t . -v

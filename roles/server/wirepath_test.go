@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -44,6 +45,10 @@ func (e *fixedEngine) Remove(wire.BlockKey) error           { return nil }
 func (e *fixedEngine) Stats() engine.Stats                  { return engine.Stats{Engine: "fixed", Healthy: true} }
 func (e *fixedEngine) Close() error                         { return nil }
 
+// wireSocketBuffer, when set (-wire.sockbuf), sizes the node's socket
+// buffers in BenchmarkWirePath; 0 keeps kernel autotuning.
+var wireSocketBuffer = flag.Int("wire.sockbuf", 0, "SO_SNDBUF/SO_RCVBUF of the wire-path benchmark node")
+
 func fixedNode(b *testing.B, size int) string {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -51,7 +56,7 @@ func fixedNode(b *testing.B, size int) string {
 		b.Fatal(err)
 	}
 	g, _ := engine.NewGroup([]engine.StoreEngine{&fixedEngine{val: make([]byte, size)}}, []string{"mem"})
-	srv, err := New(Options{Engine: g, Listener: ln, MaxBlockBytes: 64 << 20})
+	srv, err := New(Options{Engine: g, Listener: ln, MaxBlockBytes: 64 << 20, SocketBuffer: *wireSocketBuffer})
 	if err != nil {
 		b.Fatal(err)
 	}

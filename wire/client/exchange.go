@@ -75,9 +75,18 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 		}
 		cc.got, cc.broken = false, false
 		_ = cc.nc.SetDeadline(deadline)
-		stop := context.AfterFunc(ctx, func() { _ = cc.nc.SetDeadline(time.Unix(1, 0)) })
+		// Watch for cancellation only when the context can be cancelled:
+		// a Background call (the common case for engines) skips the
+		// registration and its allocation.
+		stopped := true
+		var stop func() bool
+		if ctx.Done() != nil {
+			stop = context.AfterFunc(ctx, func() { _ = cc.nc.SetDeadline(time.Unix(1, 0)) })
+		}
 		err = fn(cc)
-		stopped := stop()
+		if stop != nil {
+			stopped = stop()
+		}
 		if !cc.broken && stopped {
 			p.put(cc)
 			p.succeed()

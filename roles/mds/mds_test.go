@@ -271,19 +271,18 @@ func TestControlProtocolRefusesStrangers(t *testing.T) {
 }
 
 // TestMembersReplyCap: a member list too large for one reply is refused
-// with TOO_LARGE, never truncated.
+// with TOO_LARGE, never truncated. The cap is lowered for the test so tens
+// of members reach it (at the real 1 MiB it takes thousands).
 func TestMembersReplyCap(t *testing.T) {
+	defer func(c int) { membersReplyCap = c }(membersReplyCap)
+	membersReplyCap = 4 << 10
 	ctrl, _, _ := runMDS(t, map[string][]string{"db": {filepath.Join(t.TempDir(), "m.db")}})
 	mc := mdsClient(t, "default", ctrl)
 	ctx := context.Background()
-	disks := make([]string, 60)
-	for i := range disks {
-		disks[i] = "/data/" + strings.Repeat("d", 200) + fmt.Sprint(i)
-	}
 	n := 0
-	for total := 0; total <= wire.MaxMembersReply; n++ {
+	for total := 0; total <= membersReplyCap; n++ {
 		m := member(n)
-		m.Disks = disks
+		m.ID = fmt.Sprintf("node-%03d-%s", n, strings.Repeat("x", 100))
 		if _, err := mc.Register(ctx, m); err != nil {
 			t.Fatal(err)
 		}
@@ -292,7 +291,15 @@ func TestMembersReplyCap(t *testing.T) {
 	}
 	_, ms, _, err := mc.Members(ctx, 0)
 	if wire.StatusOf(err) != wire.StatusTooLarge || ms != nil || !strings.Contains(err.Error(), "reply cap") {
-		t.Fatalf("oversized member list: %d members, %v", len(ms), err)
+		t.Fatalf("oversized member list of %d members: got %d members, %v", n, len(ms), err)
+	}
+	// One member fewer fits again.
+	if err := mc.Deregister(ctx, fmt.Sprintf("node-%03d-%s", n-1, strings.Repeat("x", 100))); err != nil {
+		t.Fatal(err)
+	}
+	membersReplyCap = 1 << 20
+	if _, ms, _, err := mc.Members(ctx, 0); err != nil || len(ms) != n-1 {
+		t.Fatalf("under the cap: %d members, %v", len(ms), err)
 	}
 }
 

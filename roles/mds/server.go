@@ -202,18 +202,30 @@ func (s *controlServer) do(ctx context.Context, op wire.Op, known uint64, body [
 			return wire.StatusOK, epoch, nil
 		}
 		r := cachedReply{epoch: epoch, at: time.Now(), status: wire.StatusOK}
-		r.body, _ = json.Marshal(wire.MDSReply{Epoch: epoch, Members: members})
-		if len(r.body) > wire.MaxMembersReply {
+		// Routing needs id, address, weight (and capacity and heartbeat for
+		// ctl members); disks and versions stay on the HTTP /members page,
+		// which keeps the reply a client decodes every change small.
+		slim := make([]wire.MemberInfo, len(members))
+		for i, m := range members {
+			m.Disks, m.Version = nil, ""
+			slim[i] = m
+		}
+		r.body, _ = json.Marshal(wire.MDSReply{Epoch: epoch, Members: slim})
+		if len(r.body) > membersReplyCap {
 			r.status = wire.StatusTooLarge
 			r.body = []byte(fmt.Sprintf(
 				"member list of group %s is %d bytes (%d members), over the %d-byte reply cap; split the group",
-				req.Group, len(r.body), len(members), wire.MaxMembersReply))
+				req.Group, len(r.body), len(members), membersReplyCap))
 		}
 		s.store(req.Group, r)
 		return r.status, epoch, r.body
 	}
 	return wire.StatusUnsupported, 0, []byte("unknown control op")
 }
+
+// membersReplyCap is wire.MaxMembersReply; a variable so a test can reach
+// it with tens of members instead of thousands.
+var membersReplyCap = wire.MaxMembersReply
 
 // replyCacheAge bounds how stale the informational fields of a cached
 // reply (last heartbeat times) may get; the member set itself is keyed by

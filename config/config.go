@@ -45,22 +45,23 @@ type Config struct {
 
 // Server configures a cache node (dfkv server).
 type Server struct {
-	ID                string        // stable node identity; derived from host and listen address when empty
-	Listen            string        // data-plane TCP address
-	HTTPListen        string        // metrics and health address
-	AdvertiseAddr     string        // address registered with the MDS; empty = Listen
-	Weight            int           // ring weight registered with the MDS
-	MDS               []string      // MDS addresses; empty = static membership
-	Disks             []string      // one directory per disk
-	DiskCapacityBytes uint64        // per disk; 0 = sized from the filesystem at startup
-	StoreEngine       string        // "slab" (default) or "file" (diagnostic)
-	SlabExtentBytes   uint64        // slab extent size; 0 = max(64MiB, MaxBlockBytes)
-	MaxBlockBytes     uint64        // largest value a PUT may store and the largest frame body
-	MaxBatchItems     int           // items in one batch frame
-	MaxConns          int           // open data-plane connections; past it new ones are refused
-	SocketBufferBytes uint64        // SO_SNDBUF/SO_RCVBUF per connection; 0 = kernel autotuning
-	FirstRequest      time.Duration // how long a new connection may take to send its first request; 0 = no limit
-	ShutdownTimeout   time.Duration // how long SIGTERM waits for in-flight requests
+	ID                  string        // stable node identity; derived from host and listen address when empty
+	Listen              string        // data-plane TCP address
+	HTTPListen          string        // metrics and health address
+	AdvertiseAddr       string        // address registered with the MDS; empty = Listen
+	Weight              int           // ring weight registered with the MDS
+	MDS                 []string      // MDS addresses; empty = static membership
+	Disks               []string      // one directory per disk
+	DiskCapacityBytes   uint64        // per disk; 0 = sized from the filesystem at startup
+	StoreEngine         string        // "slab" (default) or "file" (diagnostic)
+	SlabExtentBytes     uint64        // slab extent size; 0 = max(64MiB, MaxBlockBytes)
+	MaxBlockBytes       uint64        // largest value a PUT may store and the largest frame body
+	MaxBatchItems       int           // items in one batch frame
+	MaxConns            int           // open data-plane connections; past it new ones are refused
+	SocketBufferBytes   uint64        // SO_SNDBUF/SO_RCVBUF per connection; 0 = kernel autotuning
+	FirstRequest        time.Duration // how long a new connection may take to send its first request; 0 = no limit
+	ShutdownTimeout     time.Duration // how long SIGTERM waits for in-flight requests
+	MetricsFirstRequest time.Duration // HTTP header deadline (DFKV_METRICS_FIRST_REQ_MS); 0 = off
 
 	TenantQuotasFile        string // TOML file of per-tenant quotas; empty = none
 	TenantDefaultQuotaBytes uint64 // quota of tenants the file does not list; 0 = unlimited
@@ -88,6 +89,9 @@ type MDS struct {
 	HeartbeatTTL  time.Duration
 	FirstRequest  time.Duration
 	ProbeCache    time.Duration
+	// MetricsFirstRequest bounds how long an HTTP client may take to send
+	// its headers (DFKV_METRICS_FIRST_REQ_MS); 0 = off.
+	MetricsFirstRequest time.Duration
 }
 
 // Log configures log/slog output.

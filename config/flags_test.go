@@ -54,10 +54,10 @@ func TestFlagsPerRole(t *testing.T) {
 		"pool-size", "batch-concurrency", "log-level", "log-format", "config", "print-config"}
 	want := map[string][]string{
 		"server": {"group", "id", "listen", "http-listen", "advertise-addr", "weight", "mds", "disk", "disk-capacity", "store-engine", "slab-extent-bytes", "max-block-bytes",
-			"max-batch-items", "max-conns", "socket-buffer", "first-request-ms", "shutdown-timeout-ms", "tenant-quotas-file", "tenant-default-quota", "log-level", "log-format",
+			"max-batch-items", "max-conns", "socket-buffer", "first-request-ms", "metrics-first-request-ms", "shutdown-timeout-ms", "tenant-quotas-file", "tenant-default-quota", "log-level", "log-format",
 			"config", "print-config"},
 		"mds": {"group", "listen", "http-listen", "etcd", "etcd-prefix", "db", "heartbeat-ttl-ms", "first-request-ms",
-			"probe-cache-ms", "log-level", "log-format", "config", "print-config"},
+			"metrics-first-request-ms", "probe-cache-ms", "log-level", "log-format", "config", "print-config"},
 		"smoke": tools,
 		"bench": tools,
 		"ctl":   tools,

@@ -193,6 +193,12 @@ var settings = []setting{
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.FirstRequest }, min: 0, max: hour, note: "0 = off"},
 	},
 	{
+		key: "server.metrics_first_request_ms", env: "DFKV_METRICS_FIRST_REQ_MS", flag: "metrics-first-request-ms", roles: roleServer,
+		def:   "30000",
+		help:  "milliseconds an HTTP (metrics/health) connection may take to send its request headers; 0 waits forever",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.MetricsFirstRequest }, min: 0, max: hour, note: "0 = off"},
+	},
+	{
 		key: "server.shutdown_timeout_ms", env: "DFKV_SHUTDOWN_TIMEOUT_MS", flag: "shutdown-timeout-ms", roles: roleServer,
 		def:   "30000",
 		help:  "milliseconds SIGTERM waits for in-flight requests",
@@ -303,6 +309,12 @@ var settings = []setting{
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.MDS.FirstRequest }, min: 0, max: hour, note: "0 = off"},
 	},
 	{
+		key: "mds.metrics_first_request_ms", env: "DFKV_METRICS_FIRST_REQ_MS", flag: "metrics-first-request-ms", roles: roleMDS,
+		def:   "30000",
+		help:  "milliseconds an HTTP connection to the MDS may take to send its request headers; 0 waits forever",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.MDS.MetricsFirstRequest }, min: 0, max: hour, note: "0 = off"},
+	},
+	{
 		key: "mds.probe_cache_ms", env: "DFKV_MDS_PROBE_CACHE_MS", flag: "probe-cache-ms", roles: roleMDS,
 		def:   "2500",
 		help:  "milliseconds /readyz reuses an etcd reachability probe; 0 probes on every request",
@@ -353,7 +365,7 @@ var notBuiltEnv = []string{
 	// MDS legacy framing shim (seed 000): dfkv has no legacy peers.
 	"DFKV_MDS_ACCEPT_LEGACY",
 	// server (seed 000)
-	"DFKV_METRICS_FIRST_REQ_MS", "DFKV_PUT_ACK_MODE", "DFKV_READ_COALESCE", "DFKV_SERVER_URING",
+	"DFKV_PUT_ACK_MODE", "DFKV_READ_COALESCE", "DFKV_SERVER_URING",
 	"DFKV_RAM_TIER", "DFKV_RAM_TIER_BYTES", "DFKV_RAM_TIER_LARGE_RESERVE_BYTES", "DFKV_RAM_TIER_NUMA",
 	"DFKV_RAM_TIER_SHARDS", "DFKV_RAM_WRITE_MODE", "DFKV_RAM_FLUSH_THREADS",
 	"DFKV_RDMA", "DFKV_RDMA_DEV", "DFKV_RDMA_NUMA", "DFKV_RDMA_MAX_BLOCK_BYTES", "DFKV_RDMA_OP_TIMEOUT_MS",

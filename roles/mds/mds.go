@@ -123,7 +123,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 				return fmt.Errorf("listen on %s (mds.http_listen / DFKV_MDS_HTTP_LISTEN): %w", mc.HTTPListen, err)
 			}
 		}
-		httpSrv = newHTTP(dir, probe, reg, cfg.Group, mc.FirstRequest)
+		httpSrv = newHTTP(dir, probe, reg, cfg.Group, mc.MetricsFirstRequest)
 		go func() {
 			if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("MDS http listener failed", "error", err.Error())
@@ -203,11 +203,9 @@ func newHTTP(dir Directory, probe *probeCache, reg *prometheus.Registry, group s
 		}{g, epoch, members})
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	t := firstReq
-	if t <= 0 {
-		t = 30 * time.Second
-	}
-	return &http.Server{Handler: mux, ReadHeaderTimeout: t, ReadTimeout: t, WriteTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
+	// firstReq (DFKV_METRICS_FIRST_REQ_MS) is the header deadline; 0 turns
+	// it off, and headers stay bounded in size either way.
+	return &http.Server{Handler: mux, ReadHeaderTimeout: firstReq, WriteTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
 }
 
 type mdsCollector struct {

@@ -146,7 +146,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 				return fmt.Errorf("listen on %s (server.http_listen / DFKV_HTTP_LISTEN): %w", sc.HTTPListen, err)
 			}
 		}
-		httpSrv = newHTTPServer(srv, group, promReg, sc.FirstRequest)
+		httpSrv = newHTTPServer(srv, group, promReg, sc.MetricsFirstRequest)
 		go func() {
 			if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http listener failed", "addr", sc.HTTPListen, "error", err.Error())
@@ -353,14 +353,11 @@ func newHTTPServer(srv *Server, eng engine.StoreEngine, reg *prometheus.Registry
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	hdrTimeout := firstReq
-	if hdrTimeout <= 0 {
-		hdrTimeout = 30 * time.Second
-	}
+	// firstReq (DFKV_METRICS_FIRST_REQ_MS) is the header deadline; 0 turns
+	// it off, and headers stay bounded in size either way.
 	return &http.Server{
 		Handler:           mux,
-		ReadHeaderTimeout: hdrTimeout,
-		ReadTimeout:       hdrTimeout,
+		ReadHeaderTimeout: firstReq,
 		WriteTimeout:      30 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 	}

@@ -206,3 +206,43 @@ func TestMetricsLint(t *testing.T) {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
 }
+
+// TestHTTPDripFeederCutOff: an HTTP client that never finishes its
+// headers is disconnected after DFKV_METRICS_FIRST_REQ_MS, and the
+// listener keeps serving others.
+func TestHTTPDripFeederCutOff(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	hln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dir := t.TempDir()
+	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
+		"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}, "metrics-first-request-ms": {"200"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		done <- Run(ctx, cfg, Deps{Listener: ln, HTTPListener: hln, Ready: func(*Server) { close(ready) }})
+	}()
+	defer func() { cancel(); <-done }()
+	<-ready
+	c, err := net.Dial("tcp", hln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.Write([]byte("GET /metrics HTTP/1.1\r\nHost: x\r\n")) // and never the blank line
+	if _, err := io.ReadAll(c); err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatal("drip feeder still connected after the header deadline")
+		}
+	}
+	resp, err := http.Get("http://" + hln.Addr().String() + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("listener after the drip feeder: %v", err)
+	}
+	resp.Body.Close()
+}

@@ -10,6 +10,16 @@ cd "$(dirname "$0")/.."
 echo "== go version: $(go version)"
 go mod download
 
+# The tests use a real etcd and Debian's torch. As root (CI, a fresh VM)
+# they are installed when missing; otherwise the tests that need them say
+# that they are skipped and why.
+if [ "$(id -u)" = 0 ]; then
+	bash scripts/ci-deps.sh
+else
+	command -v etcd >/dev/null 2>&1 || echo "NOTE: no etcd installed (apt-get install etcd-server): the etcd tests will be skipped"
+	/usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || echo "NOTE: no python3-torch for /usr/bin/python3: the tensor tests will be skipped"
+fi
+
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
@@ -23,7 +33,23 @@ echo "== go test -race"
 # -p 1 keeps the 2-core CI machine from running several heavy packages
 # (each starting servers) at once; each package still runs its own tests
 # in parallel where they say so.
-go test -race -count=1 -p 1 -timeout 15m ./...
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# -v goes to the log (for the count below and for reading a failure);
+# the screen gets one line per package and every failure.
+go test -race -count=1 -p 1 -timeout 15m -v ./... >"$log" 2>&1 || {
+	grep -E '^(ok|FAIL|\?)' "$log"
+	echo "== failures:"
+	grep -B3 -A40 -E -- '--- FAIL|^panic:|^# |\[build failed\]|\[setup failed\]' "$log" | head -400
+	exit 1
+}
+grep -E '^(ok|FAIL|\?)' "$log"
+go_tests=$(grep -cE '^--- PASS' "$log" || true)
 
 echo "== contrib: libdfkv.so, the C test program, the Python package and connectors"
-bash scripts/test-contrib.sh
+bash scripts/test-contrib.sh 2>&1 | tee "$log"
+
+# One closing line for CI: Go test functions and Python tests that passed
+# (a failure has already stopped this script with a non-zero status).
+py_tests=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\} in.*/\1/p' "$log" | tail -1)
+echo "summary: $((go_tests + ${py_tests:-0})) passed, 0 failed"

@@ -184,10 +184,7 @@ func TestClusterProcessesWithEtcd(t *testing.T) {
 
 	// Graceful stops deregister at once.
 	for _, id := range []string{"n1", "n3", "n4"} {
-		nodes[id].signal(t, syscall.SIGTERM)
-		if code := nodes[id].cmd.ProcessState.ExitCode(); code != 0 {
-			t.Fatalf("%s exited %d:\n%s", id, code, nodes[id].logs.String())
-		}
+		nodes[id].stop(t)
 	}
 	if got := mdsMembers(t, mdsHTTP); len(got) != 0 {
 		t.Fatalf("members left after graceful stops: %v", got)

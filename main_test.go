@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,71 +123,23 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-type proc struct {
-	cmd  *exec.Cmd
-	logs *bytes.Buffer
-	done chan struct{}
-}
-
-// startServer starts `dfkv server` as a child process and waits until
-// /readyz answers.
-func startServer(t *testing.T, addr, httpAddr string, disks ...string) *proc {
+// startServer starts `dfkv server` on addr with its HTTP on httpAddr and
+// the given disks (1 GiB each) as a child process, ready to serve.
+func startServer(t *testing.T, addr, httpAddr string, disks ...string) *child {
 	t.Helper()
 	args := []string{"server", "--listen", addr, "--http-listen", httpAddr, "--disk-capacity", "1GiB"}
 	for _, d := range disks {
 		args = append(args, "--disk", d)
 	}
-	cmd := exec.Command(binPath, args...)
-	cmd.Env = cleanEnv()
-	p := &proc{cmd: cmd, logs: &bytes.Buffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.logs, p.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("server log:\n%s", p.logs.String())
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p
-			}
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("server exited before it was ready:\n%s", p.logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server not ready after 60s:\n%s", p.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return startChild(t, "server", "http://"+httpAddr+"/readyz", args...)
 }
 
-// stop sends SIGTERM and waits for a clean exit.
-func (p *proc) stop(t *testing.T) {
+// stop sends SIGTERM and expects a clean exit.
+func (c *child) stop(t *testing.T) {
 	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("server did not stop on SIGTERM:\n%s", p.logs.String())
-	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("server exited %d after SIGTERM:\n%s", code, p.logs.String())
+	c.signal(t, syscall.SIGTERM)
+	if code := c.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("%s exited %d after SIGTERM:\n%s", c.name, code, c.logs.String())
 	}
 }
 

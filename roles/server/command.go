@@ -201,6 +201,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if reg != nil {
 		<-reg.done
 	}
+	final := group.Stats()
 	log.Info("dfkv server stopped accepting; syncing engines")
 	if httpSrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -214,7 +215,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if closeErr != nil {
 		return closeErr
 	}
-	log.Info("dfkv server stopped cleanly", "objects", st.Objects)
+	log.Info("dfkv server stopped cleanly", "objects", final.Objects, "used_bytes", final.UsedBytes)
 	return nil
 }
 

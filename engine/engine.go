@@ -85,10 +85,14 @@ type Stats struct {
 	IOErrors      uint64 `json:"io_errors"`
 	DirectIO      bool   `json:"direct_io"` // payload I/O uses O_DIRECT (false after a fallback)
 	Healthy       bool   `json:"healthy"`   // false once the engine failed closed
+	// DiskFull is true while the disk's filesystem refuses writes even
+	// after eviction (a filesystem shared with other data filled up).
+	DiskFull bool `json:"disk_full"`
 }
 
 // Add accumulates o into s; Engine and Path are kept from s, Healthy is the
-// conjunction and DirectIO is true only if every part uses it.
+// conjunction, DirectIO is true only if every part uses it, and DiskFull
+// if any part is full.
 func (s *Stats) Add(o Stats) {
 	s.CapacityBytes += o.CapacityBytes
 	s.UsedBytes += o.UsedBytes
@@ -101,6 +105,7 @@ func (s *Stats) Add(o Stats) {
 	s.IOErrors += o.IOErrors
 	s.DirectIO = s.DirectIO && o.DirectIO
 	s.Healthy = s.Healthy && o.Healthy
+	s.DiskFull = s.DiskFull || o.DiskFull
 }
 
 // Clock is the engine's view of time, passed in so tests and a later

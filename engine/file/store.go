@@ -83,6 +83,9 @@ type Store struct {
 	log      *slog.Logger
 	pool     *iobuf.Pool
 	acct     engine.Accounting
+	// full is set while the filesystem refuses writes even after the
+	// evict-and-retry (it is shared with other data); readiness reports it.
+	full atomic.Bool
 
 	idx     *index
 	stripes [stripes]sync.Mutex
@@ -225,8 +228,15 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 		s.forceEvict(max(2*n, s.capacity/100))
 		err = s.put(key, value)
 		if err != nil && isNoSpace(err) {
+			if !s.full.Swap(true) {
+				s.log.Warn("file engine: filesystem full even after evicting; writes fail with CACHE_FULL until space frees up", "dir", s.dir)
+			}
 			return fmt.Errorf("file engine: cache %s: disk full after one evict-and-retry: %w: %w", key, err, wire.StatusCacheFull)
 		}
+	}
+	if err == nil && s.full.Load() {
+		s.full.Store(false)
+		s.log.Info("file engine: writes succeed again after a full filesystem", "dir", s.dir)
 	}
 	if err != nil {
 		if _, ok := errors.AsType[wire.Status](err); ok {
@@ -540,6 +550,7 @@ func (s *Store) Stats() engine.Stats {
 		IOErrors:      s.ioErrors.Load(),
 		DirectIO:      s.direct.Load(),
 		Healthy:       healthy,
+		DiskFull:      s.full.Load(),
 	}
 }
 

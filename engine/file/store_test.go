@@ -364,8 +364,15 @@ func TestENOSPCTwice(t *testing.T) {
 	if _, err := s.Lookup(key(1)); err == nil {
 		enginetest.MustEqual(t, s, key(1), old)
 	}
-	if st := s.Stats(); st.Puts != 5 || st.IOErrors != 0 {
-		t.Fatalf("Puts %d IOErrors %d, want 5 and 0", st.Puts, st.IOErrors)
+	if st := s.Stats(); st.Puts != 5 || st.IOErrors != 0 || !st.DiskFull {
+		t.Fatalf("Puts %d IOErrors %d DiskFull %v, want 5, 0 and true", st.Puts, st.IOErrors, st.DiskFull)
+	}
+	// The next write that succeeds clears the full state.
+	if err := s.Cache(key(7), value(7, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if s.Stats().DiskFull {
+		t.Fatal("DiskFull still set after a successful write")
 	}
 	checkConsistent(t, s)
 }

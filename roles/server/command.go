@@ -348,8 +348,13 @@ func newHTTPServer(srv *Server, eng engine.StoreEngine, reg *prometheus.Registry
 			http.Error(w, "not ready: shutting down", http.StatusServiceUnavailable)
 			return
 		}
-		if st := eng.Stats(); !st.Healthy {
+		st := eng.Stats()
+		if !st.Healthy {
 			http.Error(w, "not ready: a storage engine failed closed; see the node's log", http.StatusServiceUnavailable)
+			return
+		}
+		if st.DiskFull {
+			http.Error(w, "not ready: a disk's filesystem is full even after eviction; free space on it or lower server.disk_capacity_bytes", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

@@ -15,6 +15,8 @@ type memEngine struct {
 	mu   sync.Mutex
 	m    map[wire.BlockKey][]byte
 	gate func()
+	// unhealthy and full make Stats report a failed-closed or full disk.
+	unhealthy, full bool
 }
 
 func newMemEngine() *memEngine { return &memEngine{m: make(map[wire.BlockKey][]byte)} }
@@ -80,7 +82,7 @@ func (e *memEngine) Remove(k wire.BlockKey) error {
 func (e *memEngine) Stats() engine.Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return engine.Stats{Engine: "mem", Objects: uint64(len(e.m)), Healthy: true}
+	return engine.Stats{Engine: "mem", Objects: uint64(len(e.m)), Healthy: !e.unhealthy, DiskFull: e.full}
 }
 
 func (e *memEngine) Close() error { return nil }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -245,4 +246,34 @@ func TestHTTPDripFeederCutOff(t *testing.T) {
 		t.Fatalf("listener after the drip feeder: %v", err)
 	}
 	resp.Body.Close()
+}
+
+// TestReadyzReasons: /readyz is 503 with a reason while an engine failed
+// closed or a disk is full, and 200 otherwise.
+func TestReadyzReasons(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	eng := newMemEngine()
+	srv, err := New(Options{Engine: eng, Listener: ln, MaxBlockBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHTTPServer(srv, eng, prometheus.NewRegistry(), time.Second).Handler
+	check := func(wantCode int, wantBody string) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		if rec.Code != wantCode || !strings.Contains(rec.Body.String(), wantBody) {
+			t.Fatalf("readyz: %d %q, want %d containing %q", rec.Code, rec.Body.String(), wantCode, wantBody)
+		}
+	}
+	check(200, "ready")
+	eng.mu.Lock()
+	eng.full = true
+	eng.mu.Unlock()
+	check(503, "full")
+	eng.mu.Lock()
+	eng.full, eng.unhealthy = false, true
+	eng.mu.Unlock()
+	check(503, "failed closed")
 }

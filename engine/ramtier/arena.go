@@ -1,0 +1,103 @@
+package ramtier
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// pageBytes is the unit the kernel faults memory in; the arena is touched
+// once per page at startup.
+const pageBytes = 4096
+
+// arena is the one contiguous RAM region the slab allocator carves into
+// extents and slots. It lives outside the Go heap (anonymous mmap), so the
+// GC never scans or moves it, its addresses stay stable for the life of the
+// tier (a later RDMA registration needs exactly one region), and it is
+// returned only by Close.
+type arena struct {
+	mem []byte
+}
+
+// newArena maps size bytes and makes sure every page is resident before the
+// tier serves: first touch of fresh memory costs about 5 µs per 4 KiB page
+// on these VMs (BASELINE.md "Memory first touch"), which would make the
+// first fill of a lazily faulted arena 10–30× slower than a warm one.
+func newArena(size uint64) (*arena, error) {
+	mem, err := mapAnon(size)
+	if err != nil {
+		return nil, err
+	}
+	touch(mem)
+	return &arena{mem: mem}, nil
+}
+
+// mapAnon maps size bytes of private anonymous memory, asking the kernel
+// to populate it up front.
+func mapAnon(size uint64) ([]byte, error) {
+	if size == 0 || size%pageBytes != 0 || size > 1<<48 {
+		return nil, fmt.Errorf("ram tier: cannot map %d bytes: want a positive multiple of %d", size, pageBytes)
+	}
+	mem, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("ram tier: mmap of %d bytes failed: %w", size, err)
+	}
+	return mem, nil
+}
+
+// touch writes one byte per page of mem that is not resident yet.
+// MAP_POPULATE is a request, not a promise (it is silently skipped under
+// memory pressure or by some kernels), so residency is checked with mincore
+// and only the missing pages are faulted in by hand.
+func touch(mem []byte) {
+	vec := make([]byte, (len(mem)+pageBytes-1)/pageBytes)
+	if err := mincore(mem, vec); err != nil {
+		// Cannot tell: touch everything, the cost is bounded by the size.
+		for i := range vec {
+			vec[i] = 0
+		}
+	}
+	for i, v := range vec {
+		if v&1 == 0 {
+			mem[i*pageBytes] = 0
+		}
+	}
+}
+
+// mincore reports page residency of mem into vec (bit 0 per page).
+func mincore(mem, vec []byte) error {
+	if len(mem) == 0 {
+		return nil
+	}
+	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[0])), uintptr(len(mem)), uintptr(unsafe.Pointer(&vec[0])))
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// unmap returns mem to the kernel. The caller must ensure nothing reads or
+// writes mem any more (no pins, the tier closed).
+func unmap(mem []byte) error {
+	if mem == nil {
+		return nil
+	}
+	if err := unix.Munmap(mem); err != nil {
+		return fmt.Errorf("ram tier: munmap of %d bytes failed: %w", len(mem), err)
+	}
+	return nil
+}
+
+// largeBuf is a value larger than one extent: a dedicated mapping charged
+// to the tier's large-value budget. refs counts its owners: 1 while it is
+// the published value of its key, plus one per flush-pin or transfer-pin.
+// It is unmapped when refs drops to 0.
+type largeBuf struct {
+	mem   []byte // page-rounded mapping; the value is mem[:n]
+	n     uint64
+	refs  int
+	dirty bool // a flush is pending: never capacity-evicted
+}
+
+func roundPage(n uint64) uint64 { return (n + pageBytes - 1) &^ (pageBytes - 1) }

@@ -1,0 +1,53 @@
+// Package ramtier is the RAM hot tier (DESIGN.md §4, issue 7, seed "RAM
+// tier"): an engine.StoreEngine that fronts a backing engine (normally an
+// engine.Group over slab disks) with a RAM arena, so a warm GET never
+// touches a disk and a write-back PUT returns once its block is visible in
+// RAM.
+//
+// # Memory
+//
+// One anonymous mmap of Options.Bytes minus the large-value reserve, off
+// the Go heap, populated and touched once at Open and unmapped only by
+// Close: one contiguous region with stable addresses, so a later RDMA
+// registration covers it once. The slab package's media-agnostic
+// Allocator and Lattice carve it into extents, classes and slots (the
+// same code as the disks; the tier maps (extent, slot) to arena bytes).
+// Values larger than one extent get dedicated mappings charged to the
+// large-value reserve; with no reserve they bypass RAM.
+//
+// # Slot lifecycle
+//
+// The states are the allocator's pin counts: RESERVED (a cold read into a
+// hidden slot), RAM_ONLY (flush-pin until the flush commits), in-flight (a
+// transfer-pin per reader copying out) and DURABLE idle (no pin, the only
+// state CLOCK may evict). REMOVE hides a key at once, cancels a queued
+// flush, and fences an active flush (the backing's Remove waits for it)
+// and a cold-read reservation (it is aborted, never published).
+//
+// # Writes
+//
+// Write-back (default): admission copies the value into a slot, makes it
+// visible and queues its flush. AckRAM returns then; AckDisk waits for the
+// commit. A same-key PUT of identical bytes while a flush is pending joins
+// that commit; different bytes supersede it (flushes of one key never
+// overlap, so the newer value lands last). Past the dirty watermark new
+// keys get CACHE_FULL before admission; when every slot is pinned the PUT
+// takes the one synchronous disk path. A flush failing every retry drops
+// the value and turns the tier unhealthy. Write-around: PUTs go to the
+// backing, a later whole-value GET fills RAM.
+//
+// # Reads
+//
+// RAM first; on a whole-value miss the backing reads straight into a
+// reserved slot (no staging copy) that is published DURABLE, and identical
+// concurrent misses share that one read. Partial misses read the backing
+// without filling.
+//
+// # Caveats
+//
+// One metadata lock for the whole arena (shards are still to come), no
+// per-disk flush grouping, and Stats approximates Objects/UsedBytes while
+// flushes are committing (see Tier.Stats). Accounting and quotas stay
+// with the backing engine; a quota-limited tenant's PUTs are not yet routed
+// around write-back.
+package ramtier

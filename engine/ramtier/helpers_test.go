@@ -1,0 +1,66 @@
+package ramtier
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/slab"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// These are in-process tests: the backing engine is a real slab store in
+// t.TempDir() or an in-memory fake (memBacking), never a separate process.
+
+// slabExtent mirrors the slab tests' extent choice for a capacity.
+func slabExtent(capacity uint64) uint64 {
+	return max(slab.MinClass, min((capacity/16)&^(slab.MinClass-1), 8<<20))
+}
+
+func openSlab(t testing.TB, dir string, capacity uint64) *slab.Store {
+	t.Helper()
+	s, err := slab.Open(slab.Options{Dir: dir, CapacityBytes: capacity, ExtentBytes: slabExtent(capacity)})
+	if err != nil {
+		t.Fatalf("slab.Open(%s): %v", dir, err)
+	}
+	return s
+}
+
+func openTier(t testing.TB, opts Options) *Tier {
+	t.Helper()
+	tr, err := Open(opts)
+	if err != nil {
+		t.Fatalf("ramtier.Open: %v", err)
+	}
+	return tr
+}
+
+// checkTier verifies the arena allocator's redundant counters once the
+// tier is quiescent (bbolt-style consistency check at cleanup).
+func checkTier(t testing.TB, tr *Tier) {
+	t.Helper()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if err := tr.alloc.Check(); err != nil {
+		t.Errorf("arena allocator inconsistent: %v", err)
+	}
+}
+
+var _ engine.StoreEngine = (*Tier)(nil)
+
+// gatedEngine holds every Cache until gate is closed.
+type gatedEngine struct {
+	engine.StoreEngine
+	gate chan struct{}
+}
+
+func (g *gatedEngine) Cache(key wire.BlockKey, value []byte) error {
+	<-g.gate
+	return g.StoreEngine.Cache(key, value)
+}
+
+func readFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return strings.TrimSpace(string(b)), err
+}

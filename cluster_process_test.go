@@ -190,3 +190,31 @@ func TestClusterProcessesWithEtcd(t *testing.T) {
 		t.Fatalf("members left after graceful stops: %v", got)
 	}
 }
+
+// TestServerProcessRAMTier runs smoke against a node with the RAM tier in
+// front of its disk (write-back, RAM acknowledgement), stops it with
+// SIGTERM, and finds the kept blocks again on a restart without the tier:
+// the graceful stop flushed everything it had acknowledged.
+func TestServerProcessRAMTier(t *testing.T) {
+	dir := t.TempDir()
+	addr, httpAddr := freePort(t), freePort(t)
+	disk := filepath.Join(dir, "d0")
+	args := []string{"server", "--listen", addr, "--http-listen", httpAddr, "--disk", disk, "--disk-capacity", "1GiB"}
+	srv := startChild(t, "server", "http://"+httpAddr+"/readyz", append(args, "--ram-tier", "1", "--ram-tier-bytes", "256MiB")...)
+	code, out, errs := dfkv(t, nil, "smoke", "--members", addr, "--keep", "--run-id", "ram")
+	if code != 0 || !bytes.Contains(out, []byte(" 0 failed")) {
+		t.Fatalf("smoke with the RAM tier (exit %d):\n%s\n%s", code, out, errs)
+	}
+	srv.stop(t)
+	if !strings.Contains(srv.logs.String(), "RAM tier on") {
+		t.Fatalf("no RAM tier start line:\n%s", srv.logs.String())
+	}
+	srv = startChild(t, "server", "http://"+httpAddr+"/readyz", args...)
+	for _, k := range []string{"smoke/ram/scalar-1", "smoke/ram/scalar-65537", "smoke/ram/scalar-1048579", "smoke/ram/scalar-67108864"} {
+		code, out, errs := dfkv(t, nil, "ctl", "--members", addr, "exist", k)
+		if code != 0 {
+			t.Fatalf("%s after a graceful stop of the RAM tier: exit %d %s %s", k, code, out, errs)
+		}
+	}
+	srv.stop(t)
+}

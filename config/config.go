@@ -55,6 +55,11 @@ type Server struct {
 	DiskCapacityBytes   uint64        // per disk; 0 = sized from the filesystem at startup
 	StoreEngine         string        // "slab" (default) or "file" (diagnostic)
 	SlabExtentBytes     uint64        // slab extent size; 0 = max(64MiB, MaxBlockBytes)
+	RAMTier             int           // 1 = RAM tier on
+	RAMTierBytes        uint64        // arena + large reserve
+	RAMWriteMode        string        // writeback | writearound
+	PutAckMode          string        // ram | disk (writeback only)
+	RAMFlushThreads     int           // 0 = 4 per disk, at most 16
 	MaxBlockBytes       uint64        // largest value a PUT may store and the largest frame body
 	MaxBatchItems       int           // items in one batch frame
 	MaxConns            int           // open data-plane connections; past it new ones are refused

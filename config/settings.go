@@ -163,6 +163,36 @@ var settings = []setting{
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.SlabExtentBytes }, min: 0, max: 1 << 34, note: "0 (automatic) or a multiple of 1MiB such as 64MiB"},
 	},
 	{
+		key: "server.ram_tier", env: "DFKV_RAM_TIER", flag: "ram-tier", roles: roleServer,
+		def:   "0",
+		help:  "1 puts a RAM arena of ram_tier_bytes in front of the disks; 0 leaves it out entirely",
+		value: intValue{field: func(c *Config) *int { return &c.Server.RAMTier }, min: 0, max: 1},
+	},
+	{
+		key: "server.ram_tier_bytes", env: "DFKV_RAM_TIER_BYTES", flag: "ram-tier-bytes", roles: roleServer,
+		def:   "0",
+		help:  "bytes of the RAM tier (arena and large-value reserve), allocated and touched at startup",
+		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.RAMTierBytes }, min: 0, max: 1 << 44, note: "a size such as 8GiB; required when ram_tier = 1"},
+	},
+	{
+		key: "server.ram_write_mode", env: "DFKV_RAM_WRITE_MODE", flag: "ram-write-mode", roles: roleServer,
+		def:   "writeback",
+		help:  "writeback: a PUT lands in RAM and is flushed by workers; writearound: PUTs go to disk and a later whole-value GET fills RAM",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.RAMWriteMode }, ok: oneOf("writeback", "writearound"), text: "writeback, writearound"},
+	},
+	{
+		key: "server.put_ack_mode", env: "DFKV_PUT_ACK_MODE", flag: "put-ack-mode", roles: roleServer,
+		def:   "ram",
+		help:  "with the RAM tier in writeback: ram acknowledges a PUT once it is in RAM, disk once it is on disk",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.PutAckMode }, ok: oneOf("ram", "disk"), text: "ram, disk"},
+	},
+	{
+		key: "server.ram_flush_threads", env: "DFKV_RAM_FLUSH_THREADS", flag: "ram-flush-threads", roles: roleServer,
+		def:   "0",
+		help:  "RAM tier flush workers; 0 = 4 per disk, at most 16",
+		value: intValue{field: func(c *Config) *int { return &c.Server.RAMFlushThreads }, min: 0, max: 64},
+	},
+	{
 		key: "server.max_block_bytes", env: "DFKV_MAX_BLOCK_BYTES", flag: "max-block-bytes", roles: roleServer | roleTools,
 		def:   "64MiB",
 		help:  "largest value a PUT may store, and the largest frame body",
@@ -365,9 +395,8 @@ var notBuiltEnv = []string{
 	// MDS legacy framing shim (seed 000): dfkv has no legacy peers.
 	"DFKV_MDS_ACCEPT_LEGACY",
 	// server (seed 000)
-	"DFKV_PUT_ACK_MODE", "DFKV_READ_COALESCE", "DFKV_SERVER_URING",
-	"DFKV_RAM_TIER", "DFKV_RAM_TIER_BYTES", "DFKV_RAM_TIER_LARGE_RESERVE_BYTES", "DFKV_RAM_TIER_NUMA",
-	"DFKV_RAM_TIER_SHARDS", "DFKV_RAM_WRITE_MODE", "DFKV_RAM_FLUSH_THREADS",
+	"DFKV_READ_COALESCE", "DFKV_SERVER_URING",
+	"DFKV_RAM_TIER_LARGE_RESERVE_BYTES", "DFKV_RAM_TIER_NUMA", "DFKV_RAM_TIER_SHARDS",
 	"DFKV_RDMA", "DFKV_RDMA_DEV", "DFKV_RDMA_NUMA", "DFKV_RDMA_MAX_BLOCK_BYTES", "DFKV_RDMA_OP_TIMEOUT_MS",
 	"DFKV_RDMA_BATCH_OP_TIMEOUT_MS", "DFKV_RDMA_RECV_SEGMENT_SIZE", "DFKV_RDMA_RECV_CHUNK_IDLE_MS",
 }

@@ -60,7 +60,11 @@ func (s *Server) SetInfo(n NodeInfo) {
 
 func (s *Server) statsReply() statsReply {
 	r := statsReply{Info: s.info, Server: s.Stats(), Engine: s.opts.Engine.Stats()}
-	if g, ok := s.opts.Engine.(*engine.Group); ok {
+	g := s.group
+	if g == nil {
+		g, _ = s.opts.Engine.(*engine.Group)
+	}
+	if g != nil {
 		r.Disks = g.Disks()
 		names := g.Names()
 		for i := range r.Disks {

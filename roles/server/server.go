@@ -57,8 +57,9 @@ type Server struct {
 	inflight sync.WaitGroup
 
 	stats   counters
-	metrics *Metrics // nil = not exported
-	info    NodeInfo // reported by STATS
+	metrics *Metrics      // nil = not exported
+	info    NodeInfo      // reported by STATS
+	group   *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
 }
 
 // counters are the server's own numbers; engine numbers come from Stats().

@@ -1,0 +1,75 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dfkv/dfkv/engine/ramtier"
+)
+
+// ramCollector exports the RAM tier's counters (issue 7 / seed §RAM tier);
+// it is registered only when the tier is on, so a node without it exports
+// no dfkv_ram_* series at all.
+type ramCollector struct{ tier *ramtier.Tier }
+
+func ramDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc("dfkv_ram_"+name, help, nil, nil)
+}
+
+var (
+	descRAMHit          = ramDesc("hit_total", "GETs answered from RAM.")
+	descRAMMiss         = ramDesc("miss_total", "GETs RAM could not answer.")
+	descRAMPut          = ramDesc("put_total", "PUTs admitted into RAM.")
+	descRAMPutBypass    = ramDesc("put_bypass_total", "PUTs that took the synchronous disk path for lack of RAM.")
+	descRAMFlushed      = ramDesc("flushed_total", "Values flushed from RAM to disk.")
+	descRAMFlushDropped = ramDesc("flush_dropped_total", "Flushes given up after every retry.")
+	descRAMEvictions    = ramDesc("evictions_total", "Durable values dropped from RAM (still on disk).")
+	descRAMHealthy      = ramDesc("healthy", "1 while the tier flushes; 0 after a flush failed for good.")
+	descRAMThreads      = ramDesc("flush_threads", "Flush workers.")
+	descRAMObjects      = ramDesc("objects", "Values resident in RAM.")
+	descRAMDirty        = ramDesc("dirty_bytes", "Bytes admitted and not yet flushed.")
+	descRAMBacklog      = ramDesc("flush_backlog", "Queued flushes.")
+	descRAMBudget       = ramDesc("budget_bytes", "Total RAM tier budget (arena and large-value reserve).")
+	descRAMArena        = ramDesc("arena_bytes", "Arena size.")
+	descRAMLarge        = ramDesc("large_reserve_bytes", "Budget for values larger than an extent.")
+	descRAMArenaUsed    = ramDesc("arena_used_bytes", "Value bytes resident in the arena.")
+	descRAMLargeUsed    = ramDesc("large_used_bytes", "Bytes of dedicated large-value allocations.")
+)
+
+func (c *ramCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRAMHit, descRAMMiss, descRAMPut, descRAMPutBypass, descRAMFlushed,
+		descRAMFlushDropped, descRAMEvictions, descRAMHealthy, descRAMThreads, descRAMObjects, descRAMDirty,
+		descRAMBacklog, descRAMBudget, descRAMArena, descRAMLarge, descRAMArenaUsed, descRAMLargeUsed} {
+		ch <- d
+	}
+}
+
+func (c *ramCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c.tier.RAM()
+	counter := func(d *prometheus.Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	}
+	counter(descRAMHit, r.Hits)
+	counter(descRAMMiss, r.Misses)
+	counter(descRAMPut, r.Puts)
+	counter(descRAMPutBypass, r.PutBypass)
+	counter(descRAMFlushed, r.Flushed)
+	counter(descRAMFlushDropped, r.FlushDropped)
+	counter(descRAMEvictions, r.Evictions)
+	healthy := 0.0
+	if r.Healthy {
+		healthy = 1
+	}
+	gauge(descRAMHealthy, healthy)
+	gauge(descRAMThreads, float64(r.FlushThreads))
+	gauge(descRAMObjects, float64(r.Objects))
+	gauge(descRAMDirty, float64(r.DirtyBytes))
+	gauge(descRAMBacklog, float64(r.FlushBacklog))
+	gauge(descRAMBudget, float64(r.BudgetBytes))
+	gauge(descRAMArena, float64(r.ArenaBytes))
+	gauge(descRAMLarge, float64(r.LargeReserveBytes))
+	gauge(descRAMArenaUsed, float64(r.ArenaUsedBytes))
+	gauge(descRAMLargeUsed, float64(r.LargeUsedBytes))
+}

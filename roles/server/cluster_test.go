@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine/enginetest"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -19,41 +17,13 @@ import (
 // disk directories, listener) in-process and returns its address.
 func startRunNode(t *testing.T) (addr string, stop func()) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
-		"disk":          {dir + "/d0", dir + "/d1"},
-		"disk-capacity": {"256MiB"},
-		"http-listen":   {""},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() { done <- Run(ctx, cfg, Deps{Listener: ln, Ready: func(*Server) { close(ready) }}) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("node did not start: %v", err)
-	}
-	var stopped bool
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
+	addr, _, stopErr := runNode(t, map[string][]string{"disk": {dir + "/d0", dir + "/d1"}, "disk-capacity": {"256MiB"}})
+	return addr, func() {
+		if err := stopErr(); err != nil {
 			t.Errorf("node stopped with %v", err)
 		}
 	}
-	t.Cleanup(stop)
-	return ln.Addr().String(), stop
 }
 
 // TestThreeNodeCluster routes a batch over three nodes, checks every block

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"path/filepath"
 	"testing"
@@ -37,33 +36,13 @@ func startMDS(t *testing.T) string {
 // startRegisteredNode runs a node that registers with the MDS at mdsAddr.
 func startRegisteredNode(t *testing.T, mdsAddr, id string) (addr string, stop func()) {
 	t.Helper()
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dir := t.TempDir()
-	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
-		"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}, "http-listen": {""}, "mds": {mdsAddr}, "id": {id},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		done <- Run(ctx, cfg, Deps{Listener: ln, Logger: slog.New(slog.DiscardHandler), Ready: func(*Server) { close(ready) }})
-	}()
-	<-ready
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("node %s: %v", id, err)
-			}
+	addr, _, stopErr := runNode(t, map[string][]string{"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}, "mds": {mdsAddr}, "id": {id}})
+	return addr, func() {
+		if err := stopErr(); err != nil {
+			t.Errorf("node %s: %v", id, err)
 		}
 	}
-	t.Cleanup(stop)
-	return ln.Addr().String(), stop
 }
 
 // waitMembers waits until the client routes over n members and returns

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -74,24 +73,10 @@ next:
 // TestMetricsScrapeLiveNode runs a node through Run, drives traffic and
 // checks that the scraped metrics have the right types and move.
 func TestMetricsScrapeLiveNode(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	hln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dir := t.TempDir()
-	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
+	addr, haddr, _ := runNode(t, map[string][]string{
 		"disk": {dir + "/d0", dir + "/d1"}, "disk-capacity": {"64MiB"}, "tenant-default-quota": {"1GiB"},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		done <- Run(ctx, cfg, Deps{Listener: ln, HTTPListener: hln, Ready: func(*Server) { close(ready) }})
-	}()
-	defer func() { cancel(); <-done }()
-	<-ready
-	addr, haddr := ln.Addr().String(), hln.Addr().String()
 
 	before := scrape(t, haddr)
 	for name, typ := range map[string]dto.MetricType{
@@ -212,24 +197,11 @@ func TestMetricsLint(t *testing.T) {
 // headers is disconnected after DFKV_METRICS_FIRST_REQ_MS, and the
 // listener keeps serving others.
 func TestHTTPDripFeederCutOff(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	hln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dir := t.TempDir()
-	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
+	_, haddr, _ := runNode(t, map[string][]string{
 		"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}, "metrics-first-request-ms": {"200"},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		done <- Run(ctx, cfg, Deps{Listener: ln, HTTPListener: hln, Ready: func(*Server) { close(ready) }})
-	}()
-	defer func() { cancel(); <-done }()
-	<-ready
-	c, err := net.Dial("tcp", hln.Addr().String())
+	c, err := net.Dial("tcp", haddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +213,7 @@ func TestHTTPDripFeederCutOff(t *testing.T) {
 			t.Fatal("drip feeder still connected after the header deadline")
 		}
 	}
-	resp, err := http.Get("http://" + hln.Addr().String() + "/healthz")
+	resp, err := http.Get("http://" + haddr + "/healthz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("listener after the drip feeder: %v", err)
 	}

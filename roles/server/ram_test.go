@@ -12,41 +12,6 @@ import (
 	"github.com/dfkv/dfkv/wire/client"
 )
 
-// runNode runs Run in-process with flags and returns its addresses and a
-// stop function reporting Run's error.
-func runNode(t *testing.T, flags map[string][]string) (addr, httpAddr string, stop func() error) {
-	t.Helper()
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	hln, _ := net.Listen("tcp", "127.0.0.1:0")
-	cfg, _, err := config.LoadFrom("server", "", nil, flags)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		done <- Run(ctx, cfg, Deps{Listener: ln, HTTPListener: hln, Ready: func(*Server) { close(ready) }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("node did not start: %v", err)
-	}
-	var stopped bool
-	var stopErr error
-	stop = func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			stopErr = <-done
-		}
-		return stopErr
-	}
-	t.Cleanup(func() { _ = stop() })
-	return ln.Addr().String(), hln.Addr().String(), stop
-}
-
 // TestRAMTierNode: with the RAM tier on, a node serves PUTs and warm GETs
 // from RAM (the dfkv_ram_* metrics move), and a graceful stop flushes
 // every acknowledged value to disk, so the node restarted without the tier

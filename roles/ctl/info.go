@@ -9,41 +9,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/roles/server"
 )
 
-// nodeStats mirrors the STATS reply of a node (roles/server statsReply).
-type nodeStats struct {
-	Info struct {
-		ID            string   `json:"id"`
-		Group         string   `json:"group"`
-		Listen        string   `json:"listen"`
-		Version       string   `json:"version"`
-		Commit        string   `json:"commit"`
-		GoVersion     string   `json:"go_version"`
-		OS            string   `json:"os"`
-		CPU           string   `json:"cpu"`
-		CPUs          int      `json:"cpus"`
-		CPUFeatures   []string `json:"cpu_features"`
-		Engine        string   `json:"engine"`
-		ConfigFile    string   `json:"config_file"`
-		ConfigSources []string `json:"config_sources"`
-		StartedUnixMS int64    `json:"started_unix_ms"`
-		MDS           []string `json:"mds"`
-	} `json:"info"`
-	Server struct {
-		OpenConns        int64             `json:"open_conns"`
-		Accepted         uint64            `json:"accepted"`
-		Refused          uint64            `json:"refused"`
-		FirstReqTimeouts uint64            `json:"first_request_timeouts"`
-		FrameErrors      uint64            `json:"frame_errors"`
-		BytesIn          uint64            `json:"bytes_in"`
-		BytesOut         uint64            `json:"bytes_out"`
-		Ops              map[string]uint64 `json:"ops"`
-	} `json:"server"`
-	Engine engine.Stats   `json:"engine"`
-	Disks  []engine.Stats `json:"disks"`
-}
+// nodeStats is the STATS reply of a node.
+type nodeStats = server.StatsReply
 
 // fetchStats asks every member for STATS and hands each decoded reply to
 // fn; it returns how many members failed.

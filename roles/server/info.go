@@ -44,8 +44,8 @@ func (n *NodeInfo) cpuInfo() {
 	n.CPUFeatures = feats
 }
 
-// statsReply is the STATS reply body.
-type statsReply struct {
+// StatsReply is the STATS reply body; `dfkv ctl` decodes it.
+type StatsReply struct {
 	Info   NodeInfo       `json:"info"`
 	Server Stats          `json:"server"`
 	Engine engine.Stats   `json:"engine"`
@@ -58,8 +58,8 @@ func (s *Server) SetInfo(n NodeInfo) {
 	s.info = n
 }
 
-func (s *Server) statsReply() statsReply {
-	r := statsReply{Info: s.info, Server: s.Stats(), Engine: s.opts.Engine.Stats()}
+func (s *Server) statsReply() StatsReply {
+	r := StatsReply{Info: s.info, Server: s.Stats(), Engine: s.opts.Engine.Stats()}
 	g := s.group
 	if g == nil {
 		g, _ = s.opts.Engine.(*engine.Group)

@@ -60,6 +60,10 @@ type Server struct {
 	RAMWriteMode        string        // writeback | writearound
 	PutAckMode          string        // ram | disk (writeback only)
 	RAMFlushThreads     int           // 0 = 4 per disk, at most 16
+	RAMTierShards       int           // metadata lock shards, 1..64 (the tier may use fewer)
+	RAMTierNUMA         string        // interleave | off
+	ReadCoalesce        int           // 1 = identical concurrent RAM-tier misses share one disk read
+	RAMTierLargeReserve int64         // bytes of RAMTierBytes for values over one extent; SizeAuto = two extents, 0 = none
 	MaxBlockBytes       uint64        // largest value a PUT may store and the largest frame body
 	MaxBatchItems       int           // items in one batch frame
 	MaxConns            int           // open data-plane connections; past it new ones are refused

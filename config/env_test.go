@@ -11,7 +11,7 @@ func TestUnknownEnv(t *testing.T) {
 		"DFKV_LISTEN=127.0.0.1:1", // a setting
 		"DFKV_MEMBERS=a:1",        // a setting of another role: still known
 		"DFKV_CONFIG=/x.toml",     // the config file
-		"DFKV_RAM_TIER_NUMA=1",    // the seed's name for a feature to come: warned as not built
+		"DFKV_RDMA_DEV=mlx5_0",    // the seed's name for a feature to come: warned as not built
 		"DFKV_LIBRARY=/lib/libdfkv.so",
 		"DFKV_LISTN=127.0.0.1:1", // typo
 		"DFKV_BOGUS",             // no '='
@@ -22,7 +22,7 @@ func TestUnknownEnv(t *testing.T) {
 	want := []string{
 		"environment variable DFKV_BOGUS is not a dfkv setting and is ignored; dfkv.example.toml lists every setting with its env name",
 		"environment variable DFKV_LISTN is not a dfkv setting and is ignored; did you mean DFKV_LISTEN?",
-		"environment variable DFKV_RAM_TIER_NUMA belongs to a feature this build does not have yet; it is ignored",
+		"environment variable DFKV_RDMA_DEV belongs to a feature this build does not have yet; it is ignored",
 		"environment variable DFKV_ZZZ_WHAT is not a dfkv setting and is ignored; dfkv.example.toml lists every setting with its env name",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

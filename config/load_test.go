@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"path/filepath"
@@ -25,6 +26,10 @@ func TestDefaults(t *testing.T) {
 			StoreEngine:         "slab",
 			RAMWriteMode:        "writeback",
 			PutAckMode:          "ram",
+			RAMTierShards:       8,
+			RAMTierNUMA:         "interleave",
+			ReadCoalesce:        1,
+			RAMTierLargeReserve: SizeAuto,
 			MaxBlockBytes:       64 << 20,
 			MaxBatchItems:       4096,
 			MaxConns:            4096,
@@ -213,6 +218,46 @@ members = ["a:1", "b:2"]
 	}
 }
 
+// TestLargeReserveValues: server.ram_tier_large_reserve_bytes reads the word
+// auto or a size, and prints back what it read, since 0 ("none") and auto
+// ("two extents") must not be confused.
+func TestLargeReserveValues(t *testing.T) {
+	f := func(file, env string, want int64, printed string) {
+		t.Helper()
+		var path string
+		if file != "" {
+			path = writeTOML(t, "[server]\nram_tier_large_reserve_bytes = "+file+"\n")
+		}
+		lookup := envOf(nil)
+		if env != "" {
+			lookup = envOf(map[string]string{"DFKV_RAM_TIER_LARGE_RESERVE_BYTES": env})
+		}
+		cfg, r, err := LoadFrom("server", path, lookup, nil)
+		if err != nil {
+			t.Fatalf("file %s env %q: %v", file, env, err)
+		}
+		if cfg.Server.RAMTierLargeReserve != want {
+			t.Errorf("file %s env %q: %d; want %d", file, env, cfg.Server.RAMTierLargeReserve, want)
+		}
+		var buf bytes.Buffer
+		if _, err := r.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if line := "server.ram_tier_large_reserve_bytes = " + printed + "  #"; !strings.Contains(buf.String(), line) {
+			t.Errorf("file %s env %q: print-config lacks %q", file, env, line)
+		}
+	}
+	f("", "", SizeAuto, `"auto"`)
+	f(`"auto"`, "", SizeAuto, `"auto"`)
+	f("", " AUTO ", SizeAuto, `"auto"`)
+	f("0", "", 0, "0")
+	f("", "0", 0, "0")
+	f(`"64MiB"`, "", 64<<20, `"64MiB"`)
+	f("4097", "", 4097, "4097")
+	f(`"0"`, "64MiB", 64<<20, `"64MiB"`)
+	f("", "16TiB", 16<<40, `"16TiB"`)
+}
+
 // TestOnlyRoleRowsChecked: a shared file may hold values another role would
 // refuse, but not keys no role knows.
 func TestOnlyRoleRowsChecked(t *testing.T) {
@@ -300,7 +345,7 @@ func TestErrors(t *testing.T) {
 		`config file PATH: unknown key listen: no such setting (did you mean server.listen (DFKV_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?); valid top-level keys are group, [server], [client], [mds], [log]`)
 	f("unknown key in section", in{file: "[server]\nlistn = \"x:1\"\n"},
 		`config file PATH: unknown key server.listn in [server]: no such setting (did you mean server.listen (DFKV_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?)`,
-		`valid keys in [server] are id, listen, http_listen, advertise_addr, weight, mds, disks, disk_capacity_bytes, store_engine, slab_extent_bytes, ram_tier, ram_tier_bytes, ram_write_mode, put_ack_mode, ram_flush_threads, max_block_bytes, max_batch_items, max_conns, socket_buffer_bytes, first_request_ms, metrics_first_request_ms, shutdown_timeout_ms, tenant_quotas_file, tenant_default_quota_bytes`)
+		`valid keys in [server] are id, listen, http_listen, advertise_addr, weight, mds, disks, disk_capacity_bytes, store_engine, slab_extent_bytes, ram_tier, ram_tier_bytes, ram_write_mode, put_ack_mode, ram_flush_threads, ram_tier_shards, ram_tier_large_reserve_bytes, ram_tier_numa, read_coalesce, max_block_bytes, max_batch_items, max_conns, socket_buffer_bytes, first_request_ms, metrics_first_request_ms, shutdown_timeout_ms, tenant_quotas_file, tenant_default_quota_bytes`)
 	f("key in the wrong section", in{file: "[client]\nlisten = \"x:1\"\n"},
 		`unknown key client.listen in [client]`, `did you mean server.listen (DFKV_LISTEN)`, `valid keys in [client] are members, mds, mds_poll_ms, namespace`)
 	f("key in the wrong case", in{file: "[server]\nListen = \"x:1\"\n"},
@@ -348,6 +393,13 @@ func TestErrors(t *testing.T) {
 		`server.first_request_ms (DFKV_TCP_FIRST_REQ_MS) from env: "30s" is not a whole number of milliseconds; allowed 0..3600000 milliseconds (0 = off)`)
 	f("millis too large for a Duration", in{env: map[string]string{"DFKV_SHUTDOWN_TIMEOUT_MS": "9223372036854775"}},
 		`server.shutdown_timeout_ms (DFKV_SHUTDOWN_TIMEOUT_MS) from env: "9223372036854775" is out of range`)
+	f("numa policy not allowed", in{env: map[string]string{"DFKV_RAM_TIER_NUMA": "local"}},
+		`server.ram_tier_numa (DFKV_RAM_TIER_NUMA) from env: "local" is not one of interleave, off; allowed interleave, off`)
+	f("large reserve that is neither auto nor a size", in{file: "[server]\nram_tier_large_reserve_bytes = \"two extents\"\n"},
+		`server.ram_tier_large_reserve_bytes (DFKV_RAM_TIER_LARGE_RESERVE_BYTES) from file PATH: "two extents" does not start with a number`,
+		`; allowed auto (two extents), 0 (none) or a size such as 64MiB`)
+	f("negative large reserve", in{flags: map[string][]string{"ram-tier-large-reserve-bytes": {"-1"}}},
+		`server.ram_tier_large_reserve_bytes (DFKV_RAM_TIER_LARGE_RESERVE_BYTES) from flag --ram-tier-large-reserve-bytes: "-1" is negative`)
 	f("engine not allowed", in{env: map[string]string{"DFKV_STORE_ENGINE": "rocks"}},
 		`server.store_engine (DFKV_STORE_ENGINE) from env: "rocks" is not one of file, slab; allowed file, slab`)
 	f("log level of mds", in{role: "mds", env: map[string]string{"DFKV_LOG_LEVEL": "INFO"}},
@@ -377,6 +429,14 @@ func TestErrors(t *testing.T) {
 		`server.max_batch_items (DFKV_MAX_BATCH_ITEMS) from file PATH: 0 is out of range; allowed 1..65536`)
 	f("count out of range from flag", in{role: "bench", flags: map[string][]string{"batch-concurrency": {"257"}}},
 		`client.batch_concurrency (DFKV_BATCH_CONCURRENCY) from flag --batch-concurrency: "257" is out of range; allowed 1..256`)
+	f("shards out of range from env", in{env: map[string]string{"DFKV_RAM_TIER_SHARDS": "65"}},
+		`server.ram_tier_shards (DFKV_RAM_TIER_SHARDS) from env: "65" is out of range; allowed 1..64`)
+	f("zero shards from file", in{file: "[server]\nram_tier_shards = 0\n"},
+		`server.ram_tier_shards (DFKV_RAM_TIER_SHARDS) from file PATH: 0 is out of range; allowed 1..64`)
+	f("large reserve over the tier's largest size", in{env: map[string]string{"DFKV_RAM_TIER_LARGE_RESERVE_BYTES": "17TiB"}},
+		`server.ram_tier_large_reserve_bytes (DFKV_RAM_TIER_LARGE_RESERVE_BYTES) from env: "17TiB" is out of range`)
+	f("read coalesce is 0 or 1", in{env: map[string]string{"DFKV_READ_COALESCE": "2"}},
+		`server.read_coalesce (DFKV_READ_COALESCE) from env: "2" is out of range; allowed 0..1`)
 	f("negative millis", in{env: map[string]string{"DFKV_TCP_FIRST_REQ_MS": "-1"}},
 		`server.first_request_ms (DFKV_TCP_FIRST_REQ_MS) from env: "-1" is out of range; allowed 0..3600000 milliseconds`)
 	f("zero shutdown timeout", in{env: map[string]string{"DFKV_SHUTDOWN_TIMEOUT_MS": "0"}},

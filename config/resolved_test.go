@@ -79,6 +79,7 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 		"disk": {"/a", "/b c"}, "disk-capacity": {"1000001"}, "store-engine": {"slab"},
 		"max-block-bytes": {"4KiB"}, "max-batch-items": {"1"}, "max-conns": {"1000000"},
 		"first-request-ms": {"0"}, "shutdown-timeout-ms": {"1"}, "log-level": {"debug"}, "log-format": {"json"},
+		"ram-tier-large-reserve-bytes": {"4097"},
 	}
 	want, r, err := LoadFrom("server", "", nil, flags)
 	if err != nil {

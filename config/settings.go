@@ -193,6 +193,30 @@ var settings = []setting{
 		value: intValue{field: func(c *Config) *int { return &c.Server.RAMFlushThreads }, min: 0, max: 64},
 	},
 	{
+		key: "server.ram_tier_shards", env: "DFKV_RAM_TIER_SHARDS", flag: "ram-tier-shards", roles: roleServer,
+		def:   "8",
+		help:  "metadata lock shards of the RAM tier; halved automatically while a shard would hold fewer than 32 extents",
+		value: intValue{field: func(c *Config) *int { return &c.Server.RAMTierShards }, min: 1, max: 64},
+	},
+	{
+		key: "server.ram_tier_large_reserve_bytes", env: "DFKV_RAM_TIER_LARGE_RESERVE_BYTES", flag: "ram-tier-large-reserve-bytes", roles: roleServer,
+		def:   "auto",
+		help:  "part of ram_tier_bytes kept for values larger than one 16MiB arena extent; auto = two extents, 0 = none (such values bypass RAM and go to disk)",
+		value: autoSizeValue{field: func(c *Config) *int64 { return &c.Server.RAMTierLargeReserve }, max: 1 << 44, note: "auto (two extents), 0 (none) or a size such as 64MiB"},
+	},
+	{
+		key: "server.ram_tier_numa", env: "DFKV_RAM_TIER_NUMA", flag: "ram-tier-numa", roles: roleServer,
+		def:   "interleave",
+		help:  "memory policy of the RAM arena: interleave spreads its pages over every online NUMA node; off leaves the kernel's default",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.RAMTierNUMA }, ok: oneOf("interleave", "off"), text: "interleave, off"},
+	},
+	{
+		key: "server.read_coalesce", env: "DFKV_READ_COALESCE", flag: "read-coalesce", roles: roleServer,
+		def:   "1",
+		help:  "1: identical concurrent whole-value RAM-tier misses share one disk read; 0: each reads the disk itself",
+		value: intValue{field: func(c *Config) *int { return &c.Server.ReadCoalesce }, min: 0, max: 1},
+	},
+	{
 		key: "server.max_block_bytes", env: "DFKV_MAX_BLOCK_BYTES", flag: "max-block-bytes", roles: roleServer | roleTools,
 		def:   "64MiB",
 		help:  "largest value a PUT may store, and the largest frame body",
@@ -387,7 +411,7 @@ var otherEnv = []string{
 }
 
 // notBuiltEnv lists the seed's and DESIGN.md's names for features this
-// build does not have yet (MDS, RAM tier, RDMA, io_uring, …). Setting one
+// build does not have yet (MDS legacy framing, RDMA, io_uring, …). Setting one
 // is not a typo, but it does nothing yet, and Load says so in a warning
 // rather than letting an operator believe it took effect. When a feature
 // lands, its variable becomes a row above and leaves this list.
@@ -395,8 +419,7 @@ var notBuiltEnv = []string{
 	// MDS legacy framing shim (seed 000): dfkv has no legacy peers.
 	"DFKV_MDS_ACCEPT_LEGACY",
 	// server (seed 000)
-	"DFKV_READ_COALESCE", "DFKV_SERVER_URING",
-	"DFKV_RAM_TIER_LARGE_RESERVE_BYTES", "DFKV_RAM_TIER_NUMA", "DFKV_RAM_TIER_SHARDS",
+	"DFKV_SERVER_URING",
 	"DFKV_RDMA", "DFKV_RDMA_DEV", "DFKV_RDMA_NUMA", "DFKV_RDMA_MAX_BLOCK_BYTES", "DFKV_RDMA_OP_TIMEOUT_MS",
 	"DFKV_RDMA_BATCH_OP_TIMEOUT_MS", "DFKV_RDMA_RECV_SEGMENT_SIZE", "DFKV_RDMA_RECV_CHUNK_IDLE_MS",
 }

@@ -59,8 +59,12 @@ func (v sizeValue) check(c *Config) error {
 	return nil
 }
 
-func (v sizeValue) format(c *Config) string {
-	s := FormatSize(*v.field(c))
+func (v sizeValue) format(c *Config) string { return tomlSize(*v.field(c)) }
+
+// tomlSize writes n as FormatSize does, as a TOML integer when it has no
+// unit and a string otherwise.
+func tomlSize(n uint64) string {
+	s := FormatSize(n)
 	if _, err := strconv.ParseUint(s, 10, 64); err == nil {
 		return s
 	}
@@ -75,6 +79,53 @@ func (v sizeValue) allowed() string {
 }
 
 func (sizeValue) list() bool { return false }
+
+// SizeAuto is the value of an autoSizeValue field left on "auto": the
+// component it configures picks the size itself.
+const SizeAuto int64 = -1
+
+// autoSizeValue is a byte size or the word auto (SizeAuto). It is a kind
+// of its own because for the settings that use it 0 already means
+// something ("none"), so "let dfkv choose" needs a word, not a number.
+type autoSizeValue struct {
+	field func(*Config) *int64
+	max   uint64 // at most math.MaxInt64
+	note  string // allowed text
+}
+
+func (v autoSizeValue) set(c *Config, vals []string) error {
+	if strings.EqualFold(strings.TrimSpace(vals[0]), "auto") {
+		*v.field(c) = SizeAuto
+		return nil
+	}
+	n, err := parseSize(vals[0])
+	if err != nil {
+		return err
+	}
+	if n > math.MaxInt64 {
+		return errOutOfRange
+	}
+	*v.field(c) = int64(n)
+	return nil
+}
+
+func (v autoSizeValue) check(c *Config) error {
+	if n := *v.field(c); n != SizeAuto && (n < 0 || uint64(n) > v.max) {
+		return errOutOfRange
+	}
+	return nil
+}
+
+func (v autoSizeValue) format(c *Config) string {
+	n := *v.field(c)
+	if n == SizeAuto {
+		return tomlString("auto")
+	}
+	return tomlSize(uint64(n))
+}
+
+func (v autoSizeValue) allowed() string { return v.note }
+func (autoSizeValue) list() bool        { return false }
 
 // intValue is a count.
 type intValue struct {

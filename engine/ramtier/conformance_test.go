@@ -19,6 +19,7 @@ func conformanceOptions(backing engine.StoreEngine, ack string) Options {
 		LargeReserveBytes: 4 << 20,
 		AckMode:           ack,
 		FlushThreads:      2,
+		ReadCoalesce:      true,
 	}
 }
 

@@ -7,13 +7,23 @@
 // # Memory
 //
 // One anonymous mmap of Options.Bytes minus the large-value reserve, off
-// the Go heap, populated and touched once at Open and unmapped only by
-// Close: one contiguous region with stable addresses, so a later RDMA
+// the Go heap, placed by the NUMA policy (interleaved over the online
+// nodes by default), populated once at Open and unmapped only by Close:
+// one contiguous region with stable addresses, so a later RDMA
 // registration covers it once. The slab package's media-agnostic
 // Allocator and Lattice carve it into extents, classes and slots (the
 // same code as the disks; the tier maps (extent, slot) to arena bytes).
 // Values larger than one extent get dedicated mappings charged to the
 // large-value reserve; with no reserve they bypass RAM.
+//
+// # Locks
+//
+// The arena is split into lock shards (Options.Shards, default 8, halved
+// while a shard would hold fewer than 32 extents): each owns a run of
+// extents, its own allocator and the lifecycle maps of the keys hashing to
+// it. Foreground PUTs also hold one of 1,024 key stripes through
+// admission and any synchronous disk write. Dedicated large values share
+// one small store with its own lock. No lock is held across backing I/O.
 //
 // # Slot lifecycle
 //
@@ -27,27 +37,35 @@
 // # Writes
 //
 // Write-back (default): admission copies the value into a slot, makes it
-// visible and queues its flush. AckRAM returns then; AckDisk waits for the
-// commit. A same-key PUT of identical bytes while a flush is pending joins
-// that commit; different bytes supersede it (flushes of one key never
-// overlap, so the newer value lands last). Past the dirty watermark new
-// keys get CACHE_FULL before admission; when every slot is pinned the PUT
-// takes the one synchronous disk path. A flush failing every retry drops
-// the value and turns the tier unhealthy. Write-around: PUTs go to the
-// backing, a later whole-value GET fills RAM.
+// visible and queues its flush on its disk's queue (Options.DiskOf), so a
+// slow disk backs up only its own flushes. AckRAM returns then; AckDisk
+// waits for the commit. A same-key PUT of identical bytes while a flush is
+// pending joins that commit; different bytes supersede it (flushes of one
+// key never overlap, so the newer value lands last). Past the dirty
+// watermark new keys get CACHE_FULL before admission; when every slot is
+// pinned the PUT takes the one synchronous disk path, as does every PUT of
+// a quota-limited tenant (Options.Limited), so its result is the quota
+// verdict. A flush failing every retry drops the value and turns the tier
+// unhealthy. Write-around: PUTs go to the backing, a later whole-value GET
+// fills RAM.
+//
+// Every engine's Cache replaces (the conformance suite pins it), so a
+// new RAM generation of a key the disk already holds replaces the disk
+// value when it flushes, and RAM never certifies bytes the disk will not
+// hold. NB: the seed's rule "a committed disk value wins over a new RAM
+// generation" exists because its disk store kept the first value of a
+// key; ours does not, so the tier keeps the one replace contract instead.
 //
 // # Reads
 //
 // RAM first; on a whole-value miss the backing reads straight into a
-// reserved slot (no staging copy) that is published DURABLE, and identical
-// concurrent misses share that one read. Partial misses read the backing
-// without filling.
+// reserved slot (no staging copy) that is published DURABLE. With
+// Options.ReadCoalesce identical concurrent misses share that one read;
+// without it each reads the backing on its own. Partial misses read the
+// backing without filling.
 //
 // # Caveats
 //
-// One metadata lock for the whole arena (shards are still to come), no
-// per-disk flush grouping, and Stats approximates Objects/UsedBytes while
-// flushes are committing (see Tier.Stats). Accounting and quotas stay
-// with the backing engine; a quota-limited tenant's PUTs are not yet routed
-// around write-back.
+// Stats approximates Objects/UsedBytes while flushes are committing (see
+// Tier.Stats). Accounting and quotas stay with the backing engine.
 package ramtier

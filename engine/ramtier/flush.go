@@ -2,42 +2,109 @@ package ramtier
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dfkv/dfkv/wire"
 )
 
-// flushWorker drains the flush queue until Close asks it to stop and the
-// queue is empty. Flushes of one key never overlap: a newer generation
-// popped while an older one is in the backing is parked behind it (the
-// backing may merge overlapping same-key writes, as slab followers take
-// the leader's result, so an overlap could leave the older bytes on disk).
-func (t *Tier) flushWorker() {
-	t.mu.Lock()
+// flushQueue is the FIFO of write-back generations waiting for one disk
+// (or for the backing, with one queue). Each disk has its own queue and
+// workers, so a slow or failing disk backs up only its own flushes while
+// the others keep draining (seed: flush workers group flushes by disk).
+type flushQueue struct {
+	mu       sync.Mutex
+	cond     *sync.Cond // items non-empty or stopping
+	items    []*entry
+	stopping bool
+}
+
+// queueOf is the flush queue of key's disk.
+func (t *Tier) queueOf(key *wire.BlockKey) *flushQueue {
+	if t.diskOf == nil {
+		return t.queues[0]
+	}
+	return t.queues[t.diskOf(*key)%len(t.queues)]
+}
+
+// push appends e. The caller holds e.sh.mu.
+func (q *flushQueue) push(e *entry) {
+	q.mu.Lock()
+	q.items = append(q.items, e)
+	q.cond.Signal()
+	q.mu.Unlock()
+}
+
+// pushFront puts e at the head: a generation parked behind its key's
+// previous flush goes next, ahead of keys admitted after it. The caller
+// holds e.sh.mu.
+func (q *flushQueue) pushFront(e *entry) {
+	q.mu.Lock()
+	q.items = append(q.items, nil)
+	copy(q.items[1:], q.items)
+	q.items[0] = e
+	q.cond.Signal()
+	q.mu.Unlock()
+}
+
+// pop waits for an item; ok is false once the queue is stopping and empty.
+func (q *flushQueue) pop() (e *entry, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 && !q.stopping {
+		q.cond.Wait()
+	}
+	if len(q.items) == 0 {
+		return nil, false
+	}
+	e = q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	return e, true
+}
+
+func (q *flushQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
+
+func (q *flushQueue) stop() {
+	q.mu.Lock()
+	q.stopping = true
+	q.cond.Broadcast()
+	q.mu.Unlock()
+}
+
+// flushWorker drains q until Close stops it and q is empty. Flushes of
+// one key never overlap: a newer generation popped while an older one is
+// in the backing is parked behind it (the backing may merge overlapping
+// same-key writes, as slab followers take the leader's result, so an
+// overlap could leave the older bytes on disk). A key's generations all go
+// to the same queue, so the parked one is re-queued where its worker
+// still drains.
+func (t *Tier) flushWorker(q *flushQueue) {
 	for {
-		for len(t.queue) == 0 && !t.stopping {
-			t.cond.Wait()
-		}
-		if len(t.queue) == 0 {
-			t.mu.Unlock()
+		e, ok := q.pop()
+		if !ok {
 			return
 		}
-		e := t.queue[0]
-		t.queue[0] = nil
-		t.queue = t.queue[1:]
+		s := e.sh
+		s.mu.Lock()
 		if e.canceled {
+			s.mu.Unlock()
 			continue // resolved and unpinned by whoever canceled it
 		}
-		if a := t.active[e.key]; a != nil {
+		if a := s.active[e.key]; a != nil {
 			a.next = e
+			s.mu.Unlock()
 			continue
 		}
 		e.active = true
-		t.active[e.key] = e
+		s.active[e.key] = e
 		buf := t.bytesOf(e)
-		t.mu.Unlock()
+		s.mu.Unlock()
 		t.flush(e, buf)
-		t.mu.Lock()
 	}
 }
 
@@ -48,13 +115,14 @@ func (t *Tier) flushWorker() {
 // (the tier turns unhealthy and the value is dropped from RAM, since it can
 // never become durable). buf stays valid under e's flush-pin.
 func (t *Tier) flush(e *entry, buf []byte) {
+	s := e.sh
 	var err error
 	for attempt := range flushAttempts {
 		if attempt > 0 {
 			time.Sleep(flushBackoff << (attempt - 1))
-			t.mu.Lock()
+			s.mu.Lock()
 			canceled := e.canceled
-			t.mu.Unlock()
+			s.mu.Unlock()
 			if canceled {
 				break
 			}
@@ -64,9 +132,9 @@ func (t *Tier) flush(e *entry, buf []byte) {
 		}
 	}
 
-	t.mu.Lock()
-	if t.active[e.key] == e {
-		delete(t.active, e.key)
+	s.mu.Lock()
+	if s.active[e.key] == e {
+		delete(s.active, e.key)
 	}
 	e.active = false
 	next := e.next
@@ -77,18 +145,18 @@ func (t *Tier) flush(e *entry, buf []byte) {
 		// the PUT happened, then the Remove).
 	case err == nil:
 		t.flushed.Add(1)
-		if t.dirty[e.key] == e {
-			delete(t.dirty, e.key)
+		if s.dirty[e.key] == e {
+			delete(s.dirty, e.key)
 			t.addDirty(e, -1)
 		}
 	default:
 		t.flushDropped.Add(1)
-		if t.dirty[e.key] == e {
-			delete(t.dirty, e.key)
+		if s.dirty[e.key] == e {
+			delete(s.dirty, e.key)
 			t.addDirty(e, -1)
 		}
 		if t.ownedBy(e) {
-			t.unpublish(&e.key)
+			t.unpublish(s, &e.key)
 		}
 		if permanent(err) {
 			// The backing refuses this value outright (a MaxValueBytes
@@ -108,22 +176,19 @@ func (t *Tier) flush(e *entry, buf []byte) {
 	}
 	t.releaseFlushPin(e)
 	if next != nil && !next.canceled {
-		t.queue = append(t.queue, nil)
-		copy(t.queue[1:], t.queue)
-		t.queue[0] = next
-		t.cond.Signal()
+		next.q.pushFront(next)
 	}
-	t.mu.Unlock()
+	s.mu.Unlock()
 	close(e.done)
 }
 
 // ownedBy reports whether e is still key's visible RAM value. The caller
-// holds mu.
+// holds e.sh.mu.
 func (t *Tier) ownedBy(e *entry) bool {
 	if e.lg != nil {
-		return t.large[e.key] == e.lg
+		return t.largeOf(&e.key) == e.lg
 	}
-	r, _, ok := t.alloc.Lookup(&e.key)
+	r, _, ok := e.sh.alloc.Lookup(&e.key)
 	return ok && r == e.ref
 }
 
@@ -135,4 +200,30 @@ func permanent(err error) bool {
 		return true
 	}
 	return false
+}
+
+// Flush waits until every value dirty when it is called has been flushed
+// to the backing (or canceled by a newer PUT or a Remove) and returns the
+// first flush error. Close flushes on its own; Flush is for callers that
+// want a durability point without closing (and for tests).
+func (t *Tier) Flush() error {
+	if err := t.enter(); err != nil {
+		return err
+	}
+	defer t.exit()
+	var pend []*entry
+	for _, s := range t.shards {
+		s.mu.Lock()
+		for _, e := range s.dirty {
+			pend = append(pend, e)
+		}
+		s.mu.Unlock()
+	}
+	var first error
+	for _, e := range pend {
+		if err := t.wait(e); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }

@@ -40,10 +40,13 @@ func openTier(t testing.TB, opts Options) *Tier {
 // tier is quiescent (bbolt-style consistency check at cleanup).
 func checkTier(t testing.TB, tr *Tier) {
 	t.Helper()
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if err := tr.alloc.Check(); err != nil {
-		t.Errorf("arena allocator inconsistent: %v", err)
+	for i, sh := range tr.shards {
+		sh.mu.Lock()
+		err := sh.alloc.Check()
+		sh.mu.Unlock()
+		if err != nil {
+			t.Errorf("arena allocator of shard %d inconsistent: %v", i, err)
+		}
 	}
 }
 

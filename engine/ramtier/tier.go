@@ -1,7 +1,6 @@
 package ramtier
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -32,6 +31,21 @@ const (
 	// NoLargeReserve as Options.LargeReserveBytes gives the whole budget to
 	// the arena: values larger than one extent bypass RAM.
 	NoLargeReserve = -1
+	// DefaultShards is the number of metadata lock shards.
+	DefaultShards = 8
+	// MaxShards bounds Options.Shards.
+	MaxShards = 64
+	// minShardExtents is the fewest extents a shard should hold: fewer,
+	// and one shard's allocator runs out of room for a size class while
+	// another has plenty, so the shard count is halved until each holds
+	// at least this many (or one shard is left).
+	minShardExtents = 32
+)
+
+// Arena memory policies (Options.NUMA).
+const (
+	NUMAInterleave = "interleave"
+	NUMAOff        = "off"
 )
 
 // Write and acknowledgement modes (DESIGN.md §4, seed "RAM tier").
@@ -88,8 +102,34 @@ type Options struct {
 	// §9) means disk acknowledgement; the config layer maps it to AckDisk.
 	DirtyWatermark float64
 	// FlushThreads is the number of flush workers; 0 means
-	// DefaultFlushThreads.
+	// DefaultFlushThreads. The tier runs at least one per flush queue (one
+	// queue per disk when DiskOf is set) and reports the actual count in
+	// RAMStats.FlushThreads.
 	FlushThreads int
+	// Shards is the number of metadata lock shards (1–64; 0 means
+	// DefaultShards). Each shard owns a contiguous run of extents and the
+	// keys that hash to it; the count is halved while a shard would hold
+	// fewer than minShardExtents extents.
+	Shards int
+	// NUMA is the arena's memory policy: NUMAInterleave (default: pages
+	// spread over every online node, so no node's memory bandwidth is the
+	// ceiling) or NUMAOff (the kernel's default, local allocation).
+	NUMA string
+	// ReadCoalesce makes identical concurrent whole-value misses share
+	// one backing read (the followers wait for the leader's fill). Off,
+	// every miss reads the backing on its own.
+	ReadCoalesce bool
+	// DiskOf, when set, names the disk index (0 ≤ i < Disks) that holds a
+	// key; the tier then keeps one flush queue per disk, so a slow disk
+	// backs up only its own flushes. Nil means one queue.
+	DiskOf func(wire.BlockKey) int
+	// Disks is the number of disks DiskOf returns indexes into.
+	Disks int
+	// Limited, when set, reports whether a tenant has a byte quota. Such
+	// a tenant's PUTs bypass write-back and go to the backing
+	// synchronously, so the PUT result is the quota admission itself
+	// rather than a flush that could later be refused.
+	Limited func(tenant uint64) bool
 	// Logger receives operator events; nil discards them.
 	Logger *slog.Logger
 }
@@ -109,42 +149,40 @@ type Options struct {
 // Only DURABLE idle slots are ever evicted, because the slab allocator's
 // CLOCK skips every pinned slot.
 type Tier struct {
-	backing     engine.StoreEngine
-	log         *slog.Logger
-	writeBack   bool
-	diskAck     bool
-	extent      uint64
-	maxValue    uint64
-	arenaBytes  uint64
-	largeBudget uint64
-	dirtyLimit  uint64 // 0: no watermark
-	threads     int
-	arena       *arena
-	seed        maphash.Seed
-	stripe      [stripes]sync.Mutex
+	backing    engine.StoreEngine
+	log        *slog.Logger
+	writeBack  bool
+	diskAck    bool
+	coalesce   bool
+	extent     uint64
+	maxValue   uint64
+	arenaBytes uint64
+	dirtyLimit uint64 // 0: no watermark
+	threads    int
+	numa       string // the memory policy applied to the arena
+	diskOf     func(wire.BlockKey) int
+	limited    func(tenant uint64) bool
+	arena      *arena
+	seed       maphash.Seed
+	stripe     [stripes]sync.Mutex
+	shards     []*shard
+	large      largeStore
+	queues     []*flushQueue // one per disk (DiskOf), or one
+	workers    sync.WaitGroup
 
 	// closeMu is held shared by every operation and exclusively by Close,
 	// so Close waits for operations in flight before it drains and unmaps.
 	closeMu sync.RWMutex
 	closed  atomic.Bool
 
-	// mu is the metadata lock: the allocator, the maps and the queue. No
-	// backing I/O and no payload copy happens under it.
-	mu         sync.Mutex
-	cond       *sync.Cond // queue non-empty or stopping
-	alloc      *slab.Allocator
-	large      map[wire.BlockKey]*largeBuf
-	largeUsed  uint64
-	dirty      map[wire.BlockKey]*entry // latest unflushed generation per key
-	active     map[wire.BlockKey]*entry // generation whose backing write is in flight
-	queue      []*entry
-	fills      map[wire.BlockKey]*fill
-	removing   map[wire.BlockKey]*removal
-	dirtyBytes uint64
-	dirtyNew   int64 // dirty entries whose key the backing did not hold
-	dirtyDelta int64 // Σ dirty length − the backing's length of the key
-	stopping   bool
-	workers    sync.WaitGroup
+	// Dirty accounting summed over the shards, updated under the key's
+	// shard lock. The watermark check reads it without the other shards'
+	// locks, so concurrent admissions on different shards may pass it
+	// together by at most one value each: the watermark is a bound on
+	// backlog, not an exact reservation.
+	dirtyBytes atomic.Uint64
+	dirtyNew   atomic.Int64 // dirty entries whose key the backing did not hold
+	dirtyDelta atomic.Int64 // Σ dirty length − the backing's length of the key
 
 	unhealthy    atomic.Bool
 	hits         atomic.Uint64
@@ -167,6 +205,8 @@ var _ engine.StoreEngine = (*Tier)(nil)
 // names the generation whose result the waiters inherit).
 type entry struct {
 	key      wire.BlockKey
+	sh       *shard      // the key's shard: its mu guards the fields below
+	q        *flushQueue // the key's disk's flush queue
 	n        uint64
 	ref      slab.SlotRef
 	lg       *largeBuf // non-nil: the value is a dedicated allocation
@@ -212,13 +252,26 @@ func Open(opts Options) (*Tier, error) {
 	if opts.FlushThreads <= 0 {
 		opts.FlushThreads = DefaultFlushThreads
 	}
+	if opts.Shards == 0 {
+		opts.Shards = DefaultShards
+	}
+	if opts.Shards < 1 || opts.Shards > MaxShards {
+		return nil, fmt.Errorf("ram tier: %d lock shards: want 1 to %d: %w", opts.Shards, MaxShards, wire.StatusInvalid)
+	}
+	if opts.NUMA == "" {
+		opts.NUMA = NUMAInterleave
+	}
 	if opts.DirtyWatermark == 0 {
 		opts.DirtyWatermark = DefaultDirtyWatermark
 	}
 	if opts.DirtyWatermark < 0 || opts.DirtyWatermark > 1 {
 		return nil, fmt.Errorf("ram tier: dirty watermark %v: want a fraction in (0, 1]: %w", opts.DirtyWatermark, wire.StatusInvalid)
 	}
-	t := &Tier{backing: opts.Backing, log: opts.Logger, extent: opts.ExtentBytes, threads: opts.FlushThreads, seed: maphash.MakeSeed()}
+	if opts.DiskOf != nil && opts.Disks < 1 {
+		return nil, fmt.Errorf("ram tier: DiskOf without a disk count: %w", wire.StatusInvalid)
+	}
+	t := &Tier{backing: opts.Backing, log: opts.Logger, extent: opts.ExtentBytes, coalesce: opts.ReadCoalesce,
+		limited: opts.Limited, seed: maphash.MakeSeed()}
 	switch opts.Mode {
 	case "", ModeWriteBack:
 		t.writeBack = true
@@ -255,39 +308,53 @@ func Open(opts Options) (*Tier, error) {
 	if extents > 1<<32-1 {
 		return nil, fmt.Errorf("ram tier: %d extents is too many; use larger extents: %w", extents, wire.StatusInvalid)
 	}
-	t.alloc, err = slab.NewAllocator(lat, uint32(extents))
-	if err != nil {
-		return nil, fmt.Errorf("ram tier: %v: %w", err, wire.StatusInvalid)
+	nShards := shardCount(opts.Shards, extents)
+	first := uint64(0)
+	for i := range nShards {
+		n := splitExtents(extents, nShards, i)
+		s, err := newShard(lat, first, uint32(n))
+		if err != nil {
+			return nil, fmt.Errorf("ram tier: %v: %w", err, wire.StatusInvalid)
+		}
+		t.shards = append(t.shards, s)
+		first += n * opts.ExtentBytes
 	}
 	t.arenaBytes = extents * opts.ExtentBytes
-	t.largeBudget = opts.Bytes - t.arenaBytes
+	t.large.m = map[wire.BlockKey]*largeBuf{}
+	t.large.budget = opts.Bytes - t.arenaBytes
 	if reserve == 0 {
-		t.largeBudget = 0 // the rounding tail is not a reserve anyone asked for
+		t.large.budget = 0 // the rounding tail is not a reserve anyone asked for
 	}
 	if !t.diskAck {
-		t.dirtyLimit = max(1, uint64(opts.DirtyWatermark*float64(t.arenaBytes+t.largeBudget)))
+		t.dirtyLimit = max(1, uint64(opts.DirtyWatermark*float64(t.arenaBytes+t.large.budget)))
 	}
 	t.maxValue = opts.MaxValueBytes
 	if t.maxValue == 0 {
 		t.maxValue = opts.Backing.Stats().CapacityBytes
 	}
 	start := time.Now()
-	t.arena, err = newArena(t.arenaBytes)
+	t.arena, t.numa, err = newArena(t.arenaBytes, opts.NUMA)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", err, wire.StatusInvalid)
 	}
-	t.large = map[wire.BlockKey]*largeBuf{}
-	t.dirty = map[wire.BlockKey]*entry{}
-	t.active = map[wire.BlockKey]*entry{}
-	t.fills = map[wire.BlockKey]*fill{}
-	t.removing = map[wire.BlockKey]*removal{}
-	t.cond = sync.NewCond(&t.mu)
-	for range t.threads {
-		t.workers.Go(t.flushWorker)
+	nq := 1
+	if opts.DiskOf != nil && opts.Disks > 1 {
+		nq = opts.Disks
+		t.diskOf = opts.DiskOf
+	}
+	for range nq {
+		q := &flushQueue{}
+		q.cond = sync.NewCond(&q.mu)
+		t.queues = append(t.queues, q)
+	}
+	t.threads = max(opts.FlushThreads, nq)
+	for i := range t.threads {
+		q := t.queues[i%nq]
+		t.workers.Go(func() { t.flushWorker(q) })
 	}
 	t.log.Info("ram tier: arena ready", "arena_bytes", t.arenaBytes, "extents", extents, "extent_bytes", t.extent,
-		"large_reserve_bytes", t.largeBudget, "write_back", t.writeBack, "disk_ack", t.diskAck,
-		"flush_threads", t.threads, "touch", time.Since(start))
+		"shards", len(t.shards), "large_reserve_bytes", t.large.budget, "write_back", t.writeBack, "disk_ack", t.diskAck,
+		"flush_threads", t.threads, "flush_queues", nq, "read_coalesce", t.coalesce, "numa", t.numa, "touch", time.Since(start))
 	return t, nil
 }
 
@@ -302,724 +369,83 @@ func (t *Tier) enter() error {
 
 func (t *Tier) exit() { t.closeMu.RUnlock() }
 
-func (t *Tier) stripeOf(key *wire.BlockKey) *sync.Mutex {
-	var h maphash.Hash
-	h.SetSeed(t.seed)
-	h.Write(key.ID[:])
-	return &t.stripe[(h.Sum64()^key.Tenant)%stripes]
-}
-
-// slotBytes is the arena memory of slot r holding n bytes, with capacity
-// to the end of the slot (a multiple of 4 KiB, so O_DIRECT can read into
-// it). The caller holds a pin on r.
-func (t *Tier) slotBytes(r slab.SlotRef, n uint64) []byte {
-	e, _ := t.alloc.Split(r)
-	base := uint64(e)*t.extent + t.alloc.Offset(r)
-	size := t.alloc.Lattice().Size(t.alloc.Class(r))
-	return t.arena.mem[base : base+n : base+size]
-}
-
 // bytesOf is entry e's value; its flush-pin keeps it valid.
 func (t *Tier) bytesOf(e *entry) []byte {
 	if e.lg != nil {
 		return e.lg.mem[:e.n]
 	}
-	return t.slotBytes(e.ref, e.n)
+	return t.slotBytes(e.sh, e.ref, e.n)
+}
+
+// largeOf is key's dedicated-allocation owner, or nil.
+func (t *Tier) largeOf(key *wire.BlockKey) *largeBuf {
+	t.large.mu.Lock()
+	lg := t.large.m[*key]
+	t.large.mu.Unlock()
+	return lg
+}
+
+// unrefLarge drops one reference to lg.
+func (t *Tier) unrefLarge(lg *largeBuf) {
+	t.large.mu.Lock()
+	err := t.large.unref(lg)
+	t.large.mu.Unlock()
+	if err != nil {
+		t.log.Error("ram tier: releasing a large value", "err", err)
+	}
 }
 
 // unpublish hides key's RAM owner, if any. Pins held by others keep the
-// memory until they drop. The caller holds mu.
-func (t *Tier) unpublish(key *wire.BlockKey) bool {
+// memory until they drop. The caller holds s.mu (s is key's shard).
+func (t *Tier) unpublish(s *shard, key *wire.BlockKey) bool {
 	found := false
-	if r, _, ok := t.alloc.Remove(key); ok {
-		t.alloc.Release(r)
+	if r, _, ok := s.alloc.Remove(key); ok {
+		s.alloc.Release(r)
 		found = true
 	}
-	if lg := t.large[*key]; lg != nil {
-		delete(t.large, *key)
-		t.unrefLarge(lg)
+	t.large.mu.Lock()
+	var err error
+	if lg := t.large.m[*key]; lg != nil {
+		delete(t.large.m, *key)
+		err = t.large.unref(lg)
 		found = true
+	}
+	t.large.mu.Unlock()
+	if err != nil {
+		t.log.Error("ram tier: releasing a large value", "err", err)
 	}
 	return found
 }
 
-// unrefLarge drops one reference to lg, unmapping it with the last one.
-// NB: the munmap runs under mu; large values are rare and it is one
-// syscall, not I/O.
-func (t *Tier) unrefLarge(lg *largeBuf) {
-	lg.refs--
-	if lg.refs == 0 {
-		t.largeUsed -= uint64(len(lg.mem))
-		if err := unmap(lg.mem); err != nil {
-			t.log.Error("ram tier: releasing a large value", "err", err)
-		}
-		lg.mem = nil
+// ownerLocked reports whether key has a RAM owner. The caller holds s.mu.
+func (t *Tier) ownerLocked(s *shard, key *wire.BlockKey) bool {
+	if _, _, ok := s.alloc.Lookup(key); ok {
+		return true
 	}
+	return t.largeOf(key) != nil
 }
 
 // fence stops a cold read of key in flight from publishing what it read.
-// The caller holds mu.
-func (t *Tier) fence(key *wire.BlockKey) {
-	if f := t.fills[*key]; f != nil {
+// The caller holds s.mu.
+func fence(s *shard, key *wire.BlockKey) {
+	if f := s.fills[*key]; f != nil {
 		f.fenced = true
-		delete(t.fills, *key)
+		delete(s.fills, *key)
 	}
 }
 
-// Cache implements engine.StoreEngine.
-func (t *Tier) Cache(key wire.BlockKey, value []byte) error {
-	if err := t.enter(); err != nil {
-		return err
-	}
-	defer t.exit()
-	e, err := t.cache(key, value)
-	if e != nil && t.diskAck {
-		return t.wait(e)
-	}
-	return err
-}
-
-// CacheBatch implements engine.StoreEngine: items are admitted in order
-// (so a repeated key ends with its last value); with disk acknowledgement
-// the flushes of all items are then waited for together.
-func (t *Tier) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
-	if err := t.enter(); err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return
-	}
-	defer t.exit()
-	pend := make([]*entry, len(keys))
-	for i := range keys {
-		pend[i], errs[i] = t.cache(keys[i], values[i])
-	}
-	if t.diskAck {
-		for i, e := range pend {
-			if e != nil {
-				errs[i] = t.wait(e)
-			}
-		}
-	}
-}
-
-// wait returns the commit result of e, following supersession: a
-// generation replaced before it reached the backing reports the result of
-// the one that replaced it.
-func (t *Tier) wait(e *entry) error {
+// waitRemoval waits until no Remove of key is between hiding it and the
+// backing's Remove. The caller holds s.mu; it is dropped while waiting.
+func waitRemoval(s *shard, key *wire.BlockKey) {
 	for {
-		<-e.done
-		if e.super == nil {
-			return e.err
+		r := s.removing[*key]
+		if r == nil {
+			return
 		}
-		e = e.super
-	}
-}
-
-func (t *Tier) cache(key wire.BlockKey, value []byte) (*entry, error) {
-	n := uint64(len(value))
-	if n == 0 {
-		return nil, fmt.Errorf("ram tier: cache %s: zero-byte value: %w", key, wire.StatusInvalid)
-	}
-	if n > t.maxValue {
-		return nil, fmt.Errorf("ram tier: cache %s: %d-byte value exceeds the %d-byte maximum: %w", key, n, t.maxValue, wire.StatusTooLarge)
-	}
-	st := t.stripeOf(&key)
-	st.Lock()
-	defer st.Unlock()
-	if !t.writeBack || (n > t.extent && n > t.largeBudget) {
-		return nil, t.writeThrough(key, value, false)
-	}
-	// The backing's current length of key, for Stats (a dirty value of a
-	// key the backing lacks is one more object).
-	shadow, lerr := t.backing.Lookup(key)
-	had := lerr == nil
-
-	t.mu.Lock()
-	for {
-		if r := t.removing[key]; r != nil {
-			t.mu.Unlock()
-			<-r.done
-			t.mu.Lock()
-			continue
-		}
-		// Same-key PUT while a flush is pending: identical bytes join its
-		// commit result (keys are content-addressed, so this is the normal
-		// case); different bytes supersede it (the engine contract
-		// replaces). sameBytes drops mu while it compares, so look again.
-		p := t.dirty[key]
-		if p == nil || p.n != n {
-			break
-		}
-		if t.sameBytes(p, value) {
-			t.mu.Unlock()
-			t.puts.Add(1)
-			return p, nil
-		}
-		if t.dirty[key] == p && t.removing[key] == nil {
-			break
-		}
-	}
-	owned := t.ownerLocked(&key)
-	if !owned && t.dirtyLimit > 0 && t.dirtyBytes+n > t.dirtyLimit {
-		t.mu.Unlock()
-		return nil, fmt.Errorf("ram tier: cache %s: %d dirty bytes + %d would pass the %d-byte watermark while flushes catch up: %w",
-			key, t.dirtyBytes, n, t.dirtyLimit, wire.StatusCacheFull)
-	}
-	e := &entry{key: key, n: n, had: had, shadow: shadow, done: make(chan struct{})}
-	var dst []byte
-	if n <= t.extent {
-		r, err := t.alloc.Reserve(n)
-		if err != nil {
-			// Every slot is pinned: the one synchronous disk path.
-			t.mu.Unlock()
-			return nil, t.writeThrough(key, value, true)
-		}
-		t.evictions.Add(uint64(len(t.alloc.Victims())))
-		e.ref = r
-		dst = t.slotBytes(r, n)
-	} else if !t.chargeLarge(roundPage(n)) {
-		t.mu.Unlock()
-		return nil, t.writeThrough(key, value, true)
-	}
-	t.fence(&key)
-	t.mu.Unlock()
-
-	if dst == nil {
-		mem, err := mapAnon(roundPage(n))
-		if err != nil {
-			t.mu.Lock()
-			t.largeUsed -= roundPage(n)
-			t.mu.Unlock()
-			t.log.Warn("ram tier: dedicated allocation failed; writing to disk", "key", key, "bytes", n, "err", err)
-			return nil, t.writeThrough(key, value, true)
-		}
-		e.lg = &largeBuf{mem: mem, n: n, refs: 1}
-		dst = mem[:n]
-	}
-	copy(dst, value)
-
-	t.mu.Lock()
-	if t.removing[key] != nil {
-		// A Remove of the key started while we copied: the PUT happened,
-		// then the Remove. Nothing becomes visible.
-		if e.lg != nil {
-			t.unrefLarge(e.lg)
-		} else {
-			t.alloc.Abort(e.ref)
-			t.alloc.Release(e.ref)
-		}
-		t.mu.Unlock()
-		t.puts.Add(1)
-		return nil, nil
-	}
-	old := t.dirty[key]
-	if e.lg != nil {
-		t.unpublish(&key)
-	} else if lg := t.large[key]; lg != nil {
-		// A size change across the extent boundary leaves a dedicated
-		// owner behind; a slot owner is replaced by Publish itself.
-		delete(t.large, key)
-		t.unrefLarge(lg)
-	}
-	if e.lg != nil {
-		e.lg.refs++ // flush-pin; the first ref is being published
-		e.lg.dirty = true
-		t.large[key] = e.lg
-	} else {
-		if o, _, replaced := t.alloc.Publish(e.ref, &key); replaced {
-			t.alloc.Release(o)
-		}
-		if _, _, _, err := t.alloc.Acquire(&key); err != nil { // flush-pin
-			panic("BUG: ram tier: flush-pin of a fresh slot: " + err.Error())
-		}
-	}
-	if old != nil {
-		t.cancel(old, e)
-	}
-	t.dirty[key] = e
-	t.addDirty(e, 1)
-	t.queue = append(t.queue, e)
-	t.cond.Signal()
-	t.mu.Unlock()
-	t.puts.Add(1)
-	return e, nil
-}
-
-// sameBytes reports whether pending generation p holds value, comparing
-// outside mu under an extra pin (a concurrent Remove may release p's
-// flush-pin meanwhile). The caller holds mu; it is dropped and taken again.
-func (t *Tier) sameBytes(p *entry, value []byte) bool {
-	if p.n != uint64(len(value)) {
-		return false
-	}
-	var mem []byte
-	if p.lg != nil {
-		p.lg.refs++
-		mem = p.lg.mem[:p.n]
-	} else {
-		r, _, ok, err := t.alloc.Acquire(&p.key)
-		if !ok || err != nil || r != p.ref {
-			if ok && err == nil {
-				t.alloc.Release(r)
-			}
-			return false
-		}
-		mem = t.slotBytes(r, p.n)
-	}
-	t.mu.Unlock()
-	same := bytes.Equal(mem, value)
-	t.mu.Lock()
-	if p.lg != nil {
-		t.unrefLarge(p.lg)
-	} else {
-		t.alloc.Release(p.ref)
-	}
-	return same && t.dirty[p.key] == p
-}
-
-// chargeLarge reserves n bytes of the large-value budget, evicting idle
-// durable large values when needed. The caller holds mu.
-func (t *Tier) chargeLarge(n uint64) bool {
-	if n > t.largeBudget {
-		return false
-	}
-	for t.largeUsed+n > t.largeBudget {
-		var victim wire.BlockKey
-		found := false
-		for k, lg := range t.large {
-			if lg.refs == 1 && !lg.dirty {
-				victim, found = k, true
-				break
-			}
-		}
-		if !found {
-			return false
-		}
-		t.unpublish(&victim)
-		t.evictions.Add(1)
-	}
-	t.largeUsed += n
-	return true
-}
-
-func (t *Tier) ownerLocked(key *wire.BlockKey) bool {
-	if _, _, ok := t.alloc.Lookup(key); ok {
-		return true
-	}
-	return t.large[*key] != nil
-}
-
-// addDirty adds (sign 1) or takes away (sign -1) e's dirty accounting.
-func (t *Tier) addDirty(e *entry, sign int64) {
-	if sign > 0 {
-		t.dirtyBytes += e.n
-	} else {
-		t.dirtyBytes -= e.n
-	}
-	if !e.had {
-		t.dirtyNew += sign
-		t.dirtyDelta += sign * int64(e.n)
-	} else {
-		t.dirtyDelta += sign * (int64(e.n) - int64(e.shadow))
-	}
-}
-
-// cancel withdraws pending generation p (removed, or superseded by super
-// when non-nil). A queued p is resolved here and its flush-pin released;
-// an active p is resolved by its flush worker, which then does not mark it
-// durable. The caller holds mu.
-func (t *Tier) cancel(p *entry, super *entry) {
-	if p.canceled {
-		return
-	}
-	p.canceled = true
-	p.super = super
-	if t.dirty[p.key] == p {
-		delete(t.dirty, p.key)
-		t.addDirty(p, -1)
-	}
-	if !p.active {
-		t.releaseFlushPin(p)
-		close(p.done)
-	}
-}
-
-func (t *Tier) releaseFlushPin(p *entry) {
-	if p.lg != nil {
-		p.lg.dirty = false
-		t.unrefLarge(p.lg)
-	} else {
-		t.alloc.Release(p.ref)
-	}
-}
-
-// writeThrough is the synchronous disk path: write-around mode, values no
-// RAM budget can hold, and arena exhaustion by pinned slots (bypass). The
-// key's RAM owner stays visible until the backing has the new value, and a
-// pending flush of it is canceled first so it cannot land after ours. The
-// caller holds the key's stripe.
-func (t *Tier) writeThrough(key wire.BlockKey, value []byte, bypass bool) error {
-	w := &entry{key: key, done: make(chan struct{})}
-	t.mu.Lock()
-	for t.removing[key] != nil {
-		r := t.removing[key]
-		t.mu.Unlock()
+		s.mu.Unlock()
 		<-r.done
-		t.mu.Lock()
+		s.mu.Lock()
 	}
-	if p := t.dirty[key]; p != nil {
-		// Keep p's memory visible (we take over its flush-pin) until the
-		// backing write returns.
-		p.canceled = true
-		p.super = w
-		delete(t.dirty, key)
-		t.addDirty(p, -1)
-		if !p.active {
-			close(p.done)
-			defer t.releaseAfter(p)
-		}
-	}
-	act := t.active[key]
-	t.fence(&key)
-	t.mu.Unlock()
-	if act != nil {
-		// NB: a concurrent same-key write may be merged by the backing
-		// (slab followers take the leader's result), so ours starts only
-		// after the older flush returned.
-		<-act.done
-	}
-	err := t.backing.Cache(key, value)
-	t.mu.Lock()
-	t.unpublish(&key)
-	t.fence(&key)
-	w.err = err
-	close(w.done)
-	t.mu.Unlock()
-	if bypass {
-		t.putBypass.Add(1)
-	}
-	if err == nil {
-		t.puts.Add(1)
-		return nil
-	}
-	return fmt.Errorf("ram tier: cache %s: backing write: %w", key, err)
-}
-
-func (t *Tier) releaseAfter(p *entry) {
-	t.mu.Lock()
-	t.releaseFlushPin(p)
-	t.mu.Unlock()
-}
-
-// Range implements engine.StoreEngine: RAM first (a transfer-pin keeps the
-// slot while the bytes are copied out), then the backing. A whole-value
-// miss reads straight into a reserved, hidden arena slot and publishes it
-// as DURABLE; identical concurrent misses share that one backing read.
-// Partial misses read the backing and fill nothing.
-func (t *Tier) Range(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
-	if err := t.enter(); err != nil {
-		return nil, 0, err
-	}
-	defer t.exit()
-	coalesce := true
-	for {
-		t.mu.Lock()
-		if t.removing[key] != nil {
-			t.mu.Unlock()
-			t.nfMisses.Add(1)
-			return nil, 0, fmt.Errorf("ram tier: range %s: %w", key, wire.StatusNotFound)
-		}
-		if data, stored, err, ok := t.rangeRAM(&key, offset, length, alloc); ok {
-			return data, stored, err
-		}
-		t.misses.Add(1)
-		if offset != 0 || length != 0 || !coalesce {
-			t.mu.Unlock()
-			return t.rangeBacking(key, offset, length, alloc)
-		}
-		if f := t.fills[key]; f != nil {
-			f.waiters++
-			t.mu.Unlock()
-			<-f.done
-			if f.err != nil {
-				if wire.StatusOf(f.err) == wire.StatusNotFound {
-					t.nfMisses.Add(1)
-				}
-				return nil, 0, f.err
-			}
-			if f.data != nil {
-				return copyOut(f.data, f.stored, 0, 0, alloc)
-			}
-			// Published (read it from RAM) or fenced (read again).
-			coalesce = f.published
-			continue
-		}
-		f := &fill{done: make(chan struct{})}
-		t.fills[key] = f
-		t.mu.Unlock()
-		return t.coldRead(key, f, alloc)
-	}
-}
-
-// rangeRAM serves key from RAM if it is there. The caller holds mu; it is
-// released when ok.
-func (t *Tier) rangeRAM(key *wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error, bool) {
-	if lg := t.large[*key]; lg != nil {
-		lg.refs++
-		t.mu.Unlock()
-		t.hits.Add(1)
-		data, stored, err := copyOut(lg.mem[:lg.n], lg.n, offset, length, alloc)
-		t.mu.Lock()
-		t.unrefLarge(lg)
-		t.mu.Unlock()
-		return data, stored, err, true
-	}
-	r, n, ok, err := t.alloc.Acquire(key)
-	if !ok {
-		return nil, 0, nil, false
-	}
-	if err != nil {
-		t.mu.Unlock()
-		return nil, 0, fmt.Errorf("ram tier: range %s: %w: %w", *key, err, wire.StatusUnavailable), true
-	}
-	src := t.slotBytes(r, uint64(n))
-	t.mu.Unlock()
-	t.hits.Add(1)
-	data, stored, err := copyOut(src, uint64(n), offset, length, alloc)
-	t.mu.Lock()
-	t.alloc.Release(r)
-	t.mu.Unlock()
-	return data, stored, err, true
-}
-
-// copyOut applies the range contract to a resident value src.
-func copyOut(src []byte, stored, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
-	if offset > stored {
-		return nil, stored, fmt.Errorf("ram tier: range: offset %d past the stored length %d: %w", offset, stored, wire.StatusInvalid)
-	}
-	n := stored - offset
-	if length != 0 && length < n {
-		n = length
-	}
-	if n == 0 {
-		return nil, stored, nil
-	}
-	dst := alloc.Alloc(int(n))
-	copy(dst, src[offset:offset+n])
-	return dst[:n], stored, nil
-}
-
-func (t *Tier) rangeBacking(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
-	t.backingReads.Add(1)
-	data, stored, err := t.backing.Range(key, offset, length, alloc)
-	if err != nil {
-		return nil, stored, fmt.Errorf("ram tier: range %s: backing: %w", key, err)
-	}
-	return data, stored, nil
-}
-
-// slotAlloc hands the backing the reserved arena slot when it asks for
-// the expected length (or that length rounded up for O_DIRECT, which the
-// slot's 4 KiB-multiple capacity holds), and the caller's allocator
-// otherwise (the value changed size since Lookup).
-type slotAlloc struct {
-	slot  []byte
-	user  engine.Allocator
-	inRAM bool
-}
-
-func (a *slotAlloc) Alloc(n int) []byte {
-	if a.slot != nil && !a.inRAM && n >= len(a.slot) && n <= cap(a.slot) {
-		a.inRAM = true
-		return a.slot[:n]
-	}
-	return a.user.Alloc(n)
-}
-
-// coldRead is the leader of a whole-value miss of key: it reserves a hidden
-// arena slot (RESERVED), has the backing read straight into it (no staging
-// copy), and publishes it as DURABLE unless a PUT or REMOVE of the key
-// fenced the fill meanwhile. The reply is copied out of the slot under the
-// reservation's pin, which becomes the transfer-pin on publish.
-func (t *Tier) coldRead(key wire.BlockKey, f *fill, alloc engine.Allocator) ([]byte, uint64, error) {
-	resolve := func(stored uint64, err error) {
-		t.mu.Lock()
-		if t.fills[key] == f {
-			delete(t.fills, key)
-		}
-		f.stored, f.err = stored, err
-		t.mu.Unlock()
-		close(f.done)
-	}
-	n, err := t.backing.Lookup(key)
-	if err != nil {
-		if wire.StatusOf(err) == wire.StatusNotFound {
-			t.nfMisses.Add(1)
-		}
-		err = fmt.Errorf("ram tier: range %s: backing: %w", key, err)
-		resolve(0, err)
-		return nil, 0, err
-	}
-	sa := &slotAlloc{user: alloc}
-	var r slab.SlotRef
-	reserved := false
-	if n > 0 && n <= t.extent {
-		t.mu.Lock()
-		if !f.fenced {
-			if rr, rerr := t.alloc.Reserve(n); rerr == nil {
-				r, reserved = rr, true
-				t.evictions.Add(uint64(len(t.alloc.Victims())))
-				sa.slot = t.slotBytes(r, n)
-			}
-		}
-		t.mu.Unlock()
-	}
-	t.backingReads.Add(1)
-	data, stored, err := t.backing.Range(key, 0, 0, sa)
-	if err != nil {
-		err = fmt.Errorf("ram tier: range %s: backing: %w", key, err)
-	}
-	if !sa.inRAM || err != nil {
-		// Nothing of ours holds the value: give the slot back.
-		t.mu.Lock()
-		if reserved {
-			t.alloc.Abort(r)
-			t.alloc.Release(r)
-		}
-		if err == nil && f.waiters > 0 {
-			f.data = append([]byte(nil), data...)
-		}
-		t.mu.Unlock()
-		resolve(stored, err)
-		return data, stored, err
-	}
-	// The value is in the reserved slot.
-	whole := stored == n && uint64(len(data)) == n && len(data) > 0 && &data[0] == &sa.slot[0]
-	t.mu.Lock()
-	pinned := r
-	if whole && !f.fenced && !t.ownerLocked(&key) {
-		if o, _, replaced := t.alloc.Publish(r, &key); replaced {
-			t.alloc.Release(o)
-		}
-		pr, _, _, aerr := t.alloc.Acquire(&key) // transfer-pin
-		if aerr != nil {
-			panic("BUG: ram tier: transfer-pin of a fresh slot: " + aerr.Error())
-		}
-		pinned = pr
-		f.published = true
-	} else {
-		t.alloc.Abort(r) // our pin keeps the bytes until the copy below
-	}
-	t.mu.Unlock()
-	out, _, cerr := copyOut(data, stored, 0, 0, alloc)
-	t.mu.Lock()
-	if !f.published && f.waiters > 0 {
-		f.data = append([]byte(nil), data...)
-	}
-	t.alloc.Release(pinned)
-	t.mu.Unlock()
-	resolve(stored, nil)
-	return out, stored, cerr
-}
-
-// Lookup implements engine.StoreEngine.
-func (t *Tier) Lookup(key wire.BlockKey) (uint64, error) {
-	if err := t.enter(); err != nil {
-		return 0, err
-	}
-	defer t.exit()
-	t.mu.Lock()
-	if t.removing[key] != nil {
-		t.mu.Unlock()
-		return 0, fmt.Errorf("ram tier: lookup %s: %w", key, wire.StatusNotFound)
-	}
-	if lg := t.large[key]; lg != nil {
-		t.mu.Unlock()
-		return lg.n, nil
-	}
-	_, n, ok := t.alloc.Lookup(&key)
-	t.mu.Unlock()
-	if ok {
-		return uint64(n), nil
-	}
-	stored, err := t.backing.Lookup(key)
-	if err != nil {
-		return 0, fmt.Errorf("ram tier: lookup %s: backing: %w", key, err)
-	}
-	return stored, nil
-}
-
-// Remove implements engine.StoreEngine. The key is hidden at once, a
-// queued flush is canceled, and an active flush or hidden cold-read
-// reservation is fenced: the backing's Remove runs only after the key's
-// flush in flight returned, so no later completion brings the key back.
-func (t *Tier) Remove(key wire.BlockKey) error {
-	if err := t.enter(); err != nil {
-		return err
-	}
-	defer t.exit()
-	t.mu.Lock()
-	for t.removing[key] != nil {
-		r := t.removing[key]
-		t.mu.Unlock()
-		<-r.done
-		t.mu.Lock()
-	}
-	found := t.unpublish(&key)
-	if p := t.dirty[key]; p != nil {
-		t.cancel(p, nil)
-		found = true
-	}
-	act := t.active[key]
-	t.fence(&key)
-	rm := &removal{done: make(chan struct{})}
-	t.removing[key] = rm
-	t.mu.Unlock()
-
-	if act != nil {
-		<-act.done
-	}
-	err := t.backing.Remove(key)
-
-	t.mu.Lock()
-	delete(t.removing, key)
-	t.fence(&key)
-	t.mu.Unlock()
-	close(rm.done)
-	switch {
-	case err == nil || (found && wire.StatusOf(err) == wire.StatusNotFound):
-		t.removes.Add(1)
-		return nil
-	case wire.StatusOf(err) == wire.StatusNotFound:
-		return fmt.Errorf("ram tier: remove %s: %w", key, wire.StatusNotFound)
-	default:
-		return fmt.Errorf("ram tier: remove %s: backing: %w", key, err)
-	}
-}
-
-// Flush waits until every value dirty when it is called has been flushed
-// to the backing (or canceled by a newer PUT or a Remove) and returns the
-// first flush error. Close flushes on its own; Flush is for callers that
-// want a durability point without closing (and for tests).
-func (t *Tier) Flush() error {
-	if err := t.enter(); err != nil {
-		return err
-	}
-	defer t.exit()
-	t.mu.Lock()
-	pend := make([]*entry, 0, len(t.dirty))
-	for _, e := range t.dirty {
-		pend = append(pend, e)
-	}
-	t.mu.Unlock()
-	var first error
-	for _, e := range pend {
-		if err := t.wait(e); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
 }
 
 // RAMStats are the tier's own counters, beside the engine.Stats it
@@ -1037,33 +463,45 @@ type RAMStats struct {
 	Hits              uint64
 	Misses            uint64
 	Puts              uint64
-	PutBypass         uint64 // PUTs that took the synchronous disk path for lack of RAM
+	PutBypass         uint64 // write-back PUTs that took the synchronous disk path: no RAM for them, or a quota-limited tenant
 	Flushed           uint64
 	FlushDropped      uint64 // flushes given up after every retry
 	Evictions         uint64 // DURABLE values dropped from RAM (still on the backing)
 	BackingReads      uint64 // Range calls the tier made on the backing
-	FlushThreads      int
+	FlushThreads      int    // actual workers: at least one per flush queue
+	FlushQueues       int    // one per disk, or one
+	Shards            int    // metadata lock shards after automatic halving
+	NUMA              string // the arena's memory policy as applied
 	Healthy           bool
 }
 
 // RAM returns a snapshot of the tier's own counters.
 func (t *Tier) RAM() RAMStats {
-	t.mu.Lock()
-	s := RAMStats{
-		ArenaUsedBytes: t.alloc.Used(),
-		LargeUsedBytes: t.largeUsed,
-		Objects:        t.alloc.Objects() + uint64(len(t.large)),
-		DirtyBytes:     t.dirtyBytes,
-		DirtyObjects:   uint64(len(t.dirty)),
-		FlushBacklog:   uint64(len(t.queue)),
+	var s RAMStats
+	for _, sh := range t.shards {
+		sh.mu.Lock()
+		s.ArenaUsedBytes += sh.alloc.Used()
+		s.Objects += sh.alloc.Objects()
+		s.DirtyObjects += uint64(len(sh.dirty))
+		sh.mu.Unlock()
 	}
-	t.mu.Unlock()
-	s.BudgetBytes = t.arenaBytes + t.largeBudget
-	s.ArenaBytes, s.LargeReserveBytes = t.arenaBytes, t.largeBudget
+	t.large.mu.Lock()
+	s.LargeUsedBytes = t.large.used
+	s.Objects += uint64(len(t.large.m))
+	t.large.mu.Unlock()
+	for _, q := range t.queues {
+		s.FlushBacklog += uint64(q.len())
+	}
+	s.DirtyBytes = t.dirtyBytes.Load()
+	s.BudgetBytes = t.arenaBytes + t.large.budget
+	s.ArenaBytes, s.LargeReserveBytes = t.arenaBytes, t.large.budget
 	s.Hits, s.Misses, s.Puts, s.PutBypass = t.hits.Load(), t.misses.Load(), t.puts.Load(), t.putBypass.Load()
 	s.Flushed, s.FlushDropped, s.Evictions = t.flushed.Load(), t.flushDropped.Load(), t.evictions.Load()
 	s.BackingReads = t.backingReads.Load()
 	s.FlushThreads = t.threads
+	s.FlushQueues = len(t.queues)
+	s.Shards = len(t.shards)
+	s.NUMA = t.numa
 	s.Healthy = !t.unhealthy.Load()
 	return s
 }
@@ -1084,9 +522,7 @@ func (t *Tier) RAM() RAMStats {
 // scrape), so a value whose flush commits between the two reads may be
 // counted twice for that instant; quiescent, the counts are exact.
 func (t *Tier) Stats() engine.Stats {
-	t.mu.Lock()
-	dnew, ddelta := t.dirtyNew, t.dirtyDelta
-	t.mu.Unlock()
+	dnew, ddelta := t.dirtyNew.Load(), t.dirtyDelta.Load()
 	s := t.backing.Stats()
 	s.Engine = Name + "+" + s.Engine
 	s.Objects = uint64(int64(s.Objects) + dnew)
@@ -1112,10 +548,9 @@ func (t *Tier) Close() error {
 	t.closed.Store(true)
 	t.closeMu.Unlock()
 
-	t.mu.Lock()
-	t.stopping = true
-	t.cond.Broadcast()
-	t.mu.Unlock()
+	for _, q := range t.queues {
+		q.stop()
+	}
 	t.workers.Wait() // the workers drain the queue before they exit
 
 	var errs []error
@@ -1125,11 +560,14 @@ func (t *Tier) Close() error {
 	if err := t.backing.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("backing: %w", err))
 	}
-	t.mu.Lock()
-	for k := range t.large {
-		t.unpublish(&k)
+	t.large.mu.Lock()
+	for k, lg := range t.large.m {
+		delete(t.large.m, k)
+		if err := t.large.unref(lg); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	t.mu.Unlock()
+	t.large.mu.Unlock()
 	if err := unmap(t.arena.mem); err != nil {
 		errs = append(errs, err)
 	}

@@ -31,9 +31,10 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// smallOpts: a 1 MiB arena of 64 KiB extents, no large reserve.
+// smallOpts: a 1 MiB arena of 64 KiB extents (one shard), no large
+// reserve, read coalescing on (the server's default).
 func smallOpts(b *memBacking) Options {
-	return Options{Backing: b, Bytes: 1 << 20, ExtentBytes: 64 << 10, LargeReserveBytes: NoLargeReserve, FlushThreads: 2}
+	return Options{Backing: b, Bytes: 1 << 20, ExtentBytes: 64 << 10, LargeReserveBytes: NoLargeReserve, FlushThreads: 2, ReadCoalesce: true}
 }
 
 func get(t *testing.T, tr *Tier, k wire.BlockKey) ([]byte, error) {
@@ -299,9 +300,10 @@ func TestSameKeyOverlappingPutsJoinPendingCommit(t *testing.T) {
 	}
 	go func() { second <- tr.Cache(k, v2) }()
 	eventually(t, "the superseding PUT to be admitted", func() bool {
-		tr.mu.Lock()
-		defer tr.mu.Unlock()
-		p := tr.dirty[k]
+		sh := tr.shardOf(&k)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		p := sh.dirty[k]
 		return p != nil && p.n == uint64(len(v2))
 	})
 	mustGet(t, tr, k, v2)
@@ -336,9 +338,10 @@ func TestCoalescedColdReadsCountOneBackingRead(t *testing.T) {
 		wg.Go(func() { got[i], errs[i] = get(t, tr, k) })
 	}
 	eventually(t, "all readers on one fill", func() bool {
-		tr.mu.Lock()
-		defer tr.mu.Unlock()
-		f := tr.fills[k]
+		sh := tr.shardOf(&k)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		f := sh.fills[k]
 		return f != nil && f.waiters == readers-1 && m.ranges.Load() == 1
 	})
 	open()
@@ -450,9 +453,10 @@ func TestRemoveDuringFlushNeverResurrects(t *testing.T) {
 		t.Fatalf("Remove: %v", err)
 	}
 	eventually(t, "the held flush to settle", func() bool {
-		tr.mu.Lock()
-		defer tr.mu.Unlock()
-		return len(tr.active) == 0
+		sh := tr.shardOf(&k)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return len(sh.active) == 0
 	})
 	if _, ok := m.get(k); ok {
 		t.Fatal("the fenced flush left the value on the backing")

@@ -174,7 +174,8 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if tier != nil {
 		r := tier.RAM()
 		log.Info("RAM tier on", "bytes", r.BudgetBytes, "arena_bytes", r.ArenaBytes, "large_reserve_bytes", r.LargeReserveBytes,
-			"write_mode", sc.RAMWriteMode, "put_ack_mode", sc.PutAckMode, "flush_threads", r.FlushThreads)
+			"write_mode", sc.RAMWriteMode, "put_ack_mode", sc.PutAckMode, "flush_threads", r.FlushThreads,
+			"shards", r.Shards, "flush_queues", r.FlushQueues, "numa", r.NUMA, "read_coalesce", sc.ReadCoalesce == 1)
 	}
 	log.Info("dfkv server listening",
 		"id", serverID(cfg, ln.Addr()),
@@ -290,25 +291,43 @@ func openRAMTier(sc config.Server, group *engine.Group, log *slog.Logger) (*ramt
 	if sc.RAMTierBytes == 0 {
 		return nil, fmt.Errorf("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES), e.g. 8GiB")
 	}
-	if group.Quotas() != nil && sc.RAMWriteMode == "writeback" {
-		// A write-back PUT is acknowledged before its flush meets the
-		// quota check, so a refused flush would drop an acknowledged
-		// value. The seed's answer (limited tenants bypass write-back) is
-		// not built yet; refuse the combination rather than lose data.
-		return nil, fmt.Errorf("tenant quotas with the RAM tier in writeback mode are not supported yet; use --ram-write-mode=writearound, or run without quotas")
-	}
 	threads := sc.RAMFlushThreads
 	if threads == 0 {
 		threads = min(4*len(sc.Disks), 16)
 	}
+	// NB: a write-back PUT is acknowledged before its flush meets the
+	// quota check, so a flush refused for quota would drop an acknowledged
+	// value. Limited tells the tier which tenants have a quota; their PUTs
+	// skip write-back and get the quota's answer synchronously.
+	var limited func(uint64) bool
+	if q := group.Quotas(); q != nil {
+		limited = func(tenant uint64) bool { return q.Limit(tenant) != 0 }
+	}
 	t, err := ramtier.Open(ramtier.Options{
 		Backing: group, Bytes: sc.RAMTierBytes, Mode: sc.RAMWriteMode, AckMode: sc.PutAckMode,
 		FlushThreads: threads, MaxValueBytes: sc.MaxBlockBytes, Logger: log,
+		LargeReserveBytes: largeReserve(sc.RAMTierLargeReserve), Shards: sc.RAMTierShards, NUMA: sc.RAMTierNUMA,
+		ReadCoalesce: sc.ReadCoalesce == 1, DiskOf: group.DiskOf, Disks: len(group.Names()), Limited: limited,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("RAM tier (server.ram_tier_bytes / DFKV_RAM_TIER_BYTES): %w", err)
+		// NB: the tier's errors name the problem (budget, reserve, NUMA
+		// policy); the settings behind them all start with ram_tier.
+		return nil, fmt.Errorf("RAM tier (server.ram_tier_* / DFKV_RAM_TIER_*): %w", err)
 	}
 	return t, nil
+}
+
+// largeReserve maps server.ram_tier_large_reserve_bytes to
+// ramtier.Options.LargeReserveBytes, whose zero value means the default:
+// auto is 0 there, and the operator's 0 ("no reserve") is NoLargeReserve.
+func largeReserve(v int64) int64 {
+	switch v {
+	case config.SizeAuto:
+		return 0
+	case 0:
+		return ramtier.NoLargeReserve
+	}
+	return v
 }
 
 // Automatic slab sizing: a new disk gets a quarter of its free space, at

@@ -3,12 +3,17 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/engine/ramtier"
+	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
 
@@ -68,8 +73,7 @@ func TestRAMTierNode(t *testing.T) {
 	}
 }
 
-// TestRAMTierRefusals: the tier needs a size, and refuses write-back with
-// quotas (an acknowledged PUT could be refused at flush).
+// TestRAMTierRefusals: the tier needs a size.
 func TestRAMTierRefusals(t *testing.T) {
 	dir := t.TempDir()
 	f := func(flags map[string][]string, want string) {
@@ -86,6 +90,72 @@ func TestRAMTierRefusals(t *testing.T) {
 		}
 	}
 	f(map[string][]string{"disk": {dir + "/a"}, "disk-capacity": {"256MiB"}, "ram-tier": {"1"}, "http-listen": {""}}, "DFKV_RAM_TIER_BYTES")
-	f(map[string][]string{"disk": {dir + "/b"}, "disk-capacity": {"256MiB"}, "ram-tier": {"1"}, "ram-tier-bytes": {"64MiB"},
-		"tenant-default-quota": {"1GiB"}, "http-listen": {""}}, "writearound")
+}
+
+// TestRAMTierWriteBackQuota: with the tier in write-back and tenant quotas
+// on, a limited tenant's PUT that would pass its quota gets QUOTA_EXCEEDED
+// as its own answer, not an OK from RAM followed by a flush that drops the
+// value; a tenant without a quota keeps write-back and is not held to the
+// other's limit.
+func TestRAMTierWriteBackQuota(t *testing.T) {
+	dir := t.TempDir()
+	quotas := filepath.Join(dir, "quotas.toml")
+	// A namespace that is not a canonical descriptor is its own tenant.
+	if err := os.WriteFile(quotas, []byte("[tenants]\ncapped = \"1MiB\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr, _, _ := runNode(t, map[string][]string{
+		"disk": {dir + "/d0", dir + "/d1"}, "disk-capacity": {"256MiB"},
+		"ram-tier": {"1"}, "ram-tier-bytes": {"128MiB"}, "ram-write-mode": {"writeback"}, "put-ack-mode": {"ram"},
+		"tenant-quotas-file": {quotas},
+	})
+	connect := func(ns string) *client.Client {
+		t.Helper()
+		cl, err := client.Open(client.Options{Namespace: []byte(ns), Members: []string{addr}, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cl.Close() })
+		return cl
+	}
+	capped, free := connect("capped"), connect("free")
+	ctx := context.Background()
+	v := bytes.Repeat([]byte{7}, 400<<10)
+
+	for _, k := range []string{"a", "b"} { // 800KiB of 1MiB
+		if err := capped.Put(ctx, []byte(k), v); err != nil {
+			t.Fatalf("capped PUT %s within the quota: %v", k, err)
+		}
+	}
+	if err := capped.Put(ctx, []byte("c"), v); !errors.Is(err, wire.StatusQuotaExceeded) {
+		t.Fatalf("capped PUT c past the 1MiB quota: %v; want %v synchronously", err, wire.StatusQuotaExceeded)
+	}
+	if _, err := capped.GetAuto(ctx, []byte("c")); !errors.Is(err, wire.StatusNotFound) {
+		t.Fatalf("GET of the refused key: %v; want %v", err, wire.StatusNotFound)
+	}
+	for _, k := range []string{"a", "b"} {
+		if got, err := capped.GetAuto(ctx, []byte(k)); err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("capped GET %s: %v", k, err)
+		}
+	}
+
+	for _, k := range []string{"a", "b", "c", "d", "e"} { // 2000KiB, no quota
+		if err := free.Put(ctx, []byte(k), v); err != nil {
+			t.Fatalf("unlimited tenant's PUT %s: %v", k, err)
+		}
+	}
+}
+
+// TestLargeReserve: the operator's auto is the tier's zero value, and the
+// operator's 0 ("no reserve") is NoLargeReserve, not the tier's default.
+func TestLargeReserve(t *testing.T) {
+	f := func(setting, want int64) {
+		t.Helper()
+		if got := largeReserve(setting); got != want {
+			t.Errorf("largeReserve(%d) = %d; want %d", setting, got, want)
+		}
+	}
+	f(config.SizeAuto, 0)
+	f(0, ramtier.NoLargeReserve)
+	f(64<<20, 64<<20)
 }

@@ -19,7 +19,7 @@ var (
 	descRAMHit          = ramDesc("hit_total", "GETs answered from RAM.")
 	descRAMMiss         = ramDesc("miss_total", "GETs RAM could not answer.")
 	descRAMPut          = ramDesc("put_total", "PUTs admitted into RAM.")
-	descRAMPutBypass    = ramDesc("put_bypass_total", "PUTs that took the synchronous disk path for lack of RAM.")
+	descRAMPutBypass    = ramDesc("put_bypass_total", "Write-back PUTs that took the synchronous disk path: no RAM for them, or a tenant with a quota.")
 	descRAMFlushed      = ramDesc("flushed_total", "Values flushed from RAM to disk.")
 	descRAMFlushDropped = ramDesc("flush_dropped_total", "Flushes given up after every retry.")
 	descRAMEvictions    = ramDesc("evictions_total", "Durable values dropped from RAM (still on disk).")

@@ -1,0 +1,301 @@
+package ramtier
+
+import (
+	"fmt"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/slab"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// Range implements engine.StoreEngine: RAM first (a transfer-pin keeps the
+// slot while the bytes are copied out), then the backing. A whole-value
+// miss reads straight into a reserved, hidden arena slot and publishes it
+// as DURABLE; with ReadCoalesce, identical concurrent misses share that
+// one backing read, and without it they read the backing on their own
+// (one fill per key at a time; the others fill nothing). Partial misses
+// read the backing and fill nothing.
+func (t *Tier) Range(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
+	if err := t.enter(); err != nil {
+		return nil, 0, err
+	}
+	defer t.exit()
+	s := t.shardOf(&key)
+	join := t.coalesce
+	for {
+		s.mu.Lock()
+		if s.removing[key] != nil {
+			s.mu.Unlock()
+			t.nfMisses.Add(1)
+			return nil, 0, fmt.Errorf("ram tier: range %s: %w", key, wire.StatusNotFound)
+		}
+		if data, stored, err, ok := t.rangeRAM(s, &key, offset, length, alloc); ok {
+			return data, stored, err
+		}
+		t.misses.Add(1)
+		if offset != 0 || length != 0 {
+			s.mu.Unlock()
+			return t.rangeBacking(key, offset, length, alloc)
+		}
+		if f := s.fills[key]; f != nil {
+			if !join {
+				s.mu.Unlock()
+				return t.rangeBacking(key, offset, length, alloc)
+			}
+			f.waiters++
+			s.mu.Unlock()
+			<-f.done
+			if f.err != nil {
+				if wire.StatusOf(f.err) == wire.StatusNotFound {
+					t.nfMisses.Add(1)
+				}
+				return nil, 0, f.err
+			}
+			if f.data != nil {
+				return copyOut(f.data, f.stored, 0, 0, alloc)
+			}
+			// Published (read it from RAM) or fenced (read the backing
+			// on our own rather than join another fill).
+			join = f.published
+			continue
+		}
+		f := &fill{done: make(chan struct{})}
+		s.fills[key] = f
+		s.mu.Unlock()
+		return t.coldRead(s, key, f, alloc)
+	}
+}
+
+// rangeRAM serves key from RAM if it is there. The caller holds s.mu; it
+// is released when ok.
+func (t *Tier) rangeRAM(s *shard, key *wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error, bool) {
+	t.large.mu.Lock()
+	if lg := t.large.m[*key]; lg != nil {
+		lg.refs++ // transfer-pin
+		t.large.mu.Unlock()
+		s.mu.Unlock()
+		t.hits.Add(1)
+		data, stored, err := copyOut(lg.mem[:lg.n], lg.n, offset, length, alloc)
+		t.unrefLarge(lg)
+		return data, stored, err, true
+	}
+	t.large.mu.Unlock()
+	r, n, ok, err := s.alloc.Acquire(key)
+	if !ok {
+		return nil, 0, nil, false
+	}
+	if err != nil {
+		s.mu.Unlock()
+		return nil, 0, fmt.Errorf("ram tier: range %s: %w: %w", *key, err, wire.StatusUnavailable), true
+	}
+	src := t.slotBytes(s, r, uint64(n))
+	s.mu.Unlock()
+	t.hits.Add(1)
+	data, stored, err := copyOut(src, uint64(n), offset, length, alloc)
+	s.mu.Lock()
+	s.alloc.Release(r)
+	s.mu.Unlock()
+	return data, stored, err, true
+}
+
+// copyOut applies the range contract to a resident value src.
+func copyOut(src []byte, stored, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
+	if offset > stored {
+		return nil, stored, fmt.Errorf("ram tier: range: offset %d past the stored length %d: %w", offset, stored, wire.StatusInvalid)
+	}
+	n := stored - offset
+	if length != 0 && length < n {
+		n = length
+	}
+	if n == 0 {
+		return nil, stored, nil
+	}
+	dst := alloc.Alloc(int(n))
+	copy(dst, src[offset:offset+n])
+	return dst[:n], stored, nil
+}
+
+func (t *Tier) rangeBacking(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
+	t.backingReads.Add(1)
+	data, stored, err := t.backing.Range(key, offset, length, alloc)
+	if err != nil {
+		return nil, stored, fmt.Errorf("ram tier: range %s: backing: %w", key, err)
+	}
+	return data, stored, nil
+}
+
+// slotAlloc hands the backing the reserved arena slot when it asks for
+// the expected length (or that length rounded up for O_DIRECT, which the
+// slot's 4 KiB-multiple capacity holds), and the caller's allocator
+// otherwise (the value changed size since Lookup).
+type slotAlloc struct {
+	slot  []byte
+	user  engine.Allocator
+	inRAM bool
+}
+
+func (a *slotAlloc) Alloc(n int) []byte {
+	if a.slot != nil && !a.inRAM && n >= len(a.slot) && n <= cap(a.slot) {
+		a.inRAM = true
+		return a.slot[:n]
+	}
+	return a.user.Alloc(n)
+}
+
+// coldRead is the leader of a whole-value miss of key: it reserves a hidden
+// arena slot (RESERVED), has the backing read straight into it (no staging
+// copy), and publishes it as DURABLE unless a PUT or REMOVE of the key
+// fenced the fill meanwhile. The reply is copied out of the slot under the
+// reservation's pin, which becomes the transfer-pin on publish.
+func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, alloc engine.Allocator) ([]byte, uint64, error) {
+	resolve := func(stored uint64, err error) {
+		s.mu.Lock()
+		if s.fills[key] == f {
+			delete(s.fills, key)
+		}
+		f.stored, f.err = stored, err
+		s.mu.Unlock()
+		close(f.done)
+	}
+	n, err := t.backing.Lookup(key)
+	if err != nil {
+		if wire.StatusOf(err) == wire.StatusNotFound {
+			t.nfMisses.Add(1)
+		}
+		err = fmt.Errorf("ram tier: range %s: backing: %w", key, err)
+		resolve(0, err)
+		return nil, 0, err
+	}
+	sa := &slotAlloc{user: alloc}
+	var r slab.SlotRef
+	reserved := false
+	if n > 0 && n <= t.extent {
+		s.mu.Lock()
+		if !f.fenced {
+			if rr, rerr := s.alloc.Reserve(n); rerr == nil {
+				r, reserved = rr, true
+				t.evictions.Add(uint64(len(s.alloc.Victims())))
+				sa.slot = t.slotBytes(s, r, n)
+			}
+		}
+		s.mu.Unlock()
+	}
+	t.backingReads.Add(1)
+	data, stored, err := t.backing.Range(key, 0, 0, sa)
+	if err != nil {
+		err = fmt.Errorf("ram tier: range %s: backing: %w", key, err)
+	}
+	if !sa.inRAM || err != nil {
+		// Nothing of ours holds the value: give the slot back.
+		s.mu.Lock()
+		if reserved {
+			s.alloc.Abort(r)
+			s.alloc.Release(r)
+		}
+		if err == nil && f.waiters > 0 {
+			f.data = append([]byte(nil), data...)
+		}
+		s.mu.Unlock()
+		resolve(stored, err)
+		return data, stored, err
+	}
+	// The value is in the reserved slot.
+	whole := stored == n && uint64(len(data)) == n && len(data) > 0 && &data[0] == &sa.slot[0]
+	s.mu.Lock()
+	pinned := r
+	if whole && !f.fenced && !t.ownerLocked(s, &key) {
+		if o, _, replaced := s.alloc.Publish(r, &key); replaced {
+			s.alloc.Release(o)
+		}
+		pr, _, _, aerr := s.alloc.Acquire(&key) // transfer-pin
+		if aerr != nil {
+			panic("BUG: ram tier: transfer-pin of a fresh slot: " + aerr.Error())
+		}
+		pinned = pr
+		f.published = true
+	} else {
+		s.alloc.Abort(r) // our pin keeps the bytes until the copy below
+	}
+	s.mu.Unlock()
+	out, _, cerr := copyOut(data, stored, 0, 0, alloc)
+	s.mu.Lock()
+	if !f.published && f.waiters > 0 {
+		f.data = append([]byte(nil), data...)
+	}
+	s.alloc.Release(pinned)
+	s.mu.Unlock()
+	resolve(stored, nil)
+	return out, stored, cerr
+}
+
+// Lookup implements engine.StoreEngine.
+func (t *Tier) Lookup(key wire.BlockKey) (uint64, error) {
+	if err := t.enter(); err != nil {
+		return 0, err
+	}
+	defer t.exit()
+	s := t.shardOf(&key)
+	s.mu.Lock()
+	if s.removing[key] != nil {
+		s.mu.Unlock()
+		return 0, fmt.Errorf("ram tier: lookup %s: %w", key, wire.StatusNotFound)
+	}
+	if lg := t.largeOf(&key); lg != nil {
+		s.mu.Unlock()
+		return lg.n, nil
+	}
+	_, n, ok := s.alloc.Lookup(&key)
+	s.mu.Unlock()
+	if ok {
+		return uint64(n), nil
+	}
+	stored, err := t.backing.Lookup(key)
+	if err != nil {
+		return 0, fmt.Errorf("ram tier: lookup %s: backing: %w", key, err)
+	}
+	return stored, nil
+}
+
+// Remove implements engine.StoreEngine. The key is hidden at once, a
+// queued flush is canceled, and an active flush or hidden cold-read
+// reservation is fenced: the backing's Remove runs only after the key's
+// flush in flight returned, so no later completion brings the key back.
+func (t *Tier) Remove(key wire.BlockKey) error {
+	if err := t.enter(); err != nil {
+		return err
+	}
+	defer t.exit()
+	s := t.shardOf(&key)
+	s.mu.Lock()
+	waitRemoval(s, &key)
+	found := t.unpublish(s, &key)
+	if p := s.dirty[key]; p != nil {
+		t.cancel(p, nil)
+		found = true
+	}
+	act := s.active[key]
+	fence(s, &key)
+	rm := &removal{done: make(chan struct{})}
+	s.removing[key] = rm
+	s.mu.Unlock()
+
+	if act != nil {
+		<-act.done
+	}
+	err := t.backing.Remove(key)
+
+	s.mu.Lock()
+	delete(s.removing, key)
+	fence(s, &key)
+	s.mu.Unlock()
+	close(rm.done)
+	switch {
+	case err == nil || (found && wire.StatusOf(err) == wire.StatusNotFound):
+		t.removes.Add(1)
+		return nil
+	case wire.StatusOf(err) == wire.StatusNotFound:
+		return fmt.Errorf("ram tier: remove %s: %w", key, wire.StatusNotFound)
+	default:
+		return fmt.Errorf("ram tier: remove %s: backing: %w", key, err)
+	}
+}

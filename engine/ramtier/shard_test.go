@@ -1,0 +1,241 @@
+package ramtier
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/enginetest"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// In-process tests of the lock shards, the per-disk flush queues, the
+// read-coalescing switch and the quota-limited bypass.
+
+func TestShardCount(t *testing.T) {
+	for _, c := range []struct {
+		want    int
+		extents uint64
+		got     int
+	}{
+		{8, 1, 1}, {8, 31, 1}, {8, 63, 1}, {8, 64, 2}, {8, 255, 4}, {8, 256, 8}, {8, 100000, 8},
+		{64, 64 * 32, 64}, {64, 64*32 - 1, 32}, {1, 100000, 1}, {3, 96, 3}, {3, 95, 1},
+	} {
+		if n := shardCount(c.want, c.extents); n != c.got {
+			t.Errorf("shardCount(%d, %d) = %d, want %d", c.want, c.extents, n, c.got)
+		}
+	}
+	for _, c := range []struct{ extents, n uint64 }{{64, 2}, {100, 3}, {257, 8}, {5, 5}} {
+		sum := uint64(0)
+		for i := range int(c.n) {
+			s := splitExtents(c.extents, int(c.n), i)
+			if s != c.extents/c.n && s != c.extents/c.n+1 {
+				t.Errorf("splitExtents(%d, %d, %d) = %d: uneven", c.extents, c.n, i, s)
+			}
+			sum += s
+		}
+		if sum != c.extents {
+			t.Errorf("splitExtents(%d, %d, ·) sums to %d", c.extents, c.n, sum)
+		}
+	}
+}
+
+// TestShardsPartitionTheArena: with several shards, every shard's slots
+// are distinct arena bytes (values written through different shards never
+// overwrite each other), the reported shard count is the halved one, and
+// an out-of-range request is refused.
+func TestShardsPartitionTheArena(t *testing.T) {
+	m := newMem()
+	// 128 extents of 64 KiB: 4 shards of 32 (8 asked, halved twice).
+	tr := openTier(t, Options{Backing: m, Bytes: 128 * 64 << 10, ExtentBytes: 64 << 10, LargeReserveBytes: NoLargeReserve,
+		Shards: 8, FlushThreads: 2})
+	defer tr.Close()
+	if s := tr.RAM(); s.Shards != 4 {
+		t.Fatalf("Shards = %d, want 4 (8 halved while a shard would hold < 32 extents)", s.Shards)
+	}
+	used := map[*shard]int{}
+	const n = 400
+	for i := range n {
+		k := key(1000 + i)
+		used[tr.shardOf(&k)]++
+		if err := tr.Cache(k, val(uint64(i), 5000+i)); err != nil {
+			t.Fatalf("Cache %d: %v", i, err)
+		}
+	}
+	if len(used) != 4 {
+		t.Fatalf("%d keys landed on %d shards, want all 4", n, len(used))
+	}
+	for i := range n {
+		mustGet(t, tr, key(1000+i), val(uint64(i), 5000+i))
+	}
+	if s := tr.RAM(); s.Objects != n || s.Hits != n {
+		t.Fatalf("after %d PUTs and GETs: %+v", n, s)
+	}
+	checkTier(t, tr)
+
+	for _, bad := range []int{-1, MaxShards + 1} {
+		_, err := Open(Options{Backing: newMem(), Bytes: 1 << 20, ExtentBytes: 64 << 10, Shards: bad})
+		enginetest.WantStatus(t, err, wire.StatusInvalid, fmt.Sprintf("Open with %d shards", bad))
+	}
+}
+
+// diskGated is a backing whose Cache of keys on disk 0 (by diskOfTest)
+// waits for gate: one slow disk.
+type diskGated struct {
+	*memBacking
+	gate chan struct{}
+}
+
+func diskOfTest(k wire.BlockKey) int { return int(k.ID[0] & 1) }
+
+func (d *diskGated) Cache(k wire.BlockKey, v []byte) error {
+	if diskOfTest(k) == 0 {
+		<-d.gate
+	}
+	return d.memBacking.Cache(k, v)
+}
+
+func keyOnDisk(disk, from int) wire.BlockKey {
+	for i := from; ; i++ {
+		if k := key(i); diskOfTest(k) == disk {
+			return k
+		}
+	}
+}
+
+// TestSlowDiskBacksUpOnlyItsOwnFlushes: with one flush queue per disk, a
+// disk whose writes hang holds back only its own keys' flushes; the other
+// disk's flushes complete. One worker was asked for; the tier runs one
+// per queue and reports it.
+func TestSlowDiskBacksUpOnlyItsOwnFlushes(t *testing.T) {
+	d := &diskGated{memBacking: newMem(), gate: make(chan struct{})}
+	o := smallOpts(d.memBacking)
+	o.Backing = d
+	o.FlushThreads = 1
+	o.DiskOf, o.Disks = diskOfTest, 2
+	tr := openTier(t, o)
+	defer tr.Close()
+	defer close(d.gate)
+	if s := tr.RAM(); s.FlushThreads != 2 || s.FlushQueues != 2 {
+		t.Fatalf("FlushThreads %d FlushQueues %d, want 2 and 2", s.FlushThreads, s.FlushQueues)
+	}
+	slow := []wire.BlockKey{keyOnDisk(0, 1), keyOnDisk(0, 100)}
+	fast := keyOnDisk(1, 200)
+	for i, k := range slow {
+		if err := tr.Cache(k, val(uint64(i), 3000)); err != nil {
+			t.Fatalf("Cache on the slow disk: %v", err)
+		}
+	}
+	if err := tr.Cache(fast, val(9, 3000)); err != nil {
+		t.Fatalf("Cache on the fast disk: %v", err)
+	}
+	eventually(t, "the fast disk's flush while the slow disk hangs", func() bool {
+		_, ok := d.get(fast)
+		return ok
+	})
+	for _, k := range slow {
+		if _, ok := d.get(k); ok {
+			t.Fatal("a slow-disk flush completed through a closed gate")
+		}
+		mustGet(t, tr, k, val(uint64(map[wire.BlockKey]int{slow[0]: 0, slow[1]: 1}[k]), 3000))
+	}
+	if s := tr.RAM(); s.DirtyObjects != 2 {
+		t.Fatalf("DirtyObjects = %d, want the 2 slow-disk values", s.DirtyObjects)
+	}
+}
+
+// TestReadCoalesceOff: without coalescing, identical concurrent misses
+// each read the backing (none waits for another's fill), every reader gets
+// the bytes, and one of them still fills RAM for the next read.
+func TestReadCoalesceOff(t *testing.T) {
+	m := newMem()
+	k, v := key(6), val(6, 50000)
+	m.vals[k] = v
+	o := smallOpts(m)
+	o.ReadCoalesce = false
+	tr := openTier(t, o)
+	defer tr.Close()
+	open := m.gateRange()
+	const readers = 4
+	var wg sync.WaitGroup
+	errs := make([]error, readers)
+	got := make([][]byte, readers)
+	for i := range readers {
+		wg.Go(func() { got[i], errs[i] = get(t, tr, k) })
+	}
+	eventually(t, "every reader at the backing", func() bool { return m.ranges.Load() == readers })
+	open()
+	wg.Wait()
+	for i := range readers {
+		if errs[i] != nil || !bytes.Equal(got[i], v) {
+			t.Fatalf("reader %d: %v, %d bytes", i, errs[i], len(got[i]))
+		}
+	}
+	mustGet(t, tr, k, v)
+	if r := m.ranges.Load(); r != readers {
+		t.Fatalf("the read after the fill went to the backing (%d reads)", r)
+	}
+}
+
+// quotaBacking refuses every write of tenant 7 with QUOTA_EXCEEDED, as a
+// Group with that tenant at its quota does.
+type quotaBacking struct{ *memBacking }
+
+func (q quotaBacking) Cache(k wire.BlockKey, v []byte) error {
+	if k.Tenant == 7 {
+		return fmt.Errorf("tenant 7 at its quota: %w", wire.StatusQuotaExceeded)
+	}
+	return q.memBacking.Cache(k, v)
+}
+
+// TestLimitedTenantBypassesWriteBack: a tenant with a quota gets its
+// PUT's quota verdict synchronously (the backing's QUOTA_EXCEEDED, not a
+// RAM acknowledgement whose flush would later be refused and dropped), and
+// nothing of it is left in RAM; other tenants still go through write-back.
+func TestLimitedTenantBypassesWriteBack(t *testing.T) {
+	m := newMem()
+	o := smallOpts(m)
+	o.Backing = quotaBacking{m}
+	o.Limited = func(tenant uint64) bool { return tenant == 7 }
+	tr := openTier(t, o)
+	defer tr.Close()
+
+	limited := key(1)
+	limited.Tenant = 7
+	enginetest.WantStatus(t, tr.Cache(limited, val(1, 4000)), wire.StatusQuotaExceeded, "PUT of a tenant at its quota")
+	wantNotFound(t, tr, limited, "after the refused PUT")
+	if s := tr.RAM(); s.Objects != 0 || s.DirtyObjects != 0 || s.PutBypass != 1 {
+		t.Fatalf("after the refused PUT: %+v", s)
+	}
+
+	// An unlimited tenant's PUT is acknowledged from RAM: with the flush
+	// held, it is visible before the backing has it.
+	open := m.gateCache()
+	free := key(2)
+	if err := tr.Cache(free, val(2, 4000)); err != nil {
+		t.Fatalf("PUT of an unlimited tenant: %v", err)
+	}
+	if _, ok := m.get(free); ok {
+		t.Fatal("the unlimited tenant's PUT went to the backing synchronously")
+	}
+	mustGet(t, tr, free, val(2, 4000))
+	open()
+	if err := tr.Flush(); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+
+	// Without Limited, the same PUT is acknowledged from RAM and its
+	// flush is then refused and dropped: what the bypass exists to avoid.
+	o.Limited = nil
+	tr2 := openTier(t, o)
+	defer tr2.Close()
+	if err := tr2.Cache(limited, val(1, 4000)); err != nil {
+		t.Fatalf("write-back PUT without the bypass: %v", err)
+	}
+	enginetest.WantStatus(t, tr2.Flush(), wire.StatusQuotaExceeded, "the flush of the over-quota value")
+	wantNotFound(t, tr2, limited, "after the dropped flush")
+}
+
+var _ engine.StoreEngine = (*diskGated)(nil)

@@ -1,0 +1,349 @@
+package ramtier
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// Cache implements engine.StoreEngine.
+func (t *Tier) Cache(key wire.BlockKey, value []byte) error {
+	if err := t.enter(); err != nil {
+		return err
+	}
+	defer t.exit()
+	e, err := t.cache(key, value)
+	if e != nil && t.diskAck {
+		return t.wait(e)
+	}
+	return err
+}
+
+// CacheBatch implements engine.StoreEngine: items are admitted in order
+// (so a repeated key ends with its last value); with disk acknowledgement
+// the flushes of all items are then waited for together.
+func (t *Tier) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
+	if err := t.enter(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return
+	}
+	defer t.exit()
+	pend := make([]*entry, len(keys))
+	for i := range keys {
+		pend[i], errs[i] = t.cache(keys[i], values[i])
+	}
+	if t.diskAck {
+		for i, e := range pend {
+			if e != nil {
+				errs[i] = t.wait(e)
+			}
+		}
+	}
+}
+
+// wait returns the commit result of e, following supersession: a
+// generation replaced before it reached the backing reports the result of
+// the one that replaced it.
+func (t *Tier) wait(e *entry) error {
+	for {
+		<-e.done
+		if e.super == nil {
+			return e.err
+		}
+		e = e.super
+	}
+}
+
+// cache admits one PUT. It returns the pending generation when the value
+// went to RAM (nil when it went to the backing synchronously, or when a
+// concurrent Remove made it moot).
+func (t *Tier) cache(key wire.BlockKey, value []byte) (*entry, error) {
+	n := uint64(len(value))
+	if n == 0 {
+		return nil, fmt.Errorf("ram tier: cache %s: zero-byte value: %w", key, wire.StatusInvalid)
+	}
+	if n > t.maxValue {
+		return nil, fmt.Errorf("ram tier: cache %s: %d-byte value exceeds the %d-byte maximum: %w", key, n, t.maxValue, wire.StatusTooLarge)
+	}
+	st := t.stripeOf(&key)
+	st.Lock()
+	defer st.Unlock()
+	if !t.writeBack {
+		return nil, t.writeThrough(key, value, false)
+	}
+	if (n > t.extent && n > t.large.budget) || (t.limited != nil && t.limited(key.Tenant)) {
+		// No RAM budget can hold it, or its tenant has a quota: a PUT
+		// acknowledged from RAM would meet the quota only at flush time,
+		// where a refusal would drop an acknowledged value (seed: a
+		// limited tenant bypasses write-back).
+		return nil, t.writeThrough(key, value, true)
+	}
+	// The backing's current length of key, for Stats (a dirty value of a
+	// key the backing lacks is one more object).
+	shadow, lerr := t.backing.Lookup(key)
+	had := lerr == nil
+
+	s := t.shardOf(&key)
+	s.mu.Lock()
+	for {
+		waitRemoval(s, &key)
+		// Same-key PUT while a flush is pending: identical bytes join its
+		// commit result (keys are content-addressed, so this is the normal
+		// case); different bytes supersede it (the engine contract
+		// replaces). sameBytes drops mu while it compares, so look again.
+		p := s.dirty[key]
+		if p == nil || p.n != n {
+			break
+		}
+		if t.sameBytes(p, value) {
+			s.mu.Unlock()
+			t.puts.Add(1)
+			return p, nil
+		}
+		if s.dirty[key] == p && s.removing[key] == nil {
+			break
+		}
+	}
+	owned := t.ownerLocked(s, &key)
+	if dirty := t.dirtyBytes.Load(); !owned && t.dirtyLimit > 0 && dirty+n > t.dirtyLimit {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("ram tier: cache %s: %d dirty bytes + %d would pass the %d-byte watermark while flushes catch up: %w",
+			key, dirty, n, t.dirtyLimit, wire.StatusCacheFull)
+	}
+	e := &entry{key: key, sh: s, q: t.queueOf(&key), n: n, had: had, shadow: shadow, done: make(chan struct{})}
+	var dst []byte
+	if n <= t.extent {
+		r, err := s.alloc.Reserve(n)
+		if err != nil {
+			// Every slot is pinned: the one synchronous disk path.
+			s.mu.Unlock()
+			return nil, t.writeThrough(key, value, true)
+		}
+		t.evictions.Add(uint64(len(s.alloc.Victims())))
+		e.ref = r
+		dst = t.slotBytes(s, r, n)
+	} else {
+		t.large.mu.Lock()
+		evicted, ok := t.large.charge(roundPage(n))
+		t.large.mu.Unlock()
+		t.evictions.Add(uint64(evicted))
+		if !ok {
+			s.mu.Unlock()
+			return nil, t.writeThrough(key, value, true)
+		}
+	}
+	fence(s, &key)
+	s.mu.Unlock()
+
+	if dst == nil {
+		mem, err := mapAnon(roundPage(n))
+		if err != nil {
+			t.large.mu.Lock()
+			t.large.used -= roundPage(n)
+			t.large.mu.Unlock()
+			t.log.Warn("ram tier: dedicated allocation failed; writing to disk", "key", key, "bytes", n, "err", err)
+			return nil, t.writeThrough(key, value, true)
+		}
+		e.lg = &largeBuf{mem: mem, n: n, refs: 1}
+		dst = mem[:n]
+	}
+	copy(dst, value)
+
+	s.mu.Lock()
+	if s.removing[key] != nil {
+		// A Remove of the key started while we copied: the PUT happened,
+		// then the Remove. Nothing becomes visible.
+		if e.lg != nil {
+			t.unrefLarge(e.lg)
+		} else {
+			s.alloc.Abort(e.ref)
+			s.alloc.Release(e.ref)
+		}
+		s.mu.Unlock()
+		t.puts.Add(1)
+		return nil, nil
+	}
+	old := s.dirty[key]
+	t.large.mu.Lock()
+	var uerr error
+	if lg := t.large.m[key]; lg != nil {
+		// Replaced by this generation: a slot owner is replaced by
+		// Publish below, a dedicated one here.
+		delete(t.large.m, key)
+		uerr = t.large.unref(lg)
+	}
+	if e.lg != nil {
+		e.lg.refs++ // flush-pin; the first ref is the published value
+		e.lg.dirty = true
+		t.large.m[key] = e.lg
+	}
+	t.large.mu.Unlock()
+	if uerr != nil {
+		t.log.Error("ram tier: releasing a large value", "err", uerr)
+	}
+	if e.lg != nil {
+		if r, _, ok := s.alloc.Remove(&key); ok { // a slot owner of the old size
+			s.alloc.Release(r)
+		}
+	} else {
+		if o, _, replaced := s.alloc.Publish(e.ref, &key); replaced {
+			s.alloc.Release(o)
+		}
+		if _, _, _, err := s.alloc.Acquire(&key); err != nil { // flush-pin
+			panic("BUG: ram tier: flush-pin of a fresh slot: " + err.Error())
+		}
+	}
+	if old != nil {
+		t.cancel(old, e)
+	}
+	s.dirty[key] = e
+	t.addDirty(e, 1)
+	e.q.push(e)
+	s.mu.Unlock()
+	t.puts.Add(1)
+	return e, nil
+}
+
+// sameBytes reports whether pending generation p holds value, comparing
+// outside p.sh.mu under an extra pin (a concurrent Remove may release p's
+// flush-pin meanwhile). The caller holds p.sh.mu; it is dropped and taken
+// again.
+func (t *Tier) sameBytes(p *entry, value []byte) bool {
+	s := p.sh
+	if p.n != uint64(len(value)) {
+		return false
+	}
+	var mem []byte
+	if p.lg != nil {
+		t.large.mu.Lock()
+		p.lg.refs++
+		t.large.mu.Unlock()
+		mem = p.lg.mem[:p.n]
+	} else {
+		r, _, ok, err := s.alloc.Acquire(&p.key)
+		if !ok || err != nil || r != p.ref {
+			if ok && err == nil {
+				s.alloc.Release(r)
+			}
+			return false
+		}
+		mem = t.slotBytes(s, r, p.n)
+	}
+	s.mu.Unlock()
+	same := bytes.Equal(mem, value)
+	s.mu.Lock()
+	if p.lg != nil {
+		t.unrefLarge(p.lg)
+	} else {
+		s.alloc.Release(p.ref)
+	}
+	return same && s.dirty[p.key] == p
+}
+
+// addDirty adds (sign 1) or takes away (sign -1) e's dirty accounting.
+// The caller holds e.sh.mu.
+func (t *Tier) addDirty(e *entry, sign int64) {
+	if sign > 0 {
+		t.dirtyBytes.Add(e.n)
+	} else {
+		t.dirtyBytes.Add(-e.n)
+	}
+	if !e.had {
+		t.dirtyNew.Add(sign)
+		t.dirtyDelta.Add(sign * int64(e.n))
+	} else {
+		t.dirtyDelta.Add(sign * (int64(e.n) - int64(e.shadow)))
+	}
+}
+
+// cancel withdraws pending generation p (removed, or superseded by super
+// when non-nil). A queued p is resolved here and its flush-pin released;
+// an active p is resolved by its flush worker, which then does not mark it
+// durable. The caller holds p.sh.mu.
+func (t *Tier) cancel(p *entry, super *entry) {
+	if p.canceled {
+		return
+	}
+	p.canceled = true
+	p.super = super
+	if p.sh.dirty[p.key] == p {
+		delete(p.sh.dirty, p.key)
+		t.addDirty(p, -1)
+	}
+	if !p.active {
+		t.releaseFlushPin(p)
+		close(p.done)
+	}
+}
+
+// releaseFlushPin drops p's flush-pin. The caller holds p.sh.mu.
+func (t *Tier) releaseFlushPin(p *entry) {
+	if p.lg != nil {
+		t.large.mu.Lock()
+		p.lg.dirty = false
+		err := t.large.unref(p.lg)
+		t.large.mu.Unlock()
+		if err != nil {
+			t.log.Error("ram tier: releasing a large value", "err", err)
+		}
+	} else {
+		p.sh.alloc.Release(p.ref)
+	}
+}
+
+// writeThrough is the synchronous disk path: write-around mode, values no
+// RAM budget can hold, quota-limited tenants, and arena exhaustion by
+// pinned slots (bypass). The key's RAM owner stays visible until the
+// backing has the new value, and a pending flush of it is canceled first
+// so it cannot land after ours. The caller holds the key's stripe.
+func (t *Tier) writeThrough(key wire.BlockKey, value []byte, bypass bool) error {
+	s := t.shardOf(&key)
+	w := &entry{key: key, sh: s, done: make(chan struct{})}
+	s.mu.Lock()
+	waitRemoval(s, &key)
+	if p := s.dirty[key]; p != nil {
+		// Keep p's memory visible (we take over its flush-pin) until the
+		// backing write returns.
+		p.canceled = true
+		p.super = w
+		delete(s.dirty, key)
+		t.addDirty(p, -1)
+		if !p.active {
+			close(p.done)
+			defer t.releaseAfter(p)
+		}
+	}
+	act := s.active[key]
+	fence(s, &key)
+	s.mu.Unlock()
+	if act != nil {
+		// NB: a concurrent same-key write may be merged by the backing
+		// (slab followers take the leader's result), so ours starts only
+		// after the older flush returned.
+		<-act.done
+	}
+	err := t.backing.Cache(key, value)
+	s.mu.Lock()
+	t.unpublish(s, &key)
+	fence(s, &key)
+	w.err = err
+	close(w.done)
+	s.mu.Unlock()
+	if bypass {
+		t.putBypass.Add(1)
+	}
+	if err == nil {
+		t.puts.Add(1)
+		return nil
+	}
+	return fmt.Errorf("ram tier: cache %s: backing write: %w", key, err)
+}
+
+func (t *Tier) releaseAfter(p *entry) {
+	p.sh.mu.Lock()
+	t.releaseFlushPin(p)
+	p.sh.mu.Unlock()
+}

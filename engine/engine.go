@@ -66,6 +66,28 @@ type Allocator interface {
 	Alloc(n int) []byte
 }
 
+// Lender is implemented by an engine that can lend a value's resident
+// bytes in place (the RAM tier): the server writes them to the socket
+// straight from the engine's memory instead of Range copying them into a
+// connection buffer first (seed: the transfer-pin of a zero-copy serve).
+// A lent value cannot be evicted or reused until its loan is returned, so
+// a caller must Return every loan promptly, whatever happens to the write.
+type Lender interface {
+	// Lend applies the range contract to key's resident value and returns
+	// the bytes in place, the stored length and the loan that keeps them
+	// valid. ok is false when the value is not resident in lendable memory
+	// (the caller uses Range: it may still be on disk); err is a final
+	// answer (INVALID offset) with nothing lent. A zero-length result
+	// (offset == stored length) lends nothing and needs no Return.
+	Lend(key wire.BlockKey, offset, length uint64) (data []byte, stored uint64, loan Loan, ok bool, err error)
+	// Return ends a loan Lend made.
+	Return(loan Loan)
+}
+
+// Loan identifies lent bytes to the engine that lent them; its fields
+// are the engine's own (no allocation per loan).
+type Loan struct{ A, B uint64 }
+
 // IOAlign is the alignment every Allocator guarantees. 4096 covers the
 // logical block size of every NVMe and virtio disk dfkv targets.
 const IOAlign = 4096

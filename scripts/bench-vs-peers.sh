@@ -9,18 +9,26 @@
 # its own children, and stops them by PID on exit. For each value size
 # (64KiB, 1MiB) and each system, it fills the key space once (unmeasured:
 # first-touch of fresh memory is far slower than steady state, see
-# BASELINE); then for each connection count (1, 16) it measures GET, then
-# SET/PUT over the same keys, for a fixed duration. Then EXIST of
+# BASELINE; with dfkv's RAM tier on, it then waits until the fill is
+# flushed to disk); then for each connection count (1, 16) it measures GET,
+# then SET/PUT over the same keys, for a fixed duration. Then EXIST of
 # 4KiB-value keys at 16 connections (dfkv EXIST, redis EXISTS, memcached
 # `mg KEY` without flags), and the loopback ceiling: iperf3 --len 1M, one
 # stream.
 #
-# It prints one table: GB/s of values (GB = 1e9 bytes; ops/s for EXIST)
-# per system, and the dfkv/redis and dfkv/memcached ratios. The JSON result
-# of every run is kept in the results directory.
+# With --tier it measures instead the RAM tier's rows (issue 7): GET of
+# 256KiB values at 1 connection (the p99 column is the target there), GET
+# and SET of 1MiB at 16, and GET of 4MiB at 32 connections; pass the tier
+# through --server-args (e.g. "--ram-tier 1 --ram-tier-bytes 4GiB").
 #
-# Usage: scripts/bench-vs-peers.sh [--quick] [--duration SECS] [--out DIR] [--server-args ARGS]
+# It prints one table: GB/s of values (GB = 1e9 bytes; ops/s for EXIST)
+# per system, the dfkv/redis and dfkv/memcached ratios, and each system's
+# p99 latency in µs. The JSON result of every run is kept in the results
+# directory.
+#
+# Usage: scripts/bench-vs-peers.sh [--quick] [--tier] [--duration SECS] [--out DIR] [--server-args ARGS]
 #   --quick            a short smoke run (1 s per measurement, small key spaces)
+#   --tier             the RAM tier rows instead of the default ones
 #   --duration S       seconds per measurement (default 5)
 #   --out DIR          keep results in DIR (default: a new directory under /tmp)
 #   --server-args ARGS extra flags for `dfkv server`, word-split
@@ -31,12 +39,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 quick=0
+tier=0
 duration=5
 out=""
 server_args=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--quick) quick=1 ;;
+	--tier) tier=1 ;;
 	--duration) duration="$2"; shift ;;
 	--out) out="$2"; shift ;;
 	--server-args) server_args="$2"; shift ;;
@@ -51,20 +61,20 @@ sizes=(64KiB 1MiB)
 conns=(1 16)
 # Key spaces of about 1 GiB per size (BASELINE's loadgen used the same),
 # and 16384 4KiB-value keys for EXIST.
-declare -A keys=([64KiB]=16384 [1MiB]=1024)
+declare -A keys=([64KiB]=16384 [256KiB]=4096 [1MiB]=1024 [4MiB]=256)
 exist_keys=16384
 iperf_secs=5
 if [ "$quick" = 1 ]; then
 	duration=1
 	warmup=300ms
-	keys=([64KiB]=512 [1MiB]=128)
+	keys=([64KiB]=512 [256KiB]=256 [1MiB]=128 [4MiB]=32)
 	exist_keys=1024
 	iperf_secs=1
 fi
 
 # --- tools ---------------------------------------------------------------
 missing=()
-for pair in redis-server:redis-server memcached:memcached iperf3:iperf3; do
+for pair in redis-server:redis-server memcached:memcached iperf3:iperf3 curl:curl; do
 	command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -146,7 +156,8 @@ pids+=($!)
 wait_port iperf3 "$iperf_port" $! "$results/iperf3-server.log"
 
 dfkv_port=$(free_port)
-"$dfkv" server --listen "127.0.0.1:$dfkv_port" --http-listen "" \
+dfkv_http=$(free_port)
+"$dfkv" server --listen "127.0.0.1:$dfkv_port" --http-listen "127.0.0.1:$dfkv_http" \
 	--disk "$data/disk0" --disk-capacity 16GiB $server_args >"$results/dfkv-server.log" 2>&1 &
 pids+=($!)
 wait_port "dfkv server" "$dfkv_port" $! "$results/dfkv-server.log"
@@ -173,7 +184,9 @@ run() {
 	local json="$results/$name-$sys.json"
 	if "$dfkv" bench "${target[@]}" --key-prefix "vs/" --duration "${duration}s" --warmup "$warmup" \
 		--json "$json" "$@" >"$results/$name-$sys.txt" 2>&1; then
-		if [ "$unit" = ops/s ]; then total "$json" ops_per_s; else total "$json" gb_per_s; fi
+		local v
+		if [ "$unit" = ops/s ]; then v=$(total "$json" ops_per_s); else v=$(total "$json" gb_per_s); fi
+		echo "$v $(p99 "$json")"
 	else
 		echo "bench-vs-peers.sh: $sys $name had errors, see $results/$name-$sys.txt:" >&2
 		grep -E "WARNING|error:|dfkv bench:" "$results/$name-$sys.txt" | head -5 >&2 || true
@@ -181,40 +194,91 @@ run() {
 	fi
 }
 
+# p99 FILE: the p99 latency (µs) of the first operation of a bench result.
+p99() {
+	awk '/"p99":/ {gsub(/[ ,]/, ""); split($0, a, ":"); print a[2]; exit}' "$1"
+}
+
 fmt() {
 	case "$1" in ERR | "") echo "${1:-?}" ;; *) awk -v v="$1" 'BEGIN { if (v >= 1000) printf "%.0f", v; else printf "%.3g", v }' ;; esac
 }
+# fill SIZE N: PUT keys 0..N-1 of SIZE into every system (unmeasured: the
+# GET rows then find them), then wait until dfkv's RAM tier, if on, has
+# flushed them all, so a GET row does not pay for the fill's disk writes.
+fill() {
+	local sys target
+	for sys in dfkv redis memcached; do
+		target=(--members "127.0.0.1:$dfkv_port")
+		case "$sys" in
+		redis) target=(--protocol redis --addr "127.0.0.1:$redis_port") ;;
+		memcached) target=(--protocol memcache --addr "127.0.0.1:$mc_port") ;;
+		esac
+		if ! "$dfkv" bench "${target[@]}" --key-prefix "vs/" --workload get --fill --ops 1 --warmup 0s -c 4 \
+			--value-size "$1" --keys "$2" >"$results/fill-$1-$sys.txt" 2>&1; then
+			echo "bench-vs-peers.sh: filling $sys with $1 values failed, see $results/fill-$1-$sys.txt" >&2
+			failed=1
+		fi
+	done
+	local dirty
+	for _ in $(seq 1 1200); do
+		dirty=$(curl -sf "http://127.0.0.1:$dfkv_http/metrics" | awk '$1 == "dfkv_ram_dirty_bytes" {print $2}')
+		case "${dirty:-0}" in 0) return ;; esac
+		sleep 0.1
+	done
+	echo "bench-vs-peers.sh: dfkv still has $dirty dirty bytes 120 s after the fill" >&2
+}
+
 rows=()
 measure_row() { # OP SIZE CONNS NAME ARGS...: one row of the table
 	local op=$1 size=$2 c=$3 name=$4
 	shift 4
-	local d r m
-	d=$(run dfkv "$name" "$@")
-	r=$(run redis "$name" "$@")
-	m=$(run memcached "$name" "$@")
+	local d r m dl rl ml
+	read -r d dl <<<"$(run dfkv "$name" "$@")"
+	read -r r rl <<<"$(run redis "$name" "$@")"
+	read -r m ml <<<"$(run memcached "$name" "$@")"
 	case "$d$r$m" in *ERR*) failed=1 ;; esac
-	rows+=("$op|$size|$c|$unit|$d|$r|$m")
+	rows+=("$op|$size|$c|$unit|$d|$r|$m|$dl|$rl|$ml")
 	printf '   %-5s %-6s c=%-3s dfkv %s  redis %s  memcached %s %s\n' "$op" "$size" "$c" "$(fmt "$d")" "$(fmt "$r")" "$(fmt "$m")" "$unit" >&2
 }
 
-for size in "${sizes[@]}"; do
-	for c in "${conns[@]}"; do
+if [ "$tier" = 1 ]; then
+	unit=GB/s
+	# OP SIZE CONNS per row; the first row of a size fills its keys.
+	filled=""
+	for row in "GET 256KiB 1" "GET 1MiB 16" "SET 1MiB 16" "GET 4MiB 32"; do
+		read -r op size c <<<"$row"
 		n=${keys[$size]}
-		unit=GB/s
-		# The first connection count of a size fills the key space; the
-		# later ones find it filled (the SET run rewrote the same keys
-		# with values of the same size).
-		fill=(--fill=false) what="keys already filled"
-		[ "$c" = "${conns[0]}" ] && fill=(--fill) what="fill"
-		echo "== $size, $c connections, $n keys: $what, then GET" >&2
-		measure_row GET "$size" "$c" "get-$size-c$c" --workload get "${fill[@]}" --value-size "$size" --keys "$n" -c "$c"
-		echo "== $size, $c connections: SET/PUT over the filled keys" >&2
-		measure_row SET "$size" "$c" "set-$size-c$c" --workload put --fill=false --value-size "$size" --keys "$n" -c "$c"
+		case " $filled " in *" $size "*) ;; *)
+			echo "== filling $n keys of $size" >&2
+			fill "$size" "$n"
+			filled="$filled $size"
+			;;
+		esac
+		wl=get
+		[ "$op" = SET ] && wl=put
+		echo "== $op $size, $c connections, $n keys" >&2
+		measure_row "$op" "$size" "$c" "${wl}-$size-c$c" --workload "$wl" --fill=false --value-size "$size" --keys "$n" -c "$c"
 	done
-done
-unit=ops/s
-echo "== EXIST, 4KiB values, 16 connections, $exist_keys keys" >&2
-measure_row EXIST 4KiB 16 "exist-4KiB-c16" --workload exist --value-size 4KiB --keys "$exist_keys" -c 16
+else
+	for size in "${sizes[@]}"; do
+		n=${keys[$size]}
+		echo "== filling $n keys of $size" >&2
+		fill "$size" "$n"
+		for c in "${conns[@]}"; do
+			unit=GB/s
+			# Later connection counts find the keys filled (the SET run
+			# rewrote the same keys with values of the same size).
+			echo "== $size, $c connections, $n keys: GET" >&2
+			measure_row GET "$size" "$c" "get-$size-c$c" --workload get --fill=false --value-size "$size" --keys "$n" -c "$c"
+			echo "== $size, $c connections: SET/PUT over the filled keys" >&2
+			measure_row SET "$size" "$c" "set-$size-c$c" --workload put --fill=false --value-size "$size" --keys "$n" -c "$c"
+		done
+	done
+	unit=ops/s
+	echo "== EXIST, 4KiB values, 16 connections, $exist_keys keys" >&2
+	fill 4KiB "$exist_keys"
+	measure_row EXIST 4KiB 16 "exist-4KiB-c16" --workload exist --fill=false --value-size 4KiB --keys "$exist_keys" -c 16
+fi
 
 echo "== iperf3 --len 1M, 1 stream, ${iperf_secs}s" >&2
 iperf_gbs=ERR
@@ -234,10 +298,12 @@ echo
 echo "dfkv vs redis vs memcached, one load generator (dfkv bench), $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores$([ "$quick" = 1 ] && echo ', QUICK run')"
 echo "measured ${duration}s per cell after an unmeasured fill and ${warmup} warm-up; GB = 1e9 bytes of values"
 echo "dfkv server: --disk-capacity 16GiB ${server_args:-(default engine)}"
-printf '%-6s %-6s %5s  %-5s %10s %10s %10s  %10s  %14s\n' op size conns unit dfkv redis memcached dfkv/redis dfkv/memcached
+printf '%-6s %-6s %5s  %-5s %10s %10s %10s  %10s  %14s  %9s %9s %9s\n' op size conns unit dfkv redis memcached dfkv/redis dfkv/memcached \
+	"p99us:dfkv" redis memcached
 for row in "${rows[@]}"; do
-	IFS='|' read -r op size c u d r m <<<"$row"
-	printf '%-6s %-6s %5s  %-5s %10s %10s %10s  %10s  %14s\n' "$op" "$size" "$c" "$u" "$(fmt "$d")" "$(fmt "$r")" "$(fmt "$m")" "$(ratio "$d" "$r")" "$(ratio "$d" "$m")"
+	IFS='|' read -r op size c u d r m dl rl ml <<<"$row"
+	printf '%-6s %-6s %5s  %-5s %10s %10s %10s  %10s  %14s  %9s %9s %9s\n' "$op" "$size" "$c" "$u" "$(fmt "$d")" "$(fmt "$r")" "$(fmt "$m")" \
+		"$(ratio "$d" "$r")" "$(ratio "$d" "$m")" "$(fmt "$dl")" "$(fmt "$rl")" "$(fmt "$ml")"
 done
 echo "loopback ceiling: iperf3 --len 1M, 1 stream, ${iperf_secs}s: $iperf_gbs GB/s"
 echo "results: $results"

@@ -124,6 +124,28 @@ func stateMachine(t *testing.T, ack string, sharded bool) {
 		if r.IntN(3) == 0 {
 			off, length = uint64(r.IntN(5000))&^7, uint64(r.IntN(9000))
 		}
+		if r.IntN(2) == 0 {
+			// Lent in place: the bytes must stay those of one written
+			// generation until Return, however the other workers evict,
+			// overwrite or remove meanwhile.
+			data, stored, loan, ok, err := tr.Lend(key(k), off, length)
+			if ok && err == nil && len(data) > 0 {
+				check(k, off, data, stored)
+				before := append([]byte(nil), data...)
+				runtime.Gosched()
+				if !bytes.Equal(data, before) {
+					t.Errorf("key %d: lent bytes changed before Return", k)
+				}
+				tr.Return(loan)
+				return
+			}
+			if ok && err != nil && (off == 0 || wire.StatusOf(err) != wire.StatusInvalid) {
+				t.Errorf("key %d: Lend at offset %d: %v", k, off, err)
+			}
+			if ok {
+				return
+			}
+		}
 		data, stored, err := tr.Range(key(k), off, length, heapAlloc{})
 		switch wire.StatusOf(err) {
 		case wire.StatusOK:

@@ -75,8 +75,10 @@ func (t *Tier) stripeOf(key *wire.BlockKey) *sync.Mutex {
 	return &t.stripe[t.keyHash(key)%stripes]
 }
 
-func (t *Tier) shardOf(key *wire.BlockKey) *shard {
-	return t.shards[(t.keyHash(key)/stripes)%uint64(len(t.shards))]
+func (t *Tier) shardOf(key *wire.BlockKey) *shard { return t.shards[t.shardIndex(key)] }
+
+func (t *Tier) shardIndex(key *wire.BlockKey) int {
+	return int((t.keyHash(key) / stripes) % uint64(len(t.shards)))
 }
 
 // slotBytes is the arena memory of slot r of shard s holding n bytes,

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/enginetest"
@@ -239,3 +241,89 @@ func TestLimitedTenantBypassesWriteBack(t *testing.T) {
 }
 
 var _ engine.StoreEngine = (*diskGated)(nil)
+
+// TestLendInPlace: a resident value is lent from the arena itself (no
+// copy) under a transfer-pin: while lent it survives eviction pressure and
+// a Remove (hidden at once, bytes intact until Return), Close waits for
+// the loan, and the range contract holds. Misses and dedicated large
+// values are not lent.
+func TestLendInPlace(t *testing.T) {
+	m := newMem()
+	o := smallOpts(m)
+	o.LargeReserveBytes = 256 << 10
+	o.Bytes = 1<<20 + 256<<10
+	tr := openTier(t, o)
+	k, v := key(1), val(1, 40000)
+	if err := tr.Cache(k, v); err != nil {
+		t.Fatal(err)
+	}
+	data, stored, loan, ok, err := tr.Lend(k, 0, 0)
+	if !ok || err != nil || stored != uint64(len(v)) || !bytes.Equal(data, v) {
+		t.Fatalf("Lend: ok %v err %v stored %d", ok, err, stored)
+	}
+	arena := tr.arena.mem
+	if p := uintptr(unsafe.Pointer(&data[0])); p < uintptr(unsafe.Pointer(&arena[0])) || p >= uintptr(unsafe.Pointer(&arena[0]))+uintptr(len(arena)) {
+		t.Fatal("lent bytes are not the arena's: a copy was made")
+	}
+	// Eviction pressure: 60 more 40 KB values through a 1 MiB arena.
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 60 {
+		if err := tr.Cache(key(100+i), val(uint64(100+i), 40000)); err != nil {
+			t.Fatalf("Cache %d: %v", i, err)
+		}
+		if err := tr.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.Remove(k); err != nil {
+		t.Fatal(err)
+	}
+	wantNotFound(t, tr, k, "removed while lent")
+	if !bytes.Equal(data, v) {
+		t.Fatal("lent bytes changed before Return")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- tr.Close() }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while bytes were lent")
+	case <-time.After(50 * time.Millisecond):
+	}
+	tr.Return(loan)
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	tr = openTier(t, o)
+	defer tr.Close()
+	if err := tr.Cache(k, v); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, ok, err = tr.Lend(k, uint64(len(v))+1, 0)
+	enginetest.WantStatus(t, err, wire.StatusInvalid, "Lend past the stored length")
+	if !ok {
+		t.Fatal("Lend past the stored length: not a final answer")
+	}
+	data, stored, _, ok, err = tr.Lend(k, uint64(len(v)), 0)
+	if !ok || err != nil || len(data) != 0 || stored != uint64(len(v)) {
+		t.Fatalf("Lend at the stored length: ok %v err %v %d bytes", ok, err, len(data))
+	}
+	data, _, loan, ok, err = tr.Lend(k, 100, 50)
+	if !ok || err != nil || !bytes.Equal(data, v[100:150]) {
+		t.Fatalf("ranged Lend: ok %v err %v", ok, err)
+	}
+	tr.Return(loan)
+	if _, _, _, ok, _ := tr.Lend(key(2), 0, 0); ok {
+		t.Fatal("a miss was lent")
+	}
+	big := val(3, 100000) // past the 64 KiB extent: a dedicated allocation
+	if err := tr.Cache(key(3), big); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, ok, _ := tr.Lend(key(3), 0, 0); ok {
+		t.Fatal("a dedicated large value was lent")
+	}
+	mustGet(t, tr, key(3), big)
+}

@@ -174,6 +174,9 @@ type Tier struct {
 	// so Close waits for operations in flight before it drains and unmaps.
 	closeMu sync.RWMutex
 	closed  atomic.Bool
+	// loans counts bytes lent by Lend and not yet returned: Close waits
+	// for them before it unmaps the arena a socket write may still read.
+	loans sync.WaitGroup
 
 	// Dirty accounting summed over the shards, updated under the key's
 	// shard lock. The watermark check reads it without the other shards'
@@ -548,6 +551,7 @@ func (t *Tier) Close() error {
 	t.closed.Store(true)
 	t.closeMu.Unlock()
 
+	t.loans.Wait()
 	for _, q := range t.queues {
 		q.stop()
 	}

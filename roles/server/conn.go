@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
 	"github.com/dfkv/dfkv/wire"
 )
@@ -33,17 +34,19 @@ type conn struct {
 	nc net.Conn
 	br *bufio.Reader
 
-	wbuf  []byte      // pending response bytes
-	iov   [2][]byte   // backing array for writev
-	bufs  net.Buffers // reused writev vector
-	hdr   [wire.RequestPrefixLen]byte
-	table []byte          // batch item table scratch
-	stat  []byte          // batch status scratch
-	lent  *iobuf.Buf      // buffer lent to the engine by Alloc
-	held  []*iobuf.Buf    // BATCH_PUT values read but not yet stored
-	keys  []wire.BlockKey // BATCH_PUT chunk scratch
-	vals  [][]byte
-	errs  []error
+	wbuf   []byte      // pending response bytes
+	iov    [2][]byte   // backing array for writev
+	bufs   net.Buffers // reused writev vector
+	hdr    [wire.RequestPrefixLen]byte
+	table  []byte      // batch item table scratch
+	stat   []byte      // batch status scratch
+	lent   *iobuf.Buf  // buffer lent to the engine by Alloc
+	loan   engine.Loan // bytes the engine lent (valid while onLoan)
+	onLoan bool
+	held   []*iobuf.Buf    // BATCH_PUT values read but not yet stored
+	keys   []wire.BlockKey // BATCH_PUT chunk scratch
+	vals   [][]byte
+	errs   []error
 
 	status wire.Status // status of the request being answered, for metrics
 
@@ -72,10 +75,30 @@ func (c *conn) Alloc(n int) []byte {
 	return c.lent.B
 }
 
+// read is a GET's engine read: bytes lent in place when the engine can
+// (the RAM tier), else copied by Range into a pooled buffer. Either way
+// release gives them back once the response is written.
+func (c *conn) read(key wire.BlockKey, offset, length uint64) ([]byte, uint64, error) {
+	if l := c.s.lender; l != nil {
+		data, stored, loan, ok, err := l.Lend(key, offset, length)
+		if ok {
+			if len(data) > 0 {
+				c.loan, c.onLoan = loan, true
+			}
+			return data, stored, err
+		}
+	}
+	return c.s.opts.Engine.Range(key, offset, length, c)
+}
+
 func (c *conn) release() {
 	if c.lent != nil {
 		c.s.pool.Put(c.lent)
 		c.lent = nil
+	}
+	if c.onLoan {
+		c.s.lender.Return(c.loan)
+		c.onLoan = false
 	}
 }
 
@@ -267,7 +290,7 @@ func (c *conn) handleOne() error {
 		c.s.pool.Put(buf)
 		c.respond(wire.StatusOf(err), 0, err)
 	case wire.OpGet:
-		data, stored, err := eng.Range(h.Key, h.Offset, h.Length, c)
+		data, stored, err := c.read(h.Key, h.Offset, h.Length)
 		if err != nil {
 			c.release()
 			c.respond(wire.StatusOf(err), stored, err)
@@ -388,10 +411,9 @@ func (c *conn) batchGet(h *wire.RequestHeader) error {
 		return err
 	}
 	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: uint64(n)})
-	eng := c.s.opts.Engine
 	for i := 0; i < n; i++ {
 		k, off, length := wire.DecodeGetItem(table[i*wire.BatchGetItemLen:])
-		data, stored, err := eng.Range(k, off, length, c)
+		data, stored, err := c.read(k, off, length)
 		if err != nil {
 			c.release()
 			c.wbuf = wire.AppendGetRecord(c.wbuf, wire.StatusOf(err), stored, 0)

@@ -50,6 +50,9 @@ type Server struct {
 	lim  wire.Limits
 	log  *slog.Logger
 	pool *iobuf.Pool
+	// lender is the engine when it can lend resident bytes in place (the
+	// RAM tier): GETs then write from its memory with no copy.
+	lender engine.Lender
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
@@ -100,12 +103,14 @@ func New(opts Options) (*Server, error) {
 	if opts.Clock == nil {
 		opts.Clock = engine.SystemClock{}
 	}
+	lender, _ := opts.Engine.(engine.Lender)
 	return &Server{
-		opts:  opts,
-		lim:   wire.Limits{MaxBlockBytes: opts.MaxBlockBytes, MaxBatchItems: uint64(opts.MaxBatchItems)},
-		log:   opts.Logger,
-		pool:  iobuf.NewPool(int(opts.MaxBlockBytes)),
-		conns: make(map[*conn]struct{}),
+		lender: lender,
+		opts:   opts,
+		lim:    wire.Limits{MaxBlockBytes: opts.MaxBlockBytes, MaxBatchItems: uint64(opts.MaxBatchItems)},
+		log:    opts.Logger,
+		pool:   iobuf.NewPool(int(opts.MaxBlockBytes)),
+		conns:  make(map[*conn]struct{}),
 	}, nil
 }
 

@@ -17,10 +17,22 @@ import (
 )
 
 // fixedEngine serves one preloaded value for every key and accepts every
-// PUT without storing it: the wire path alone, with the storage taken out
-// (Range still copies the value into the connection's pooled buffer, as
-// a RAM-resident engine would).
+// PUT without storing it: the wire path alone, with the storage taken out.
+// It lends the value in place (engine.Lender), as the RAM tier does for a
+// resident value, so a GET writes it to the socket with no copy.
 type fixedEngine struct{ val []byte }
+
+func (e *fixedEngine) Lend(_ wire.BlockKey, off, length uint64) ([]byte, uint64, engine.Loan, bool, error) {
+	n := uint64(len(e.val))
+	if off > n {
+		return nil, n, engine.Loan{}, true, wire.StatusInvalid
+	}
+	if length == 0 || length > n-off {
+		length = n - off
+	}
+	return e.val[off : off+length], n, engine.Loan{}, true, nil
+}
+func (e *fixedEngine) Return(engine.Loan) {}
 
 func (e *fixedEngine) Cache(wire.BlockKey, []byte) error { return nil }
 func (e *fixedEngine) CacheBatch(_ []wire.BlockKey, _ [][]byte, errs []error) {
@@ -55,8 +67,9 @@ func fixedNode(b *testing.B, size int) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, _ := engine.NewGroup([]engine.StoreEngine{&fixedEngine{val: make([]byte, size)}}, []string{"mem"})
-	srv, err := New(Options{Engine: g, Listener: ln, MaxBlockBytes: 64 << 20, SocketBuffer: *wireSocketBuffer})
+	fe := &fixedEngine{val: make([]byte, size)}
+	g, _ := engine.NewGroup([]engine.StoreEngine{fe}, []string{"mem"})
+	srv, err := New(Options{Engine: fe, Listener: ln, MaxBlockBytes: 64 << 20, SocketBuffer: *wireSocketBuffer})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -327,3 +327,51 @@ func TestLendInPlace(t *testing.T) {
 	}
 	mustGet(t, tr, key(3), big)
 }
+
+// TestIdenticalRePutWritesNothing: a PUT of the bytes RAM already holds
+// durably (and the disk holds a value of that length) admits and flushes
+// nothing; different bytes, or a key the disk lost, are written as usual.
+func TestIdenticalRePutWritesNothing(t *testing.T) {
+	m := newMem()
+	tr := openTier(t, smallOpts(m))
+	defer tr.Close()
+	k, v := key(1), val(1, 30000)
+	for range 3 {
+		if err := tr.Cache(k, v); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := m.cacheCalls(k); c != 1 {
+		t.Fatalf("3 identical PUTs wrote the backing %d times, want 1", c)
+	}
+	if s := tr.RAM(); s.PutsUnchanged != 2 || s.Puts != 3 {
+		t.Fatalf("PutsUnchanged %d Puts %d, want 2 and 3", s.PutsUnchanged, s.Puts)
+	}
+	v2 := val(2, 30000) // same length, other bytes
+	if err := tr.Cache(k, v2); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.get(k); !bytes.Equal(got, v2) || m.cacheCalls(k) != 2 {
+		t.Fatalf("different bytes of the same length: backing writes %d, holds the new value: %v", m.cacheCalls(k), bytes.Equal(got, v2))
+	}
+	// The disk lost the key (its own eviction) while RAM still holds it:
+	// the re-PUT must reach the disk again.
+	if err := m.Remove(k); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Cache(k, v2); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := m.get(k); !ok || !bytes.Equal(got, v2) {
+		t.Fatal("a re-PUT of a key the disk lost did not reach the disk")
+	}
+}

@@ -187,17 +187,18 @@ type Tier struct {
 	dirtyNew   atomic.Int64 // dirty entries whose key the backing did not hold
 	dirtyDelta atomic.Int64 // Σ dirty length − the backing's length of the key
 
-	unhealthy    atomic.Bool
-	hits         atomic.Uint64
-	misses       atomic.Uint64 // RAM misses
-	nfMisses     atomic.Uint64 // misses answered without asking the backing
-	puts         atomic.Uint64
-	putBypass    atomic.Uint64
-	removes      atomic.Uint64
-	flushed      atomic.Uint64
-	flushDropped atomic.Uint64
-	evictions    atomic.Uint64
-	backingReads atomic.Uint64
+	unhealthy     atomic.Bool
+	hits          atomic.Uint64
+	misses        atomic.Uint64 // RAM misses
+	nfMisses      atomic.Uint64 // misses answered without asking the backing
+	puts          atomic.Uint64
+	putBypass     atomic.Uint64
+	putsUnchanged atomic.Uint64
+	removes       atomic.Uint64
+	flushed       atomic.Uint64
+	flushDropped  atomic.Uint64
+	evictions     atomic.Uint64
+	backingReads  atomic.Uint64
 }
 
 var _ engine.StoreEngine = (*Tier)(nil)
@@ -466,6 +467,7 @@ type RAMStats struct {
 	Hits              uint64
 	Misses            uint64
 	Puts              uint64
+	PutsUnchanged     uint64 // PUTs of the bytes RAM already held durably: nothing admitted or flushed
 	PutBypass         uint64 // write-back PUTs that took the synchronous disk path: no RAM for them, or a quota-limited tenant
 	Flushed           uint64
 	FlushDropped      uint64 // flushes given up after every retry
@@ -499,6 +501,7 @@ func (t *Tier) RAM() RAMStats {
 	s.BudgetBytes = t.arenaBytes + t.large.budget
 	s.ArenaBytes, s.LargeReserveBytes = t.arenaBytes, t.large.budget
 	s.Hits, s.Misses, s.Puts, s.PutBypass = t.hits.Load(), t.misses.Load(), t.puts.Load(), t.putBypass.Load()
+	s.PutsUnchanged = t.putsUnchanged.Load()
 	s.Flushed, s.FlushDropped, s.Evictions = t.flushed.Load(), t.flushDropped.Load(), t.evictions.Load()
 	s.BackingReads = t.backingReads.Load()
 	s.FlushThreads = t.threads

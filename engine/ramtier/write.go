@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
+	"github.com/dfkv/dfkv/engine/slab"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -106,6 +107,16 @@ func (t *Tier) cache(key wire.BlockKey, value []byte) (*entry, error) {
 		if s.dirty[key] == p && s.removing[key] == nil {
 			break
 		}
+	}
+	if had && shadow == n && t.sameResident(s, &key, value) {
+		// A re-PUT of the bytes RAM already holds durably (the disk holds
+		// a value of this length, and RAM mirrors it): nothing to admit
+		// or flush. Keys are content-addressed, so engines re-PUT blocks
+		// they lost track of often, and this saves a disk write each.
+		s.mu.Unlock()
+		t.puts.Add(1)
+		t.putsUnchanged.Add(1)
+		return nil, nil
 	}
 	owned := t.ownerLocked(s, &key)
 	if dirty := t.dirtyBytes.Load(); !owned && t.dirtyLimit > 0 && dirty+n > t.dirtyLimit {
@@ -241,6 +252,43 @@ func (t *Tier) sameBytes(p *entry, value []byte) bool {
 		s.alloc.Release(p.ref)
 	}
 	return same && s.dirty[p.key] == p
+}
+
+// sameResident reports whether key's visible RAM value is durable (no
+// flush pending) and equal to value, comparing outside s.mu under a
+// transfer-pin. The caller holds s.mu and key's stripe (so no other PUT
+// of key runs); s.mu is dropped and taken again.
+func (t *Tier) sameResident(s *shard, key *wire.BlockKey, value []byte) bool {
+	if s.dirty[*key] != nil || s.active[*key] != nil {
+		return false
+	}
+	var mem []byte
+	t.large.mu.Lock()
+	lg := t.large.m[*key]
+	if lg != nil {
+		lg.refs++
+		mem = lg.mem[:lg.n]
+	}
+	t.large.mu.Unlock()
+	var r slab.SlotRef
+	if lg == nil {
+		ref, n, ok, err := s.alloc.Acquire(key)
+		if !ok || err != nil {
+			return false
+		}
+		r = ref
+		mem = t.slotBytes(s, r, uint64(n))
+	}
+	s.mu.Unlock()
+	same := bytes.Equal(mem, value)
+	s.mu.Lock()
+	if lg != nil {
+		t.unrefLarge(lg)
+		return same && t.largeOf(key) == lg && s.dirty[*key] == nil
+	}
+	s.alloc.Release(r)
+	cur, _, ok := s.alloc.Lookup(key)
+	return same && ok && cur == r && s.dirty[*key] == nil
 }
 
 // addDirty adds (sign 1) or takes away (sign -1) e's dirty accounting.

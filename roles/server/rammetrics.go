@@ -19,6 +19,7 @@ var (
 	descRAMHit          = ramDesc("hit_total", "GETs answered from RAM.")
 	descRAMMiss         = ramDesc("miss_total", "GETs RAM could not answer.")
 	descRAMPut          = ramDesc("put_total", "PUTs admitted into RAM.")
+	descRAMPutSame      = ramDesc("put_unchanged_total", "PUTs of bytes RAM already held durably: nothing admitted or written.")
 	descRAMPutBypass    = ramDesc("put_bypass_total", "Write-back PUTs that took the synchronous disk path: no RAM for them, or a tenant with a quota.")
 	descRAMFlushed      = ramDesc("flushed_total", "Values flushed from RAM to disk.")
 	descRAMFlushDropped = ramDesc("flush_dropped_total", "Flushes given up after every retry.")
@@ -36,7 +37,7 @@ var (
 )
 
 func (c *ramCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRAMHit, descRAMMiss, descRAMPut, descRAMPutBypass, descRAMFlushed,
+	for _, d := range []*prometheus.Desc{descRAMHit, descRAMMiss, descRAMPut, descRAMPutSame, descRAMPutBypass, descRAMFlushed,
 		descRAMFlushDropped, descRAMEvictions, descRAMHealthy, descRAMThreads, descRAMObjects, descRAMDirty,
 		descRAMBacklog, descRAMBudget, descRAMArena, descRAMLarge, descRAMArenaUsed, descRAMLargeUsed} {
 		ch <- d
@@ -54,6 +55,7 @@ func (c *ramCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRAMHit, r.Hits)
 	counter(descRAMMiss, r.Misses)
 	counter(descRAMPut, r.Puts)
+	counter(descRAMPutSame, r.PutsUnchanged)
 	counter(descRAMPutBypass, r.PutBypass)
 	counter(descRAMFlushed, r.Flushed)
 	counter(descRAMFlushDropped, r.FlushDropped)

@@ -104,10 +104,13 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# free_port picks a port below the kernel's ephemeral range (32768 and up
+# by default), so no outgoing connection can take it before the server
+# binds it.
 free_port() {
 	local p
 	for _ in $(seq 1 100); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((10000 + RANDOM % 20000))
 		if ! port_in_use "$p"; then
 			echo "$p"
 			return

@@ -84,6 +84,25 @@ type Lender interface {
 	Return(loan Loan)
 }
 
+// Receiver is implemented by an engine that can take a PUT's value
+// straight into its own memory (the RAM tier's arena): the server reads
+// the payload from the socket into the buffer Receive returns, saving the
+// copy Cache would make out of a connection buffer.
+type Receiver interface {
+	// Receive reserves room for an n-byte value of key. ok is false when
+	// the engine would not keep this value in such memory: the caller
+	// reads it into its own buffer and calls Cache. After a successful
+	// Receive the caller fills all of buf and calls CommitReceive, or
+	// calls AbortReceive if the payload did not arrive; exactly one of
+	// them, promptly.
+	Receive(key wire.BlockKey, n uint64) (buf []byte, loan Loan, ok bool)
+	// CommitReceive stores the filled buf as key's value, with Cache's
+	// semantics and result.
+	CommitReceive(key wire.BlockKey, buf []byte, loan Loan) error
+	// AbortReceive gives the room back.
+	AbortReceive(loan Loan)
+}
+
 // Loan identifies lent bytes to the engine that lent them; its fields
 // are the engine's own (no allocation per loan).
 type Loan struct{ A, B uint64 }

@@ -115,7 +115,19 @@ func stateMachine(t *testing.T, ack string, sharded bool) {
 		mu.Lock()
 		written[k][g] = true
 		mu.Unlock()
-		if err := tr.Cache(key(k), gen(k, g)); err != nil && wire.StatusOf(err) != wire.StatusCacheFull {
+		v := gen(k, g)
+		if r.IntN(2) == 0 {
+			// Straight into a reserved slot, as the server does.
+			if buf, loan, ok := tr.Receive(key(k), uint64(len(v))); ok {
+				copy(buf, v)
+				runtime.Gosched()
+				if err := tr.CommitReceive(key(k), buf, loan); err != nil && wire.StatusOf(err) != wire.StatusCacheFull {
+					t.Errorf("CommitReceive key %d gen %d: %v", k, g, err)
+				}
+				return
+			}
+		}
+		if err := tr.Cache(key(k), v); err != nil && wire.StatusOf(err) != wire.StatusCacheFull {
 			t.Errorf("Cache key %d gen %d: %v", k, g, err)
 		}
 	}

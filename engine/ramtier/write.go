@@ -14,7 +14,7 @@ func (t *Tier) Cache(key wire.BlockKey, value []byte) error {
 		return err
 	}
 	defer t.exit()
-	e, err := t.cache(key, value)
+	e, err := t.cache(key, value, nil)
 	if e != nil && t.diskAck {
 		return t.wait(e)
 	}
@@ -34,7 +34,7 @@ func (t *Tier) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 	defer t.exit()
 	pend := make([]*entry, len(keys))
 	for i := range keys {
-		pend[i], errs[i] = t.cache(keys[i], values[i])
+		pend[i], errs[i] = t.cache(keys[i], values[i], nil)
 	}
 	if t.diskAck {
 		for i, e := range pend {
@@ -60,8 +60,20 @@ func (t *Tier) wait(e *entry) error {
 
 // cache admits one PUT. It returns the pending generation when the value
 // went to RAM (nil when it went to the backing synchronously, or when a
-// concurrent Remove made it moot).
-func (t *Tier) cache(key wire.BlockKey, value []byte) (*entry, error) {
+// concurrent Remove made it moot). pre, when not nil, is a slot of key's
+// shard that Receive reserved and value is its filled bytes: it becomes
+// the new generation without a copy, or is given back.
+func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *entry, err error) {
+	if pre != nil {
+		s := t.shardOf(&key)
+		defer func() {
+			if e == nil || e.ref != *pre || e.lg != nil {
+				// Not admitted as pre (joined, unchanged, refused, written
+				// through, or a Remove won): nothing else pins it.
+				t.abortSlot(s, *pre)
+			}
+		}()
+	}
 	n := uint64(len(value))
 	if n == 0 {
 		return nil, fmt.Errorf("ram tier: cache %s: zero-byte value: %w", key, wire.StatusInvalid)
@@ -124,9 +136,11 @@ func (t *Tier) cache(key wire.BlockKey, value []byte) (*entry, error) {
 		return nil, fmt.Errorf("ram tier: cache %s: %d dirty bytes + %d would pass the %d-byte watermark while flushes catch up: %w",
 			key, dirty, n, t.dirtyLimit, wire.StatusCacheFull)
 	}
-	e := &entry{key: key, sh: s, q: t.queueOf(&key), n: n, had: had, shadow: shadow, done: make(chan struct{})}
+	e = &entry{key: key, sh: s, q: t.queueOf(&key), n: n, had: had, shadow: shadow, done: make(chan struct{})}
 	var dst []byte
-	if n <= t.extent {
+	if pre != nil {
+		e.ref = *pre // filled by the caller already
+	} else if n <= t.extent {
 		r, err := s.alloc.Reserve(n)
 		if err != nil {
 			// Every slot is pinned: the one synchronous disk path.
@@ -149,7 +163,7 @@ func (t *Tier) cache(key wire.BlockKey, value []byte) (*entry, error) {
 	fence(s, &key)
 	s.mu.Unlock()
 
-	if dst == nil {
+	if dst == nil && pre == nil {
 		mem, err := mapAnon(roundPage(n))
 		if err != nil {
 			t.large.mu.Lock()
@@ -161,7 +175,9 @@ func (t *Tier) cache(key wire.BlockKey, value []byte) (*entry, error) {
 		e.lg = &largeBuf{mem: mem, n: n, refs: 1}
 		dst = mem[:n]
 	}
-	copy(dst, value)
+	if pre == nil {
+		copy(dst, value)
+	}
 
 	s.mu.Lock()
 	if s.removing[key] != nil {
@@ -169,7 +185,7 @@ func (t *Tier) cache(key wire.BlockKey, value []byte) (*entry, error) {
 		// then the Remove. Nothing becomes visible.
 		if e.lg != nil {
 			t.unrefLarge(e.lg)
-		} else {
+		} else if pre == nil {
 			s.alloc.Abort(e.ref)
 			s.alloc.Release(e.ref)
 		}

@@ -281,6 +281,17 @@ func (c *conn) handleOne() error {
 	case wire.OpPing:
 		c.respond(wire.StatusOK, 0, nil)
 	case wire.OpPut:
+		if r := c.s.receiver; r != nil {
+			if dst, loan, ok := r.Receive(h.Key, h.BodyLen); ok {
+				if _, err := io.ReadFull(c.br, dst); err != nil {
+					r.AbortReceive(loan)
+					return err
+				}
+				err := r.CommitReceive(h.Key, dst, loan)
+				c.respond(wire.StatusOf(err), 0, err)
+				break
+			}
+		}
 		buf := c.s.pool.Get(int(h.BodyLen))
 		if _, err := io.ReadFull(c.br, buf.B); err != nil {
 			c.s.pool.Put(buf)

@@ -53,6 +53,9 @@ type Server struct {
 	// lender is the engine when it can lend resident bytes in place (the
 	// RAM tier): GETs then write from its memory with no copy.
 	lender engine.Lender
+	// receiver is the engine when it can take PUT payloads straight into
+	// its memory (the RAM tier): the socket is read into it, no copy.
+	receiver engine.Receiver
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
@@ -104,13 +107,15 @@ func New(opts Options) (*Server, error) {
 		opts.Clock = engine.SystemClock{}
 	}
 	lender, _ := opts.Engine.(engine.Lender)
+	receiver, _ := opts.Engine.(engine.Receiver)
 	return &Server{
-		lender: lender,
-		opts:   opts,
-		lim:    wire.Limits{MaxBlockBytes: opts.MaxBlockBytes, MaxBatchItems: uint64(opts.MaxBatchItems)},
-		log:    opts.Logger,
-		pool:   iobuf.NewPool(int(opts.MaxBlockBytes)),
-		conns:  make(map[*conn]struct{}),
+		lender:   lender,
+		receiver: receiver,
+		opts:     opts,
+		lim:      wire.Limits{MaxBlockBytes: opts.MaxBlockBytes, MaxBatchItems: uint64(opts.MaxBatchItems)},
+		log:      opts.Logger,
+		pool:     iobuf.NewPool(int(opts.MaxBlockBytes)),
+		conns:    make(map[*conn]struct{}),
 	}, nil
 }
 

@@ -1,0 +1,134 @@
+package ramtier
+
+import (
+	"fmt"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/slab"
+	"github.com/dfkv/dfkv/wire"
+)
+
+var _ engine.Lender = (*Tier)(nil)
+
+// Lend implements engine.Lender: a value resident in an arena slot is lent
+// in place under a transfer-pin, so the server writes it to the socket
+// from the arena with no copy (memcached serves from its slabs the same
+// way). The pin keeps the slot from being evicted or reused until Return;
+// Close waits for every loan. Dedicated large values and misses are not
+// lent (ok false): Range copies the former and fills RAM with the latter.
+func (t *Tier) Lend(key wire.BlockKey, offset, length uint64) ([]byte, uint64, engine.Loan, bool, error) {
+	if err := t.enter(); err != nil {
+		return nil, 0, engine.Loan{}, false, nil // Range reports the closed tier
+	}
+	defer t.exit()
+	si := t.shardIndex(&key)
+	s := t.shards[si]
+	s.mu.Lock()
+	if s.removing[key] != nil {
+		s.mu.Unlock()
+		return nil, 0, engine.Loan{}, false, nil
+	}
+	r, n, ok, err := s.alloc.Acquire(&key)
+	s.mu.Unlock()
+	if !ok || err != nil {
+		return nil, 0, engine.Loan{}, false, nil
+	}
+	stored := uint64(n)
+	if offset > stored {
+		t.release(s, r)
+		return nil, stored, engine.Loan{}, true, fmt.Errorf("ram tier: range %s: offset %d past the stored length %d: %w", key, offset, stored, wire.StatusInvalid)
+	}
+	t.hits.Add(1)
+	count := stored - offset
+	if length != 0 && length < count {
+		count = length
+	}
+	if count == 0 {
+		t.release(s, r)
+		return nil, stored, engine.Loan{}, true, nil
+	}
+	t.loans.Add(1)
+	data := t.slotBytes(s, r, stored)[offset : offset+count]
+	return data, stored, engine.Loan{A: uint64(si), B: uint64(r)}, true, nil
+}
+
+// Return implements engine.Lender: the transfer-pin of a loan drops.
+func (t *Tier) Return(loan engine.Loan) {
+	t.release(t.shards[loan.A], slab.SlotRef(loan.B))
+	t.loans.Done()
+}
+
+func (t *Tier) release(s *shard, r slab.SlotRef) {
+	s.mu.Lock()
+	s.alloc.Release(r)
+	s.mu.Unlock()
+}
+
+var _ engine.Receiver = (*Tier)(nil)
+
+// Receive implements engine.Receiver: for a write-back PUT that will live
+// in an arena slot, it reserves the slot up front (RESERVED: hidden and
+// pinned) so the server reads the payload from the socket straight into
+// it, and CommitReceive then admits it without the copy Cache makes.
+// Values the tier would not admit to an arena slot (write-around, a
+// quota-limited tenant, larger than an extent, past the dirty watermark,
+// no free slot) get ok false: the caller reads into its own buffer and
+// calls Cache, which gives the exact answer.
+func (t *Tier) Receive(key wire.BlockKey, n uint64) ([]byte, engine.Loan, bool) {
+	if !t.writeBack || n == 0 || n > t.extent || n > t.maxValue || (t.limited != nil && t.limited(key.Tenant)) {
+		return nil, engine.Loan{}, false
+	}
+	if t.dirtyLimit > 0 && t.dirtyBytes.Load()+n > t.dirtyLimit {
+		return nil, engine.Loan{}, false
+	}
+	if err := t.enter(); err != nil {
+		return nil, engine.Loan{}, false
+	}
+	defer t.exit()
+	si := t.shardIndex(&key)
+	s := t.shards[si]
+	s.mu.Lock()
+	r, err := s.alloc.Reserve(n)
+	if err == nil {
+		t.evictions.Add(uint64(len(s.alloc.Victims())))
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return nil, engine.Loan{}, false
+	}
+	t.loans.Add(1)
+	return t.slotBytes(s, r, n), engine.Loan{A: uint64(si), B: uint64(r)}, true
+}
+
+// CommitReceive implements engine.Receiver: buf, the slot Receive
+// reserved, now holds the value; it is admitted as Cache would admit it
+// (join, supersede, watermark, fences), without copying.
+func (t *Tier) CommitReceive(key wire.BlockKey, buf []byte, loan engine.Loan) error {
+	defer t.loans.Done()
+	r := slab.SlotRef(loan.B)
+	if err := t.enter(); err != nil {
+		t.abortSlot(t.shards[loan.A], r)
+		return err
+	}
+	defer t.exit()
+	e, err := t.cache(key, buf, &r)
+	if e != nil && t.diskAck {
+		return t.wait(e)
+	}
+	return err
+}
+
+// AbortReceive implements engine.Receiver: the payload never arrived, the
+// reserved slot is given back.
+func (t *Tier) AbortReceive(loan engine.Loan) {
+	t.abortSlot(t.shards[loan.A], slab.SlotRef(loan.B))
+	t.loans.Done()
+}
+
+// abortSlot gives back a slot still RESERVED by its writer.
+func (t *Tier) abortSlot(s *shard, r slab.SlotRef) {
+	s.mu.Lock()
+	s.alloc.Abort(r)
+	s.alloc.Release(r)
+	s.mu.Unlock()
+}

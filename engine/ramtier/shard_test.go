@@ -462,3 +462,27 @@ func TestReceiveInPlace(t *testing.T) {
 		t.Error("Receive accepted in write-around mode")
 	}
 }
+
+// TestColdReadOverSlabLandsInArena: over a real slab store (O_DIRECT when
+// the filesystem allows it, in t.TempDir()), a whole-value miss reads
+// straight into the reserved arena slot: the tier publishes a value only
+// when the backing read into that slot (no staging copy), so the value
+// being resident after one backing read is the proof; the next GET is a
+// RAM hit.
+func TestColdReadOverSlabLandsInArena(t *testing.T) {
+	backing := openSlab(t, t.TempDir(), 64<<20)
+	k, v := key(1), val(1, 300000)
+	if err := backing.Cache(k, v); err != nil {
+		t.Fatal(err)
+	}
+	tr := openTier(t, Options{Backing: backing, Bytes: 16 << 20, ExtentBytes: 1 << 20, LargeReserveBytes: NoLargeReserve, ReadCoalesce: true})
+	defer tr.Close()
+	mustGet(t, tr, k, v)
+	if s := tr.RAM(); s.Objects != 1 || s.BackingReads != 1 || s.Misses != 1 {
+		t.Fatalf("after the cold read: %+v", s)
+	}
+	mustGet(t, tr, k, v)
+	if s := tr.RAM(); s.BackingReads != 1 || s.Hits != 1 {
+		t.Fatalf("the warm read: %+v", s)
+	}
+}

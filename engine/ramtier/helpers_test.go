@@ -50,6 +50,30 @@ func checkTier(t testing.TB, tr *Tier) {
 	}
 }
 
+// checkIdle verifies that nothing is in flight once the tier is quiescent
+// and flushed: no slot pinned, reserved or dead in any shard (a leaked pin
+// or reservation shows here), no lifecycle state left, and every large
+// value held once and clean.
+func checkIdle(t testing.TB, tr *Tier) {
+	t.Helper()
+	for i, sh := range tr.shards {
+		sh.mu.Lock()
+		p, r, d := sh.alloc.InFlight()
+		maps := len(sh.dirty) + len(sh.active) + len(sh.fills) + len(sh.removing)
+		sh.mu.Unlock()
+		if p+r+d+maps != 0 {
+			t.Errorf("shard %d not idle: %d pinned, %d reserved, %d dead slots, %d lifecycle entries", i, p, r, d, maps)
+		}
+	}
+	tr.large.mu.Lock()
+	defer tr.large.mu.Unlock()
+	for k, lg := range tr.large.m {
+		if lg.refs != 1 || lg.dirty {
+			t.Errorf("large value %s: %d refs, dirty %v; want 1 and clean", k, lg.refs, lg.dirty)
+		}
+	}
+}
+
 var _ engine.StoreEngine = (*Tier)(nil)
 
 // gatedEngine holds every Cache until gate is closed.

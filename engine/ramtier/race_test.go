@@ -208,6 +208,7 @@ func stateMachine(t *testing.T, ack string, sharded bool) {
 		t.Logf("RAM: %+v", s)
 	}
 	checkTier(t, tr)
+	checkIdle(t, tr)
 	// RAM and the backing agree: whatever the tier serves is what the
 	// backing holds, and a key the backing lacks is not served.
 	for k := range nkeys {

@@ -77,6 +77,21 @@ func TestShardsPartitionTheArena(t *testing.T) {
 	}
 	checkTier(t, tr)
 
+	// A slot received for one key cannot be committed under a key of
+	// another shard: refused, the slot given back, nothing stored.
+	k1, k2 := key(5000), key(5001)
+	for i := 5002; tr.shardIndex(&k2) == tr.shardIndex(&k1); i++ {
+		k2 = key(i)
+	}
+	buf, loan, ok := tr.Receive(k1, 3000)
+	if !ok {
+		t.Fatal("Receive refused")
+	}
+	enginetest.WantStatus(t, tr.CommitReceive(k2, buf, loan), wire.StatusInvalid, "CommitReceive under another shard's key")
+	wantNotFound(t, tr, k2, "after the refused commit")
+	checkTier(t, tr)
+	checkIdle(t, tr)
+
 	for _, bad := range []int{-1, MaxShards + 1} {
 		_, err := Open(Options{Backing: newMem(), Bytes: 1 << 20, ExtentBytes: 64 << 10, Shards: bad})
 		enginetest.WantStatus(t, err, wire.StatusInvalid, fmt.Sprintf("Open with %d shards", bad))
@@ -423,6 +438,7 @@ func TestReceiveInPlace(t *testing.T) {
 	tr.AbortReceive(loan)
 	wantNotFound(t, tr, k2, "aborted receive")
 	checkTier(t, tr)
+	checkIdle(t, tr)
 
 	limited := key(3)
 	limited.Tenant = 7

@@ -29,6 +29,10 @@ func (t *Tier) Lend(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 		return nil, 0, engine.Loan{}, false, nil
 	}
 	r, n, ok, err := s.alloc.Acquire(&key)
+	var slot []byte
+	if ok && err == nil {
+		slot = t.slotBytes(s, r, uint64(n)) // the allocator is read under its lock
+	}
 	s.mu.Unlock()
 	if !ok || err != nil {
 		return nil, 0, engine.Loan{}, false, nil
@@ -48,8 +52,7 @@ func (t *Tier) Lend(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 		return nil, stored, engine.Loan{}, true, nil
 	}
 	t.loans.Add(1)
-	data := t.slotBytes(s, r, stored)[offset : offset+count]
-	return data, stored, engine.Loan{A: uint64(si), B: uint64(r)}, true, nil
+	return slot[offset : offset+count], stored, engine.Loan{A: uint64(si), B: uint64(r)}, true, nil
 }
 
 // Return implements engine.Lender: the transfer-pin of a loan drops.
@@ -89,15 +92,17 @@ func (t *Tier) Receive(key wire.BlockKey, n uint64) ([]byte, engine.Loan, bool) 
 	s := t.shards[si]
 	s.mu.Lock()
 	r, err := s.alloc.Reserve(n)
+	var buf []byte
 	if err == nil {
 		t.evictions.Add(uint64(len(s.alloc.Victims())))
+		buf = t.slotBytes(s, r, n)
 	}
 	s.mu.Unlock()
 	if err != nil {
 		return nil, engine.Loan{}, false
 	}
 	t.loans.Add(1)
-	return t.slotBytes(s, r, n), engine.Loan{A: uint64(si), B: uint64(r)}, true
+	return buf, engine.Loan{A: uint64(si), B: uint64(r)}, true
 }
 
 // CommitReceive implements engine.Receiver: buf, the slot Receive
@@ -106,6 +111,12 @@ func (t *Tier) Receive(key wire.BlockKey, n uint64) ([]byte, engine.Loan, bool) 
 func (t *Tier) CommitReceive(key wire.BlockKey, buf []byte, loan engine.Loan) error {
 	defer t.loans.Done()
 	r := slab.SlotRef(loan.B)
+	if int(loan.A) != t.shardIndex(&key) {
+		// The slot belongs to another key's shard: admitting it here
+		// would corrupt that shard's allocator.
+		t.abortSlot(t.shards[loan.A], r)
+		return fmt.Errorf("ram tier: commit of %s with a slot received for another key: %w", key, wire.StatusInvalid)
+	}
 	if err := t.enter(); err != nil {
 		t.abortSlot(t.shards[loan.A], r)
 		return err

@@ -29,6 +29,11 @@ const (
 	// slot read constantly survives at most log2(maxHeat)+1 passes idle.
 	maxHeat = 63
 	maxPins = 1<<16 - 1
+	// maxReadPins is where Acquire stops: one pin below maxPins stays
+	// free for the one unpublish (Publish of a replacement, or Remove)
+	// that adds a pin for its caller, so a slot read by 65,534 lenders at
+	// once can still be replaced or removed without the count wrapping.
+	maxReadPins = maxPins - 1
 )
 
 // slotMeta is the whole in-memory state of one slot: 32 bytes, no
@@ -195,7 +200,7 @@ func (a *Allocator) Acquire(key *wire.BlockKey) (SlotRef, uint32, bool, error) {
 	e, s := a.Split(r)
 	em := &a.ext[e]
 	sm := &em.slots[s]
-	if sm.pins == maxPins {
+	if sm.pins >= maxReadPins {
 		return 0, 0, true, ErrBusy
 	}
 	if sm.pins == 0 {
@@ -644,6 +649,27 @@ func (a *Allocator) Digest() uint64 {
 		w(uint64(u))
 	}
 	return h.Sum64()
+}
+
+// InFlight counts slots that are pinned, reserved or dead (unpublished,
+// waiting for their last pin). All three are zero once nothing is in
+// flight, which users of the allocator check in tests to find pin leaks.
+// It walks every slot, so it is not for the serving path.
+func (a *Allocator) InFlight() (pinned, reserved, dead int) {
+	for e := range a.ext {
+		for _, sm := range a.ext[e].slots {
+			if sm.pins > 0 {
+				pinned++
+			}
+			switch sm.state {
+			case stReserved:
+				reserved++
+			case stDead:
+				dead++
+			}
+		}
+	}
+	return pinned, reserved, dead
 }
 
 // Check verifies the allocator's redundant counters against its slots: per

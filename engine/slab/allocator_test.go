@@ -1,6 +1,7 @@
 package slab
 
 import (
+	"errors"
 	"math/rand/v2"
 	"testing"
 
@@ -208,4 +209,56 @@ func TestPressureDecays(t *testing.T) {
 	if n := len(a.cls[a.Lattice().ClassOf(60<<10)].extents); n < 6 {
 		t.Fatalf("the 60 KiB class holds %d of 8 extents after the 4 KiB class went quiet", n)
 	}
+}
+
+// TestMaxPinnedSlotCanBeUnpublished: Acquire refuses (ErrBusy) before the
+// pin count is full, so a slot pinned by as many readers as Acquire allows
+// can still be removed and replaced; the removed slot frees with its last
+// pin (a read held across a socket write, as the RAM tier's Lend does, makes
+// many pins on one hot key possible).
+func TestMaxPinnedSlotCanBeUnpublished(t *testing.T) {
+	lat, err := NewLattice(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAllocator(lat, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k wire.BlockKey
+	k.ID[0] = 1
+	r, _ := a.Reserve(1000)
+	a.Publish(r, &k)
+	n := 0
+	for {
+		if _, _, _, err := a.Acquire(&k); err != nil {
+			if !errors.Is(err, ErrBusy) {
+				t.Fatalf("Acquire: %v", err)
+			}
+			break
+		}
+		n++
+	}
+	if n != maxReadPins {
+		t.Fatalf("Acquire granted %d pins, want %d", n, maxReadPins)
+	}
+	old, _, ok := a.Remove(&k)
+	if !ok || old != r {
+		t.Fatal("Remove of the max-pinned slot did not find it")
+	}
+	a.Release(old) // Remove's pin
+	for range n {
+		a.Release(r)
+	}
+	if err := a.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if a.Objects() != 0 {
+		t.Fatalf("%d objects after the remove", a.Objects())
+	}
+	r2, err := a.Reserve(1000) // the freed slot is reusable
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Publish(r2, &k)
 }

@@ -48,7 +48,8 @@ type conn struct {
 	vals   [][]byte
 	errs   []error
 
-	status wire.Status // status of the request being answered, for metrics
+	status    wire.Status // status of the request being answered, for metrics
+	pastFirst bool        // the first request is answered: bodies get BodyTimeout
 
 	mu      sync.Mutex
 	busy    bool // a request's first byte has arrived and it is being served
@@ -90,6 +91,8 @@ func (c *conn) read(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 	}
 	return c.s.opts.Engine.Range(key, offset, length, c)
 }
+
+func (c *conn) clearReadDeadline() { _ = c.nc.SetReadDeadline(time.Time{}) }
 
 func (c *conn) release() {
 	if c.lent != nil {
@@ -165,6 +168,7 @@ func (c *conn) serve() {
 		}
 		if first {
 			first = false
+			c.pastFirst = true
 			if c.s.opts.FirstRequest > 0 {
 				_ = c.nc.SetReadDeadline(time.Time{})
 			}
@@ -203,6 +207,11 @@ func (c *conn) onError(err error, first bool) {
 		c.s.stats.firstReqTimeouts.Add(1)
 		c.s.log.Warn("closing connection: no complete first request within the deadline",
 			"remote", c.nc.RemoteAddr().String(), "first_request_ms", c.s.opts.FirstRequest.Milliseconds())
+		return
+	}
+	if isTimeout(err) {
+		c.s.log.Warn("closing connection: a request body stalled past the body deadline",
+			"remote", c.nc.RemoteAddr().String(), "body_timeout", c.s.opts.BodyTimeout.String())
 		return
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
@@ -271,6 +280,10 @@ func (c *conn) handleOne() error {
 	}
 	c.s.stats.ops[h.Op].Add(1)
 	c.s.stats.bytesIn.Add(wire.RequestPrefixLen + h.BodyLen)
+	if h.BodyLen > 0 && c.pastFirst {
+		_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(c.s.opts.BodyTimeout))
+		defer c.clearReadDeadline()
+	}
 	if m := c.s.metrics; m != nil {
 		start := time.Now()
 		c.status = wire.StatusOK

@@ -39,6 +39,12 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// WriteTimeout bounds one flush to a client that stopped reading.
 	WriteTimeout time.Duration
+	// BodyTimeout bounds how long a request's body (a PUT's value, a
+	// batch's table and values) may take once its header has arrived, so a
+	// client that stalls mid-payload cannot hold a reserved RAM-tier slot
+	// or a pooled buffer for long. The first request is bounded by
+	// FirstRequest instead.
+	BodyTimeout time.Duration
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of each connection; 0
 	// keeps the kernel's autotuning.
 	SocketBuffer int
@@ -99,6 +105,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = 60 * time.Second
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = 60 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

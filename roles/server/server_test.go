@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -367,5 +368,53 @@ func TestBatchFramesOverWire(t *testing.T) {
 		if s != wire.StatusOK || stored != uint64(len(vals[i])) || !bytes.Equal(got, vals[i]) {
 			t.Fatalf("item %d: %s stored %d", i, s, stored)
 		}
+	}
+}
+
+// TestStalledBodyClosesConnection: after the first request, a client that
+// sends a PUT header and part of its value and then stalls is cut off at
+// BodyTimeout (nothing stored), while an idle connection between requests
+// is left alone. In-process node over a real loopback socket.
+func TestStalledBodyClosesConnection(t *testing.T) {
+	eng := newMemEngine()
+	n := startNode(t, eng, func(o *Options) { o.BodyTimeout = 100 * time.Millisecond })
+	idle := dial(t, n.addr)
+	defer idle.Close()
+	ping := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})
+	var resp [wire.ResponsePrefixLen]byte
+	for _, c := range []net.Conn{idle} {
+		if _, err := c.Write(ping); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, resp[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := dial(t, n.addr)
+	defer c.Close()
+	if _, err := c.Write(ping); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, resp[:]); err != nil {
+		t.Fatal(err)
+	}
+	h := wire.RequestHeader{Op: wire.OpPut, Key: key(1), BodyLen: 4096}
+	if _, err := c.Write(append(wire.AppendRequest(nil, &h), make([]byte, 1000)...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Read(resp[:]); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("stalled PUT body: connection not closed by the server (read: %v)", err)
+	}
+	if _, err := eng.Lookup(key(1)); wire.StatusOf(err) != wire.StatusNotFound {
+		t.Fatalf("the stalled PUT stored something: %v", err)
+	}
+	// The idle connection (no request in progress) still works.
+	if _, err := idle.Write(ping); err != nil {
+		t.Fatal(err)
+	}
+	_ = idle.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.ReadFull(idle, resp[:]); err != nil {
+		t.Fatalf("idle connection after the body deadline: %v", err)
 	}
 }

@@ -440,15 +440,17 @@ func fence(s *shard, key *wire.BlockKey) {
 
 // waitRemoval waits until no Remove of key is between hiding it and the
 // backing's Remove. The caller holds s.mu; it is dropped while waiting.
-func waitRemoval(s *shard, key *wire.BlockKey) {
+// It reports whether it waited.
+func waitRemoval(s *shard, key *wire.BlockKey) (waited bool) {
 	for {
 		r := s.removing[*key]
 		if r == nil {
-			return
+			return waited
 		}
 		s.mu.Unlock()
 		<-r.done
 		s.mu.Lock()
+		waited = true
 	}
 }
 

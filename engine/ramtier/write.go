@@ -102,7 +102,15 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 	s := t.shardOf(&key)
 	s.mu.Lock()
 	for {
-		waitRemoval(s, &key)
+		if waitRemoval(s, &key) {
+			// The backing's value went away meanwhile: look again, so
+			// Stats counts this generation as a new object.
+			s.mu.Unlock()
+			shadow, lerr = t.backing.Lookup(key)
+			had = lerr == nil
+			s.mu.Lock()
+			continue
+		}
 		// Same-key PUT while a flush is pending: identical bytes join its
 		// commit result (keys are content-addressed, so this is the normal
 		// case); different bytes supersede it (the engine contract

@@ -208,6 +208,11 @@ func TestServerProcessRAMTier(t *testing.T) {
 	if code != 0 || !bytes.Contains(out, []byte(" 0 failed")) {
 		t.Fatalf("smoke with the RAM tier (exit %d):\n%s\n%s", code, out, errs)
 	}
+	// ctl stats shows the tier's own state: what smoke kept is in RAM.
+	code, out, _ = dfkv(t, nil, "ctl", "--members", addr, "stats")
+	if code != 0 || !bytes.Contains(out, []byte("ram tier")) || !bytes.Contains(out, []byte("ram flush")) || bytes.Contains(out, []byte("ram tier     0 objects")) {
+		t.Fatalf("ctl stats with the RAM tier (exit %d):\n%s", code, out)
+	}
 	srv.stop(t)
 	if !strings.Contains(srv.logs.String(), "RAM tier on") {
 		t.Fatalf("no RAM tier start line:\n%s", srv.logs.String())

@@ -241,8 +241,8 @@ func TestServerProcessEndToEnd(t *testing.T) {
 		t.Fatalf("ctl stats --json: %d %s", code, out)
 	}
 	code, out, _ = dfkv(t, nil, "ctl", members, "stats")
-	if code != 0 || !bytes.Contains(out, []byte("objects")) || !bytes.Contains(out, []byte("hits")) {
-		t.Fatalf("ctl stats: %d %s", code, out)
+	if code != 0 || !bytes.Contains(out, []byte("objects")) || !bytes.Contains(out, []byte("hits")) || bytes.Contains(out, []byte("ram tier")) {
+		t.Fatalf("ctl stats (RAM tier off): %d %s", code, out)
 	}
 	code, out, _ = dfkv(t, nil, "ctl", members, "info")
 	for _, want := range []string{"build      dfkv", "cpu ", "features", "engine     slab", "disk       " + d0, "disk       " + d1, "setting    server.disks"} {

@@ -457,29 +457,29 @@ func waitRemoval(s *shard, key *wire.BlockKey) (waited bool) {
 // RAMStats are the tier's own counters, beside the engine.Stats it
 // reports for the whole (tier + backing).
 type RAMStats struct {
-	BudgetBytes       uint64 // arena + large reserve
-	ArenaBytes        uint64
-	LargeReserveBytes uint64
-	ArenaUsedBytes    uint64 // bytes of values resident in arena slots
-	LargeUsedBytes    uint64 // page-rounded dedicated allocations
-	Objects           uint64 // values resident in RAM
-	DirtyBytes        uint64 // admitted, not yet flushed
-	DirtyObjects      uint64
-	FlushBacklog      uint64 // queued flushes (including canceled ones not yet skipped)
-	Hits              uint64
-	Misses            uint64
-	Puts              uint64
-	PutsUnchanged     uint64 // PUTs of the bytes RAM already held durably: nothing admitted or flushed
-	PutBypass         uint64 // write-back PUTs that took the synchronous disk path: no RAM for them, or a quota-limited tenant
-	Flushed           uint64
-	FlushDropped      uint64 // flushes given up after every retry
-	Evictions         uint64 // DURABLE values dropped from RAM (still on the backing)
-	BackingReads      uint64 // Range calls the tier made on the backing
-	FlushThreads      int    // actual workers: at least one per flush queue
-	FlushQueues       int    // one per disk, or one
-	Shards            int    // metadata lock shards after automatic halving
-	NUMA              string // the arena's memory policy as applied
-	Healthy           bool
+	BudgetBytes       uint64 `json:"budget_bytes"` // arena + large reserve
+	ArenaBytes        uint64 `json:"arena_bytes"`
+	LargeReserveBytes uint64 `json:"large_reserve_bytes"`
+	ArenaUsedBytes    uint64 `json:"arena_used_bytes"` // bytes of values resident in arena slots
+	LargeUsedBytes    uint64 `json:"large_used_bytes"` // page-rounded dedicated allocations
+	Objects           uint64 `json:"objects"`          // values resident in RAM
+	DirtyBytes        uint64 `json:"dirty_bytes"`      // admitted, not yet flushed
+	DirtyObjects      uint64 `json:"dirty_objects"`
+	FlushBacklog      uint64 `json:"flush_backlog"` // queued flushes (including canceled ones not yet skipped)
+	Hits              uint64 `json:"hits"`
+	Misses            uint64 `json:"misses"`
+	Puts              uint64 `json:"puts"`
+	PutsUnchanged     uint64 `json:"puts_unchanged"` // PUTs of the bytes RAM already held durably: nothing admitted or flushed
+	PutBypass         uint64 `json:"put_bypass"`     // write-back PUTs that took the synchronous disk path: no RAM for them, or a quota-limited tenant
+	Flushed           uint64 `json:"flushed"`
+	FlushDropped      uint64 `json:"flush_dropped"` // flushes given up after every retry
+	Evictions         uint64 `json:"evictions"`     // DURABLE values dropped from RAM (still on the backing)
+	BackingReads      uint64 `json:"backing_reads"` // Range calls the tier made on the backing
+	FlushThreads      int    `json:"flush_threads"` // actual workers: at least one per flush queue
+	FlushQueues       int    `json:"flush_queues"`  // one per disk, or one
+	Shards            int    `json:"shards"`        // metadata lock shards after automatic halving
+	NUMA              string `json:"numa"`          // the arena's memory policy as applied
+	Healthy           bool   `json:"healthy"`
 }
 
 // RAM returns a snapshot of the tier's own counters.

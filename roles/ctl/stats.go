@@ -65,6 +65,22 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 	}
 	sort.Strings(ops)
 	fmt.Fprintf(w, "  requests     %v\n", ops)
+	if r := st.RAM; r != nil {
+		used := r.ArenaUsedBytes + r.LargeUsedBytes
+		ramReads := r.Hits + r.Misses
+		ramHit := 0.0
+		if ramReads > 0 {
+			ramHit = 100 * float64(r.Hits) / float64(ramReads)
+		}
+		fmt.Fprintf(w, "  ram tier     %d objects, %s of %s in use; %d reads (%.1f%% hits), %d evictions\n",
+			r.Objects, bytesHuman(used), bytesHuman(r.BudgetBytes), ramReads, ramHit, r.Evictions)
+		fmt.Fprintf(w, "  ram flush    %s dirty in %d values, %d queued, %d flushed, %d dropped; %d workers on %d queues, %d shards\n",
+			bytesHuman(r.DirtyBytes), r.DirtyObjects, r.FlushBacklog, r.Flushed, r.FlushDropped, r.FlushThreads, r.FlushQueues, r.Shards)
+		fmt.Fprintf(w, "  ram puts     %d admitted, %d unchanged, %d straight to disk\n", r.Puts, r.PutsUnchanged, r.PutBypass)
+		if !r.Healthy {
+			fmt.Fprintln(w, "  WARNING      the RAM tier dropped a value after every flush retry; see the node's log")
+		}
+	}
 	if !e.Healthy {
 		fmt.Fprintln(w, "  WARNING      a storage engine failed closed; see the node's log")
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/klauspost/cpuid/v2"
 
 	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/ramtier"
 	"github.com/dfkv/dfkv/roles/version"
 )
 
@@ -50,6 +51,8 @@ type StatsReply struct {
 	Server Stats          `json:"server"`
 	Engine engine.Stats   `json:"engine"`
 	Disks  []engine.Stats `json:"disks,omitempty"`
+	// RAM is the RAM tier's own counters; absent when the tier is off.
+	RAM *ramtier.RAMStats `json:"ram,omitempty"`
 }
 
 // SetInfo records what STATS reports about the node. Call before Serve.
@@ -60,6 +63,10 @@ func (s *Server) SetInfo(n NodeInfo) {
 
 func (s *Server) statsReply() StatsReply {
 	r := StatsReply{Info: s.info, Server: s.Stats(), Engine: s.opts.Engine.Stats()}
+	if t, ok := s.opts.Engine.(*ramtier.Tier); ok {
+		ram := t.RAM()
+		r.RAM = &ram
+	}
 	g := s.group
 	if g == nil {
 		g, _ = s.opts.Engine.(*engine.Group)

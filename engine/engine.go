@@ -99,6 +99,10 @@ type Receiver interface {
 	// CommitReceive stores the filled buf as key's value, with Cache's
 	// semantics and result.
 	CommitReceive(key wire.BlockKey, buf []byte, loan Loan) error
+	// CommitReceiveBatch commits several received values with
+	// CacheBatch's semantics: in order, errs[i] for item i, and a disk
+	// acknowledgement waits for all of them together.
+	CommitReceiveBatch(keys []wire.BlockKey, bufs [][]byte, loans []Loan, errs []error)
 	// AbortReceive gives the room back.
 	AbortReceive(loan Loan)
 }

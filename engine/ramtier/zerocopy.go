@@ -109,24 +109,62 @@ func (t *Tier) Receive(key wire.BlockKey, n uint64) ([]byte, engine.Loan, bool) 
 // reserved, now holds the value; it is admitted as Cache would admit it
 // (join, supersede, watermark, fences), without copying.
 func (t *Tier) CommitReceive(key wire.BlockKey, buf []byte, loan engine.Loan) error {
+	if err := t.enter(); err != nil {
+		t.abortSlot(t.shards[loan.A], slab.SlotRef(loan.B))
+		t.loans.Done()
+		return err
+	}
+	defer t.exit()
+	e, err := t.commitReceived(key, buf, loan)
+	if e != nil && t.diskAck {
+		return t.wait(e)
+	}
+	return err
+}
+
+// CommitReceiveBatch implements engine.Receiver: the received values are
+// admitted in order, and with disk acknowledgement their flushes are
+// waited for together (as CacheBatch does).
+func (t *Tier) CommitReceiveBatch(keys []wire.BlockKey, bufs [][]byte, loans []engine.Loan, errs []error) {
+	if err := t.enter(); err != nil {
+		for i := range keys {
+			t.abortSlot(t.shards[loans[i].A], slab.SlotRef(loans[i].B))
+			t.loans.Done()
+			errs[i] = err
+		}
+		return
+	}
+	defer t.exit()
+	var pend []*entry
+	if t.diskAck {
+		pend = make([]*entry, len(keys))
+	}
+	for i := range keys {
+		e, err := t.commitReceived(keys[i], bufs[i], loans[i])
+		errs[i] = err
+		if pend != nil {
+			pend[i] = e
+		}
+	}
+	for i, e := range pend {
+		if e != nil {
+			errs[i] = t.wait(e)
+		}
+	}
+}
+
+// commitReceived admits one received value and ends its loan. The caller
+// is inside enter/exit.
+func (t *Tier) commitReceived(key wire.BlockKey, buf []byte, loan engine.Loan) (*entry, error) {
 	defer t.loans.Done()
 	r := slab.SlotRef(loan.B)
 	if int(loan.A) != t.shardIndex(&key) {
 		// The slot belongs to another key's shard: admitting it here
 		// would corrupt that shard's allocator.
 		t.abortSlot(t.shards[loan.A], r)
-		return fmt.Errorf("ram tier: commit of %s with a slot received for another key: %w", key, wire.StatusInvalid)
+		return nil, fmt.Errorf("ram tier: commit of %s with a slot received for another key: %w", key, wire.StatusInvalid)
 	}
-	if err := t.enter(); err != nil {
-		t.abortSlot(t.shards[loan.A], r)
-		return err
-	}
-	defer t.exit()
-	e, err := t.cache(key, buf, &r)
-	if e != nil && t.diskAck {
-		return t.wait(e)
-	}
-	return err
+	return t.cache(key, buf, &r)
 }
 
 // AbortReceive implements engine.Receiver: the payload never arrived, the

@@ -44,6 +44,7 @@ type conn struct {
 	loan   engine.Loan // bytes the engine lent (valid while onLoan)
 	onLoan bool
 	held   []*iobuf.Buf    // BATCH_PUT values read but not yet stored
+	loans  []engine.Loan   // BATCH_PUT values the engine received, not yet committed
 	keys   []wire.BlockKey // BATCH_PUT chunk scratch
 	vals   [][]byte
 	errs   []error
@@ -378,10 +379,14 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 		return err
 	}
 	st := c.statuses(n)
-	eng := c.s.opts.Engine
-	var chunkBytes uint64
+	// Items are stored in runs, in order: values the engine received into
+	// its own memory (RAM tier) are committed together, values read into
+	// pooled buffers are stored together; a run ends when the other kind
+	// of item comes next, and holds at most max_block_bytes (of buffers or
+	// of reserved RAM-tier slots) before it is stored.
+	var runBytes uint64
 	start := 0
-	storeChunk := func(end int) {
+	store := func(end int) {
 		if len(c.keys) == 0 {
 			return
 		}
@@ -389,43 +394,65 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 			c.errs = make([]error, len(c.keys))
 		}
 		errs := c.errs[:len(c.keys)]
-		eng.CacheBatch(c.keys, c.vals, errs)
+		if len(c.loans) > 0 {
+			c.s.receiver.CommitReceiveBatch(c.keys, c.vals, c.loans, errs)
+		} else {
+			c.s.opts.Engine.CacheBatch(c.keys, c.vals, errs)
+		}
 		for i, e := range errs {
 			st[start+i] = byte(wire.StatusOf(e))
 			errs[i] = nil
 		}
-		for i, b := range c.held {
-			c.s.pool.Put(b)
-			c.held[i] = nil
-		}
-		c.held, c.keys, c.vals = c.held[:0], c.keys[:0], c.vals[:0]
-		chunkBytes = 0
+		c.dropRun(false)
+		runBytes = 0
 		start = end
 	}
 	for i := 0; i < n; i++ {
 		k, vl := wire.DecodePutItem(table[i*wire.BatchPutItemLen:])
-		if chunkBytes > 0 && chunkBytes+vl > c.s.lim.MaxBlockBytes {
-			storeChunk(i)
+		var dst []byte
+		var loan engine.Loan
+		received := false
+		if r := c.s.receiver; r != nil {
+			dst, loan, received = r.Receive(k, vl)
 		}
-		buf := c.s.pool.Get(int(vl))
-		if _, err := io.ReadFull(c.br, buf.B); err != nil {
-			c.s.pool.Put(buf)
-			for j, b := range c.held {
-				c.s.pool.Put(b)
-				c.held[j] = nil
-			}
-			c.held, c.keys, c.vals = c.held[:0], c.keys[:0], c.vals[:0]
+		if received != (len(c.loans) > 0) || (runBytes > 0 && runBytes+vl > c.s.lim.MaxBlockBytes) {
+			store(i) // the run so far lands before this item
+		}
+		if !received {
+			buf := c.s.pool.Get(int(vl))
+			c.held = append(c.held, buf)
+			dst = buf.B
+		} else {
+			c.loans = append(c.loans, loan)
+		}
+		c.keys = append(c.keys, k)
+		c.vals = append(c.vals, dst)
+		runBytes += vl
+		if _, err := io.ReadFull(c.br, dst); err != nil {
+			c.dropRun(true)
 			return err
 		}
-		c.held = append(c.held, buf)
-		c.keys = append(c.keys, k)
-		c.vals = append(c.vals, buf.B)
-		chunkBytes += vl
 	}
-	storeChunk(n)
+	store(n)
 	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: uint64(n)})
 	c.wbuf = append(c.wbuf, st...)
 	return nil
+}
+
+// dropRun forgets the pending BATCH_PUT run: pooled buffers go back, and
+// slots the engine reserved are given back when abort is set (the values
+// never arrived) or were committed already.
+func (c *conn) dropRun(abort bool) {
+	for i, b := range c.held {
+		c.s.pool.Put(b)
+		c.held[i] = nil
+	}
+	if abort {
+		for _, l := range c.loans {
+			c.s.receiver.AbortReceive(l)
+		}
+	}
+	c.held, c.keys, c.vals, c.loans = c.held[:0], c.keys[:0], c.vals[:0], c.loans[:0]
 }
 
 func (c *conn) batchGet(h *wire.RequestHeader) error {

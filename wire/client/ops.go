@@ -65,7 +65,7 @@ func (c *Client) GetRange(ctx context.Context, key []byte, offset, length uint64
 		if err := cc.send(nil); err != nil {
 			return err
 		}
-		h, err := cc.readHeader()
+		h, err := cc.readHeaderFor(length)
 		stored = h.Stored
 		if err != nil {
 			return err

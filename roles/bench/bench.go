@@ -106,7 +106,13 @@ func action(c *cli.Context) error {
 		if err != nil {
 			return cli.Exit("dfkv bench: "+err.Error(), exitUsage)
 		}
-		t = &dfkvTarget{cl: cl, ctx: ctx}
+		// Operations run under Background, as an engine's calls through
+		// libdfkv do, and as the redis and memcached workers run (a
+		// deadline per operation, no context): a cancellable context
+		// would add a cancellation watch to every call that neither
+		// peer pays. SIGINT still ends the run between operations, and a
+		// call in flight ends within the client timeout.
+		t = &dfkvTarget{cl: cl, ctx: context.Background()}
 	} else {
 		t = &peerTarget{proto: o.Protocol, addr: o.Target, dialTimeout: cfg.Client.DialTimeout, timeout: cfg.Client.Timeout}
 	}

@@ -50,7 +50,7 @@ type conn struct {
 	errs   []error
 
 	status    wire.Status // status of the request being answered, for metrics
-	pastFirst bool        // the first request is answered: bodies get BodyTimeout
+	pastFirst bool        // the first request is answered: bodies get BodyTimeout (the first one's is FirstRequest, when set)
 
 	mu      sync.Mutex
 	busy    bool // a request's first byte has arrived and it is being served
@@ -281,7 +281,7 @@ func (c *conn) handleOne() error {
 	}
 	c.s.stats.ops[h.Op].Add(1)
 	c.s.stats.bytesIn.Add(wire.RequestPrefixLen + h.BodyLen)
-	if h.BodyLen > 0 && c.pastFirst {
+	if h.BodyLen > 0 && (c.pastFirst || c.s.opts.FirstRequest == 0) {
 		_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(c.s.opts.BodyTimeout))
 		defer c.clearReadDeadline()
 	}
@@ -409,14 +409,17 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 	}
 	for i := 0; i < n; i++ {
 		k, vl := wire.DecodePutItem(table[i*wire.BatchPutItemLen:])
+		if runBytes > 0 && runBytes+vl > c.s.lim.MaxBlockBytes {
+			store(i) // before this item reserves anything: the bound holds
+		}
 		var dst []byte
 		var loan engine.Loan
 		received := false
 		if r := c.s.receiver; r != nil {
 			dst, loan, received = r.Receive(k, vl)
 		}
-		if received != (len(c.loans) > 0) || (runBytes > 0 && runBytes+vl > c.s.lim.MaxBlockBytes) {
-			store(i) // the run so far lands before this item
+		if len(c.keys) > 0 && received != (len(c.loans) > 0) {
+			store(i) // the other kind: the run so far lands before this item
 		}
 		if !received {
 			buf := c.s.pool.Get(int(vl))
@@ -452,6 +455,7 @@ func (c *conn) dropRun(abort bool) {
 			c.s.receiver.AbortReceive(l)
 		}
 	}
+	clear(c.vals) // no reference to pooled buffers or arena slots outlives the run
 	c.held, c.keys, c.vals, c.loans = c.held[:0], c.keys[:0], c.vals[:0], c.loans[:0]
 }
 

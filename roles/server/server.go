@@ -43,7 +43,7 @@ type Options struct {
 	// batch's table and values) may take once its header has arrived, so a
 	// client that stalls mid-payload cannot hold a reserved RAM-tier slot
 	// or a pooled buffer for long. The first request is bounded by
-	// FirstRequest instead.
+	// FirstRequest instead, when that is set.
 	BodyTimeout time.Duration
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of each connection; 0
 	// keeps the kernel's autotuning.

@@ -64,6 +64,16 @@
 // without it each reads the backing on its own. Partial misses read the
 // backing without filling.
 //
+// # Zero copy (zerocopy.go)
+//
+// Lend (engine.Lender) lends a resident slot's bytes in place under a
+// transfer-pin, so the server writes them to the socket from the arena;
+// Return drops the pin. Receive (engine.Receiver) reserves a hidden slot
+// for a write-back PUT before its payload is read, the server reads the
+// socket straight into it, and CommitReceive admits it as Cache would.
+// Close waits for every loan and reservation before it unmaps the arena.
+// Dedicated large values take the copying paths.
+//
 // # Caveats
 //
 // Stats approximates Objects/UsedBytes while flushes are committing (see

@@ -760,7 +760,7 @@ func TestGoldenVectors(t *testing.T) {
 	for _, v := range g.LayoutFingerprints {
 		var fields []LayoutField
 		for _, f := range v.Fields {
-			fields = append(fields, LayoutField{f.Name, f.Values})
+			fields = append(fields, LayoutField(f))
 		}
 		if got := u64hex(LayoutFingerprint(fields...)); got != v.Fingerprint {
 			t.Errorf("layout fingerprint %s: %s, want %s", v.Name, got, v.Fingerprint)

@@ -213,7 +213,7 @@ func (d *boltDir) Members(_ context.Context, group string) (uint64, []wire.Membe
 		epoch = epochOf(b)
 		c := b.Cursor()
 		prefix := []byte("m/")
-		for k, v := c.Seek(prefix); k != nil && len(k) > 2 && string(k[:2]) == "m/"; k, v = c.Next() {
+		for k, v := c.Seek(prefix); len(k) > 2 && string(k[:2]) == "m/"; k, v = c.Next() {
 			var m wire.MemberInfo
 			if err := json.Unmarshal(v, &m); err != nil {
 				return fmt.Errorf("member %q: %w", k, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/ramtier"
 )
 
 // mdsMetricNames are the MDS's metrics, as roles/mds/mds.go declares them
@@ -48,6 +49,15 @@ func TestGrafanaDashboardUsesRealMetrics(t *testing.T) {
 	srv, _ := New(Options{Engine: g, Listener: ln, MaxBlockBytes: 1 << 20})
 	reg := prometheus.NewRegistry()
 	if _, err := NewMetrics(reg, srv, g); err != nil {
+		t.Fatal(err)
+	}
+	// The dfkv_ram_* series, as a node with the RAM tier on exports them.
+	tier, err := ramtier.Open(ramtier.Options{Backing: g, Bytes: 1 << 20, ExtentBytes: 64 << 10, LargeReserveBytes: ramtier.NoLargeReserve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	if err := reg.Register(&ramCollector{tier: tier}); err != nil {
 		t.Fatal(err)
 	}
 	mfs, err := reg.Gather()

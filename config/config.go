@@ -69,6 +69,7 @@ type Server struct {
 	MaxConns            int           // open data-plane connections; past it new ones are refused
 	SocketBufferBytes   uint64        // SO_SNDBUF/SO_RCVBUF per connection; 0 = kernel autotuning
 	FirstRequest        time.Duration // how long a new connection may take to send its first request; 0 = no limit
+	BodyTimeout         time.Duration // how long a request's body may take after its header
 	ShutdownTimeout     time.Duration // how long SIGTERM waits for in-flight requests
 	MetricsFirstRequest time.Duration // HTTP header deadline (DFKV_METRICS_FIRST_REQ_MS); 0 = off
 

@@ -247,6 +247,12 @@ var settings = []setting{
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.FirstRequest }, min: 0, max: hour, note: "0 = off"},
 	},
 	{
+		key: "server.body_timeout_ms", env: "DFKV_TCP_BODY_TIMEOUT_MS", flag: "body-timeout-ms", roles: roleServer,
+		def:   "60000",
+		help:  "milliseconds a request's body (a PUT's value, a batch) may take to arrive after its header, so a stalled client cannot hold a RAM-tier slot or buffer",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.BodyTimeout }, min: 1, max: hour},
+	},
+	{
 		key: "server.metrics_first_request_ms", env: "DFKV_METRICS_FIRST_REQ_MS", flag: "metrics-first-request-ms", roles: roleServer,
 		def:   "30000",
 		help:  "milliseconds an HTTP (metrics/health) connection may take to send its request headers; 0 waits forever",

@@ -36,6 +36,7 @@ func TestSettingsTable(t *testing.T) {
 		{"server.max_conns", "DFKV_MAX_CONNS", "max-conns", "server", "4096"},
 		{"server.socket_buffer_bytes", "DFKV_SOCKET_BUFFER_BYTES", "socket-buffer", "server", "0"},
 		{"server.first_request_ms", "DFKV_TCP_FIRST_REQ_MS", "first-request-ms", "server", "30000"},
+		{"server.body_timeout_ms", "DFKV_TCP_BODY_TIMEOUT_MS", "body-timeout-ms", "server", "60000"},
 		{"server.metrics_first_request_ms", "DFKV_METRICS_FIRST_REQ_MS", "metrics-first-request-ms", "server", "30000"},
 		{"server.shutdown_timeout_ms", "DFKV_SHUTDOWN_TIMEOUT_MS", "shutdown-timeout-ms", "server", "30000"},
 		{"server.tenant_quotas_file", "DFKV_TENANT_QUOTAS_FILE", "tenant-quotas-file", "server", ""},

@@ -129,6 +129,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		MaxBatchItems:   sc.MaxBatchItems,
 		MaxConns:        sc.MaxConns,
 		FirstRequest:    sc.FirstRequest,
+		BodyTimeout:     sc.BodyTimeout,
 		ShutdownTimeout: sc.ShutdownTimeout,
 		SocketBuffer:    int(sc.SocketBufferBytes),
 	})

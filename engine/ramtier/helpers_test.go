@@ -1,9 +1,12 @@
 package ramtier
 
 import (
+	"bytes"
 	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/slab"
@@ -75,6 +78,44 @@ func checkIdle(t testing.TB, tr *Tier) {
 }
 
 var _ engine.StoreEngine = (*Tier)(nil)
+
+// concurrentGets runs readers whole-value GETs of k at once, waits until
+// inFlight reports them all where the test holds them, calls open, and
+// checks that every reader got want.
+func concurrentGets(t *testing.T, tr *Tier, k wire.BlockKey, want []byte, readers int, what string, inFlight func() bool, open func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, readers)
+	got := make([][]byte, readers)
+	for i := range readers {
+		wg.Go(func() { got[i], errs[i] = get(t, tr, k) })
+	}
+	eventually(t, what, inFlight)
+	open()
+	wg.Wait()
+	for i := range readers {
+		if errs[i] != nil || !bytes.Equal(got[i], want) {
+			t.Fatalf("reader %d: %v, %d bytes", i, errs[i], len(got[i]))
+		}
+	}
+}
+
+// closeWhile starts tr.Close while the caller still holds a loan or a
+// reservation, checks that Close waits for it, and returns Close's
+// result channel for after the caller lets go.
+func closeWhile(t *testing.T, tr *Tier, holding string) <-chan error {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- tr.Close() }()
+	eventually(t, "Close to begin", tr.closed.Load)
+	time.Sleep(10 * time.Millisecond) // room for a broken Close to return
+	select {
+	case <-closed:
+		t.Fatalf("Close returned while %s", holding)
+	default:
+	}
+	return closed
+}
 
 // gatedEngine holds every Cache until gate is closed.
 type gatedEngine struct {

@@ -92,9 +92,7 @@ func (t *Tier) rangeRAM(s *shard, key *wire.BlockKey, offset, length uint64, all
 	s.mu.Unlock()
 	t.hits.Add(1)
 	data, stored, err := copyOut(src, uint64(n), offset, length, alloc)
-	s.mu.Lock()
-	s.alloc.Release(r)
-	s.mu.Unlock()
+	t.release(s, r)
 	return data, stored, err, true
 }
 

@@ -69,17 +69,19 @@ func (t *Tier) keyHash(key *wire.BlockKey) uint64 {
 	return maphash.Bytes(t.seed, key.ID[:]) ^ key.Tenant*0x9e3779b97f4a7c15
 }
 
-// stripeOf is the foreground PUT stripe of a key (seed: 1,024 fixed
-// stripes, no per-request allocation).
-func (t *Tier) stripeOf(key *wire.BlockKey) *sync.Mutex {
-	return &t.stripe[t.keyHash(key)%stripes]
+// locate is a key's foreground PUT stripe (seed: 1,024 fixed stripes, no
+// per-request allocation) and its shard, from one hash of the key.
+func (t *Tier) locate(key *wire.BlockKey) (*sync.Mutex, *shard) {
+	h := t.keyHash(key)
+	return &t.stripe[h%stripes], t.shards[t.shardAt(h)]
 }
 
 func (t *Tier) shardOf(key *wire.BlockKey) *shard { return t.shards[t.shardIndex(key)] }
 
-func (t *Tier) shardIndex(key *wire.BlockKey) int {
-	return int((t.keyHash(key) / stripes) % uint64(len(t.shards)))
-}
+func (t *Tier) shardIndex(key *wire.BlockKey) int { return t.shardAt(t.keyHash(key)) }
+
+// shardAt is the shard of a key hash: the bits above the stripe's.
+func (t *Tier) shardAt(h uint64) int { return int((h / stripes) % uint64(len(t.shards))) }
 
 // slotBytes is the arena memory of slot r of shard s holding n bytes,
 // with capacity to the end of the slot (a multiple of 4 KiB, so O_DIRECT
@@ -89,6 +91,21 @@ func (t *Tier) slotBytes(s *shard, r slab.SlotRef, n uint64) []byte {
 	base := s.first + uint64(e)*t.extent + s.alloc.Offset(r)
 	size := s.alloc.Lattice().Size(s.alloc.Class(r))
 	return t.arena.mem[base : base+n : base+size]
+}
+
+// release drops one pin of slot r of shard s (a read's or a loan's).
+func (t *Tier) release(s *shard, r slab.SlotRef) {
+	s.mu.Lock()
+	s.alloc.Release(r)
+	s.mu.Unlock()
+}
+
+// abortSlot gives back a slot still RESERVED by its writer.
+func (t *Tier) abortSlot(s *shard, r slab.SlotRef) {
+	s.mu.Lock()
+	s.alloc.Abort(r)
+	s.alloc.Release(r)
+	s.mu.Unlock()
 }
 
 // largeStore holds the values larger than one extent: dedicated mappings

@@ -3,9 +3,7 @@ package ramtier
 import (
 	"bytes"
 	"fmt"
-	"sync"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/dfkv/dfkv/engine"
@@ -174,22 +172,9 @@ func TestReadCoalesceOff(t *testing.T) {
 	o.ReadCoalesce = false
 	tr := openTier(t, o)
 	defer tr.Close()
-	open := m.gateRange()
 	const readers = 4
-	var wg sync.WaitGroup
-	errs := make([]error, readers)
-	got := make([][]byte, readers)
-	for i := range readers {
-		wg.Go(func() { got[i], errs[i] = get(t, tr, k) })
-	}
-	eventually(t, "every reader at the backing", func() bool { return m.ranges.Load() == readers })
-	open()
-	wg.Wait()
-	for i := range readers {
-		if errs[i] != nil || !bytes.Equal(got[i], v) {
-			t.Fatalf("reader %d: %v, %d bytes", i, errs[i], len(got[i]))
-		}
-	}
+	concurrentGets(t, tr, k, v, readers, "every reader at the backing",
+		func() bool { return m.ranges.Load() == readers }, m.gateRange())
 	mustGet(t, tr, k, v)
 	if r := m.ranges.Load(); r != readers {
 		t.Fatalf("the read after the fill went to the backing (%d reads)", r)
@@ -299,15 +284,7 @@ func TestLendInPlace(t *testing.T) {
 	if !bytes.Equal(data, v) {
 		t.Fatal("lent bytes changed before Return")
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- tr.Close() }()
-	eventually(t, "Close to begin", tr.closed.Load)
-	time.Sleep(10 * time.Millisecond) // room for a broken Close to return
-	select {
-	case <-closed:
-		t.Fatal("Close returned while bytes were lent")
-	default:
-	}
+	closed := closeWhile(t, tr, "bytes were lent")
 	tr.Return(loan)
 	if err := <-closed; err != nil {
 		t.Fatalf("Close: %v", err)
@@ -456,15 +433,7 @@ func TestReceiveInPlace(t *testing.T) {
 	if !ok {
 		t.Fatal("Receive refused")
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- tr.Close() }()
-	eventually(t, "Close to begin", tr.closed.Load)
-	time.Sleep(10 * time.Millisecond) // room for a broken Close to return
-	select {
-	case <-closed:
-		t.Fatal("Close returned during an open receive")
-	default:
-	}
+	closed := closeWhile(t, tr, "a receive was open")
 	copy(buf, val(2, 5000))
 	enginetest.WantStatus(t, tr.CommitReceive(k2, buf, loan), wire.StatusUnavailable, "CommitReceive after Close began")
 	if err := <-closed; err != nil {

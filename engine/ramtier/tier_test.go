@@ -2,7 +2,6 @@ package ramtier
 
 import (
 	"bytes"
-	"sync"
 	"testing"
 	"time"
 
@@ -329,28 +328,14 @@ func TestCoalescedColdReadsCountOneBackingRead(t *testing.T) {
 	m.vals[k] = v
 	tr := openTier(t, smallOpts(m))
 	defer tr.Close()
-	open := m.gateRange()
 	const readers = 8
-	var wg sync.WaitGroup
-	errs := make([]error, readers)
-	got := make([][]byte, readers)
-	for i := range readers {
-		wg.Go(func() { got[i], errs[i] = get(t, tr, k) })
-	}
-	eventually(t, "all readers on one fill", func() bool {
+	concurrentGets(t, tr, k, v, readers, "all readers on one fill", func() bool {
 		sh := tr.shardOf(&k)
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		f := sh.fills[k]
 		return f != nil && f.waiters == readers-1 && m.ranges.Load() == 1
-	})
-	open()
-	wg.Wait()
-	for i := range readers {
-		if errs[i] != nil || !bytes.Equal(got[i], v) {
-			t.Fatalf("reader %d: %v, %d bytes", i, errs[i], len(got[i]))
-		}
-	}
+	}, m.gateRange())
 	if r := m.ranges.Load(); r != 1 {
 		t.Fatalf("%d backing reads for %d identical misses, want 1", r, readers)
 	}

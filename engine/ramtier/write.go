@@ -64,8 +64,8 @@ func (t *Tier) wait(e *entry) error {
 // shard that Receive reserved and value is its filled bytes: it becomes
 // the new generation without a copy, or is given back.
 func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *entry, err error) {
+	st, s := t.locate(&key)
 	if pre != nil {
-		s := t.shardOf(&key)
 		defer func() {
 			if e == nil || e.ref != *pre || e.lg != nil {
 				// Not admitted as pre (joined, unchanged, refused, written
@@ -81,25 +81,23 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 	if n > t.maxValue {
 		return nil, fmt.Errorf("ram tier: cache %s: %d-byte value exceeds the %d-byte maximum: %w", key, n, t.maxValue, wire.StatusTooLarge)
 	}
-	st := t.stripeOf(&key)
 	st.Lock()
 	defer st.Unlock()
 	if !t.writeBack {
-		return nil, t.writeThrough(key, value, false)
+		return nil, t.writeThrough(s, key, value, false)
 	}
 	if (n > t.extent && n > t.large.budget) || (t.limited != nil && t.limited(key.Tenant)) {
 		// No RAM budget can hold it, or its tenant has a quota: a PUT
 		// acknowledged from RAM would meet the quota only at flush time,
 		// where a refusal would drop an acknowledged value (seed: a
 		// limited tenant bypasses write-back).
-		return nil, t.writeThrough(key, value, true)
+		return nil, t.writeThrough(s, key, value, true)
 	}
 	// The backing's current length of key, for Stats (a dirty value of a
 	// key the backing lacks is one more object).
 	shadow, lerr := t.backing.Lookup(key)
 	had := lerr == nil
 
-	s := t.shardOf(&key)
 	s.mu.Lock()
 	for {
 		if waitRemoval(s, &key) {
@@ -153,7 +151,7 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 		if err != nil {
 			// Every slot is pinned: the one synchronous disk path.
 			s.mu.Unlock()
-			return nil, t.writeThrough(key, value, true)
+			return nil, t.writeThrough(s, key, value, true)
 		}
 		t.evictions.Add(uint64(len(s.alloc.Victims())))
 		e.ref = r
@@ -165,7 +163,7 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 		t.evictions.Add(uint64(evicted))
 		if !ok {
 			s.mu.Unlock()
-			return nil, t.writeThrough(key, value, true)
+			return nil, t.writeThrough(s, key, value, true)
 		}
 	}
 	fence(s, &key)
@@ -178,7 +176,7 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 			t.large.used -= roundPage(n)
 			t.large.mu.Unlock()
 			t.log.Warn("ram tier: dedicated allocation failed; writing to disk", "key", key, "bytes", n, "err", err)
-			return nil, t.writeThrough(key, value, true)
+			return nil, t.writeThrough(s, key, value, true)
 		}
 		e.lg = &largeBuf{mem: mem, n: n, refs: 1}
 		dst = mem[:n]
@@ -370,9 +368,9 @@ func (t *Tier) releaseFlushPin(p *entry) {
 // RAM budget can hold, quota-limited tenants, and arena exhaustion by
 // pinned slots (bypass). The key's RAM owner stays visible until the
 // backing has the new value, and a pending flush of it is canceled first
-// so it cannot land after ours. The caller holds the key's stripe.
-func (t *Tier) writeThrough(key wire.BlockKey, value []byte, bypass bool) error {
-	s := t.shardOf(&key)
+// so it cannot land after ours. The caller holds the key's stripe; s is
+// the key's shard.
+func (t *Tier) writeThrough(s *shard, key wire.BlockKey, value []byte, bypass bool) error {
 	w := &entry{key: key, sh: s, done: make(chan struct{})}
 	s.mu.Lock()
 	waitRemoval(s, &key)

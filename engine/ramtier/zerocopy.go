@@ -61,12 +61,6 @@ func (t *Tier) Return(loan engine.Loan) {
 	t.loans.Done()
 }
 
-func (t *Tier) release(s *shard, r slab.SlotRef) {
-	s.mu.Lock()
-	s.alloc.Release(r)
-	s.mu.Unlock()
-}
-
 var _ engine.Receiver = (*Tier)(nil)
 
 // Receive implements engine.Receiver: for a write-back PUT that will live
@@ -172,12 +166,4 @@ func (t *Tier) commitReceived(key wire.BlockKey, buf []byte, loan engine.Loan) (
 func (t *Tier) AbortReceive(loan engine.Loan) {
 	t.abortSlot(t.shards[loan.A], slab.SlotRef(loan.B))
 	t.loans.Done()
-}
-
-// abortSlot gives back a slot still RESERVED by its writer.
-func (t *Tier) abortSlot(s *shard, r slab.SlotRef) {
-	s.mu.Lock()
-	s.alloc.Abort(r)
-	s.alloc.Release(r)
-	s.mu.Unlock()
 }

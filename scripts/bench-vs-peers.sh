@@ -173,20 +173,26 @@ failed=0
 total() {
 	awk -v k="\"$2\":" '/"totals": \{/ {f = 1; next} f && /\}/ {f = 0} f && index($0, k) {gsub(/[ ,]/, ""); split($0, a, ":"); print a[2]}' "$1"
 }
+# bench SYSTEM ARGS...: `dfkv bench` aimed at one of the three servers,
+# in the key space every run shares.
+bench() {
+	local sys=$1
+	shift
+	local target=(--members "127.0.0.1:$dfkv_port")
+	case "$sys" in
+	redis) target=(--protocol redis --addr "127.0.0.1:$redis_port") ;;
+	memcached) target=(--protocol memcache --addr "127.0.0.1:$mc_port") ;;
+	esac
+	"$dfkv" bench "${target[@]}" --key-prefix "vs/" "$@"
+}
 # run SYSTEM NAME ARGS...: one bench run; prints the GB/s (ops/s when
 # unit=ops) of the measured stage, or ERR. It runs in $(...), so it sets
 # nothing: measure_row notes the ERR.
 run() {
 	local sys=$1 name=$2
 	shift 2
-	local target=(--members "127.0.0.1:$dfkv_port")
-	case "$sys" in
-	redis) target=(--protocol redis --addr "127.0.0.1:$redis_port") ;;
-	memcached) target=(--protocol memcache --addr "127.0.0.1:$mc_port") ;;
-	esac
 	local json="$results/$name-$sys.json"
-	if "$dfkv" bench "${target[@]}" --key-prefix "vs/" --duration "${duration}s" --warmup "$warmup" \
-		--json "$json" "$@" >"$results/$name-$sys.txt" 2>&1; then
+	if bench "$sys" --duration "${duration}s" --warmup "$warmup" --json "$json" "$@" >"$results/$name-$sys.txt" 2>&1; then
 		local v
 		if [ "$unit" = ops/s ]; then v=$(total "$json" ops_per_s); else v=$(total "$json" gb_per_s); fi
 		echo "$v $(p99 "$json")"
@@ -209,14 +215,9 @@ fmt() {
 # GET rows then find them), then wait until dfkv's RAM tier, if on, has
 # flushed them all, so a GET row does not pay for the fill's disk writes.
 fill() {
-	local sys target
+	local sys
 	for sys in dfkv redis memcached; do
-		target=(--members "127.0.0.1:$dfkv_port")
-		case "$sys" in
-		redis) target=(--protocol redis --addr "127.0.0.1:$redis_port") ;;
-		memcached) target=(--protocol memcache --addr "127.0.0.1:$mc_port") ;;
-		esac
-		if ! "$dfkv" bench "${target[@]}" --key-prefix "vs/" --workload get --fill --ops 1 --warmup 0s -c 4 \
+		if ! bench "$sys" --workload get --fill --ops 1 --warmup 0s -c 4 \
 			--value-size "$1" --keys "$2" >"$results/fill-$1-$sys.txt" 2>&1; then
 			echo "bench-vs-peers.sh: filling $sys with $1 values failed, see $results/fill-$1-$sys.txt" >&2
 			failed=1

@@ -60,6 +60,7 @@ type Server struct {
 	RAMWriteMode        string        // writeback | writearound
 	PutAckMode          string        // ram | disk (writeback only)
 	RAMFlushThreads     int           // 0 = 4 per disk, at most 16
+	RAMFlushDelay       time.Duration // how long a write-back value stays dirty before its flush
 	RAMTierShards       int           // metadata lock shards, 1..64 (the tier may use fewer)
 	RAMTierNUMA         string        // interleave | off
 	ReadCoalesce        int           // 1 = identical concurrent RAM-tier misses share one disk read

@@ -193,6 +193,12 @@ var settings = []setting{
 		value: intValue{field: func(c *Config) *int { return &c.Server.RAMFlushThreads }, min: 0, max: 64},
 	},
 	{
+		key: "server.ram_flush_delay_ms", env: "DFKV_RAM_FLUSH_DELAY_MS", flag: "ram-flush-delay-ms", roles: roleServer,
+		def:   "0",
+		help:  "milliseconds a write-back value stays dirty before its flush starts, so a key rewritten or removed meanwhile is written to disk once or not at all; waived past half the dirty watermark, on shutdown and with put_ack_mode = disk; 0 flushes at once",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.RAMFlushDelay }, min: 0, max: hour},
+	},
+	{
 		key: "server.ram_tier_shards", env: "DFKV_RAM_TIER_SHARDS", flag: "ram-tier-shards", roles: roleServer,
 		def:   "8",
 		help:  "metadata lock shards of the RAM tier; halved automatically while a shard would hold fewer than 32 extents",

@@ -27,6 +27,7 @@ func TestSettingsTable(t *testing.T) {
 		{"server.ram_write_mode", "DFKV_RAM_WRITE_MODE", "ram-write-mode", "server", "writeback"},
 		{"server.put_ack_mode", "DFKV_PUT_ACK_MODE", "put-ack-mode", "server", "ram"},
 		{"server.ram_flush_threads", "DFKV_RAM_FLUSH_THREADS", "ram-flush-threads", "server", "0"},
+		{"server.ram_flush_delay_ms", "DFKV_RAM_FLUSH_DELAY_MS", "ram-flush-delay-ms", "server", "0"},
 		{"server.ram_tier_shards", "DFKV_RAM_TIER_SHARDS", "ram-tier-shards", "server", "8"},
 		{"server.ram_tier_large_reserve_bytes", "DFKV_RAM_TIER_LARGE_RESERVE_BYTES", "ram-tier-large-reserve-bytes", "server", "auto"},
 		{"server.ram_tier_numa", "DFKV_RAM_TIER_NUMA", "ram-tier-numa", "server", "interleave"},

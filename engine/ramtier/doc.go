@@ -41,7 +41,12 @@
 // slow disk backs up only its own flushes. AckRAM returns then; AckDisk
 // waits for the commit. A same-key PUT of identical bytes while a flush is
 // pending joins that commit; different bytes supersede it (flushes of one
-// key never overlap, so the newer value lands last). Past the dirty
+// key never overlap, so the newer value lands last). Options.FlushDelay
+// holds a queued flush until its value has been dirty that long, so a
+// rewrite or Remove within it saves the disk write; the queue is in
+// admission order, so one timer on its head serves it, and the delay is
+// waived past half the watermark, during Flush and Close, and with
+// AckDisk. Past the dirty
 // watermark new keys get CACHE_FULL before admission; when every slot is
 // pinned the PUT takes the one synchronous disk path, as does every PUT of
 // a quota-limited tenant (Options.Limited), so its result is the quota

@@ -12,11 +12,30 @@ import (
 // (or for the backing, with one queue). Each disk has its own queue and
 // workers, so a slow or failing disk backs up only its own flushes while
 // the others keep draining (seed: flush workers group flushes by disk).
+//
+// With a flush delay, a generation stays queued until it has been dirty
+// that long, so a key rewritten or removed meanwhile is written to the
+// disk once or not at all. The queue is in admission order, so only its
+// head's age matters: one timer wakes a worker when it comes of age. The
+// delay is waived while the tier is past its eager threshold of dirty
+// bytes, while a Flush waits, and once the queue is stopping.
 type flushQueue struct {
 	mu       sync.Mutex
-	cond     *sync.Cond // items non-empty or stopping
+	cond     *sync.Cond // an item is ready, or stopping
 	items    []*entry
 	stopping bool
+	draining int // Flush calls waiting: the delay is waived
+
+	delay  time.Duration // 0: every item is ready at once
+	eager  func() bool   // dirty bytes past the eager threshold
+	timer  *time.Timer   // wakes the workers when the head comes of age
+	timeAt time.Time     // when timer fires; zero while it is not armed
+}
+
+func newFlushQueue(delay time.Duration, eager func() bool) *flushQueue {
+	q := &flushQueue{delay: delay, eager: eager}
+	q.cond = sync.NewCond(&q.mu)
+	return q
 }
 
 // queueOf is the flush queue of key's disk.
@@ -27,19 +46,29 @@ func (t *Tier) queueOf(key *wire.BlockKey) *flushQueue {
 	return t.queues[t.diskOf(*key)%len(t.queues)]
 }
 
-// push appends e. The caller holds e.sh.mu.
+// push appends e. The caller holds e.sh.mu. With a delay a worker is woken
+// only when there is something it could do now: the eager threshold is
+// passed, or the queue was empty (a worker arms the timer for e); else the
+// armed timer covers e, and a PUT costs no wake-up.
 func (q *flushQueue) push(e *entry) {
 	q.mu.Lock()
+	if q.delay > 0 {
+		e.at = time.Now()
+	}
 	q.items = append(q.items, e)
-	q.cond.Signal()
+	if q.delay == 0 || len(q.items) == 1 || q.eager() {
+		q.cond.Signal()
+	}
 	q.mu.Unlock()
 }
 
 // pushFront puts e at the head: a generation parked behind its key's
-// previous flush goes next, ahead of keys admitted after it. The caller
-// holds e.sh.mu.
+// previous flush goes next, ahead of keys admitted after it, and without
+// a further delay (its key's flush is already under way). The caller holds
+// e.sh.mu.
 func (q *flushQueue) pushFront(e *entry) {
 	q.mu.Lock()
+	e.at = time.Time{}
 	q.items = append(q.items, nil)
 	copy(q.items[1:], q.items)
 	q.items[0] = e
@@ -47,20 +76,89 @@ func (q *flushQueue) pushFront(e *entry) {
 	q.mu.Unlock()
 }
 
-// pop waits for an item; ok is false once the queue is stopping and empty.
+// pop waits for a ready item; ok is false once the queue is stopping and
+// empty.
 func (q *flushQueue) pop() (e *entry, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.items) == 0 && !q.stopping {
-		q.cond.Wait()
+	for {
+		if len(q.items) == 0 {
+			if q.stopping {
+				return nil, false
+			}
+			q.cond.Wait()
+			continue
+		}
+		if wait := q.holdFor(q.items[0]); wait > 0 {
+			q.wakeIn(wait)
+			q.cond.Wait()
+			continue
+		}
+		e = q.items[0]
+		q.items[0] = nil
+		q.items = q.items[1:]
+		if len(q.items) > 0 {
+			// Let another worker look at the next one: a Signal from
+			// push may have been spent on this item.
+			q.cond.Signal()
+		}
+		return e, true
 	}
-	if len(q.items) == 0 {
-		return nil, false
+}
+
+// holdFor is how much longer e must stay queued. The caller holds q.mu.
+func (q *flushQueue) holdFor(e *entry) time.Duration {
+	if q.delay == 0 || e.at.IsZero() || q.stopping || q.draining > 0 {
+		return 0
 	}
-	e = q.items[0]
-	q.items[0] = nil
-	q.items = q.items[1:]
-	return e, true
+	wait := time.Until(e.at.Add(q.delay))
+	if wait > 0 && q.eager() {
+		return 0
+	}
+	return wait
+}
+
+// wakeIn arms the timer to wake the workers after d, unless it is armed to
+// fire sooner. The caller holds q.mu.
+func (q *flushQueue) wakeIn(d time.Duration) {
+	at := time.Now().Add(d)
+	if !q.timeAt.IsZero() && !q.timeAt.After(at) {
+		return
+	}
+	q.timeAt = at
+	if q.timer == nil {
+		q.timer = time.AfterFunc(d, q.timeUp)
+		return
+	}
+	q.timer.Reset(d)
+}
+
+func (q *flushQueue) timeUp() {
+	q.mu.Lock()
+	q.timeAt = time.Time{}
+	q.cond.Broadcast()
+	q.mu.Unlock()
+}
+
+// hurry waives the delay for a Flush until the returned func is called.
+func (q *flushQueue) hurry() (done func()) {
+	q.mu.Lock()
+	q.draining++
+	q.cond.Broadcast()
+	q.mu.Unlock()
+	return func() {
+		q.mu.Lock()
+		q.draining--
+		q.mu.Unlock()
+	}
+}
+
+// nudge wakes a worker when the eager threshold has been passed, so the
+// queue stops holding items back. Called by the PUT that crossed it.
+func (q *flushQueue) nudge() {
+	q.mu.Lock()
+	q.cond.Broadcast()
+	q.mu.Unlock()
 }
 
 func (q *flushQueue) len() int {
@@ -72,6 +170,9 @@ func (q *flushQueue) len() int {
 func (q *flushQueue) stop() {
 	q.mu.Lock()
 	q.stopping = true
+	if q.timer != nil {
+		q.timer.Stop()
+	}
 	q.cond.Broadcast()
 	q.mu.Unlock()
 }
@@ -211,6 +312,9 @@ func (t *Tier) Flush() error {
 		return err
 	}
 	defer t.exit()
+	for _, q := range t.queues {
+		defer q.hurry()()
+	}
 	var pend []*entry
 	for _, s := range t.shards {
 		s.mu.Lock()

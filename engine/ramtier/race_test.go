@@ -38,15 +38,19 @@ func gen(k int, g uint64) []byte {
 // The "sharded" runs use two lock shards (64 extents) and three flush
 // queues (DiskOf), so admissions, fills and flushes of different keys run
 // under different locks; the arena is then too large to evict, which the
-// single-shard runs cover.
+// single-shard runs cover. The "delayed" run holds each flush back for a
+// millisecond, so flushes race with rewrites and removals while queued
+// and the queue's timer and parked generations take part.
 func TestStateMachineConcurrent(t *testing.T) {
 	for _, ack := range []string{AckRAM, AckDisk} {
-		t.Run(ack, func(t *testing.T) { stateMachine(t, ack, false) })
-		t.Run(ack+"/sharded", func(t *testing.T) { stateMachine(t, ack, true) })
+		t.Run(ack, func(t *testing.T) { stateMachine(t, ack, false, 0) })
+		t.Run(ack+"/sharded", func(t *testing.T) { stateMachine(t, ack, true, 0) })
 	}
+	t.Run(AckRAM+"/delayed", func(t *testing.T) { stateMachine(t, AckRAM, false, time.Millisecond) })
+	t.Run(AckRAM+"/sharded/delayed", func(t *testing.T) { stateMachine(t, AckRAM, true, time.Millisecond) })
 }
 
-func stateMachine(t *testing.T, ack string, sharded bool) {
+func stateMachine(t *testing.T, ack string, sharded bool, delay time.Duration) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	m := newMem()
@@ -57,7 +61,7 @@ func stateMachine(t *testing.T, ack string, sharded bool) {
 		}
 	}
 	o := Options{Backing: m, Bytes: 256<<10 + 128<<10, ExtentBytes: 64 << 10,
-		LargeReserveBytes: 128 << 10, AckMode: ack, DirtyWatermark: 1, FlushThreads: 3, ReadCoalesce: true}
+		LargeReserveBytes: 128 << 10, AckMode: ack, DirtyWatermark: 1, FlushThreads: 3, ReadCoalesce: true, FlushDelay: delay}
 	if sharded {
 		o.Bytes, o.Shards = 64*64<<10+128<<10, 2
 		o.DiskOf = func(k wire.BlockKey) int { return int(k.ID[1]) % 3 }

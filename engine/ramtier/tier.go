@@ -106,6 +106,12 @@ type Options struct {
 	// queue per disk when DiskOf is set) and reports the actual count in
 	// RAMStats.FlushThreads.
 	FlushThreads int
+	// FlushDelay is how long a write-back value stays dirty before its
+	// flush may start, so a key rewritten or removed within it is written
+	// to the backing once or not at all (0: at once). It is waived while
+	// dirty bytes are past half the watermark, while Flush or Close
+	// waits, and with AckDisk (every PUT waits for its flush).
+	FlushDelay time.Duration
 	// Shards is the number of metadata lock shards (1–64; 0 means
 	// DefaultShards). Each shard owns a contiguous run of extents and the
 	// keys that hash to it; the count is halved while a shard would hold
@@ -158,6 +164,8 @@ type Tier struct {
 	maxValue   uint64
 	arenaBytes uint64
 	dirtyLimit uint64 // 0: no watermark
+	flushDelay time.Duration
+	eagerBytes uint64 // with a flush delay: dirty bytes past which it is waived
 	threads    int
 	numa       string // the memory policy applied to the arena
 	diskOf     func(wire.BlockKey) int
@@ -222,6 +230,7 @@ type entry struct {
 	super    *entry
 	done     chan struct{}
 	err      error
+	at       time.Time // queued at (with a flush delay); zero: ready at once
 }
 
 // fill is a cold whole-value read in flight: followers of the same key
@@ -270,6 +279,9 @@ func Open(opts Options) (*Tier, error) {
 	}
 	if opts.DirtyWatermark < 0 || opts.DirtyWatermark > 1 {
 		return nil, fmt.Errorf("ram tier: dirty watermark %v: want a fraction in (0, 1]: %w", opts.DirtyWatermark, wire.StatusInvalid)
+	}
+	if opts.FlushDelay < 0 {
+		return nil, fmt.Errorf("ram tier: flush delay %v: want 0 or more: %w", opts.FlushDelay, wire.StatusInvalid)
 	}
 	if opts.DiskOf != nil && opts.Disks < 1 {
 		return nil, fmt.Errorf("ram tier: DiskOf without a disk count: %w", wire.StatusInvalid)
@@ -331,6 +343,8 @@ func Open(opts Options) (*Tier, error) {
 	}
 	if !t.diskAck {
 		t.dirtyLimit = max(1, uint64(opts.DirtyWatermark*float64(t.arenaBytes+t.large.budget)))
+		t.flushDelay = opts.FlushDelay
+		t.eagerBytes = t.dirtyLimit / 2
 	}
 	t.maxValue = opts.MaxValueBytes
 	if t.maxValue == 0 {
@@ -347,9 +361,7 @@ func Open(opts Options) (*Tier, error) {
 		t.diskOf = opts.DiskOf
 	}
 	for range nq {
-		q := &flushQueue{}
-		q.cond = sync.NewCond(&q.mu)
-		t.queues = append(t.queues, q)
+		t.queues = append(t.queues, newFlushQueue(t.flushDelay, t.pastEager))
 	}
 	t.threads = max(opts.FlushThreads, nq)
 	for i := range t.threads {
@@ -358,9 +370,13 @@ func Open(opts Options) (*Tier, error) {
 	}
 	t.log.Info("ram tier: arena ready", "arena_bytes", t.arenaBytes, "extents", extents, "extent_bytes", t.extent,
 		"shards", len(t.shards), "large_reserve_bytes", t.large.budget, "write_back", t.writeBack, "disk_ack", t.diskAck,
-		"flush_threads", t.threads, "flush_queues", nq, "read_coalesce", t.coalesce, "numa", t.numa, "touch", time.Since(start))
+		"flush_threads", t.threads, "flush_queues", nq, "flush_delay", t.flushDelay, "read_coalesce", t.coalesce, "numa", t.numa, "touch", time.Since(start))
 	return t, nil
 }
+
+// pastEager reports whether dirty bytes have reached the eager threshold,
+// where a flush delay no longer holds values back.
+func (t *Tier) pastEager() bool { return t.dirtyBytes.Load() >= t.eagerBytes }
 
 func (t *Tier) enter() error {
 	t.closeMu.RLock()

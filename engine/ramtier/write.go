@@ -317,7 +317,13 @@ func (t *Tier) sameResident(s *shard, key *wire.BlockKey, value []byte) bool {
 // The caller holds e.sh.mu.
 func (t *Tier) addDirty(e *entry, sign int64) {
 	if sign > 0 {
-		t.dirtyBytes.Add(e.n)
+		if after := t.dirtyBytes.Add(e.n); t.flushDelay > 0 && after >= t.eagerBytes && after-e.n < t.eagerBytes {
+			// Past the eager threshold: the queues of every disk stop
+			// holding their items back, not only the one e joins.
+			for _, q := range t.queues {
+				q.nudge()
+			}
+		}
 	} else {
 		t.dirtyBytes.Add(-e.n)
 	}

@@ -306,7 +306,7 @@ func openRAMTier(sc config.Server, group *engine.Group, log *slog.Logger) (*ramt
 	}
 	t, err := ramtier.Open(ramtier.Options{
 		Backing: group, Bytes: sc.RAMTierBytes, Mode: sc.RAMWriteMode, AckMode: sc.PutAckMode,
-		FlushThreads: threads, MaxValueBytes: sc.MaxBlockBytes, Logger: log,
+		FlushThreads: threads, FlushDelay: sc.RAMFlushDelay, MaxValueBytes: sc.MaxBlockBytes, Logger: log,
 		LargeReserveBytes: largeReserve(sc.RAMTierLargeReserve), Shards: sc.RAMTierShards, NUMA: sc.RAMTierNUMA,
 		ReadCoalesce: sc.ReadCoalesce == 1, DiskOf: group.DiskOf, Disks: len(group.Names()), Limited: limited,
 	})

@@ -22,7 +22,8 @@ import (
 type flushQueue struct {
 	mu       sync.Mutex
 	cond     *sync.Cond // an item is ready, or stopping
-	items    []*entry
+	items    []*entry   // items[head:] are queued, oldest first
+	head     int        // popped slots before it are reused, so a steady queue allocates nothing
 	stopping bool
 	draining int // Flush calls waiting: the delay is waived
 
@@ -55,8 +56,13 @@ func (q *flushQueue) push(e *entry) {
 	if q.delay > 0 {
 		e.at = time.Now()
 	}
+	if q.head > 0 && len(q.items) == cap(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
 	q.items = append(q.items, e)
-	if q.delay == 0 || len(q.items) == 1 || q.eager() {
+	if q.delay == 0 || len(q.items)-q.head == 1 || q.eager() {
 		q.cond.Signal()
 	}
 	q.mu.Unlock()
@@ -69,9 +75,14 @@ func (q *flushQueue) push(e *entry) {
 func (q *flushQueue) pushFront(e *entry) {
 	q.mu.Lock()
 	e.at = time.Time{}
-	q.items = append(q.items, nil)
-	copy(q.items[1:], q.items)
-	q.items[0] = e
+	if q.head > 0 {
+		q.head--
+		q.items[q.head] = e
+	} else {
+		q.items = append(q.items, nil)
+		copy(q.items[1:], q.items)
+		q.items[0] = e
+	}
 	q.cond.Signal()
 	q.mu.Unlock()
 }
@@ -82,22 +93,24 @@ func (q *flushQueue) pop() (e *entry, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for {
-		if len(q.items) == 0 {
+		if len(q.items) == q.head {
 			if q.stopping {
 				return nil, false
 			}
 			q.cond.Wait()
 			continue
 		}
-		if wait := q.holdFor(q.items[0]); wait > 0 {
+		if wait := q.holdFor(q.items[q.head]); wait > 0 {
 			q.wakeIn(wait)
 			q.cond.Wait()
 			continue
 		}
-		e = q.items[0]
-		q.items[0] = nil
-		q.items = q.items[1:]
-		if len(q.items) > 0 {
+		e = q.items[q.head]
+		q.items[q.head] = nil
+		q.head++
+		if q.head == len(q.items) {
+			q.items, q.head = q.items[:0], 0
+		} else {
 			// Let another worker look at the next one: a Signal from
 			// push may have been spent on this item.
 			q.cond.Signal()
@@ -164,7 +177,7 @@ func (q *flushQueue) nudge() {
 func (q *flushQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.items)
+	return len(q.items) - q.head
 }
 
 func (q *flushQueue) stop() {
@@ -280,7 +293,7 @@ func (t *Tier) flush(e *entry, buf []byte) {
 		next.q.pushFront(next)
 	}
 	s.mu.Unlock()
-	close(e.done)
+	e.done.Done()
 }
 
 // ownedBy reports whether e is still key's visible RAM value. The caller

@@ -278,7 +278,7 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 	s.mu.Unlock()
 
 	if act != nil {
-		<-act.done
+		act.done.Wait()
 	}
 	err := t.backing.Remove(key)
 

@@ -228,7 +228,7 @@ type entry struct {
 	canceled bool
 	next     *entry // a newer generation parked behind this active flush
 	super    *entry
-	done     chan struct{}
+	done     sync.WaitGroup // Done once the generation is settled (committed, failed or canceled); no channel to allocate per PUT
 	err      error
 	at       time.Time // queued at (with a flush delay); zero: ready at once
 }

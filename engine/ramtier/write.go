@@ -50,7 +50,7 @@ func (t *Tier) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 // the one that replaced it.
 func (t *Tier) wait(e *entry) error {
 	for {
-		<-e.done
+		e.done.Wait()
 		if e.super == nil {
 			return e.err
 		}
@@ -142,7 +142,8 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 		return nil, fmt.Errorf("ram tier: cache %s: %d dirty bytes + %d would pass the %d-byte watermark while flushes catch up: %w",
 			key, dirty, n, t.dirtyLimit, wire.StatusCacheFull)
 	}
-	e = &entry{key: key, sh: s, q: t.queueOf(&key), n: n, had: had, shadow: shadow, done: make(chan struct{})}
+	e = &entry{key: key, sh: s, q: t.queueOf(&key), n: n, had: had, shadow: shadow}
+	e.done.Add(1)
 	var dst []byte
 	if pre != nil {
 		e.ref = *pre // filled by the caller already
@@ -351,7 +352,7 @@ func (t *Tier) cancel(p *entry, super *entry) {
 	}
 	if !p.active {
 		t.releaseFlushPin(p)
-		close(p.done)
+		p.done.Done()
 	}
 }
 
@@ -377,7 +378,8 @@ func (t *Tier) releaseFlushPin(p *entry) {
 // so it cannot land after ours. The caller holds the key's stripe; s is
 // the key's shard.
 func (t *Tier) writeThrough(s *shard, key wire.BlockKey, value []byte, bypass bool) error {
-	w := &entry{key: key, sh: s, done: make(chan struct{})}
+	w := &entry{key: key, sh: s}
+	w.done.Add(1)
 	s.mu.Lock()
 	waitRemoval(s, &key)
 	if p := s.dirty[key]; p != nil {
@@ -388,7 +390,7 @@ func (t *Tier) writeThrough(s *shard, key wire.BlockKey, value []byte, bypass bo
 		delete(s.dirty, key)
 		t.addDirty(p, -1)
 		if !p.active {
-			close(p.done)
+			p.done.Done()
 			defer t.releaseAfter(p)
 		}
 	}
@@ -399,14 +401,14 @@ func (t *Tier) writeThrough(s *shard, key wire.BlockKey, value []byte, bypass bo
 		// NB: a concurrent same-key write may be merged by the backing
 		// (slab followers take the leader's result), so ours starts only
 		// after the older flush returned.
-		<-act.done
+		act.done.Wait()
 	}
 	err := t.backing.Cache(key, value)
 	s.mu.Lock()
 	t.unpublish(s, &key)
 	fence(s, &key)
 	w.err = err
-	close(w.done)
+	w.done.Done()
 	s.mu.Unlock()
 	if bypass {
 		t.putBypass.Add(1)

@@ -1,0 +1,5 @@
+//go:build race
+
+package ramtier
+
+const raceEnabled = true

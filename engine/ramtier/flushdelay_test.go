@@ -68,8 +68,9 @@ func TestFlushDelayWritesARewrittenKeyOnce(t *testing.T) {
 		t.Fatalf("the removed key was written %d times, want never", c)
 	}
 	wantNotFound(t, tr, gone, "removed within the delay")
-	if s := tr.RAM(); s.Flushed != 1 || s.DirtyObjects != 0 || s.DirtyBytes != 0 {
-		t.Fatalf("after Flush: %d flushed, %d dirty (%d bytes); want 1, 0, 0", s.Flushed, s.DirtyObjects, s.DirtyBytes)
+	if s := tr.RAM(); s.Flushed != 1 || s.DirtyObjects != 0 || s.DirtyBytes != 0 || s.FlushSkipped != 3 || s.FlushDelayMS != noFlushForAnHour.Milliseconds() {
+		t.Fatalf("after Flush: %d flushed, %d dirty (%d bytes), %d skipped, delay %d ms; want 1, 0, 0, 3 (two superseded, one removed), %d",
+			s.Flushed, s.DirtyObjects, s.DirtyBytes, s.FlushSkipped, s.FlushDelayMS, noFlushForAnHour.Milliseconds())
 	}
 	checkIdle(t, tr)
 }
@@ -135,6 +136,9 @@ func TestFlushDelayIgnoredWithDiskAck(t *testing.T) {
 	}
 	if got, ok := m.get(key(3)); !ok || !bytes.Equal(got, val(3, 5000)) {
 		t.Fatal("disk-ack Cache returned but the backing lacks the value")
+	}
+	if d := tr.RAM().FlushDelayMS; d != 0 {
+		t.Fatalf("RAMStats.FlushDelayMS %d under disk ack, want 0 (the delay in force)", d)
 	}
 }
 

@@ -205,6 +205,7 @@ type Tier struct {
 	removes       atomic.Uint64
 	flushed       atomic.Uint64
 	flushDropped  atomic.Uint64
+	flushSkipped  atomic.Uint64
 	evictions     atomic.Uint64
 	backingReads  atomic.Uint64
 }
@@ -340,6 +341,10 @@ func Open(opts Options) (*Tier, error) {
 	t.large.budget = opts.Bytes - t.arenaBytes
 	if reserve == 0 {
 		t.large.budget = 0 // the rounding tail is not a reserve anyone asked for
+	}
+	if opts.FlushDelay > 0 && t.diskAck {
+		t.log.Warn("ram tier: the flush delay does not apply: every PUT waits for its flush under disk acknowledgement",
+			"flush_delay", opts.FlushDelay)
 	}
 	if !t.diskAck {
 		t.dirtyLimit = max(1, uint64(opts.DirtyWatermark*float64(t.arenaBytes+t.large.budget)))
@@ -488,13 +493,15 @@ type RAMStats struct {
 	PutsUnchanged     uint64 `json:"puts_unchanged"` // PUTs of the bytes RAM already held durably: nothing admitted or flushed
 	PutBypass         uint64 `json:"put_bypass"`     // write-back PUTs that took the synchronous disk path: no RAM for them, or a quota-limited tenant
 	Flushed           uint64 `json:"flushed"`
-	FlushDropped      uint64 `json:"flush_dropped"` // flushes given up after every retry
-	Evictions         uint64 `json:"evictions"`     // DURABLE values dropped from RAM (still on the backing)
-	BackingReads      uint64 `json:"backing_reads"` // Range calls the tier made on the backing
-	FlushThreads      int    `json:"flush_threads"` // actual workers: at least one per flush queue
-	FlushQueues       int    `json:"flush_queues"`  // one per disk, or one
-	Shards            int    `json:"shards"`        // metadata lock shards after automatic halving
-	NUMA              string `json:"numa"`          // the arena's memory policy as applied
+	FlushDropped      uint64 `json:"flush_dropped"`  // flushes given up after every retry
+	FlushSkipped      uint64 `json:"flush_skipped"`  // generations superseded or removed before their flush started: disk writes saved
+	FlushDelayMS      int64  `json:"flush_delay_ms"` // the flush delay in force (0 under disk acknowledgement)
+	Evictions         uint64 `json:"evictions"`      // DURABLE values dropped from RAM (still on the backing)
+	BackingReads      uint64 `json:"backing_reads"`  // Range calls the tier made on the backing
+	FlushThreads      int    `json:"flush_threads"`  // actual workers: at least one per flush queue
+	FlushQueues       int    `json:"flush_queues"`   // one per disk, or one
+	Shards            int    `json:"shards"`         // metadata lock shards after automatic halving
+	NUMA              string `json:"numa"`           // the arena's memory policy as applied
 	Healthy           bool   `json:"healthy"`
 }
 
@@ -520,6 +527,8 @@ func (t *Tier) RAM() RAMStats {
 	s.ArenaBytes, s.LargeReserveBytes = t.arenaBytes, t.large.budget
 	s.Hits, s.Misses, s.Puts, s.PutBypass = t.hits.Load(), t.misses.Load(), t.puts.Load(), t.putBypass.Load()
 	s.PutsUnchanged = t.putsUnchanged.Load()
+	s.FlushSkipped = t.flushSkipped.Load()
+	s.FlushDelayMS = t.flushDelay.Milliseconds()
 	s.Flushed, s.FlushDropped, s.Evictions = t.flushed.Load(), t.flushDropped.Load(), t.evictions.Load()
 	s.BackingReads = t.backingReads.Load()
 	s.FlushThreads = t.threads

@@ -351,6 +351,7 @@ func (t *Tier) cancel(p *entry, super *entry) {
 		t.addDirty(p, -1)
 	}
 	if !p.active {
+		t.flushSkipped.Add(1)
 		t.releaseFlushPin(p)
 		p.done.Done()
 	}
@@ -390,6 +391,7 @@ func (t *Tier) writeThrough(s *shard, key wire.BlockKey, value []byte, bypass bo
 		delete(s.dirty, key)
 		t.addDirty(p, -1)
 		if !p.active {
+			t.flushSkipped.Add(1)
 			p.done.Done()
 			defer t.releaseAfter(p)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"time"
 
 	"github.com/urfave/cli/v2"
 )
@@ -76,7 +77,8 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 			r.Objects, bytesHuman(used), bytesHuman(r.BudgetBytes), ramReads, ramHit, r.Evictions)
 		fmt.Fprintf(w, "  ram flush    %s dirty in %d values, %d queued, %d flushed, %d dropped; %d workers on %d queues, %d shards\n",
 			bytesHuman(r.DirtyBytes), r.DirtyObjects, r.FlushBacklog, r.Flushed, r.FlushDropped, r.FlushThreads, r.FlushQueues, r.Shards)
-		fmt.Fprintf(w, "  ram puts     %d admitted, %d unchanged, %d straight to disk\n", r.Puts, r.PutsUnchanged, r.PutBypass)
+		fmt.Fprintf(w, "  ram puts     %d admitted, %d unchanged, %d straight to disk; %d flushes skipped (rewritten or removed first), flush delay %v\n",
+			r.Puts, r.PutsUnchanged, r.PutBypass, r.FlushSkipped, time.Duration(r.FlushDelayMS)*time.Millisecond)
 		if !r.Healthy {
 			fmt.Fprintln(w, "  WARNING      the RAM tier dropped a value after every flush retry; see the node's log")
 		}

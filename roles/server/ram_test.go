@@ -224,3 +224,51 @@ func TestRAMTierBatchPut(t *testing.T) {
 		})
 	}
 }
+
+// TestRAMTierNodeFlushDelay: server.ram_flush_delay_ms reaches the tier
+// (a value rewritten twice within the delay is flushed once, which the
+// dfkv_ram_* metrics show), and a graceful stop flushes what the delay
+// still holds, so the node restarted without the tier has the last value.
+func TestRAMTierNodeFlushDelay(t *testing.T) {
+	dir := t.TempDir()
+	base := map[string][]string{"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}}
+	withRAM := map[string][]string{"ram-tier": {"1"}, "ram-tier-bytes": {"128MiB"}, "ram-flush-delay-ms": {"3600000"}}
+	for k, v := range base {
+		withRAM[k] = v
+	}
+	addr, httpAddr, stop := runNode(t, withRAM)
+	cl, err := client.Open(client.Options{Namespace: []byte("ram"), Members: []string{addr}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var last []byte
+	for g := range 3 {
+		last = bytes.Repeat([]byte{byte(10 + g)}, 100<<10)
+		if err := cl.Put(ctx, []byte("k"), last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mf := scrape(t, httpAddr)
+	for name, want := range map[string]float64{
+		"dfkv_ram_flush_delay_seconds": 3600, "dfkv_ram_flush_skipped_total": 2, "dfkv_ram_flushed_total": 0, "dfkv_ram_dirty_bytes": 100 << 10,
+	} {
+		if got := value(t, mf, name, nil); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	cl.Close()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	addr, _, _ = runNode(t, base)
+	cl, err = client.Open(client.Options{Namespace: []byte("ram"), Members: []string{addr}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got, err := cl.GetAuto(ctx, []byte("k"))
+	if err != nil || !bytes.Equal(got, last) {
+		t.Fatalf("after a graceful stop within the flush delay, the restarted node has %d bytes (%v), want the last value", len(got), err)
+	}
+}

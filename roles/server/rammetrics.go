@@ -23,6 +23,8 @@ var (
 	descRAMPutBypass    = ramDesc("put_bypass_total", "Write-back PUTs that took the synchronous disk path: no RAM for them, or a tenant with a quota.")
 	descRAMFlushed      = ramDesc("flushed_total", "Values flushed from RAM to disk.")
 	descRAMFlushDropped = ramDesc("flush_dropped_total", "Flushes given up after every retry.")
+	descRAMFlushSkipped = ramDesc("flush_skipped_total", "Values rewritten or removed before their flush started: disk writes saved.")
+	descRAMFlushDelay   = ramDesc("flush_delay_seconds", "How long a write-back value waits before its flush (server.ram_flush_delay_ms as in force).")
 	descRAMEvictions    = ramDesc("evictions_total", "Durable values dropped from RAM (still on disk).")
 	descRAMHealthy      = ramDesc("healthy", "1 while the tier flushes; 0 after a flush failed for good.")
 	descRAMThreads      = ramDesc("flush_threads", "Flush workers.")
@@ -38,7 +40,7 @@ var (
 
 func (c *ramCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRAMHit, descRAMMiss, descRAMPut, descRAMPutSame, descRAMPutBypass, descRAMFlushed,
-		descRAMFlushDropped, descRAMEvictions, descRAMHealthy, descRAMThreads, descRAMObjects, descRAMDirty,
+		descRAMFlushDropped, descRAMFlushSkipped, descRAMFlushDelay, descRAMEvictions, descRAMHealthy, descRAMThreads, descRAMObjects, descRAMDirty,
 		descRAMBacklog, descRAMBudget, descRAMArena, descRAMLarge, descRAMArenaUsed, descRAMLargeUsed} {
 		ch <- d
 	}
@@ -59,6 +61,8 @@ func (c *ramCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRAMPutBypass, r.PutBypass)
 	counter(descRAMFlushed, r.Flushed)
 	counter(descRAMFlushDropped, r.FlushDropped)
+	counter(descRAMFlushSkipped, r.FlushSkipped)
+	gauge(descRAMFlushDelay, float64(r.FlushDelayMS)/1000)
 	counter(descRAMEvictions, r.Evictions)
 	healthy := 0.0
 	if r.Healthy {

@@ -24,11 +24,16 @@
 # It prints one table: GB/s of values (GB = 1e9 bytes; ops/s for EXIST)
 # per system, the dfkv/redis and dfkv/memcached ratios, and each system's
 # p99 latency in µs. The JSON result of every run is kept in the results
-# directory.
+# directory. With --repeat N each cell is measured N times, the three
+# systems taking turns (dfkv, redis, memcached, dfkv, ...), so a slow spell
+# of this shared machine does not land on one system only; the table shows
+# the medians and the ratios of the medians, and the progress lines every
+# round.
 #
-# Usage: scripts/bench-vs-peers.sh [--quick] [--tier] [--duration SECS] [--out DIR] [--server-args ARGS]
+# Usage: scripts/bench-vs-peers.sh [--quick] [--tier] [--repeat N] [--duration SECS] [--out DIR] [--server-args ARGS]
 #   --quick            a short smoke run (1 s per measurement, small key spaces)
 #   --tier             the RAM tier rows instead of the default ones
+#   --repeat N         rounds per cell, systems alternating; medians reported (default 1)
 #   --duration S       seconds per measurement (default 5)
 #   --out DIR          keep results in DIR (default: a new directory under /tmp)
 #   --server-args ARGS extra flags for `dfkv server`, word-split
@@ -40,6 +45,7 @@ cd "$(dirname "$0")/.."
 
 quick=0
 tier=0
+repeat=1
 duration=5
 out=""
 server_args=""
@@ -48,6 +54,7 @@ while [ $# -gt 0 ]; do
 	--quick) quick=1 ;;
 	--tier) tier=1 ;;
 	--duration) duration="$2"; shift ;;
+	--repeat) repeat="$2"; shift ;;
 	--out) out="$2"; shift ;;
 	--server-args) server_args="$2"; shift ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -55,6 +62,12 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+
+case "$repeat" in '' | *[!0-9]* | 0)
+	echo "bench-vs-peers.sh: --repeat $repeat: want a whole number of rounds, 1 or more" >&2
+	exit 2
+	;;
+esac
 
 warmup=1s
 sizes=(64KiB 1MiB)
@@ -185,20 +198,22 @@ bench() {
 	esac
 	"$dfkv" bench "${target[@]}" --key-prefix "vs/" "$@"
 }
-# run SYSTEM NAME ARGS...: one bench run; prints the GB/s (ops/s when
-# unit=ops) of the measured stage, or ERR. It runs in $(...), so it sets
-# nothing: measure_row notes the ERR.
+# run SYSTEM NAME ARGS...: one bench run (round $round); prints the GB/s
+# (ops/s when unit=ops) of the measured stage and the p99, or ERR. It runs
+# in $(...), so it sets nothing: measure_row notes the ERR.
 run() {
 	local sys=$1 name=$2
 	shift 2
-	local json="$results/$name-$sys.json"
-	if bench "$sys" --duration "${duration}s" --warmup "$warmup" --json "$json" "$@" >"$results/$name-$sys.txt" 2>&1; then
+	local base="$results/$name-$sys"
+	[ "$repeat" = 1 ] || base="$base-r$round"
+	local json="$base.json"
+	if bench "$sys" --duration "${duration}s" --warmup "$warmup" --json "$json" "$@" >"$base.txt" 2>&1; then
 		local v
 		if [ "$unit" = ops/s ]; then v=$(total "$json" ops_per_s); else v=$(total "$json" gb_per_s); fi
 		echo "$v $(p99 "$json")"
 	else
-		echo "bench-vs-peers.sh: $sys $name had errors, see $results/$name-$sys.txt:" >&2
-		grep -E "WARNING|error:|dfkv bench:" "$results/$name-$sys.txt" | head -5 >&2 || true
+		echo "bench-vs-peers.sh: $sys $name had errors, see $base.txt:" >&2
+		grep -E "WARNING|error:|dfkv bench:" "$base.txt" | head -5 >&2 || true
 		echo ERR
 	fi
 }
@@ -232,17 +247,37 @@ fill() {
 	echo "bench-vs-peers.sh: dfkv still has $dirty dirty bytes 120 s after the fill" >&2
 }
 
+# median VALUES...: the median of numbers, or ERR when any is ERR or
+# missing.
+median() {
+	case " $* " in *" ERR "* | "  ") echo ERR; return ;; esac
+	printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
 rows=()
 measure_row() { # OP SIZE CONNS NAME ARGS...: one row of the table
 	local op=$1 size=$2 c=$3 name=$4
 	shift 4
+	local sys v l
+	local -A vals=() lats=() last=()
+	for ((round = 1; round <= repeat; round++)); do
+		for sys in dfkv redis memcached; do
+			read -r v l <<<"$(run "$sys" "$name" "$@")"
+			last[$sys]=${v:-ERR}
+			vals[$sys]+="${v:-ERR} "
+			lats[$sys]+="${l:-ERR} "
+		done
+		[ "$repeat" = 1 ] || printf '   round %d: dfkv %s  redis %s  memcached %s %s\n' "$round" \
+			"$(fmt "${last[dfkv]}")" "$(fmt "${last[redis]}")" "$(fmt "${last[memcached]}")" "$unit" >&2
+	done
+	# shellcheck disable=SC2086 # word-split on purpose: the rounds' values
 	local d r m dl rl ml
-	read -r d dl <<<"$(run dfkv "$name" "$@")"
-	read -r r rl <<<"$(run redis "$name" "$@")"
-	read -r m ml <<<"$(run memcached "$name" "$@")"
+	d=$(median ${vals[dfkv]}) r=$(median ${vals[redis]}) m=$(median ${vals[memcached]})
+	dl=$(median ${lats[dfkv]}) rl=$(median ${lats[redis]}) ml=$(median ${lats[memcached]})
 	case "$d$r$m" in *ERR*) failed=1 ;; esac
 	rows+=("$op|$size|$c|$unit|$d|$r|$m|$dl|$rl|$ml")
-	printf '   %-5s %-6s c=%-3s dfkv %s  redis %s  memcached %s %s\n' "$op" "$size" "$c" "$(fmt "$d")" "$(fmt "$r")" "$(fmt "$m")" "$unit" >&2
+	printf '   %-5s %-6s c=%-3s dfkv %s  redis %s  memcached %s %s%s\n' "$op" "$size" "$c" "$(fmt "$d")" "$(fmt "$r")" "$(fmt "$m")" "$unit" \
+		"$([ "$repeat" = 1 ] || echo " (medians of $repeat)")" >&2
 }
 
 if [ "$tier" = 1 ]; then
@@ -300,7 +335,7 @@ ratio() {
 }
 echo
 echo "dfkv vs redis vs memcached, one load generator (dfkv bench), $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores$([ "$quick" = 1 ] && echo ', QUICK run')"
-echo "measured ${duration}s per cell after an unmeasured fill and ${warmup} warm-up; GB = 1e9 bytes of values"
+echo "measured ${duration}s per cell after an unmeasured fill and ${warmup} warm-up$([ "$repeat" = 1 ] || echo ", median of $repeat alternating rounds"); GB = 1e9 bytes of values"
 echo "dfkv server: --disk-capacity 16GiB ${server_args:-(default engine)}"
 printf '%-6s %-6s %5s  %-5s %10s %10s %10s  %10s  %14s  %9s %9s %9s\n' op size conns unit dfkv redis memcached dfkv/redis dfkv/memcached \
 	"p99us:dfkv" redis memcached

@@ -26,6 +26,7 @@ type flushQueue struct {
 	head     int        // popped slots before it are reused, so a steady queue allocates nothing
 	stopping bool
 	draining int // Flush calls waiting: the delay is waived
+	dead     int // items canceled while queued (queued false): dropped at the head or by compaction
 
 	delay  time.Duration // 0: every item is ready at once
 	eager  func() bool   // dirty bytes past the eager threshold
@@ -56,11 +57,20 @@ func (q *flushQueue) push(e *entry) {
 	if q.delay > 0 {
 		e.at = time.Now()
 	}
-	if q.head > 0 && len(q.items) == cap(q.items) {
-		n := copy(q.items, q.items[q.head:])
+	if len(q.items) == cap(q.items) && (q.head > 0 || 2*q.dead >= len(q.items)) {
+		// Full: reuse the popped slots and drop canceled items (a key
+		// rewritten under a delay leaves one per PUT) before growing.
+		n := 0
+		for _, x := range q.items[q.head:] {
+			if x.queued {
+				q.items[n] = x
+				n++
+			}
+		}
 		clear(q.items[n:])
-		q.items, q.head = q.items[:n], 0
+		q.items, q.head, q.dead = q.items[:n], 0, 0
 	}
+	e.queued = true
 	q.items = append(q.items, e)
 	if q.delay == 0 || len(q.items)-q.head == 1 || q.eager() {
 		q.cond.Signal()
@@ -75,6 +85,7 @@ func (q *flushQueue) push(e *entry) {
 func (q *flushQueue) pushFront(e *entry) {
 	q.mu.Lock()
 	e.at = time.Time{}
+	e.queued = true
 	if q.head > 0 {
 		q.head--
 		q.items[q.head] = e
@@ -100,12 +111,23 @@ func (q *flushQueue) pop() (e *entry, ok bool) {
 			q.cond.Wait()
 			continue
 		}
+		if !q.items[q.head].queued {
+			// Canceled while queued: drop it now, whatever its age.
+			q.items[q.head] = nil
+			q.head++
+			q.dead--
+			if q.head == len(q.items) {
+				q.items, q.head = q.items[:0], 0
+			}
+			continue
+		}
 		if wait := q.holdFor(q.items[q.head]); wait > 0 {
 			q.wakeIn(wait)
 			q.cond.Wait()
 			continue
 		}
 		e = q.items[q.head]
+		e.queued = false
 		q.items[q.head] = nil
 		q.head++
 		if q.head == len(q.items) {
@@ -177,7 +199,19 @@ func (q *flushQueue) nudge() {
 func (q *flushQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.items) - q.head
+	return len(q.items) - q.head - q.dead
+}
+
+// withdraw takes canceled e out of the queue's count; its slot is freed
+// at the head or by the next compaction, so canceled generations never
+// wait out a flush delay in the queue. The caller holds e.sh.mu.
+func (q *flushQueue) withdraw(e *entry) {
+	q.mu.Lock()
+	if e.queued {
+		e.queued = false
+		q.dead++
+	}
+	q.mu.Unlock()
 }
 
 func (q *flushQueue) stop() {

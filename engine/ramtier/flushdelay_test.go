@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/enginetest"
 	"github.com/dfkv/dfkv/wire"
 )
@@ -197,4 +198,104 @@ func TestOpenRejectsNegativeFlushDelay(t *testing.T) {
 	o.FlushDelay = -time.Second
 	_, err := Open(o)
 	enginetest.WantStatus(t, err, wire.StatusInvalid, "Open with a negative flush delay")
+}
+
+// TestFlushDelayQueueHoldsOnlyLiveGenerations: a key rewritten many times
+// within the delay leaves no trail of superseded generations in its
+// queue (each would hold memory for the whole delay, at the PUT rate).
+func TestFlushDelayQueueHoldsOnlyLiveGenerations(t *testing.T) {
+	m := newMem()
+	o := smallOpts(m)
+	o.FlushDelay = noFlushForAnHour
+	tr := openTier(t, o)
+	defer tr.Close()
+	const rewrites = 20000
+	for g := range rewrites {
+		if err := tr.Cache(key(1), val(uint64(g), 64)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := tr.RAM()
+	if s.DirtyObjects != 1 || s.FlushBacklog != 1 || s.FlushSkipped != rewrites-1 {
+		t.Fatalf("after %d rewrites: %d dirty, %d queued, %d skipped; want 1, 1, %d", rewrites, s.DirtyObjects, s.FlushBacklog, s.FlushSkipped, rewrites-1)
+	}
+	q := tr.queues[0]
+	q.mu.Lock()
+	slots := cap(q.items)
+	q.mu.Unlock()
+	if slots > 64 {
+		t.Fatalf("the queue's slice has %d slots for one live generation: canceled ones are kept", slots)
+	}
+}
+
+// TestFlushDelayTimerRearms: the queue's timer serves more than its first
+// item (a value queued after an earlier one was flushed by the timer).
+func TestFlushDelayTimerRearms(t *testing.T) {
+	m := newMem()
+	o := smallOpts(m)
+	o.FlushDelay = 20 * time.Millisecond
+	tr := openTier(t, o)
+	defer tr.Close()
+	for i := range 3 {
+		if err := tr.Cache(key(70+i), val(uint64(70+i), 4000)); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the timer to flush each value in turn", func() bool { return tr.RAM().Flushed == uint64(i+1) })
+	}
+}
+
+// TestFlushDelayEagerWaivesEveryDisk: crossing the eager threshold with
+// values of one disk releases the values held on the others too. Disk 1's
+// flushes are held at a gate, so dirty bytes stay past the threshold and
+// only the crossing itself can wake disk 0's idle queue.
+func TestFlushDelayEagerWaivesEveryDisk(t *testing.T) {
+	m := newMem()
+	diskOf := func(k wire.BlockKey) int { return int(k.ID[0]) % 2 }
+	gate := make(chan struct{})
+	o := smallOpts(m)
+	o.Backing = &diskGate{StoreEngine: m, gate: gate, gated: func(k wire.BlockKey) bool { return diskOf(k) == 1 }}
+	o.DirtyWatermark = 0.5 // eager at 256 KiB
+	o.FlushDelay = noFlushForAnHour
+	o.Disks, o.DiskOf = 2, diskOf
+	tr := openTier(t, o)
+	defer tr.Close()
+	defer close(gate) // before Close, which flushes disk 1's values
+	var held wire.BlockKey
+	for i := 0; ; i++ { // one small value on disk 0
+		if held = key(200 + i); diskOf(held) == 0 {
+			break
+		}
+	}
+	if err := tr.Cache(held, val(1, 4000)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(quiet)
+	if c := m.cacheCalls(held); c != 0 {
+		t.Fatalf("disk 0's value was flushed %d times under the delay, before the threshold", c)
+	}
+	for i, n := 0, 0; n < 5; i++ { // 320 KiB on disk 1
+		k := key(300 + i)
+		if diskOf(k) != 1 {
+			continue
+		}
+		if err := tr.Cache(k, val(uint64(i), 64<<10)); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	eventually(t, "disk 0's held value flushed past the eager threshold", func() bool { return m.cacheCalls(held) == 1 })
+}
+
+// diskGate holds the flushes of the keys gated selects until gate closes.
+type diskGate struct {
+	engine.StoreEngine
+	gate  chan struct{}
+	gated func(wire.BlockKey) bool
+}
+
+func (g *diskGate) Cache(key wire.BlockKey, value []byte) error {
+	if g.gated(key) {
+		<-g.gate
+	}
+	return g.StoreEngine.Cache(key, value)
 }

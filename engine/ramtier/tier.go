@@ -110,7 +110,9 @@ type Options struct {
 	// flush may start, so a key rewritten or removed within it is written
 	// to the backing once or not at all (0: at once). It is waived while
 	// dirty bytes are past half the watermark, while Flush or Close
-	// waits, and with AckDisk (every PUT waits for its flush).
+	// waits, and with AckDisk (every PUT waits for its flush). NB: the
+	// delay runs from each generation's admission, so a key rewritten
+	// more often than the delay stays in RAM only until one of those.
 	FlushDelay time.Duration
 	// Shards is the number of metadata lock shards (1–64; 0 means
 	// DefaultShards). Each shard owns a contiguous run of extents and the
@@ -232,6 +234,7 @@ type entry struct {
 	done     sync.WaitGroup // Done once the generation is settled (committed, failed or canceled); no channel to allocate per PUT
 	err      error
 	at       time.Time // queued at (with a flush delay); zero: ready at once
+	queued   bool      // in q.items and not canceled (guarded by q.mu)
 }
 
 // fill is a cold whole-value read in flight: followers of the same key
@@ -486,7 +489,7 @@ type RAMStats struct {
 	Objects           uint64 `json:"objects"`          // values resident in RAM
 	DirtyBytes        uint64 `json:"dirty_bytes"`      // admitted, not yet flushed
 	DirtyObjects      uint64 `json:"dirty_objects"`
-	FlushBacklog      uint64 `json:"flush_backlog"` // queued flushes (including canceled ones not yet skipped)
+	FlushBacklog      uint64 `json:"flush_backlog"` // queued flushes
 	Hits              uint64 `json:"hits"`
 	Misses            uint64 `json:"misses"`
 	Puts              uint64 `json:"puts"`

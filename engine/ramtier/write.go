@@ -351,6 +351,7 @@ func (t *Tier) cancel(p *entry, super *entry) {
 		t.addDirty(p, -1)
 	}
 	if !p.active {
+		p.q.withdraw(p)
 		t.flushSkipped.Add(1)
 		t.releaseFlushPin(p)
 		p.done.Done()
@@ -391,6 +392,7 @@ func (t *Tier) writeThrough(s *shard, key wire.BlockKey, value []byte, bypass bo
 		delete(s.dirty, key)
 		t.addDirty(p, -1)
 		if !p.active {
+			p.q.withdraw(p)
 			t.flushSkipped.Add(1)
 			p.done.Done()
 			defer t.releaseAfter(p)

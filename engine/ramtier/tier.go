@@ -112,7 +112,7 @@ type Options struct {
 	// dirty bytes are past half the watermark, while Flush or Close
 	// waits, and with AckDisk (every PUT waits for its flush). NB: the
 	// delay runs from each generation's admission, so a key rewritten
-	// more often than the delay stays in RAM only until one of those.
+	// more often than the delay is flushed only at one of those.
 	FlushDelay time.Duration
 	// Shards is the number of metadata lock shards (1–64; 0 means
 	// DefaultShards). Each shard owns a contiguous run of extents and the

@@ -20,14 +20,60 @@ const noFlushForAnHour = time.Hour
 // quiet is how long a test waits for a flush that must not happen.
 const quiet = 50 * time.Millisecond
 
+// delayedTier is smallOpts over m with a flush delay; edit adjusts the
+// options further before Open.
+func delayedTier(t *testing.T, m *memBacking, delay time.Duration, edit func(*Options)) *Tier {
+	t.Helper()
+	o := smallOpts(m)
+	o.FlushDelay = delay
+	if edit != nil {
+		edit(&o)
+	}
+	return openTier(t, o)
+}
+
+// promptly runs call and fails the test when it does not return within
+// 10 s: what must never wait out an hour-long flush delay.
+func promptly(t *testing.T, what string, call func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s waited for the flush delay", what)
+	}
+}
+
+// cacheAll puts val(first+i, size) under key(first+i) for i < n.
+func cacheAll(t *testing.T, tr *Tier, first, n, size int) {
+	t.Helper()
+	for i := range n {
+		if err := tr.Cache(key(first+i), val(uint64(first+i), size)); err != nil {
+			t.Fatalf("Cache %d: %v", first+i, err)
+		}
+	}
+}
+
+// wantBacking checks that the backing holds val(first+i, size) for i < n.
+func wantBacking(t *testing.T, m *memBacking, first, n, size int, what string) {
+	t.Helper()
+	for i := range n {
+		if got, _ := m.get(key(first + i)); !bytes.Equal(got, val(uint64(first+i), size)) {
+			t.Fatalf("%s: the backing lacks value %d", what, first+i)
+		}
+	}
+}
+
 // TestFlushDelayWritesARewrittenKeyOnce: three generations of one key and
 // a key removed within the delay reach the backing as one write of the
 // last generation and no write at all.
 func TestFlushDelayWritesARewrittenKeyOnce(t *testing.T) {
 	m := newMem()
-	o := smallOpts(m)
-	o.FlushDelay = noFlushForAnHour
-	tr := openTier(t, o)
+	tr := delayedTier(t, m, noFlushForAnHour, nil)
 	defer tr.Close()
 	k, gone := key(1), key(2)
 	for g := range 3 {
@@ -49,16 +95,7 @@ func TestFlushDelayWritesARewrittenKeyOnce(t *testing.T) {
 	if s := tr.RAM(); s.DirtyObjects != 1 || s.FlushBacklog == 0 {
 		t.Fatalf("before Flush: %d dirty objects, backlog %d; want 1 and the held items", s.DirtyObjects, s.FlushBacklog)
 	}
-	done := make(chan error, 1)
-	go func() { done <- tr.Flush() }() // waives the delay
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Flush: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Flush waited for the flush delay")
-	}
+	promptly(t, "Flush", tr.Flush) // waives the delay
 	if c := m.cacheCalls(k); c != 1 {
 		t.Fatalf("the rewritten key was written %d times, want once", c)
 	}
@@ -82,17 +119,11 @@ func TestFlushDelayWritesARewrittenKeyOnce(t *testing.T) {
 // CACHE_FULL.
 func TestFlushDelayWaivedPastEagerThreshold(t *testing.T) {
 	m := newMem()
-	o := smallOpts(m)
-	o.DirtyWatermark = 0.5 // 512 KiB of the 1 MiB arena; eager at 256 KiB
-	o.FlushDelay = noFlushForAnHour
-	tr := openTier(t, o)
+	// 512 KiB of the 1 MiB arena; eager at 256 KiB
+	tr := delayedTier(t, m, noFlushForAnHour, func(o *Options) { o.DirtyWatermark = 0.5 })
 	defer tr.Close()
 	const n = 64 << 10
-	for i := range 3 {
-		if err := tr.Cache(key(100+i), val(uint64(100+i), n)); err != nil {
-			t.Fatalf("Cache %d: %v", i, err)
-		}
-	}
+	cacheAll(t, tr, 100, 3, n)
 	time.Sleep(quiet)
 	if c := m.caches.Load(); c != 0 {
 		t.Fatalf("%d backing writes with 192 KiB dirty (under the 256 KiB eager threshold), want 0", c)
@@ -109,35 +140,17 @@ func TestFlushDelayWaivedPastEagerThreshold(t *testing.T) {
 	if err := tr.Flush(); err != nil {
 		t.Fatalf("Flush: %v", err)
 	}
-	for i := range 12 {
-		if got, _ := m.get(key(100 + i)); !bytes.Equal(got, val(uint64(100+i), n)) {
-			t.Fatalf("backing lacks value %d", i)
-		}
-	}
+	wantBacking(t, m, 100, 12, n, "after Flush")
 }
 
 // TestFlushDelayIgnoredWithDiskAck: with disk acknowledgement every PUT
 // waits for its flush, so the delay does not apply.
 func TestFlushDelayIgnoredWithDiskAck(t *testing.T) {
 	m := newMem()
-	o := smallOpts(m)
-	o.AckMode = AckDisk
-	o.FlushDelay = noFlushForAnHour
-	tr := openTier(t, o)
+	tr := delayedTier(t, m, noFlushForAnHour, func(o *Options) { o.AckMode = AckDisk })
 	defer tr.Close()
-	done := make(chan error, 1)
-	go func() { done <- tr.Cache(key(3), val(3, 5000)) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Cache: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a disk-acknowledged PUT waited for the flush delay")
-	}
-	if got, ok := m.get(key(3)); !ok || !bytes.Equal(got, val(3, 5000)) {
-		t.Fatal("disk-ack Cache returned but the backing lacks the value")
-	}
+	promptly(t, "a disk-acknowledged PUT", func() error { return tr.Cache(key(3), val(3, 5000)) })
+	wantBacking(t, m, 3, 1, 5000, "disk-ack Cache returned")
 	if d := tr.RAM().FlushDelayMS; d != 0 {
 		t.Fatalf("RAMStats.FlushDelayMS %d under disk ack, want 0 (the delay in force)", d)
 	}
@@ -147,50 +160,21 @@ func TestFlushDelayIgnoredWithDiskAck(t *testing.T) {
 // at once (nothing acknowledged is lost, and Close does not wait an hour).
 func TestCloseFlushesDespiteFlushDelay(t *testing.T) {
 	m := newMem()
-	o := smallOpts(m)
-	o.FlushDelay = noFlushForAnHour
-	tr := openTier(t, o)
-	for i := range 5 {
-		if err := tr.Cache(key(40+i), val(uint64(40+i), 7000)); err != nil {
-			t.Fatalf("Cache %d: %v", i, err)
-		}
-	}
-	done := make(chan error, 1)
-	go func() { done <- tr.Close() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close waited for the flush delay")
-	}
-	for i := range 5 {
-		if got, _ := m.get(key(40 + i)); !bytes.Equal(got, val(uint64(40+i), 7000)) {
-			t.Fatalf("value %d not flushed by Close", i)
-		}
-	}
+	tr := delayedTier(t, m, noFlushForAnHour, nil)
+	cacheAll(t, tr, 40, 5, 7000)
+	promptly(t, "Close", tr.Close)
+	wantBacking(t, m, 40, 5, 7000, "after Close")
 }
 
 // TestFlushDelayFlushesWhenDue: a held value is flushed on its own once
 // its delay has passed (the queue's timer, no Flush call).
 func TestFlushDelayFlushesWhenDue(t *testing.T) {
 	m := newMem()
-	o := smallOpts(m)
-	o.FlushDelay = 20 * time.Millisecond
-	tr := openTier(t, o)
+	tr := delayedTier(t, m, 20*time.Millisecond, nil)
 	defer tr.Close()
-	for i := range 3 {
-		if err := tr.Cache(key(60+i), val(uint64(60+i), 4000)); err != nil {
-			t.Fatalf("Cache %d: %v", i, err)
-		}
-	}
+	cacheAll(t, tr, 60, 3, 4000)
 	eventually(t, "the held values to be flushed by the timer", func() bool { return tr.RAM().Flushed == 3 })
-	for i := range 3 {
-		if got, _ := m.get(key(60 + i)); !bytes.Equal(got, val(uint64(60+i), 4000)) {
-			t.Fatalf("backing lacks value %d", i)
-		}
-	}
+	wantBacking(t, m, 60, 3, 4000, "after the delay")
 }
 
 func TestOpenRejectsNegativeFlushDelay(t *testing.T) {
@@ -204,10 +188,7 @@ func TestOpenRejectsNegativeFlushDelay(t *testing.T) {
 // within the delay leaves no trail of superseded generations in its
 // queue (each would hold memory for the whole delay, at the PUT rate).
 func TestFlushDelayQueueHoldsOnlyLiveGenerations(t *testing.T) {
-	m := newMem()
-	o := smallOpts(m)
-	o.FlushDelay = noFlushForAnHour
-	tr := openTier(t, o)
+	tr := delayedTier(t, newMem(), noFlushForAnHour, nil)
 	defer tr.Close()
 	const rewrites = 20000
 	for g := range rewrites {
@@ -231,15 +212,10 @@ func TestFlushDelayQueueHoldsOnlyLiveGenerations(t *testing.T) {
 // TestFlushDelayTimerRearms: the queue's timer serves more than its first
 // item (a value queued after an earlier one was flushed by the timer).
 func TestFlushDelayTimerRearms(t *testing.T) {
-	m := newMem()
-	o := smallOpts(m)
-	o.FlushDelay = 20 * time.Millisecond
-	tr := openTier(t, o)
+	tr := delayedTier(t, newMem(), 20*time.Millisecond, nil)
 	defer tr.Close()
 	for i := range 3 {
-		if err := tr.Cache(key(70+i), val(uint64(70+i), 4000)); err != nil {
-			t.Fatal(err)
-		}
+		cacheAll(t, tr, 70+i, 1, 4000)
 		eventually(t, "the timer to flush each value in turn", func() bool { return tr.RAM().Flushed == uint64(i+1) })
 	}
 }
@@ -252,12 +228,11 @@ func TestFlushDelayEagerWaivesEveryDisk(t *testing.T) {
 	m := newMem()
 	diskOf := func(k wire.BlockKey) int { return int(k.ID[0]) % 2 }
 	gate := make(chan struct{})
-	o := smallOpts(m)
-	o.Backing = &diskGate{StoreEngine: m, gate: gate, gated: func(k wire.BlockKey) bool { return diskOf(k) == 1 }}
-	o.DirtyWatermark = 0.5 // eager at 256 KiB
-	o.FlushDelay = noFlushForAnHour
-	o.Disks, o.DiskOf = 2, diskOf
-	tr := openTier(t, o)
+	tr := delayedTier(t, m, noFlushForAnHour, func(o *Options) {
+		o.Backing = &diskGate{StoreEngine: m, gate: gate, gated: func(k wire.BlockKey) bool { return diskOf(k) == 1 }}
+		o.DirtyWatermark = 0.5 // eager at 256 KiB
+		o.Disks, o.DiskOf = 2, diskOf
+	})
 	defer tr.Close()
 	defer close(gate) // before Close, which flushes disk 1's values
 	var held wire.BlockKey

@@ -24,15 +24,9 @@ import (
 func TestRAMTierNode(t *testing.T) {
 	dir := t.TempDir()
 	base := map[string][]string{"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}}
-	withRAM := map[string][]string{"ram-tier": {"1"}, "ram-tier-bytes": {"128MiB"}}
-	for k, v := range base {
-		withRAM[k] = v
-	}
+	withRAM := withRAMTier(base)
 	addr, httpAddr, stop := runNode(t, withRAM)
-	cl, err := client.Open(client.Options{Namespace: []byte("ram"), Members: []string{addr}, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := ramClient(t, addr)
 	ctx := context.Background()
 	vals := map[string][]byte{}
 	for i, n := range []int{1, 4097, 1 << 20, 3<<20 + 1} {
@@ -57,10 +51,7 @@ func TestRAMTierNode(t *testing.T) {
 	}
 	// Restart on the same disk without the tier: every value was flushed.
 	addr, httpAddr, _ = runNode(t, base)
-	cl, err = client.Open(client.Options{Namespace: []byte("ram"), Members: []string{addr}, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl = ramClient(t, addr)
 	defer cl.Close()
 	for k, v := range vals {
 		got, err := cl.GetAuto(ctx, []byte(k))
@@ -232,15 +223,10 @@ func TestRAMTierBatchPut(t *testing.T) {
 func TestRAMTierNodeFlushDelay(t *testing.T) {
 	dir := t.TempDir()
 	base := map[string][]string{"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}}
-	withRAM := map[string][]string{"ram-tier": {"1"}, "ram-tier-bytes": {"128MiB"}, "ram-flush-delay-ms": {"3600000"}}
-	for k, v := range base {
-		withRAM[k] = v
-	}
+	withRAM := withRAMTier(base)
+	withRAM["ram-flush-delay-ms"] = []string{"3600000"}
 	addr, httpAddr, stop := runNode(t, withRAM)
-	cl, err := client.Open(client.Options{Namespace: []byte("ram"), Members: []string{addr}, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := ramClient(t, addr)
 	ctx := context.Background()
 	var last []byte
 	for g := range 3 {
@@ -262,13 +248,29 @@ func TestRAMTierNodeFlushDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, _, _ = runNode(t, base)
-	cl, err = client.Open(client.Options{Namespace: []byte("ram"), Members: []string{addr}, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl = ramClient(t, addr)
 	defer cl.Close()
 	got, err := cl.GetAuto(ctx, []byte("k"))
 	if err != nil || !bytes.Equal(got, last) {
 		t.Fatalf("after a graceful stop within the flush delay, the restarted node has %d bytes (%v), want the last value", len(got), err)
 	}
+}
+
+// withRAMTier is base's flags plus a 128 MiB RAM tier.
+func withRAMTier(base map[string][]string) map[string][]string {
+	flags := map[string][]string{"ram-tier": {"1"}, "ram-tier-bytes": {"128MiB"}}
+	for k, v := range base {
+		flags[k] = v
+	}
+	return flags
+}
+
+// ramClient opens a client of the "ram" namespace on the node at addr.
+func ramClient(t *testing.T, addr string) *client.Client {
+	t.Helper()
+	cl, err := client.Open(client.Options{Namespace: []byte("ram"), Members: []string{addr}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }

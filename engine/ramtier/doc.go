@@ -42,11 +42,12 @@
 // waits for the commit. A same-key PUT of identical bytes while a flush is
 // pending joins that commit; different bytes supersede it (flushes of one
 // key never overlap, so the newer value lands last). Options.FlushDelay
-// holds a queued flush until its value has been dirty that long, so a
-// rewrite or Remove within it saves the disk write; the queue is in
-// admission order, so one timer on its head serves it, and the delay is
-// waived past half the watermark, during Flush and Close, and with
-// AckDisk. Past the dirty
+// holds a queued flush until its key has been dirty that long, so a
+// rewrite or Remove within it saves the disk write; a rewrite takes over
+// the queued generation's place and age (the disk is at most one delay
+// behind a hot key), the queue stays in order of first dirty write, so
+// one timer on its head serves it, and the delay is waived past half the
+// watermark, during Flush and Close, and with AckDisk. Past the dirty
 // watermark new keys get CACHE_FULL before admission; when every slot is
 // pinned the PUT takes the one synchronous disk path, as does every PUT of
 // a quota-limited tenant (Options.Limited), so its result is the quota

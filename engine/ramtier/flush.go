@@ -63,14 +63,14 @@ func (q *flushQueue) push(e *entry) {
 		n := 0
 		for _, x := range q.items[q.head:] {
 			if x.queued {
-				q.items[n] = x
+				q.items[n], x.qi = x, n
 				n++
 			}
 		}
 		clear(q.items[n:])
 		q.items, q.head, q.dead = q.items[:n], 0, 0
 	}
-	e.queued = true
+	e.queued, e.qi = true, len(q.items)
 	q.items = append(q.items, e)
 	if q.delay == 0 || len(q.items)-q.head == 1 || q.eager() {
 		q.cond.Signal()
@@ -88,11 +88,16 @@ func (q *flushQueue) pushFront(e *entry) {
 	e.queued = true
 	if q.head > 0 {
 		q.head--
-		q.items[q.head] = e
+		q.items[q.head], e.qi = e, q.head
 	} else {
 		q.items = append(q.items, nil)
 		copy(q.items[1:], q.items)
-		q.items[0] = e
+		q.items[0], e.qi = e, 0
+		for i, x := range q.items[1:] {
+			if x != nil {
+				x.qi = i + 1
+			}
+		}
 	}
 	q.cond.Signal()
 	q.mu.Unlock()
@@ -200,6 +205,21 @@ func (q *flushQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.items) - q.head - q.dead
+}
+
+// takeOver puts e in old's place in the queue with old's age, when old
+// (a generation of the same key, being superseded by e) is still queued;
+// it reports whether it did. The caller holds e.sh.mu.
+func (q *flushQueue) takeOver(old, e *entry) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !old.queued {
+		return false
+	}
+	q.items[old.qi] = e
+	e.queued, e.qi, e.at = true, old.qi, old.at
+	old.queued = false
+	return true
 }
 
 // withdraw takes canceled e out of the queue's count; its slot is freed

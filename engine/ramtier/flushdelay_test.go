@@ -184,9 +184,10 @@ func TestOpenRejectsNegativeFlushDelay(t *testing.T) {
 	enginetest.WantStatus(t, err, wire.StatusInvalid, "Open with a negative flush delay")
 }
 
-// TestFlushDelayQueueHoldsOnlyLiveGenerations: a key rewritten many times
-// within the delay leaves no trail of superseded generations in its
-// queue (each would hold memory for the whole delay, at the PUT rate).
+// TestFlushDelayQueueHoldsOnlyLiveGenerations: keys rewritten, or written
+// and removed, many times within the delay leave no trail of superseded
+// generations in their queue (each would hold memory for the whole delay,
+// at the PUT rate).
 func TestFlushDelayQueueHoldsOnlyLiveGenerations(t *testing.T) {
 	tr := delayedTier(t, newMem(), noFlushForAnHour, nil)
 	defer tr.Close()
@@ -195,10 +196,17 @@ func TestFlushDelayQueueHoldsOnlyLiveGenerations(t *testing.T) {
 		if err := tr.Cache(key(1), val(uint64(g), 64)); err != nil {
 			t.Fatal(err)
 		}
+		k := key(1000 + g)
+		if err := tr.Cache(k, val(uint64(g), 64)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Remove(k); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s := tr.RAM()
-	if s.DirtyObjects != 1 || s.FlushBacklog != 1 || s.FlushSkipped != rewrites-1 {
-		t.Fatalf("after %d rewrites: %d dirty, %d queued, %d skipped; want 1, 1, %d", rewrites, s.DirtyObjects, s.FlushBacklog, s.FlushSkipped, rewrites-1)
+	if s.DirtyObjects != 1 || s.FlushBacklog != 1 || s.FlushSkipped != 2*rewrites-1 {
+		t.Fatalf("after %d rewrites and removals: %d dirty, %d queued, %d skipped; want 1, 1, %d", rewrites, s.DirtyObjects, s.FlushBacklog, s.FlushSkipped, 2*rewrites-1)
 	}
 	q := tr.queues[0]
 	q.mu.Lock()
@@ -273,4 +281,28 @@ func (g *diskGate) Cache(key wire.BlockKey, value []byte) error {
 		<-g.gate
 	}
 	return g.StoreEngine.Cache(key, value)
+}
+
+// TestFlushDelayBoundsARewrittenKey: a key rewritten faster than the delay
+// still reaches the backing within the delay of its first dirty write
+// (each new generation takes over the queued one's age), so the disk is
+// never more than one delay behind a hot key.
+func TestFlushDelayBoundsARewrittenKey(t *testing.T) {
+	m := newMem()
+	tr := delayedTier(t, m, 200*time.Millisecond, nil)
+	defer tr.Close()
+	k := key(5)
+	deadline := time.Now().Add(10 * time.Second)
+	for g := 0; m.cacheCalls(k) == 0; g++ { // a rewrite every 10 ms, never 200 ms apart
+		if time.Now().After(deadline) {
+			t.Fatal("a key rewritten every 10 ms was not flushed in 10 s under a 200 ms delay")
+		}
+		if err := tr.Cache(k, val(uint64(g), 4000)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := tr.RAM(); s.FlushBacklog > 1 {
+		t.Fatalf("%d queued flushes for one key", s.FlushBacklog)
+	}
 }

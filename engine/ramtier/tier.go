@@ -110,9 +110,10 @@ type Options struct {
 	// flush may start, so a key rewritten or removed within it is written
 	// to the backing once or not at all (0: at once). It is waived while
 	// dirty bytes are past half the watermark, while Flush or Close
-	// waits, and with AckDisk (every PUT waits for its flush). NB: the
-	// delay runs from each generation's admission, so a key rewritten
-	// more often than the delay is flushed only at one of those.
+	// waits, and with AckDisk (every PUT waits for its flush). The delay
+	// runs from a key's first dirty write: a generation that supersedes a
+	// queued one takes its place and age, so a key rewritten faster than
+	// the delay still reaches the disk once per delay.
 	FlushDelay time.Duration
 	// Shards is the number of metadata lock shards (1–64; 0 means
 	// DefaultShards). Each shard owns a contiguous run of extents and the
@@ -235,6 +236,7 @@ type entry struct {
 	err      error
 	at       time.Time // queued at (with a flush delay); zero: ready at once
 	queued   bool      // in q.items and not canceled (guarded by q.mu)
+	qi       int       // its index in q.items while queued
 }
 
 // fill is a cold whole-value read in flight: followers of the same key

@@ -230,12 +230,18 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 			panic("BUG: ram tier: flush-pin of a fresh slot: " + err.Error())
 		}
 	}
+	// A generation still queued hands its place (and its age) to the
+	// new one, so a key rewritten faster than the flush delay is still
+	// flushed within the delay of its first dirty write.
+	tookOver := old != nil && e.q.takeOver(old, e)
 	if old != nil {
 		t.cancel(old, e)
 	}
 	s.dirty[key] = e
 	t.addDirty(e, 1)
-	e.q.push(e)
+	if !tookOver {
+		e.q.push(e)
+	}
 	s.mu.Unlock()
 	t.puts.Add(1)
 	return e, nil

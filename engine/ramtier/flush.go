@@ -13,10 +13,11 @@ import (
 // workers, so a slow or failing disk backs up only its own flushes while
 // the others keep draining (seed: flush workers group flushes by disk).
 //
-// With a flush delay, a generation stays queued until it has been dirty
-// that long, so a key rewritten or removed meanwhile is written to the
-// disk once or not at all. The queue is in admission order, so only its
-// head's age matters: one timer wakes a worker when it comes of age. The
+// With a flush delay, a generation stays queued until its key has been
+// dirty that long, so a key rewritten or removed meanwhile is written to
+// the disk once or not at all. The queue is in order of each key's first
+// dirty write (a rewrite takes over the queued generation's slot), so only
+// its head's age matters: one timer wakes a worker when it comes of age. The
 // delay is waived while the tier is past its eager threshold of dirty
 // bytes, while a Flush waits, and once the queue is stopping.
 type flushQueue struct {

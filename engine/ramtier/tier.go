@@ -234,9 +234,9 @@ type entry struct {
 	super    *entry
 	done     sync.WaitGroup // Done once the generation is settled (committed, failed or canceled); no channel to allocate per PUT
 	err      error
-	at       time.Time // queued at (with a flush delay); zero: ready at once
+	at       time.Time // its key's first dirty write (with a flush delay; guarded by q.mu); zero: ready at once
 	queued   bool      // in q.items and not canceled (guarded by q.mu)
-	qi       int       // its index in q.items while queued
+	qi       int       // its index in q.items while queued (guarded by q.mu)
 }
 
 // fill is a cold whole-value read in flight: followers of the same key

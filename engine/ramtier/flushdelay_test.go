@@ -2,6 +2,8 @@ package ramtier
 
 import (
 	"bytes"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,10 +162,17 @@ func TestFlushDelayIgnoredWithDiskAck(t *testing.T) {
 // at once (nothing acknowledged is lost, and Close does not wait an hour).
 func TestCloseFlushesDespiteFlushDelay(t *testing.T) {
 	m := newMem()
-	tr := delayedTier(t, m, noFlushForAnHour, nil)
+	var logs bytes.Buffer
+	tr := delayedTier(t, m, noFlushForAnHour, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	cacheAll(t, tr, 40, 5, 7000)
 	promptly(t, "Close", tr.Close)
 	wantBacking(t, m, 40, 5, 7000, "after Close")
+	// The operator sees why a stop takes time: what is flushed, how long.
+	for _, want := range []string{`msg="ram tier: flushing dirty values before close" dirty_bytes=35000`, `msg="ram tier: flushed before close" dirty_bytes=35000 took=`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("Close logged no %q; log:\n%s", want, logs.String())
+		}
+	}
 }
 
 // TestFlushDelayFlushesWhenDue: a held value is flushed on its own once

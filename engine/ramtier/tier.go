@@ -587,10 +587,19 @@ func (t *Tier) Close() error {
 	t.closeMu.Unlock()
 
 	t.loans.Wait()
+	// Say what the flush will take: with a large arena (or a flush delay)
+	// a graceful stop can write gigabytes first.
+	dirty, start := t.dirtyBytes.Load(), time.Now()
+	if dirty > 0 {
+		t.log.Info("ram tier: flushing dirty values before close", "dirty_bytes", dirty)
+	}
 	for _, q := range t.queues {
 		q.stop()
 	}
 	t.workers.Wait() // the workers drain the queue before they exit
+	if dirty > 0 {
+		t.log.Info("ram tier: flushed before close", "dirty_bytes", dirty, "took", time.Since(start).Round(time.Millisecond))
+	}
 
 	var errs []error
 	if d := t.flushDropped.Load(); d > 0 {

@@ -4,19 +4,26 @@
 #   python3-torch - CPU torch for Debian's /usr/bin/python3, for the
 #                   connector tests with real tensors (contrib/python)
 #   gcc           - cgo for libdfkv.so and the C test program
+#   redis-server, memcached, iperf3, curl - the peers and the loopback
+#                   ceiling of scripts/bench-vs-peers.sh, smoke-run by
+#                   scripts/test.sh
 # Needs root (CI runs as root); prints what it does.
 set -euo pipefail
 need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+for pair in redis-server:redis-server memcached:memcached iperf3:iperf3 curl:curl; do
+	command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
 if [ ${#need[@]} -gt 0 ]; then
 	echo "== installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq "${need[@]}" >/dev/null
-	# Debian starts etcd as a service on install; the tests start their own.
-	if command -v systemctl >/dev/null 2>&1; then systemctl stop etcd 2>/dev/null || true; fi
+	# Debian starts etcd, redis and memcached as services on install; the
+	# tests start their own on ports they pick.
+	if command -v systemctl >/dev/null 2>&1; then systemctl stop etcd redis-server memcached 2>/dev/null || true; fi
 	pkill -x etcd 2>/dev/null || true
 fi
 echo "== etcd: $(etcd --version 2>/dev/null | head -1)"

@@ -139,7 +139,6 @@ func (c *conn) serve() {
 	defer c.nc.Close()
 	defer c.release()
 	log := c.s.log
-	first := true
 	if d := c.s.opts.FirstRequest; d > 0 {
 		_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(d))
 	}
@@ -152,7 +151,7 @@ func (c *conn) serve() {
 		// Wait for the next request without holding it: Peek lets
 		// shutdown interrupt an idle connection and only an idle one.
 		if _, err := c.br.Peek(1); err != nil {
-			if first && isTimeout(err) && !c.isStopped() {
+			if !c.pastFirst && isTimeout(err) && !c.isStopped() {
 				c.s.stats.firstReqTimeouts.Add(1)
 				log.Warn("closing connection: no complete first request within the deadline",
 					"remote", c.nc.RemoteAddr().String(), "first_request_ms", c.s.opts.FirstRequest.Milliseconds())
@@ -164,11 +163,10 @@ func (c *conn) serve() {
 		}
 		err := c.handleOne()
 		if err != nil {
-			c.onError(err, first)
+			c.onError(err)
 			return
 		}
-		if first {
-			first = false
+		if !c.pastFirst {
 			c.pastFirst = true
 			if c.s.opts.FirstRequest > 0 {
 				_ = c.nc.SetReadDeadline(time.Time{})
@@ -189,7 +187,7 @@ func (c *conn) isStopped() bool {
 
 // onError answers a refused frame with its status and message, and logs
 // the other ways a connection can end mid-request.
-func (c *conn) onError(err error, first bool) {
+func (c *conn) onError(err error) {
 	var fe *wire.FrameError
 	if errors.As(err, &fe) {
 		c.s.stats.frameErrors.Add(1)
@@ -204,7 +202,8 @@ func (c *conn) onError(err error, first bool) {
 		_ = c.flush()
 		return
 	}
-	if first && isTimeout(err) {
+	if !c.pastFirst && c.s.opts.FirstRequest > 0 && isTimeout(err) {
+		// The first request's deadline (its body has it too, when set).
 		c.s.stats.firstReqTimeouts.Add(1)
 		c.s.log.Warn("closing connection: no complete first request within the deadline",
 			"remote", c.nc.RemoteAddr().String(), "first_request_ms", c.s.opts.FirstRequest.Milliseconds())

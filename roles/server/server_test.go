@@ -371,50 +371,56 @@ func TestBatchFramesOverWire(t *testing.T) {
 	}
 }
 
-// TestStalledBodyClosesConnection: after the first request, a client that
-// sends a PUT header and part of its value and then stalls is cut off at
-// BodyTimeout (nothing stored), while an idle connection between requests
-// is left alone. In-process node over a real loopback socket.
+// TestStalledBodyClosesConnection: a client that sends a PUT header and
+// part of its value and then stalls is cut off at BodyTimeout (nothing
+// stored), after a first request and, with no first-request deadline set,
+// as its first request too (then it is not counted as a first-request
+// timeout); an idle connection between requests is left alone. In-process
+// node over a real loopback socket.
 func TestStalledBodyClosesConnection(t *testing.T) {
 	eng := newMemEngine()
 	n := startNode(t, eng, func(o *Options) { o.BodyTimeout = 100 * time.Millisecond })
-	idle := dial(t, n.addr)
-	defer idle.Close()
 	ping := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})
 	var resp [wire.ResponsePrefixLen]byte
-	for _, c := range []net.Conn{idle} {
+	pinged := func(c net.Conn, what string) {
+		t.Helper()
 		if _, err := c.Write(ping); err != nil {
 			t.Fatal(err)
 		}
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if _, err := io.ReadFull(c, resp[:]); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", what, err)
 		}
 	}
+	stalls := func(c net.Conn, k wire.BlockKey, what string) {
+		t.Helper()
+		h := wire.RequestHeader{Op: wire.OpPut, Key: k, BodyLen: 4096}
+		if _, err := c.Write(append(wire.AppendRequest(nil, &h), make([]byte, 1000)...)); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.Read(resp[:]); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%s: connection not closed by the server (read: %v)", what, err)
+		}
+		if _, err := eng.Lookup(k); wire.StatusOf(err) != wire.StatusNotFound {
+			t.Fatalf("%s stored something: %v", what, err)
+		}
+	}
+	idle := dial(t, n.addr)
+	defer idle.Close()
+	pinged(idle, "idle connection")
+
 	c := dial(t, n.addr)
 	defer c.Close()
-	if _, err := c.Write(ping); err != nil {
-		t.Fatal(err)
+	pinged(c, "second connection")
+	stalls(c, key(1), "a stalled PUT body after a first request")
+
+	first := dial(t, n.addr)
+	defer first.Close()
+	stalls(first, key(2), "a stalled PUT body as the first request")
+	if got := n.srv.stats.firstReqTimeouts.Load(); got != 0 {
+		t.Fatalf("%d first-request timeouts counted with no first-request deadline set, want 0 (it was a body timeout)", got)
 	}
-	if _, err := io.ReadFull(c, resp[:]); err != nil {
-		t.Fatal(err)
-	}
-	h := wire.RequestHeader{Op: wire.OpPut, Key: key(1), BodyLen: 4096}
-	if _, err := c.Write(append(wire.AppendRequest(nil, &h), make([]byte, 1000)...)); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Read(resp[:]); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("stalled PUT body: connection not closed by the server (read: %v)", err)
-	}
-	if _, err := eng.Lookup(key(1)); wire.StatusOf(err) != wire.StatusNotFound {
-		t.Fatalf("the stalled PUT stored something: %v", err)
-	}
-	// The idle connection (no request in progress) still works.
-	if _, err := idle.Write(ping); err != nil {
-		t.Fatal(err)
-	}
-	_ = idle.SetReadDeadline(time.Now().Add(30 * time.Second))
-	if _, err := io.ReadFull(idle, resp[:]); err != nil {
-		t.Fatalf("idle connection after the body deadline: %v", err)
-	}
+
+	pinged(idle, "idle connection after the body deadlines")
 }

@@ -14,11 +14,7 @@ func (t *Tier) Cache(key wire.BlockKey, value []byte) error {
 		return err
 	}
 	defer t.exit()
-	e, err := t.cache(key, value, nil)
-	if e != nil && t.diskAck {
-		return t.wait(e)
-	}
-	return err
+	return t.answer(t.cache(key, value, nil))
 }
 
 // CacheBatch implements engine.StoreEngine: items are admitted in order
@@ -32,15 +28,36 @@ func (t *Tier) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 		return
 	}
 	defer t.exit()
-	pend := make([]*entry, len(keys))
-	for i := range keys {
-		pend[i], errs[i] = t.cache(keys[i], values[i], nil)
+	t.admitBatch(errs[:len(keys)], func(i int) (*entry, error) { return t.cache(keys[i], values[i], nil) })
+}
+
+// answer is a PUT's result: its admission error or, with disk
+// acknowledgement, the commit result of the generation it admitted.
+func (t *Tier) answer(e *entry, err error) error {
+	if e != nil && t.diskAck {
+		return t.wait(e)
 	}
+	return err
+}
+
+// admitBatch admits items 0..len(errs)-1 in order with admit, then, with
+// disk acknowledgement, waits for all their flushes together (so a batch
+// costs one flush wait, not one per item).
+func (t *Tier) admitBatch(errs []error, admit func(i int) (*entry, error)) {
+	var pend []*entry
 	if t.diskAck {
-		for i, e := range pend {
-			if e != nil {
-				errs[i] = t.wait(e)
-			}
+		pend = make([]*entry, len(errs))
+	}
+	for i := range errs {
+		e, err := admit(i)
+		errs[i] = err
+		if pend != nil {
+			pend[i] = e
+		}
+	}
+	for i, e := range pend {
+		if e != nil {
+			errs[i] = t.wait(e)
 		}
 	}
 }

@@ -104,16 +104,11 @@ func (t *Tier) Receive(key wire.BlockKey, n uint64) ([]byte, engine.Loan, bool) 
 // (join, supersede, watermark, fences), without copying.
 func (t *Tier) CommitReceive(key wire.BlockKey, buf []byte, loan engine.Loan) error {
 	if err := t.enter(); err != nil {
-		t.abortSlot(t.shards[loan.A], slab.SlotRef(loan.B))
-		t.loans.Done()
+		t.AbortReceive(loan)
 		return err
 	}
 	defer t.exit()
-	e, err := t.commitReceived(key, buf, loan)
-	if e != nil && t.diskAck {
-		return t.wait(e)
-	}
-	return err
+	return t.answer(t.commitReceived(key, buf, loan))
 }
 
 // CommitReceiveBatch implements engine.Receiver: the received values are
@@ -122,29 +117,13 @@ func (t *Tier) CommitReceive(key wire.BlockKey, buf []byte, loan engine.Loan) er
 func (t *Tier) CommitReceiveBatch(keys []wire.BlockKey, bufs [][]byte, loans []engine.Loan, errs []error) {
 	if err := t.enter(); err != nil {
 		for i := range keys {
-			t.abortSlot(t.shards[loans[i].A], slab.SlotRef(loans[i].B))
-			t.loans.Done()
+			t.AbortReceive(loans[i])
 			errs[i] = err
 		}
 		return
 	}
 	defer t.exit()
-	var pend []*entry
-	if t.diskAck {
-		pend = make([]*entry, len(keys))
-	}
-	for i := range keys {
-		e, err := t.commitReceived(keys[i], bufs[i], loans[i])
-		errs[i] = err
-		if pend != nil {
-			pend[i] = e
-		}
-	}
-	for i, e := range pend {
-		if e != nil {
-			errs[i] = t.wait(e)
-		}
-	}
+	t.admitBatch(errs[:len(keys)], func(i int) (*entry, error) { return t.commitReceived(keys[i], bufs[i], loans[i]) })
 }
 
 // commitReceived admits one received value and ends its loan. The caller

@@ -40,12 +40,14 @@ type StoreEngine interface {
 	// of that buffer) and the full stored length.
 	Range(key wire.BlockKey, offset, length uint64, alloc Allocator) (data []byte, stored uint64, err error)
 
-	// Lookup reports the stored length of key, or an error wrapping
-	// wire.StatusNotFound.
+	// Lookup reports the stored length of key, or wire.StatusNotFound.
+	// Misses are as common as hits in a cache, so engines return the bare
+	// status (callers know the key), which costs no allocation.
 	Lookup(key wire.BlockKey) (stored uint64, err error)
 
-	// Remove deletes key. Removing a missing key returns an error wrapping
-	// wire.StatusNotFound.
+	// Remove deletes key. Removing a missing key returns
+	// wire.StatusNotFound (callers test it with errors.Is or
+	// wire.StatusOf; a wrapping engine may wrap it).
 	Remove(key wire.BlockKey) error
 
 	// Stats returns a snapshot of counters; it must be cheap enough to call

@@ -61,6 +61,9 @@ func StatusOf(err error) Status {
 	if err == nil {
 		return StatusOK
 	}
+	if s, ok := err.(Status); ok {
+		return s // an engine's miss: no errors.As, no allocation
+	}
 	var s Status
 	if errors.As(err, &s) {
 		return s

@@ -403,7 +403,7 @@ func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.All
 	e := s.idx.get(key)
 	if e == nil {
 		s.misses.Add(1)
-		return nil, 0, fmt.Errorf("file engine: range %s: %w", key, wire.StatusNotFound)
+		return nil, 0, wire.StatusNotFound
 	}
 	if !e.ref.Load() {
 		e.ref.Store(true)
@@ -414,7 +414,7 @@ func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.All
 		if errors.Is(err, os.ErrNotExist) {
 			s.dropMissing(e)
 			s.misses.Add(1)
-			return nil, 0, fmt.Errorf("file engine: range %s: file gone: %w", key, wire.StatusNotFound)
+			return nil, 0, wire.StatusNotFound
 		}
 		s.ioErrors.Add(1)
 		return nil, 0, fmt.Errorf("file engine: range %s: %w: %w", key, err, wire.StatusIOError)
@@ -491,7 +491,7 @@ func (s *Store) Lookup(key wire.BlockKey) (uint64, error) {
 	if e := s.idx.get(key); e != nil {
 		return e.size, nil
 	}
-	return 0, fmt.Errorf("file engine: lookup %s: %w", key, wire.StatusNotFound)
+	return 0, wire.StatusNotFound
 }
 
 // Remove implements engine.StoreEngine: rename into trash/ (the logical
@@ -506,7 +506,7 @@ func (s *Store) Remove(key wire.BlockKey) error {
 	e := s.idx.get(key)
 	if e == nil {
 		mu.Unlock()
-		return fmt.Errorf("file engine: remove %s: %w", key, wire.StatusNotFound)
+		return wire.StatusNotFound
 	}
 	trash := s.trashPath(key)
 	err := s.fs.Rename(s.blockPath(key), trash)

@@ -27,7 +27,7 @@ func (t *Tier) Range(key wire.BlockKey, offset, length uint64, alloc engine.Allo
 		if s.removing[key] != nil {
 			s.mu.Unlock()
 			t.nfMisses.Add(1)
-			return nil, 0, fmt.Errorf("ram tier: range %s: %w", key, wire.StatusNotFound)
+			return nil, 0, wire.StatusNotFound
 		}
 		if data, stored, err, ok := t.rangeRAM(s, &key, offset, length, alloc); ok {
 			return data, stored, err
@@ -236,7 +236,7 @@ func (t *Tier) Lookup(key wire.BlockKey) (uint64, error) {
 	s.mu.Lock()
 	if s.removing[key] != nil {
 		s.mu.Unlock()
-		return 0, fmt.Errorf("ram tier: lookup %s: %w", key, wire.StatusNotFound)
+		return 0, wire.StatusNotFound
 	}
 	if lg := t.largeOf(&key); lg != nil {
 		s.mu.Unlock()
@@ -292,7 +292,7 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 		t.removes.Add(1)
 		return nil
 	case wire.StatusOf(err) == wire.StatusNotFound:
-		return fmt.Errorf("ram tier: remove %s: %w", key, wire.StatusNotFound)
+		return wire.StatusNotFound
 	default:
 		return fmt.Errorf("ram tier: remove %s: backing: %w", key, err)
 	}

@@ -351,7 +351,7 @@ func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.All
 			return nil, 0, fmt.Errorf("slab engine: range %s: %w: %w", key, err, wire.StatusUnavailable)
 		}
 		s.misses.Add(1)
-		return nil, 0, fmt.Errorf("slab engine: range %s: %w", key, wire.StatusNotFound)
+		return nil, 0, wire.StatusNotFound
 	}
 	e, _ := s.alloc.Split(r)
 	slotOff := s.alloc.Offset(r)
@@ -396,7 +396,7 @@ func (s *Store) Lookup(key wire.BlockKey) (uint64, error) {
 	_, n, ok := s.alloc.Lookup(&key)
 	s.mu.Unlock()
 	if !ok {
-		return 0, fmt.Errorf("slab engine: lookup %s: %w", key, wire.StatusNotFound)
+		return 0, wire.StatusNotFound
 	}
 	return uint64(n), nil
 }
@@ -421,7 +421,7 @@ func (s *Store) Remove(key wire.BlockKey) error {
 	}
 	s.mu.Unlock()
 	if !ok && f == nil {
-		return fmt.Errorf("slab engine: remove %s: %w", key, wire.StatusNotFound)
+		return wire.StatusNotFound
 	}
 	if ok {
 		s.acct.Committed(key.Tenant, -int64(n))

@@ -300,6 +300,10 @@ func (c *conn) park() (parked, ok bool) {
 	if c.stopped {
 		return false, false
 	}
+	// The loop's writes never wait, so the write deadline of the last
+	// goroutine flush must not outlive it: once passed it would refuse
+	// them. (Read deadlines are already cleared between requests.)
+	_ = c.nc.SetWriteDeadline(time.Time{})
 	l := c.s.loops[int(c.fd)%len(c.s.loops)]
 	if err := l.park(c); err != nil {
 		c.s.log.Debug("connection stays on its goroutine", "remote", c.nc.RemoteAddr().String(), "error", err.Error())

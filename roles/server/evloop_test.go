@@ -358,3 +358,20 @@ func loopClient(addr string, id, rounds int) error {
 	}
 	return nil
 }
+
+// TestEventLoopOutlivesWriteDeadline: a connection parked for longer than
+// the write timeout its last goroutine flush set is still answered (the
+// loop's writes never wait, so no stale deadline may refuse them).
+func TestEventLoopOutlivesWriteDeadline(t *testing.T) {
+	n := startNode(t, newMemEngine(), func(o *Options) { o.WriteTimeout = 20 * time.Millisecond })
+	c := dial(t, n.addr)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
+	wantResp(t, c, "ping", wire.StatusOK, 0, []byte{})
+	waitParked(t, n, 1)
+	time.Sleep(100 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		writeReq(t, c, wire.RequestHeader{Op: wire.OpExist, Key: key(1)}, nil)
+		wantResp(t, c, "exist after the write timeout passed", wire.StatusNotFound, 0, []byte{})
+	}
+	waitParked(t, n, 1)
+}

@@ -117,3 +117,24 @@ func TestWriteBackPutAllocatesOneEntry(t *testing.T) {
 		t.Fatalf("%.2f allocations per write-back PUT, want at most 1 (its entry)", a)
 	}
 }
+
+// TestLookupMissAllocatesNothing: a key in neither RAM nor the backing is
+// answered with the bare wire.StatusNotFound, without an allocation (a
+// cache's EXISTs miss as often as they hit).
+func TestLookupMissAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	tr := openTier(t, Options{Backing: newMem(), Bytes: 64 << 20, LargeReserveBytes: NoLargeReserve})
+	defer tr.Close()
+	missing := key(12345)
+	miss := func() {
+		if _, err := tr.Lookup(missing); err != wire.StatusNotFound {
+			t.Fatalf("lookup of a missing key: %v", err)
+		}
+	}
+	miss()
+	if a := testing.AllocsPerRun(1000, miss); a != 0 {
+		t.Fatalf("%.2f allocations per missing lookup, want 0", a)
+	}
+}

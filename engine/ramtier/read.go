@@ -248,10 +248,13 @@ func (t *Tier) Lookup(key wire.BlockKey) (uint64, error) {
 		return uint64(n), nil
 	}
 	stored, err := t.backing.Lookup(key)
-	if err != nil {
-		return 0, fmt.Errorf("ram tier: lookup %s: backing: %w", key, err)
+	switch {
+	case err == nil:
+		return stored, nil
+	case wire.StatusOf(err) == wire.StatusNotFound:
+		return 0, wire.StatusNotFound // a miss costs no allocation (engine.StoreEngine)
 	}
-	return stored, nil
+	return 0, fmt.Errorf("ram tier: lookup %s: backing: %w", key, err)
 }
 
 // Remove implements engine.StoreEngine. The key is hidden at once, a

@@ -271,6 +271,9 @@ func (c *conn) serve() bool {
 			return false
 		}
 		if !c.begin() {
+			// Shutdown: replies of requests already executed (an event
+			// loop's, before it handed the connection over) still go out.
+			_ = c.flush()
 			return false
 		}
 		err := c.handleOne()
@@ -322,10 +325,16 @@ const (
 	parkedEnd                          // the connection ended
 )
 
-// loopOp is an op an event loop answers: from memory, with no body to
-// wait for beyond what is buffered.
-func loopOp(op wire.Op) bool {
-	return op == wire.OpExist || op == wire.OpPing || op == wire.OpBatchExist
+// loopFrameMax bounds the frames an event loop answers: a BATCH_EXIST of
+// up to about 680 keys. A larger one would rarely arrive whole in one
+// read, and each miss costs a hand-off to a goroutine and back.
+const loopFrameMax = 16 << 10
+
+// loopFrame reports whether an event loop answers this request: from
+// memory, with a body small enough to be buffered whole.
+func loopFrame(h *wire.RequestHeader) bool {
+	small := h.Op == wire.OpExist || h.Op == wire.OpPing || h.Op == wire.OpBatchExist
+	return small && wire.RequestPrefixLen+h.BodyLen <= loopFrameMax
 }
 
 // serveParked runs on c's event loop when its socket is readable: one
@@ -355,7 +364,7 @@ func (c *conn) serveParked() (outcome parkedOutcome, more bool) {
 		}
 		hdr, _ := c.br.Peek(wire.RequestPrefixLen)
 		h, err := wire.DecodeRequest(hdr, c.s.lim)
-		if err != nil || !loopOp(h.Op) || uint64(c.br.Buffered()) < wire.RequestPrefixLen+h.BodyLen {
+		if err != nil || !loopFrame(&h) || uint64(c.br.Buffered()) < wire.RequestPrefixLen+h.BodyLen {
 			return c.handOff(), false // malformed frames are answered there too
 		}
 		_, _ = c.br.Discard(wire.RequestPrefixLen)
@@ -519,7 +528,7 @@ func (c *conn) handleOne() error {
 func (c *conn) exec(h *wire.RequestHeader) error {
 	c.s.stats.ops[h.Op].Add(1)
 	c.s.stats.bytesIn.Add(wire.RequestPrefixLen + h.BodyLen)
-	c.small = loopOp(h.Op)
+	c.small = loopFrame(h)
 	if m := c.s.metrics; m != nil {
 		start := time.Now()
 		c.status = wire.StatusOK

@@ -192,7 +192,9 @@ func (l *evloop) run() {
 }
 
 // onKick closes the stopped connections; it reports whether the loop is
-// closed and should exit.
+// closed and should exit. A parked connection is idle even when the start
+// of its next request prefix has arrived: nothing of that request was
+// executed, and shutdown closes it like any idle connection.
 func (l *evloop) onKick() bool {
 	var buf [8]byte
 	_, _ = unix.Read(l.wake, buf[:])

@@ -50,7 +50,7 @@ func appendReq(out []byte, h wire.RequestHeader, body []byte) []byte {
 // order, the loop handing the connection to a goroutine at the first one
 // it does not serve; afterwards the connection parks again.
 func TestEventLoopAnswersSmallRequestsAndHandsOff(t *testing.T) {
-	n := startNode(t, newMemEngine(), nil)
+	n := startNode(t, newMemEngine(), func(o *Options) { o.MaxBatchItems = 4096 })
 	c := dial(t, n.addr)
 	writeReq(t, c, wire.RequestHeader{Op: wire.OpPut, Key: key(1)}, []byte("v1"))
 	wantResp(t, c, "put", wire.StatusOK, 0, []byte{})
@@ -103,6 +103,26 @@ func TestEventLoopAnswersSmallRequestsAndHandsOff(t *testing.T) {
 			t.Fatalf("batch exist item %d: %s stored %d", i, st, stored)
 		}
 	}
+	wantResp(t, c, "ping", wire.StatusOK, 0, []byte{})
+	waitParked(t, n, 1)
+
+	// A BATCH_EXIST too large for the loops is answered on a goroutine,
+	// and the connection stays there until its next small request.
+	tbl = nil
+	for i := 0; i < 1000; i++ {
+		tbl = wire.AppendKeyItem(tbl, key(byte(i)))
+	}
+	before = n.srv.Stats().LoopRequests
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpBatchExist, Length: 1000}, tbl)
+	wantResp(t, c, "large batch exist", wire.StatusOK, 1000, []byte{})
+	if _, err := io.ReadFull(c, make([]byte, 1000*wire.BatchExistRecLen)); err != nil {
+		t.Fatal(err)
+	}
+	waitParked(t, n, 0)
+	if got := n.srv.Stats().LoopRequests - before; got != 0 {
+		t.Fatalf("event loop answered %d requests of a 1000-key BATCH_EXIST", got)
+	}
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
 	wantResp(t, c, "ping", wire.StatusOK, 0, []byte{})
 	waitParked(t, n, 1)
 }

@@ -31,6 +31,16 @@ func waitParked(t *testing.T, n *testNode, want int64) {
 	}
 }
 
+// settle sends the parkAfter small requests in a row after which an idle
+// connection parks.
+func settle(t *testing.T, c net.Conn) {
+	t.Helper()
+	for range parkAfter {
+		writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
+		wantResp(t, c, "ping", wire.StatusOK, 0, []byte{})
+	}
+}
+
 func wantResp(t *testing.T, c net.Conn, what string, st wire.Status, stored uint64, body []byte) {
 	t.Helper()
 	h, got := readResp(t, c)
@@ -45,7 +55,7 @@ func appendReq(out []byte, h wire.RequestHeader, body []byte) []byte {
 }
 
 // TestEventLoopAnswersSmallRequestsAndHandsOff: a connection whose last
-// request was small parks; the loop answers the next small requests
+// parkAfter requests were small parks; the loop answers the next small requests
 // itself; a pipelined mix of small and large requests is answered in
 // order, the loop handing the connection to a goroutine at the first one
 // it does not serve; afterwards the connection parks again.
@@ -55,8 +65,13 @@ func TestEventLoopAnswersSmallRequestsAndHandsOff(t *testing.T) {
 	writeReq(t, c, wire.RequestHeader{Op: wire.OpPut, Key: key(1)}, []byte("v1"))
 	wantResp(t, c, "put", wire.StatusOK, 0, []byte{})
 	waitParked(t, n, 0) // a PUT leaves the connection on its goroutine
-	writeReq(t, c, wire.RequestHeader{Op: wire.OpExist, Key: key(1)}, nil)
-	wantResp(t, c, "exist on the goroutine", wire.StatusOK, 2, []byte{})
+	for range parkAfter - 1 {
+		writeReq(t, c, wire.RequestHeader{Op: wire.OpExist, Key: key(1)}, nil)
+		wantResp(t, c, "exist on the goroutine", wire.StatusOK, 2, []byte{})
+	}
+	waitParked(t, n, 0) // one small request short of parking
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
+	wantResp(t, c, "ping on the goroutine", wire.StatusOK, 0, []byte{})
 	waitParked(t, n, 1)
 
 	before := n.srv.Stats().LoopRequests
@@ -82,6 +97,7 @@ func TestEventLoopAnswersSmallRequestsAndHandsOff(t *testing.T) {
 	}
 	out = appendReq(out, wire.RequestHeader{Op: wire.OpBatchExist, Length: 3}, tbl)
 	out = appendReq(out, wire.RequestHeader{Op: wire.OpPing}, nil)
+	out = appendReq(out, wire.RequestHeader{Op: wire.OpPing}, nil)
 	if _, err := c.Write(out); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +120,8 @@ func TestEventLoopAnswersSmallRequestsAndHandsOff(t *testing.T) {
 		}
 	}
 	wantResp(t, c, "ping", wire.StatusOK, 0, []byte{})
-	waitParked(t, n, 1)
+	wantResp(t, c, "ping", wire.StatusOK, 0, []byte{})
+	waitParked(t, n, 1) // EXIST, BATCH_EXIST, PING, PING after the PUT
 
 	// A BATCH_EXIST too large for the loops is answered on a goroutine,
 	// and the connection stays there until its next small request.
@@ -122,8 +139,7 @@ func TestEventLoopAnswersSmallRequestsAndHandsOff(t *testing.T) {
 	if got := n.srv.Stats().LoopRequests - before; got != 0 {
 		t.Fatalf("event loop answered %d requests of a 1000-key BATCH_EXIST", got)
 	}
-	writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
-	wantResp(t, c, "ping", wire.StatusOK, 0, []byte{})
+	settle(t, c)
 	waitParked(t, n, 1)
 }
 
@@ -155,10 +171,8 @@ func TestEventLoopPartialFramesAndLateReaders(t *testing.T) {
 	c := dial(t, n.addr)
 	_ = c.(*net.TCPConn).SetReadBuffer(64 << 10)
 	other := dial(t, n.addr)
-	for _, conn := range []net.Conn{c, other} {
-		writeReq(t, conn, wire.RequestHeader{Op: wire.OpPing}, nil)
-		wantResp(t, conn, "ping", wire.StatusOK, 0, []byte{})
-	}
+	settle(t, c)
+	settle(t, other)
 	waitParked(t, n, 2)
 
 	// A header in two writes, the loop reading the first part alone.
@@ -181,8 +195,10 @@ func TestEventLoopPartialFramesAndLateReaders(t *testing.T) {
 		}
 	}
 	wantResp(t, c, "large put", wire.StatusOK, 0, []byte{})
-	writeReq(t, c, wire.RequestHeader{Op: wire.OpExist, Key: key(4)}, nil)
-	wantResp(t, c, "exist", wire.StatusOK, uint64(len(val)), []byte{})
+	for range parkAfter {
+		writeReq(t, c, wire.RequestHeader{Op: wire.OpExist, Key: key(4)}, nil)
+		wantResp(t, c, "exist", wire.StatusOK, uint64(len(val)), []byte{})
+	}
 	waitParked(t, n, 2)
 
 	// 200,000 EXISTs (10 MB of requests, 3.6 MB of replies) written before
@@ -222,8 +238,7 @@ func TestEventLoopPartialFramesAndLateReaders(t *testing.T) {
 func TestEventLoopClosesAndShutdown(t *testing.T) {
 	n := startNode(t, newMemEngine(), func(o *Options) { o.ShutdownTimeout = time.Hour })
 	gone := dial(t, n.addr)
-	writeReq(t, gone, wire.RequestHeader{Op: wire.OpPing}, nil)
-	wantResp(t, gone, "ping", wire.StatusOK, 0, []byte{})
+	settle(t, gone)
 	waitParked(t, n, 1)
 	gone.Close()
 	waitParked(t, n, 0)
@@ -237,8 +252,7 @@ func TestEventLoopClosesAndShutdown(t *testing.T) {
 
 	idle := []net.Conn{dial(t, n.addr), dial(t, n.addr), dial(t, n.addr)}
 	for _, c := range idle {
-		writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
-		wantResp(t, c, "ping", wire.StatusOK, 0, []byte{})
+		settle(t, c)
 	}
 	waitParked(t, n, 3)
 	n.stop(t)
@@ -385,8 +399,7 @@ func loopClient(addr string, id, rounds int) error {
 func TestEventLoopOutlivesWriteDeadline(t *testing.T) {
 	n := startNode(t, newMemEngine(), func(o *Options) { o.WriteTimeout = 20 * time.Millisecond })
 	c := dial(t, n.addr)
-	writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
-	wantResp(t, c, "ping", wire.StatusOK, 0, []byte{})
+	settle(t, c)
 	waitParked(t, n, 1)
 	time.Sleep(100 * time.Millisecond)
 	for i := 0; i < 3; i++ {

@@ -69,7 +69,6 @@ type Server struct {
 	MaxBatchItems       int           // items in one batch frame
 	MaxConns            int           // open data-plane connections; past it new ones are refused
 	SocketBufferBytes   uint64        // SO_SNDBUF/SO_RCVBUF per connection; 0 = kernel autotuning
-	EventLoops          int           // event loops for small requests of idle connections; CountAuto = one per CPU, 0 = none
 	FirstRequest        time.Duration // how long a new connection may take to send its first request; 0 = no limit
 	BodyTimeout         time.Duration // how long a request's body may take after its header
 	ShutdownTimeout     time.Duration // how long SIGTERM waits for in-flight requests

@@ -247,12 +247,6 @@ var settings = []setting{
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.SocketBufferBytes }, min: 0, max: 1 << 30, note: "0 (kernel autotuning) or a size such as 4MiB"},
 	},
 	{
-		key: "server.event_loops", env: "DFKV_TCP_EVENT_LOOPS", flag: "event-loops", roles: roleServer,
-		def:   "auto",
-		help:  "event loops answering the small requests (EXIST, PING) of idle connections without a goroutine each; auto = one per CPU, 0 = every connection on its own goroutine",
-		value: autoIntValue{field: func(c *Config) *int { return &c.Server.EventLoops }, min: 0, max: 64},
-	},
-	{
 		key: "server.first_request_ms", env: "DFKV_TCP_FIRST_REQ_MS", flag: "first-request-ms", roles: roleServer,
 		def:   "30000",
 		help:  "milliseconds a new connection may take to send its first request; 0 waits forever",

@@ -36,7 +36,6 @@ func TestSettingsTable(t *testing.T) {
 		{"server.max_batch_items", "DFKV_MAX_BATCH_ITEMS", "max-batch-items", "server", "4096"},
 		{"server.max_conns", "DFKV_MAX_CONNS", "max-conns", "server", "4096"},
 		{"server.socket_buffer_bytes", "DFKV_SOCKET_BUFFER_BYTES", "socket-buffer", "server", "0"},
-		{"server.event_loops", "DFKV_TCP_EVENT_LOOPS", "event-loops", "server", "auto"},
 		{"server.first_request_ms", "DFKV_TCP_FIRST_REQ_MS", "first-request-ms", "server", "30000"},
 		{"server.body_timeout_ms", "DFKV_TCP_BODY_TIMEOUT_MS", "body-timeout-ms", "server", "60000"},
 		{"server.metrics_first_request_ms", "DFKV_METRICS_FIRST_REQ_MS", "metrics-first-request-ms", "server", "30000"},

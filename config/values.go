@@ -127,41 +127,6 @@ func (v autoSizeValue) format(c *Config) string {
 func (v autoSizeValue) allowed() string { return v.note }
 func (autoSizeValue) list() bool        { return false }
 
-// CountAuto is the value of an autoIntValue field left on "auto": the
-// role picks the count from the machine.
-const CountAuto = -1
-
-// autoIntValue is a count or the word auto (CountAuto).
-type autoIntValue struct {
-	field    func(*Config) *int
-	min, max int
-}
-
-func (v autoIntValue) set(c *Config, vals []string) error {
-	if strings.EqualFold(strings.TrimSpace(vals[0]), "auto") {
-		*v.field(c) = CountAuto
-		return nil
-	}
-	return intValue{field: v.field}.set(c, vals)
-}
-
-func (v autoIntValue) check(c *Config) error {
-	if n := *v.field(c); n != CountAuto && (n < v.min || n > v.max) {
-		return errOutOfRange
-	}
-	return nil
-}
-
-func (v autoIntValue) format(c *Config) string {
-	if n := *v.field(c); n != CountAuto {
-		return strconv.Itoa(n)
-	}
-	return tomlString("auto")
-}
-
-func (v autoIntValue) allowed() string { return fmt.Sprintf("auto or %d..%d", v.min, v.max) }
-func (autoIntValue) list() bool        { return false }
-
 // intValue is a count.
 type intValue struct {
 	field    func(*Config) *int

@@ -56,8 +56,7 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 	}
 	fmt.Fprintf(w, "  reads        %d (%.1f%% hits), %d puts, %d removes, %d evictions, %d I/O errors\n", reads, hit, e.Puts, e.Removes, e.Evictions, e.IOErrors)
 	s := st.Server
-	fmt.Fprintf(w, "  traffic      %s in, %s out; %d open connections (%d idle in event loops; %d accepted, %d refused)\n", bytesHuman(s.BytesIn), bytesHuman(s.BytesOut), s.OpenConns, s.ParkedConns, s.Accepted, s.Refused)
-	fmt.Fprintf(w, "  event loops  %d requests answered without a goroutine\n", s.LoopRequests)
+	fmt.Fprintf(w, "  traffic      %s in, %s out; %d open connections (%d accepted, %d refused)\n", bytesHuman(s.BytesIn), bytesHuman(s.BytesOut), s.OpenConns, s.Accepted, s.Refused)
 	fmt.Fprintf(w, "  refusals     %d malformed frames, %d first-request timeouts\n", s.FrameErrors, s.FirstReqTimeouts)
 	ops := make([]string, 0, len(s.Ops))
 	for op, n := range s.Ops {

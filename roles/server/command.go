@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -133,7 +132,6 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		BodyTimeout:     sc.BodyTimeout,
 		ShutdownTimeout: sc.ShutdownTimeout,
 		SocketBuffer:    int(sc.SocketBufferBytes),
-		EventLoops:      eventLoops(sc.EventLoops),
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -436,13 +434,4 @@ func newHTTPServer(srv *Server, eng engine.StoreEngine, reg *prometheus.Registry
 		WriteTimeout:      30 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 	}
-}
-
-// eventLoops resolves server.event_loops: auto is one loop per CPU the
-// process may run on.
-func eventLoops(n int) int {
-	if n == config.CountAuto {
-		return runtime.GOMAXPROCS(0)
-	}
-	return n
 }

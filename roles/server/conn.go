@@ -8,10 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
@@ -29,27 +26,13 @@ const (
 )
 
 // conn is one client connection. Requests are read, executed and answered
-// strictly in order, on the connection's goroutine or, while it is parked,
-// on its event loop (evloop.go), never both at once; that is what makes
-// replies FIFO. Responses of pipelined requests are batched into one write
-// while more requests are already buffered.
+// strictly in order on one goroutine, which is what makes replies FIFO;
+// responses of pipelined requests are batched into one write while more
+// requests are already buffered.
 type conn struct {
-	s   *Server
-	nc  net.Conn
-	br  *bufio.Reader
-	src sockReader      // what br reads from
-	raw syscall.RawConn // nc's descriptor for an event loop; nil: never parks
-	fd  int32
-
-	// smallRun counts the last requests in a row an event loop answers
-	// (up to parkAfter): the connection parks when it is idle after
-	// parkAfter of them.
-	smallRun int
-	inLoop bool // being served on its event loop: no blocking I/O
-	// The event loop's raw write: its results and callback, bound once.
-	wn      int
-	werr    error
-	writeFn func(uintptr) bool
+	s  *Server
+	nc net.Conn
+	br *bufio.Reader
 
 	wbuf   []byte      // pending response bytes
 	iov    [2][]byte   // backing array for writev
@@ -70,89 +53,18 @@ type conn struct {
 	pastFirst bool        // the first request is answered: bodies get BodyTimeout (the first one's is FirstRequest, when set)
 
 	mu      sync.Mutex
-	busy    bool    // a request's first byte has arrived and it is being served
-	stopped bool    // shutdown asked this connection to end
-	loop    *evloop // the event loop c is parked in, if any
+	busy    bool // a request's first byte has arrived and it is being served
+	stopped bool // shutdown asked this connection to end
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{
 		s:    s,
 		nc:   nc,
+		br:   bufio.NewReaderSize(nc, readBufSize),
 		wbuf: make([]byte, 0, flushAt+wire.ResponsePrefixLen+inlineLimit),
 	}
-	c.src.c = c
-	c.src.readFn = c.src.readRaw
-	c.writeFn = c.writeRaw
-	c.br = bufio.NewReaderSize(&c.src, readBufSize)
-	if len(s.loops) > 0 {
-		if sc, ok := nc.(syscall.Conn); ok {
-			if raw, err := sc.SyscallConn(); err == nil {
-				if raw.Control(func(fd uintptr) { c.fd = int32(fd) }) == nil {
-					c.raw = raw
-				}
-			}
-		}
-	}
 	return c
-}
-
-// errWouldBlock is a parked connection's read or write that found the
-// socket empty or full.
-var errWouldBlock = errors.New("socket not ready")
-
-// sockReader is what c.br reads from: the connection itself, or, while an
-// event loop serves c, one non-blocking read(2) that reports an empty
-// socket as errWouldBlock instead of waiting for data.
-type sockReader struct {
-	c *conn
-	// The raw read's arguments and results, and the callback bound once
-	// (a closure per read would be an allocation per request).
-	p      []byte
-	n      int
-	err    error
-	readFn func(uintptr) bool
-}
-
-func (r *sockReader) Read(p []byte) (int, error) {
-	c := r.c
-	if !c.inLoop {
-		return c.nc.Read(p)
-	}
-	r.p = p
-	err := c.raw.Read(r.readFn)
-	r.p = nil
-	switch {
-	case err != nil:
-		return 0, err
-	case r.err == unix.EAGAIN:
-		return 0, errWouldBlock
-	case r.err != nil:
-		return 0, os.NewSyscallError("read", r.err)
-	case r.n == 0:
-		return 0, io.EOF
-	}
-	return r.n, nil
-}
-
-func (r *sockReader) readRaw(fd uintptr) bool {
-	r.n, r.err = ioRetry(unix.Read, int(fd), r.p)
-	return true
-}
-
-// ioRetry is one read(2) or write(2), repeated while a signal interrupts
-// it; n is 0 on error.
-func ioRetry(op func(int, []byte) (int, error), fd int, p []byte) (int, error) {
-	for {
-		n, err := op(fd, p)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		return n, nil
-	}
 }
 
 // Alloc implements engine.Allocator: it lends the engine a pooled buffer
@@ -201,11 +113,7 @@ func (c *conn) stopIfIdle() {
 	defer c.mu.Unlock()
 	c.stopped = true
 	if !c.busy {
-		if c.loop != nil {
-			c.loop.kick()
-		} else {
-			_ = c.nc.SetReadDeadline(time.Unix(1, 0))
-		}
+		_ = c.nc.SetReadDeadline(time.Unix(1, 0))
 	}
 }
 
@@ -226,39 +134,18 @@ func (c *conn) end() bool {
 	return !c.stopped
 }
 
-// run serves the connection on this goroutine until it ends or parks in
-// an event loop, which starts run again when the connection needs a
-// goroutine.
-func (c *conn) run() {
-	if !c.serve() {
-		c.finish()
-	}
-}
-
-// finish releases everything the connection holds; the connection is
-// gone afterwards.
-func (c *conn) finish() {
-	c.release()
-	_ = c.nc.Close()
-	c.s.removeConn(c)
-}
-
-// serve reports whether the connection parked in an event loop; false
-// means it ended.
-func (c *conn) serve() bool {
+func (c *conn) serve() {
+	defer c.s.removeConn(c)
+	defer c.nc.Close()
+	defer c.release()
 	log := c.s.log
-	if d := c.s.opts.FirstRequest; d > 0 && !c.pastFirst {
+	if d := c.s.opts.FirstRequest; d > 0 {
 		_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(d))
 	}
 	for {
 		if len(c.wbuf) > 0 && c.br.Buffered() == 0 {
 			if err := c.flush(); err != nil {
-				return false
-			}
-		}
-		if c.smallRun >= parkAfter && c.raw != nil && c.br.Buffered() == 0 {
-			if parked, ok := c.park(); parked || !ok {
-				return parked
+				return
 			}
 		}
 		// Wait for the next request without holding it: Peek lets
@@ -269,18 +156,18 @@ func (c *conn) serve() bool {
 				log.Warn("closing connection: no complete first request within the deadline",
 					"remote", c.nc.RemoteAddr().String(), "first_request_ms", c.s.opts.FirstRequest.Milliseconds())
 			}
-			return false
+			return
 		}
 		if !c.begin() {
-			// Shutdown: replies of requests already executed (an event
-			// loop's, before it handed the connection over) still go out.
+			// Shutdown: replies of pipelined requests already executed
+			// still go out.
 			_ = c.flush()
-			return false
+			return
 		}
 		err := c.handleOne()
 		if err != nil {
 			c.onError(err)
-			return false
+			return
 		}
 		if !c.pastFirst {
 			c.pastFirst = true
@@ -290,140 +177,9 @@ func (c *conn) serve() bool {
 		}
 		if !c.end() {
 			_ = c.flush()
-			return false
+			return
 		}
 	}
-}
-
-// park hands the idle connection to its event loop. It reports whether
-// it parked, and ok = false when shutdown stopped the connection instead.
-// A loop that cannot take it leaves it on this goroutine.
-func (c *conn) park() (parked, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopped {
-		return false, false
-	}
-	// The loop's writes never wait, so the write deadline of the last
-	// goroutine flush must not outlive it: once passed it would refuse
-	// them. (Read deadlines are already cleared between requests.)
-	_ = c.nc.SetWriteDeadline(time.Time{})
-	l := c.s.loops[int(c.fd)%len(c.s.loops)]
-	if err := l.park(c); err != nil {
-		c.s.log.Debug("connection stays on its goroutine", "remote", c.nc.RemoteAddr().String(), "error", err.Error())
-		c.smallRun = 0
-		return false, true
-	}
-	return true, true
-}
-
-// parkedOutcome is what a parked connection's event loop does next.
-type parkedOutcome int
-
-const (
-	parkedIdle    parkedOutcome = iota // answered everything; wait for more
-	parkedHandOff                      // a request needs a goroutine: resume run
-	parkedEnd                          // the connection ended
-)
-
-// parkAfter is how many small requests in a row make a connection park.
-// A connection that alternates small and large requests (an inference
-// engine's prefix probe, then the page loads) stays on its goroutine: each
-// hand-off from a loop and back costs two epoll_ctl calls and a new
-// goroutine, which measured 10 % of the prefix workload's throughput.
-const parkAfter = 4
-
-// loopFrameMax bounds the frames an event loop answers: a BATCH_EXIST of
-// up to about 680 keys. A larger one would rarely arrive whole in one
-// read, and each miss costs a hand-off to a goroutine and back.
-const loopFrameMax = 16 << 10
-
-// loopFrame reports whether an event loop answers this request: from
-// memory, with a body small enough to be buffered whole.
-func loopFrame(h *wire.RequestHeader) bool {
-	small := h.Op == wire.OpExist || h.Op == wire.OpPing || h.Op == wire.OpBatchExist
-	return small && wire.RequestPrefixLen+h.BodyLen <= loopFrameMax
-}
-
-// serveParked runs on c's event loop when its socket is readable: one
-// read, then every complete small request in the buffer is answered and
-// the replies written with one write. A request prefix cut by the end of
-// the read stays buffered for the next one; any other request is left in
-// the buffer for the goroutine the loop hands c to. more reports that the
-// read filled the buffer, so the socket may hold more.
-func (c *conn) serveParked() (outcome parkedOutcome, more bool) {
-	c.inLoop = true
-	defer func() { c.inLoop = false }()
-	free := readBufSize - c.br.Buffered()
-	if _, err := c.br.Peek(c.br.Buffered() + 1); err != nil && !errors.Is(err, errWouldBlock) {
-		// End of stream or a reset: every complete request that came
-		// before was answered by an earlier pass; what is left is at
-		// most a cut prefix, which a goroutine would drop too.
-		c.onError(err)
-		return parkedEnd, false
-	}
-	more = readBufSize-c.br.Buffered() == 0 && free > 0
-	for c.br.Buffered() > 0 {
-		if c.br.Buffered() < wire.RequestPrefixLen {
-			// The rest of this prefix follows (a read ended inside it):
-			// the loop waits for it, as a goroutine would, with no
-			// deadline between requests.
-			break
-		}
-		hdr, _ := c.br.Peek(wire.RequestPrefixLen)
-		h, err := wire.DecodeRequest(hdr, c.s.lim)
-		if err != nil || !loopFrame(&h) || uint64(c.br.Buffered()) < wire.RequestPrefixLen+h.BodyLen {
-			return c.handOff(), false // malformed frames are answered there too
-		}
-		_, _ = c.br.Discard(wire.RequestPrefixLen)
-		c.s.stats.loopRequests.Add(1)
-		if err := c.exec(&h); err != nil {
-			c.onError(err)
-			return parkedEnd, false
-		}
-	}
-	switch err := c.writeParked(); {
-	case err == nil:
-		return parkedIdle, more
-	case errors.Is(err, errWouldBlock):
-		return parkedHandOff, false // the goroutine writes the rest, with its deadline
-	default:
-		return parkedEnd, false
-	}
-}
-
-// handOff writes what replies it can before the goroutine takes over, so
-// a client that waits for them before sending the rest of a frame is
-// answered.
-func (c *conn) handOff() parkedOutcome {
-	if err := c.writeParked(); err != nil && !errors.Is(err, errWouldBlock) {
-		return parkedEnd
-	}
-	return parkedHandOff
-}
-
-// writeParked writes the pending replies with non-blocking writes; what
-// the socket does not take stays in wbuf and errWouldBlock is returned.
-func (c *conn) writeParked() error {
-	for len(c.wbuf) > 0 {
-		if err := c.raw.Write(c.writeFn); err != nil {
-			return err
-		}
-		if c.werr == unix.EAGAIN {
-			return errWouldBlock
-		}
-		if c.werr != nil {
-			return os.NewSyscallError("write", c.werr)
-		}
-		c.s.stats.bytesOut.Add(uint64(c.wn))
-		c.wbuf = c.wbuf[:copy(c.wbuf, c.wbuf[c.wn:])]
-	}
-	return nil
-}
-
-func (c *conn) writeRaw(fd uintptr) bool {
-	c.wn, c.werr = ioRetry(unix.Write, int(fd), c.wbuf)
-	return true
 }
 
 func (c *conn) isStopped() bool {
@@ -525,21 +281,11 @@ func (c *conn) handleOne() error {
 	if err != nil {
 		return err
 	}
+	c.s.stats.ops[h.Op].Add(1)
+	c.s.stats.bytesIn.Add(wire.RequestPrefixLen + h.BodyLen)
 	if h.BodyLen > 0 && (c.pastFirst || c.s.opts.FirstRequest == 0) {
 		_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(c.s.opts.BodyTimeout))
 		defer c.clearReadDeadline()
-	}
-	return c.exec(&h)
-}
-
-// exec executes a request whose prefix is read and queues its response.
-func (c *conn) exec(h *wire.RequestHeader) error {
-	c.s.stats.ops[h.Op].Add(1)
-	c.s.stats.bytesIn.Add(wire.RequestPrefixLen + h.BodyLen)
-	if !loopFrame(h) {
-		c.smallRun = 0
-	} else if c.smallRun < parkAfter {
-		c.smallRun++
 	}
 	if m := c.s.metrics; m != nil {
 		start := time.Now()
@@ -592,20 +338,13 @@ func (c *conn) exec(h *wire.RequestHeader) error {
 		c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, BodyLen: uint64(len(body))})
 		c.wbuf = append(c.wbuf, body...)
 	case wire.OpBatchPut:
-		return c.batchPut(h)
+		return c.batchPut(&h)
 	case wire.OpBatchGet:
-		return c.batchGet(h)
+		return c.batchGet(&h)
 	case wire.OpBatchExist, wire.OpBatchRemove:
-		return c.batchKeys(h)
+		return c.batchKeys(&h)
 	}
-	return c.flushIfFull()
-}
-
-// flushIfFull writes the pending responses once they reach flushAt. On an
-// event loop it waits for the end of the buffered requests: what one read
-// brings is answered with less than flushAt of replies.
-func (c *conn) flushIfFull() error {
-	if len(c.wbuf) >= flushAt && !c.inLoop {
+	if len(c.wbuf) >= flushAt {
 		return c.flush()
 	}
 	return nil
@@ -763,8 +502,10 @@ func (c *conn) batchKeys(h *wire.RequestHeader) error {
 		} else {
 			c.wbuf = append(c.wbuf, byte(wire.StatusOf(eng.Remove(k))))
 		}
-		if err := c.flushIfFull(); err != nil {
-			return err
+		if len(c.wbuf) >= flushAt {
+			if err := c.flush(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -96,8 +96,6 @@ var (
 	descFrameErrors = prometheus.NewDesc("dfkv_frame_errors_total", "Malformed requests answered with an error and closed.", nil, nil)
 	descBytesIn     = prometheus.NewDesc("dfkv_received_bytes_total", "Request bytes received (prefixes and bodies).", nil, nil)
 	descBytesOut    = prometheus.NewDesc("dfkv_sent_bytes_total", "Response bytes sent.", nil, nil)
-	descParked      = prometheus.NewDesc("dfkv_parked_connections", "Idle connections waiting in an event loop instead of on a goroutine of their own.", nil, nil)
-	descLoopReqs    = prometheus.NewDesc("dfkv_event_loop_requests_total", "Requests answered on an event loop (small requests of parked connections).", nil, nil)
 
 	diskLabels     = []string{"disk", "engine"}
 	descCapacity   = prometheus.NewDesc("dfkv_disk_capacity_bytes", "Bytes a disk may hold.", diskLabels, nil)
@@ -115,7 +113,7 @@ var (
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descAccepted, descRefused, descFirstReq, descFirstReqMS, descFrameErrors,
-		descBytesIn, descBytesOut, descParked, descLoopReqs, descCapacity, descUsed, descObjects, descEvictions, descIOErrors, descHits, descMisses,
+		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descIOErrors, descHits, descMisses,
 		descHealthy, descDirectIO, descTenant, descTenantQuot} {
 		ch <- d
 	}
@@ -137,8 +135,6 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descFrameErrors, float64(s.frameErrors.Load()))
 	counter(descBytesIn, float64(s.bytesIn.Load()))
 	counter(descBytesOut, float64(s.bytesOut.Load()))
-	gauge(descParked, float64(s.parked.Load()))
-	counter(descLoopReqs, float64(s.loopRequests.Load()))
 	b2f := func(b bool) float64 {
 		if b {
 			return 1

@@ -48,10 +48,6 @@ type Options struct {
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of each connection; 0
 	// keeps the kernel's autotuning.
 	SocketBuffer int
-	// EventLoops is how many event loops serve the small requests (EXIST,
-	// PING) of idle connections (evloop.go); 0 serves every connection on
-	// its own goroutine only.
-	EventLoops int
 }
 
 // Server serves one node's engine over TCP.
@@ -66,8 +62,6 @@ type Server struct {
 	// receiver is the engine when it can take PUT payloads straight into
 	// its memory (the RAM tier): the socket is read into it, no copy.
 	receiver engine.Receiver
-
-	loops []*evloop // started by Serve; none when EventLoops is 0
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
@@ -89,8 +83,6 @@ type counters struct {
 	frameErrors      atomic.Uint64
 	bytesIn          atomic.Uint64
 	bytesOut         atomic.Uint64
-	parked           atomic.Int64  // connections parked in event loops
-	loopRequests     atomic.Uint64 // requests answered on an event loop
 	ops              [wire.OpStats + 1]atomic.Uint64
 }
 
@@ -147,8 +139,6 @@ func (s *Server) Addr() net.Addr { return s.opts.Listener.Addr() }
 func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, s.beginShutdown)
 	defer stop()
-	s.startLoops()
-	defer s.closeLoops()
 
 	var acceptErr error
 	for {
@@ -169,41 +159,6 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.drain()
 	return acceptErr
-}
-
-// minLoopSocketBuffer is the smallest socket buffer the event loops run
-// with. With 16 KiB buffers at both ends, a client pipelining thousands of
-// small requests and reading the replies late made the transfer crawl on
-// TCP zero-window probes (seconds per request) under the loop's
-// one-read-one-write passes, while goroutines were unaffected; 64 KiB
-// showed no such stall.
-const minLoopSocketBuffer = 64 << 10
-
-// startLoops starts the event loops; a loop that cannot start (epoll
-// refused) leaves its connections on goroutines, which serve everything.
-func (s *Server) startLoops() {
-	if b := s.opts.SocketBuffer; b > 0 && b < minLoopSocketBuffer && s.opts.EventLoops > 0 {
-		s.log.Warn("serving without event loops: socket buffers are smaller than they need",
-			"socket_buffer_bytes", b, "need_at_least", minLoopSocketBuffer)
-		return
-	}
-	for range s.opts.EventLoops {
-		l, err := newEvloop(s)
-		if err != nil {
-			s.log.Warn("serving without event loops: every connection keeps its own goroutine", "error", err.Error())
-			s.closeLoops()
-			return
-		}
-		s.loops = append(s.loops, l)
-	}
-}
-
-// closeLoops stops the loops once drain has ended every connection.
-func (s *Server) closeLoops() {
-	for _, l := range s.loops {
-		l.close()
-	}
-	s.loops = nil
 }
 
 func (s *Server) isClosing() bool {
@@ -242,7 +197,7 @@ func (s *Server) startConn(nc net.Conn) {
 	s.mu.Unlock()
 	s.stats.accepted.Add(1)
 	s.stats.conns.Add(1)
-	go c.run()
+	go c.serve()
 }
 
 func (s *Server) removeConn(c *conn) {
@@ -291,9 +246,6 @@ func (s *Server) drain() {
 		_ = c.nc.Close()
 	}
 	s.mu.Unlock()
-	for _, l := range s.loops {
-		l.kick() // a parked connection is closed by its loop
-	}
 	s.log.Warn("shutdown timeout: closed connections with requests still in flight", "connections", n, "timeout", s.opts.ShutdownTimeout)
 	<-done
 }
@@ -307,8 +259,6 @@ type Stats struct {
 	FrameErrors      uint64            `json:"frame_errors"`
 	BytesIn          uint64            `json:"bytes_in"`
 	BytesOut         uint64            `json:"bytes_out"`
-	ParkedConns      int64             `json:"parked_conns"`
-	LoopRequests     uint64            `json:"event_loop_requests"`
 	Ops              map[string]uint64 `json:"ops"`
 }
 
@@ -322,8 +272,6 @@ func (s *Server) Stats() Stats {
 		FrameErrors:      s.stats.frameErrors.Load(),
 		BytesIn:          s.stats.bytesIn.Load(),
 		BytesOut:         s.stats.bytesOut.Load(),
-		ParkedConns:      s.stats.parked.Load(),
-		LoopRequests:     s.stats.loopRequests.Load(),
 		Ops:              make(map[string]uint64),
 	}
 	for op := wire.OpPing; op <= wire.OpStats; op++ {

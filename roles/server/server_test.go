@@ -30,7 +30,7 @@ func startNode(t *testing.T, eng engine.StoreEngine, mutate func(*Options)) *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Engine: eng, Listener: ln, MaxBlockBytes: testMaxBlock, MaxBatchItems: 64, ShutdownTimeout: 5 * time.Second, EventLoops: 2}
+	opts := Options{Engine: eng, Listener: ln, MaxBlockBytes: testMaxBlock, MaxBatchItems: 64, ShutdownTimeout: 5 * time.Second}
 	if mutate != nil {
 		mutate(&opts)
 	}

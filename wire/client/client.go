@@ -330,6 +330,17 @@ func (c *Client) deadline(ctx context.Context) time.Time {
 	return time.Now().Add(c.opts.Timeout)
 }
 
+// deadlineSlack is how much earlier than its own deadline an exchange may
+// keep the one its connection already has: 1/64 of Timeout, at most
+// 100 ms, when the deadline comes from Timeout; none when it comes from
+// the caller's context, which is honoured exactly.
+func (c *Client) deadlineSlack(ctx context.Context) time.Duration {
+	if _, ok := ctx.Deadline(); ok {
+		return 0
+	}
+	return min(c.opts.Timeout/64, 100*time.Millisecond)
+}
+
 // ErrBufferTooSmall is returned by Get when the stored value is longer
 // than the destination; the stored length is returned with it so the
 // caller can retry with a large enough buffer (or use GetAuto).

@@ -286,3 +286,74 @@ func TestOversizedAnswerRejected(t *testing.T) {
 		t.Fatalf("got %v, want INVALID for an answer larger than asked", err)
 	}
 }
+
+// TestContextDeadlineOnPooledConnection: a call's context deadline applies
+// exactly even on a pooled connection whose socket already has a later
+// deadline from an earlier call (which the client may keep, slightly
+// early, only for deadlines it derives from Timeout).
+func TestContextDeadlineOnPooledConnection(t *testing.T) {
+	addr := fakeNode(t, func(c net.Conn) {
+		if _, err := readRequest(c); err != nil {
+			return
+		}
+		reply(c, wire.ResponseHeader{Status: wire.StatusOK, Stored: 3}, nil)
+		_, _ = io.Copy(io.Discard, c) // then silent
+	})
+	cl := open(t, addr) // Timeout 5 s
+	if n, err := cl.Exist(context.Background(), []byte("k")); err != nil || n != 3 {
+		t.Fatalf("first call: %d %v", n, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := cl.Exist(ctx, []byte("k"))
+	if wire.StatusOf(err) != wire.StatusTimeout && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second call: got %v, want a timeout", err)
+	}
+	// Far below the 5 s Timeout: the context's deadline is the one that
+	// ended the call, not the socket's earlier one.
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("second call took %v; its context allowed 200ms", d)
+	}
+}
+
+// deadlineConn records SetDeadline calls.
+type deadlineConn struct {
+	net.Conn
+	set []time.Time
+}
+
+func (d *deadlineConn) SetDeadline(t time.Time) error {
+	d.set = append(d.set, t)
+	return nil
+}
+
+// TestSetDeadlineSlack: a connection keeps its deadline when the next one
+// is at most slack later, and takes any earlier one or one further out.
+func TestSetDeadlineSlack(t *testing.T) {
+	dc := &deadlineConn{}
+	cc := &cconn{nc: dc}
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		d     time.Time
+		slack time.Duration
+		set   bool
+	}{
+		{t0, 100 * time.Millisecond, true},                             // first deadline
+		{t0.Add(50 * time.Millisecond), 100 * time.Millisecond, false}, // within slack: kept
+		{t0.Add(100 * time.Millisecond), 100 * time.Millisecond, false},
+		{t0.Add(150 * time.Millisecond), 100 * time.Millisecond, true}, // beyond slack
+		{t0.Add(100 * time.Millisecond), 100 * time.Millisecond, true}, // earlier: always
+		{t0.Add(101 * time.Millisecond), 0, true},                      // no slack (a context's deadline)
+	}
+	for i, s := range steps {
+		n := len(dc.set)
+		cc.setDeadline(s.d, s.slack)
+		if got := len(dc.set) > n; got != s.set {
+			t.Fatalf("step %d: SetDeadline called %v, want %v", i, got, s.set)
+		}
+		if s.set && !dc.set[len(dc.set)-1].Equal(s.d) {
+			t.Fatalf("step %d: deadline %v, want %v", i, dc.set[len(dc.set)-1], s.d)
+		}
+	}
+}

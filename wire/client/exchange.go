@@ -74,7 +74,7 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 			return &peerError{addr: p.addr, miss: read, cause: err}
 		}
 		cc.got, cc.broken = false, false
-		_ = cc.nc.SetDeadline(deadline)
+		cc.setDeadline(deadline, c.deadlineSlack(ctx))
 		// Watch for cancellation only when the context can be cancelled:
 		// a Background call (the common case for engines) skips the
 		// registration and its allocation.

@@ -30,9 +30,10 @@
 # the medians and the ratios of the medians, and the progress lines every
 # round.
 #
-# Usage: scripts/bench-vs-peers.sh [--quick] [--tier] [--repeat N] [--duration SECS] [--out DIR] [--server-args ARGS]
+# Usage: scripts/bench-vs-peers.sh [--quick] [--tier | --exist-only] [--repeat N] [--duration SECS] [--out DIR] [--server-args ARGS]
 #   --quick            a short smoke run (1 s per measurement, small key spaces)
 #   --tier             the RAM tier rows instead of the default ones
+#   --exist-only       only the EXIST row (and the iperf3 ceiling)
 #   --repeat N         rounds per cell, systems alternating; medians reported (default 1)
 #   --duration S       seconds per measurement (default 5)
 #   --out DIR          keep results in DIR (default: a new directory under /tmp)
@@ -45,6 +46,7 @@ cd "$(dirname "$0")/.."
 
 quick=0
 tier=0
+exist_only=0
 repeat=1
 duration=5
 out=""
@@ -53,6 +55,7 @@ while [ $# -gt 0 ]; do
 	case "$1" in
 	--quick) quick=1 ;;
 	--tier) tier=1 ;;
+	--exist-only) exist_only=1 ;;
 	--duration) duration="$2"; shift ;;
 	--repeat) repeat="$2"; shift ;;
 	--out) out="$2"; shift ;;
@@ -62,6 +65,11 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+
+if [ "$tier" = 1 ] && [ "$exist_only" = 1 ]; then
+	echo "bench-vs-peers.sh: --tier and --exist-only pick different rows; give one" >&2
+	exit 2
+fi
 
 case "$repeat" in '' | *[!0-9]* | 0)
 	echo "bench-vs-peers.sh: --repeat $repeat: want a whole number of rounds, 1 or more" >&2
@@ -299,6 +307,7 @@ if [ "$tier" = 1 ]; then
 		measure_row "$op" "$size" "$c" "${wl}-$size-c$c" --workload "$wl" --fill=false --value-size "$size" --keys "$n" -c "$c"
 	done
 else
+	[ "$exist_only" = 1 ] && sizes=()
 	for size in "${sizes[@]}"; do
 		n=${keys[$size]}
 		echo "== filling $n keys of $size" >&2

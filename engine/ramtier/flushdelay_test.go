@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -313,5 +314,48 @@ func TestFlushDelayBoundsARewrittenKey(t *testing.T) {
 	}
 	if s := tr.RAM(); s.FlushBacklog > 1 {
 		t.Fatalf("%d queued flushes for one key", s.FlushBacklog)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a logger writes while a test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestCloseLogsFlushProgress: while Close waits for a slow disk, it logs
+// how many dirty bytes are left, repeatedly, and then that it is done.
+func TestCloseLogsFlushProgress(t *testing.T) {
+	defer func(d time.Duration) { closeProgressEvery = d }(closeProgressEvery)
+	closeProgressEvery = 5 * time.Millisecond
+	m := newMem()
+	var logs lockedBuffer
+	tr := delayedTier(t, m, noFlushForAnHour, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	cacheAll(t, tr, 50, 4, 3000)
+	open := m.gateCache() // the disk stalls
+	closed := make(chan error, 1)
+	go func() { closed <- tr.Close() }()
+	eventually(t, "Close to log its progress twice", func() bool {
+		return strings.Count(logs.String(), `msg="ram tier: still flushing before close" dirty_bytes=`) >= 2
+	})
+	open()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	wantBacking(t, m, 50, 4, 3000, "after Close")
+	if !strings.Contains(logs.String(), `msg="ram tier: flushed before close" dirty_bytes=12000`) {
+		t.Errorf("Close logged no end of its flush; log:\n%s", logs.String())
 	}
 }

@@ -573,6 +573,30 @@ func (t *Tier) Stats() engine.Stats {
 	return s
 }
 
+// closeProgressEvery is how often a long flush at Close logs its progress.
+var closeProgressEvery = 5 * time.Second
+
+// waitFlushed waits for the stopped flush workers to drain their queues,
+// logging every closeProgressEvery how much is left, so an operator
+// watching a slow stop (gigabytes dirty, a slow disk) sees it advance
+// rather than hang.
+func (t *Tier) waitFlushed(dirty uint64, start time.Time) {
+	done := make(chan struct{})
+	go func() { t.workers.Wait(); close(done) }()
+	tick := time.NewTicker(closeProgressEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			left := t.dirtyBytes.Load()
+			t.log.Info("ram tier: still flushing before close", "dirty_bytes", left,
+				"flushed_bytes", dirty-min(dirty, left), "elapsed", time.Since(start).Round(time.Second))
+		}
+	}
+}
+
 // Close implements engine.StoreEngine: it waits for operations in flight,
 // flushes every dirty value to the backing (graceful shutdown: nothing
 // acknowledged from RAM is lost), stops the workers, closes the backing
@@ -596,7 +620,7 @@ func (t *Tier) Close() error {
 	for _, q := range t.queues {
 		q.stop()
 	}
-	t.workers.Wait() // the workers drain the queue before they exit
+	t.waitFlushed(dirty, start) // the workers drain the queue before they exit
 	if dirty > 0 {
 		t.log.Info("ram tier: flushed before close", "dirty_bytes", dirty, "took", time.Since(start).Round(time.Millisecond))
 	}

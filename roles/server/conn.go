@@ -49,8 +49,9 @@ type conn struct {
 	vals   [][]byte
 	errs   []error
 
-	status    wire.Status // status of the request being answered, for metrics
-	pastFirst bool        // the first request is answered: bodies get BodyTimeout (the first one's is FirstRequest, when set)
+	writeDeadline time.Time   // the socket's write deadline (armWrite)
+	status        wire.Status // status of the request being answered, for metrics
+	pastFirst     bool        // the first request is answered: bodies get BodyTimeout (the first one's is FirstRequest, when set)
 
 	mu      sync.Mutex
 	busy    bool // a request's first byte has arrived and it is being served
@@ -225,11 +226,24 @@ func (c *conn) onError(err error) {
 
 func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
+// armWrite gives the socket a write deadline WriteTimeout from now, unless
+// it has one at most writeSlack earlier already: a reply may then be cut
+// up to writeSlack early, and most replies skip SetWriteDeadline's runtime
+// timer update.
+func (c *conn) armWrite() {
+	d := c.s.opts.Clock.Now().Add(c.s.opts.WriteTimeout)
+	if !d.Before(c.writeDeadline) && d.Sub(c.writeDeadline) <= c.s.writeSlack {
+		return
+	}
+	_ = c.nc.SetWriteDeadline(d)
+	c.writeDeadline = d
+}
+
 func (c *conn) flush() error {
 	if len(c.wbuf) == 0 {
 		return nil
 	}
-	_ = c.nc.SetWriteDeadline(c.s.opts.Clock.Now().Add(c.s.opts.WriteTimeout))
+	c.armWrite()
 	n, err := c.nc.Write(c.wbuf)
 	c.s.stats.bytesOut.Add(uint64(n))
 	c.wbuf = c.wbuf[:0]
@@ -247,7 +261,7 @@ func (c *conn) writePayload(data []byte) error {
 		}
 		return nil
 	}
-	_ = c.nc.SetWriteDeadline(c.s.opts.Clock.Now().Add(c.s.opts.WriteTimeout))
+	c.armWrite()
 	c.iov[0], c.iov[1] = c.wbuf, data
 	c.bufs = c.iov[:]
 	n, err := c.bufs.WriteTo(c.nc)

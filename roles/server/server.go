@@ -55,7 +55,10 @@ type Server struct {
 	opts Options
 	lim  wire.Limits
 	log  *slog.Logger
-	pool *iobuf.Pool
+	// writeSlack is how much earlier than WriteTimeout from now a
+	// connection's write deadline may be and still be kept (armWrite).
+	writeSlack time.Duration
+	pool       *iobuf.Pool
 	// lender is the engine when it can lend resident bytes in place (the
 	// RAM tier): GETs then write from its memory with no copy.
 	lender engine.Lender
@@ -118,13 +121,14 @@ func New(opts Options) (*Server, error) {
 	lender, _ := opts.Engine.(engine.Lender)
 	receiver, _ := opts.Engine.(engine.Receiver)
 	return &Server{
-		lender:   lender,
-		receiver: receiver,
-		opts:     opts,
-		lim:      wire.Limits{MaxBlockBytes: opts.MaxBlockBytes, MaxBatchItems: uint64(opts.MaxBatchItems)},
-		log:      opts.Logger,
-		pool:     iobuf.NewPool(int(opts.MaxBlockBytes)),
-		conns:    make(map[*conn]struct{}),
+		lender:     lender,
+		receiver:   receiver,
+		opts:       opts,
+		writeSlack: min(opts.WriteTimeout/64, 100*time.Millisecond),
+		lim:        wire.Limits{MaxBlockBytes: opts.MaxBlockBytes, MaxBatchItems: uint64(opts.MaxBatchItems)},
+		log:        opts.Logger,
+		pool:       iobuf.NewPool(int(opts.MaxBlockBytes)),
+		conns:      make(map[*conn]struct{}),
 	}, nil
 }
 

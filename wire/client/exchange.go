@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/dfkv/dfkv/wire"
@@ -98,7 +99,11 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 			p.succeed()
 			return nil
 		}
-		if reused && !cc.got && attempt == 0 {
+		// A pooled connection that failed before any answer may have
+		// been closed by the node (a restart): one retry on a fresh one.
+		// Not when the deadline cut it: the node was silent, and the
+		// deadline has passed for a new connection too.
+		if reused && !cc.got && attempt == 0 && !errors.Is(err, os.ErrDeadlineExceeded) {
 			continue
 		}
 		if errors.Is(ctx.Err(), context.Canceled) {

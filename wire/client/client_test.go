@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -357,5 +358,28 @@ func TestSetDeadlineSlack(t *testing.T) {
 		if s.set && !dc.set[len(dc.set)-1].Equal(s.d) {
 			t.Fatalf("step %d: deadline %v, want %v", i, dc.set[len(dc.set)-1], s.d)
 		}
+	}
+}
+
+// TestBackoffCountsIncidentsNotCalls: calls that fail together (in flight
+// when the node paused) open one minimal back-off window; a failure after
+// the window ended doubles it; a success clears it.
+func TestBackoffCountsIncidentsNotCalls(t *testing.T) {
+	p := &peer{addr: "node", opts: &Options{Logger: slog.New(slog.DiscardHandler)}}
+	now := time.Unix(1000, 0)
+	for range 16 {
+		p.fail(now.Add(time.Millisecond))
+	}
+	if end := time.Unix(0, p.downUntil.Load()); !end.Equal(now.Add(time.Millisecond + minBackoff)) {
+		t.Fatalf("16 simultaneous failures: down until +%v, want +%v", end.Sub(now), time.Millisecond+minBackoff)
+	}
+	later := now.Add(time.Second) // the window has ended; the next call fails too
+	p.fail(later)
+	if end := time.Unix(0, p.downUntil.Load()); !end.Equal(later.Add(2 * minBackoff)) {
+		t.Fatalf("a second incident: down until +%v, want +%v", end.Sub(later), 2*minBackoff)
+	}
+	p.succeed()
+	if p.isDown(later) || p.failures.Load() != 0 {
+		t.Fatal("a success left the node backed off")
 	}
 }

@@ -33,7 +33,15 @@ type peer struct {
 func (p *peer) isDown(now time.Time) bool { return now.UnixNano() < p.downUntil.Load() }
 
 // fail records a connection failure and extends the back-off window.
+// Failures while a window is open are one incident, not several: the
+// calls in flight when a node pauses (a GC, a disk stall) all fail at
+// once, and counting each would double the window per call (16 callers:
+// the full 5 s of misses for a 50 ms pause). The window grows only when a
+// call made after it ended fails again.
 func (p *peer) fail(now time.Time) {
+	if p.isDown(now) {
+		return
+	}
 	n := p.failures.Add(1)
 	b := minBackoff
 	for i := int32(1); i < n && b < maxBackoff; i++ {

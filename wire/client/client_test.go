@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -381,5 +382,32 @@ func TestBackoffCountsIncidentsNotCalls(t *testing.T) {
 	p.succeed()
 	if p.isDown(later) || p.failures.Load() != 0 {
 		t.Fatal("a success left the node backed off")
+	}
+}
+
+// TestBackoffConcurrentFirstFailures: calls failing at the same moment
+// from many goroutines, before any window is open, open one minimal
+// window and count one failure (run with -race). Probabilistic: the
+// goroutines must overlap; a check-then-add version failed about one run
+// in five.
+func TestBackoffConcurrentFirstFailures(t *testing.T) {
+	for round := 0; round < 500; round++ {
+		p := &peer{addr: "node", opts: &Options{Logger: slog.New(slog.DiscardHandler)}}
+		now := time.Unix(1000, 0)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				p.fail(now)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if end := time.Unix(0, p.downUntil.Load()); !end.Equal(now.Add(minBackoff)) || p.failures.Load() != 1 {
+			t.Fatalf("round %d: down until +%v after %d counted failures, want +%v after 1", round, end.Sub(now), p.failures.Load(), minBackoff)
+		}
 	}
 }

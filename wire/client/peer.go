@@ -37,20 +37,29 @@ func (p *peer) isDown(now time.Time) bool { return now.UnixNano() < p.downUntil.
 // calls in flight when a node pauses (a GC, a disk stall) all fail at
 // once, and counting each would double the window per call (16 callers:
 // the full 5 s of misses for a 50 ms pause). The window grows only when a
-// call made after it ended fails again.
+// call made after it ended fails again. Callers failing at the same moment
+// race to open the window; the one whose compare-and-swap opens it counts
+// the failure, the others find it open.
 func (p *peer) fail(now time.Time) {
-	if p.isDown(now) {
+	for {
+		until := p.downUntil.Load()
+		if now.UnixNano() < until {
+			return
+		}
+		n := p.failures.Load() + 1
+		b := minBackoff
+		for i := int32(1); i < n && b < maxBackoff; i++ {
+			b *= 2
+		}
+		b = min(b, maxBackoff)
+		if !p.downUntil.CompareAndSwap(until, now.Add(b).UnixNano()) {
+			continue
+		}
+		p.failures.Store(n)
+		if n == 1 {
+			p.opts.Logger.Warn("client: node unreachable; backing off", "node", p.addr, "backoff", b.String())
+		}
 		return
-	}
-	n := p.failures.Add(1)
-	b := minBackoff
-	for i := int32(1); i < n && b < maxBackoff; i++ {
-		b *= 2
-	}
-	b = min(b, maxBackoff)
-	p.downUntil.Store(now.Add(b).UnixNano())
-	if n == 1 {
-		p.opts.Logger.Warn("client: node unreachable; backing off", "node", p.addr, "backoff", b.String())
 	}
 }
 

@@ -371,13 +371,13 @@ func TestBackoffCountsIncidentsNotCalls(t *testing.T) {
 	for range 16 {
 		p.fail(now.Add(time.Millisecond))
 	}
-	if end := time.Unix(0, p.downUntil.Load()); !end.Equal(now.Add(time.Millisecond + minBackoff)) {
-		t.Fatalf("16 simultaneous failures: down until +%v, want +%v", end.Sub(now), time.Millisecond+minBackoff)
+	if end := time.Duration(p.downUntil.Load() - monoNanos(now)); end != time.Millisecond+minBackoff {
+		t.Fatalf("16 simultaneous failures: down until +%v, want +%v", end, time.Millisecond+minBackoff)
 	}
 	later := now.Add(time.Second) // the window has ended; the next call fails too
 	p.fail(later)
-	if end := time.Unix(0, p.downUntil.Load()); !end.Equal(later.Add(2 * minBackoff)) {
-		t.Fatalf("a second incident: down until +%v, want +%v", end.Sub(later), 2*minBackoff)
+	if end := time.Duration(p.downUntil.Load() - monoNanos(later)); end != 2*minBackoff {
+		t.Fatalf("a second incident: down until +%v, want +%v", end, 2*minBackoff)
 	}
 	p.succeed()
 	if p.isDown(later) || p.failures.Load() != 0 {
@@ -406,8 +406,31 @@ func TestBackoffConcurrentFirstFailures(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		if end := time.Unix(0, p.downUntil.Load()); !end.Equal(now.Add(minBackoff)) || p.failures.Load() != 1 {
-			t.Fatalf("round %d: down until +%v after %d counted failures, want +%v after 1", round, end.Sub(now), p.failures.Load(), minBackoff)
+		if end := time.Duration(p.downUntil.Load() - monoNanos(now)); end != minBackoff || p.failures.Load() != 1 {
+			t.Fatalf("round %d: down until +%v after %d counted failures, want +%v after 1", round, end, p.failures.Load(), minBackoff)
 		}
+	}
+}
+
+// TestBackoffFollowsMonotonicClock: a window opened at time.Now() starts
+// and ends where it should when measured on the monotonic clock, and a
+// time without a monotonic reading (compared by its wall clock) agrees
+// while the clock is not stepped. A real wall-clock step cannot be made
+// in a test; that the window ignores one follows from time.Time.Sub.
+func TestBackoffFollowsMonotonicClock(t *testing.T) {
+	p := &peer{addr: "node", opts: &Options{Logger: slog.New(slog.DiscardHandler)}}
+	now := time.Now()
+	p.fail(now)
+	if !p.isDown(now.Add(minBackoff / 2)) {
+		t.Fatal("not backed off within the window")
+	}
+	if p.isDown(now.Add(minBackoff + time.Millisecond)) {
+		t.Fatal("still backed off after the window")
+	}
+	// Round(0) strips the monotonic reading: such a time is compared by
+	// its wall clock, and must agree with the monotonic one for an
+	// unstepped clock.
+	if !p.isDown(now.Round(0).Add(minBackoff / 2)) {
+		t.Fatal("a wall-clock time inside the window read as outside it")
 	}
 }

@@ -27,10 +27,21 @@ type peer struct {
 	// Health, the client's second layer of offline detection (DESIGN.md
 	// §5): consecutive connection failures and the end of the back-off.
 	failures  atomic.Int32
-	downUntil atomic.Int64 // unix nanoseconds
+	downUntil atomic.Int64 // monoNanos of the window's end; 0 = none
 }
 
-func (p *peer) isDown(now time.Time) bool { return now.UnixNano() < p.downUntil.Load() }
+func (p *peer) isDown(now time.Time) bool {
+	u := p.downUntil.Load()
+	return u != 0 && monoNanos(now) < u
+}
+
+// monoEpoch anchors monoNanos.
+var monoEpoch = time.Now()
+
+// monoNanos is t on the monotonic clock, as nanoseconds since monoEpoch
+// (t from time.Now carries a monotonic reading): a back-off window must
+// not grow or shrink when the wall clock is stepped.
+func monoNanos(t time.Time) int64 { return int64(t.Sub(monoEpoch)) }
 
 // fail records a connection failure and extends the back-off window.
 // Failures while a window is open are one incident, not several: the
@@ -43,7 +54,7 @@ func (p *peer) isDown(now time.Time) bool { return now.UnixNano() < p.downUntil.
 func (p *peer) fail(now time.Time) {
 	for {
 		until := p.downUntil.Load()
-		if now.UnixNano() < until {
+		if until != 0 && monoNanos(now) < until {
 			return
 		}
 		n := p.failures.Load() + 1
@@ -52,7 +63,7 @@ func (p *peer) fail(now time.Time) {
 			b *= 2
 		}
 		b = min(b, maxBackoff)
-		if !p.downUntil.CompareAndSwap(until, now.Add(b).UnixNano()) {
+		if !p.downUntil.CompareAndSwap(until, monoNanos(now.Add(b))) {
 			continue
 		}
 		p.failures.Store(n)

@@ -13,6 +13,7 @@ import (
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
 	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/deadline"
 )
 
 const (
@@ -49,9 +50,9 @@ type conn struct {
 	vals   [][]byte
 	errs   []error
 
-	writeDeadline time.Time   // the socket's write deadline (armWrite)
-	status        wire.Status // status of the request being answered, for metrics
-	pastFirst     bool        // the first request is answered: bodies get BodyTimeout (the first one's is FirstRequest, when set)
+	writeDeadline deadline.Lazy // the socket's write deadline (armWrite)
+	status        wire.Status   // status of the request being answered, for metrics
+	pastFirst     bool          // the first request is answered: bodies get BodyTimeout (the first one's is FirstRequest, when set)
 
 	mu      sync.Mutex
 	busy    bool // a request's first byte has arrived and it is being served
@@ -226,17 +227,12 @@ func (c *conn) onError(err error) {
 
 func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
-// armWrite gives the socket a write deadline WriteTimeout from now, unless
-// it has one at most writeSlack earlier already: a reply may then be cut
-// up to writeSlack early, and most replies skip SetWriteDeadline's runtime
-// timer update.
+// armWrite gives the socket a write deadline WriteTimeout from now, or
+// keeps one at most writeSlack earlier (package deadline).
 func (c *conn) armWrite() {
-	d := c.s.opts.Clock.Now().Add(c.s.opts.WriteTimeout)
-	if !d.Before(c.writeDeadline) && d.Sub(c.writeDeadline) <= c.s.writeSlack {
-		return
+	if d := c.s.opts.Clock.Now().Add(c.s.opts.WriteTimeout); c.writeDeadline.Move(d, c.s.writeSlack) {
+		_ = c.nc.SetWriteDeadline(d)
 	}
-	_ = c.nc.SetWriteDeadline(d)
-	c.writeDeadline = d
 }
 
 func (c *conn) flush() error {

@@ -19,6 +19,7 @@ import (
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
 	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/deadline"
 )
 
 // Options configure a Server. Engine and Listener are required.
@@ -124,7 +125,7 @@ func New(opts Options) (*Server, error) {
 		lender:     lender,
 		receiver:   receiver,
 		opts:       opts,
-		writeSlack: min(opts.WriteTimeout/64, 100*time.Millisecond),
+		writeSlack: deadline.Slack(opts.WriteTimeout),
 		lim:        wire.Limits{MaxBlockBytes: opts.MaxBlockBytes, MaxBatchItems: uint64(opts.MaxBatchItems)},
 		log:        opts.Logger,
 		pool:       iobuf.NewPool(int(opts.MaxBlockBytes)),

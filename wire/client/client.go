@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/deadline"
 )
 
 // Dialer opens connections to nodes. *net.Dialer satisfies it; tests and an
@@ -331,14 +332,14 @@ func (c *Client) deadline(ctx context.Context) time.Time {
 }
 
 // deadlineSlack is how much earlier than its own deadline an exchange may
-// keep the one its connection already has: 1/64 of Timeout, at most
-// 100 ms, when the deadline comes from Timeout; none when it comes from
-// the caller's context, which is honoured exactly.
+// keep the one its connection already has (package deadline): some when
+// the deadline comes from Timeout, none when it comes from the caller's
+// context, which is honoured exactly.
 func (c *Client) deadlineSlack(ctx context.Context) time.Duration {
 	if _, ok := ctx.Deadline(); ok {
 		return 0
 	}
-	return min(c.opts.Timeout/64, 100*time.Millisecond)
+	return deadline.Slack(c.opts.Timeout)
 }
 
 // ErrBufferTooSmall is returned by Get when the stored value is longer

@@ -321,47 +321,6 @@ func TestContextDeadlineOnPooledConnection(t *testing.T) {
 	}
 }
 
-// deadlineConn records SetDeadline calls.
-type deadlineConn struct {
-	net.Conn
-	set []time.Time
-}
-
-func (d *deadlineConn) SetDeadline(t time.Time) error {
-	d.set = append(d.set, t)
-	return nil
-}
-
-// TestSetDeadlineSlack: a connection keeps its deadline when the next one
-// is at most slack later, and takes any earlier one or one further out.
-func TestSetDeadlineSlack(t *testing.T) {
-	dc := &deadlineConn{}
-	cc := &cconn{nc: dc}
-	t0 := time.Unix(1000, 0)
-	steps := []struct {
-		d     time.Time
-		slack time.Duration
-		set   bool
-	}{
-		{t0, 100 * time.Millisecond, true},                             // first deadline
-		{t0.Add(50 * time.Millisecond), 100 * time.Millisecond, false}, // within slack: kept
-		{t0.Add(100 * time.Millisecond), 100 * time.Millisecond, false},
-		{t0.Add(150 * time.Millisecond), 100 * time.Millisecond, true}, // beyond slack
-		{t0.Add(100 * time.Millisecond), 100 * time.Millisecond, true}, // earlier: always
-		{t0.Add(101 * time.Millisecond), 0, true},                      // no slack (a context's deadline)
-	}
-	for i, s := range steps {
-		n := len(dc.set)
-		cc.setDeadline(s.d, s.slack)
-		if got := len(dc.set) > n; got != s.set {
-			t.Fatalf("step %d: SetDeadline called %v, want %v", i, got, s.set)
-		}
-		if s.set && !dc.set[len(dc.set)-1].Equal(s.d) {
-			t.Fatalf("step %d: deadline %v, want %v", i, dc.set[len(dc.set)-1], s.d)
-		}
-	}
-}
-
 // TestBackoffCountsIncidentsNotCalls: calls that fail together (in flight
 // when the node paused) open one minimal back-off window; a failure after
 // the window ended doubles it; a success clears it.

@@ -75,7 +75,9 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 			return &peerError{addr: p.addr, miss: read, cause: err}
 		}
 		cc.got, cc.broken = false, false
-		cc.setDeadline(deadline, c.deadlineSlack(ctx))
+		if cc.deadline.Move(deadline, c.deadlineSlack(ctx)) {
+			_ = cc.nc.SetDeadline(deadline)
+		}
 		// Watch for cancellation only when the context can be cancelled:
 		// a Background call (the common case for engines) skips the
 		// registration and its allocation.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/deadline"
 )
 
 // peer is one node: its address and a pool of idle connections.
@@ -156,20 +157,8 @@ type cconn struct {
 	// broken is set when the stream is no longer aligned on a frame
 	// boundary (an I/O or framing failure); the connection is then closed.
 	broken bool
-	// deadline is the socket deadline last set (see setDeadline).
-	deadline time.Time
-}
-
-// setDeadline gives the socket deadline d, unless it already has one at
-// most slack earlier: the exchange may then time out up to slack early,
-// and most exchanges skip SetDeadline's two runtime timer updates (about
-// 1.5 % of a client's CPU on small requests).
-func (cc *cconn) setDeadline(d time.Time, slack time.Duration) {
-	if !d.Before(cc.deadline) && d.Sub(cc.deadline) <= slack {
-		return
-	}
-	_ = cc.nc.SetDeadline(d)
-	cc.deadline = d
+	// deadline is the socket deadline last set (exchange).
+	deadline deadline.Lazy
 }
 
 // send writes wbuf and then body (if any) with one writev.

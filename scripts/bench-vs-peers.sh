@@ -30,10 +30,19 @@
 # the medians and the ratios of the medians, and the progress lines every
 # round.
 #
-# Usage: scripts/bench-vs-peers.sh [--quick] [--tier | --exist-only] [--repeat N] [--duration SECS] [--out DIR] [--server-args ARGS]
+# With --pin the servers (all three, and iperf3's) run on the first half
+# of the CPUs and the load generator on the other half (`taskset`), so the
+# load generator never competes with the server under test for a CPU. On
+# this 2-core VM, unpinned, the two share both cores and each Go server
+# pays the scheduler for it (README, "Measured": the 256 KiB row); pinned,
+# every system runs on one core of its own. The table says which it was.
+#
+# Usage: scripts/bench-vs-peers.sh [--quick] [--tier | --exist-only] [--pin] [--repeat N] [--duration SECS] [--out DIR] [--server-args ARGS]
 #   --quick            a short smoke run (1 s per measurement, small key spaces)
 #   --tier             the RAM tier rows instead of the default ones
 #   --exist-only       only the EXIST row (and the iperf3 ceiling)
+#   --pin              servers on the first half of the CPUs, the load
+#                      generator on the second half (needs 2 or more)
 #   --repeat N         rounds per cell, systems alternating; medians reported (default 1)
 #   --duration S       seconds per measurement (default 5)
 #   --out DIR          keep results in DIR (default: a new directory under /tmp)
@@ -47,6 +56,7 @@ cd "$(dirname "$0")/.."
 quick=0
 tier=0
 exist_only=0
+pin=0
 repeat=1
 duration=5
 out=""
@@ -56,6 +66,7 @@ while [ $# -gt 0 ]; do
 	--quick) quick=1 ;;
 	--tier) tier=1 ;;
 	--exist-only) exist_only=1 ;;
+	--pin) pin=1 ;;
 	--duration) duration="$2"; shift ;;
 	--repeat) repeat="$2"; shift ;;
 	--out) out="$2"; shift ;;
@@ -76,6 +87,26 @@ case "$repeat" in '' | *[!0-9]* | 0)
 	exit 2
 	;;
 esac
+
+# srv and gen prefix the servers' and the load generator's commands:
+# empty, or a taskset to their halves of the CPUs (--pin).
+srv=()
+gen=()
+pinned="unpinned: servers and load generator share all $(nproc) CPUs"
+if [ "$pin" = 1 ]; then
+	ncpu=$(nproc)
+	if [ "$ncpu" -lt 2 ]; then
+		echo "bench-vs-peers.sh: --pin needs 2 or more CPUs, this machine has $ncpu" >&2
+		exit 2
+	fi
+	half=$((ncpu / 2))
+	srv_cpus=0 gen_cpus=$half
+	[ "$half" = 1 ] || srv_cpus="0-$((half - 1))"
+	[ "$ncpu" = $((half + 1)) ] || gen_cpus="$half-$((ncpu - 1))"
+	srv=(taskset -c "$srv_cpus")
+	gen=(taskset -c "$gen_cpus")
+	pinned="pinned: servers on CPU $srv_cpus, load generator on CPU $gen_cpus"
+fi
 
 warmup=1s
 sizes=(64KiB 1MiB)
@@ -161,7 +192,7 @@ go build -o "$data/dfkv" .
 dfkv="$data/dfkv"
 
 redis_port=$(free_port)
-redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
+"${srv[@]}" redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
 	--protected-mode yes --daemonize no >"$results/redis.log" 2>&1 &
 pids+=($!)
 wait_port redis "$redis_port" $! "$results/redis.log"
@@ -169,19 +200,19 @@ wait_port redis "$redis_port" $! "$results/redis.log"
 mc_port=$(free_port)
 mc_user=()
 [ "$(id -u)" = 0 ] && mc_user=(-u root) # memcached refuses root without -u
-memcached -l 127.0.0.1 -p "$mc_port" -U 0 -m 8192 -I 8m -t 2 -c 4096 "${mc_user[@]}" \
+"${srv[@]}" memcached -l 127.0.0.1 -p "$mc_port" -U 0 -m 8192 -I 8m -t 2 -c 4096 "${mc_user[@]}" \
 	>"$results/memcached.log" 2>&1 &
 pids+=($!)
 wait_port memcached "$mc_port" $! "$results/memcached.log"
 
 iperf_port=$(free_port)
-iperf3 -s -B 127.0.0.1 -p "$iperf_port" >"$results/iperf3-server.log" 2>&1 &
+"${srv[@]}" iperf3 -s -B 127.0.0.1 -p "$iperf_port" >"$results/iperf3-server.log" 2>&1 &
 pids+=($!)
 wait_port iperf3 "$iperf_port" $! "$results/iperf3-server.log"
 
 dfkv_port=$(free_port)
 dfkv_http=$(free_port)
-"$dfkv" server --listen "127.0.0.1:$dfkv_port" --http-listen "127.0.0.1:$dfkv_http" \
+"${srv[@]}" "$dfkv" server --listen "127.0.0.1:$dfkv_port" --http-listen "127.0.0.1:$dfkv_http" \
 	--disk "$data/disk0" --disk-capacity 16GiB $server_args >"$results/dfkv-server.log" 2>&1 &
 pids+=($!)
 wait_port "dfkv server" "$dfkv_port" $! "$results/dfkv-server.log"
@@ -204,7 +235,7 @@ bench() {
 	redis) target=(--protocol redis --addr "127.0.0.1:$redis_port") ;;
 	memcached) target=(--protocol memcache --addr "127.0.0.1:$mc_port") ;;
 	esac
-	"$dfkv" bench "${target[@]}" --key-prefix "vs/" "$@"
+	"${gen[@]}" "$dfkv" bench "${target[@]}" --key-prefix "vs/" "$@"
 }
 # run SYSTEM NAME ARGS...: one bench run (round $round); prints the GB/s
 # (ops/s when unit=ops) of the measured stage and the p99, or ERR. It runs
@@ -330,7 +361,7 @@ fi
 
 echo "== iperf3 --len 1M, 1 stream, ${iperf_secs}s" >&2
 iperf_gbs=ERR
-if iperf3 -c 127.0.0.1 -p "$iperf_port" --len 1M -t "$iperf_secs" -J >"$results/iperf3.json" 2>&1; then
+if "${gen[@]}" iperf3 -c 127.0.0.1 -p "$iperf_port" --len 1M -t "$iperf_secs" -J >"$results/iperf3.json" 2>&1; then
 	iperf_gbs=$(awk '/"sum_received"/ {f = 1} f && /"bits_per_second"/ {gsub(/[ ,]/, ""); split($0, a, ":"); printf "%.3g\n", a[2] / 8e9; exit}' "$results/iperf3.json")
 else
 	echo "bench-vs-peers.sh: iperf3 failed, see $results/iperf3.json" >&2
@@ -345,7 +376,7 @@ ratio() {
 echo
 echo "dfkv vs redis vs memcached, one load generator (dfkv bench), $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores$([ "$quick" = 1 ] && echo ', QUICK run')"
 echo "measured ${duration}s per cell after an unmeasured fill and ${warmup} warm-up$([ "$repeat" = 1 ] || echo ", median of $repeat alternating rounds"); GB = 1e9 bytes of values"
-echo "dfkv server: --disk-capacity 16GiB ${server_args:-(default engine)}"
+echo "dfkv server: --disk-capacity 16GiB ${server_args:-(default engine)}; $pinned"
 printf '%-6s %-6s %5s  %-5s %10s %10s %10s  %10s  %14s  %9s %9s %9s\n' op size conns unit dfkv redis memcached dfkv/redis dfkv/memcached \
 	"p99us:dfkv" redis memcached
 for row in "${rows[@]}"; do

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -328,13 +329,17 @@ func TestBackoffCountsIncidentsNotCalls(t *testing.T) {
 	p := &peer{addr: "node", opts: &Options{Logger: slog.New(slog.DiscardHandler)}}
 	now := time.Unix(1000, 0)
 	for range 16 {
-		p.fail(now.Add(time.Millisecond))
+		p.fail(now.Add(time.Millisecond), 0)
 	}
 	if end := time.Duration(p.downUntil.Load() - monoNanos(now)); end != time.Millisecond+minBackoff {
 		t.Fatalf("16 simultaneous failures: down until +%v, want +%v", end, time.Millisecond+minBackoff)
 	}
-	later := now.Add(time.Second) // the window has ended; the next call fails too
-	p.fail(later)
+	later := now.Add(time.Second) // the window has ended; its probe fails too
+	ok, hold := p.admit(later, later.Add(time.Second))
+	if !ok || hold == 0 {
+		t.Fatalf("after the window: admitted %v as probe %d, want the probe", ok, hold)
+	}
+	p.fail(later, hold)
 	if end := time.Duration(p.downUntil.Load() - monoNanos(later)); end != 2*minBackoff {
 		t.Fatalf("a second incident: down until +%v, want +%v", end, 2*minBackoff)
 	}
@@ -360,7 +365,7 @@ func TestBackoffConcurrentFirstFailures(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				p.fail(now)
+				p.fail(now, 0)
 			}()
 		}
 		close(start)
@@ -379,7 +384,7 @@ func TestBackoffConcurrentFirstFailures(t *testing.T) {
 func TestBackoffFollowsMonotonicClock(t *testing.T) {
 	p := &peer{addr: "node", opts: &Options{Logger: slog.New(slog.DiscardHandler)}}
 	now := time.Now()
-	p.fail(now)
+	p.fail(now, 0)
 	if !p.isDown(now.Add(minBackoff / 2)) {
 		t.Fatal("not backed off within the window")
 	}
@@ -391,5 +396,150 @@ func TestBackoffFollowsMonotonicClock(t *testing.T) {
 	// unstepped clock.
 	if !p.isDown(now.Round(0).Add(minBackoff / 2)) {
 		t.Fatal("a wall-clock time inside the window read as outside it")
+	}
+}
+
+// isDown reports a back-off window (or a probe's hold) open at now.
+func (p *peer) isDown(now time.Time) bool {
+	u := p.downUntil.Load()
+	return u != 0 && monoNanos(now) < u
+}
+
+// TestBackoffOneProbe: when a window ends, of the callers arriving together
+// exactly one is let through as the probe (run with -race); the others are
+// refused until it settles. A failed probe opens a doubled window, a
+// released one (no verdict) lets the next caller probe at once, and a
+// successful one admits everybody.
+func TestBackoffOneProbe(t *testing.T) {
+	p := &peer{addr: "node", opts: &Options{Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)}}
+	now := time.Now()
+	p.fail(now, 0)
+	admitAll := func(at time.Time) (probes []int64, refused, plain int) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ok, hold := p.admit(at, at.Add(time.Hour))
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case !ok:
+					refused++
+				case hold != 0:
+					probes = append(probes, hold)
+				default:
+					plain++
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		return probes, refused, plain
+	}
+	if probes, refused, plain := admitAll(now.Add(minBackoff / 2)); len(probes) != 0 || refused != 16 {
+		t.Fatalf("inside the window: %d probes, %d refused, %d plain; want 0, 16, 0", len(probes), refused, plain)
+	}
+	after := now.Add(minBackoff + time.Millisecond)
+	probes, refused, plain := admitAll(after)
+	if len(probes) != 1 || refused != 15 {
+		t.Fatalf("window ended: %d probes, %d refused, %d plain; want 1, 15, 0", len(probes), refused, plain)
+	}
+	// The probe holds the node for at most one Timeout (its deadline
+	// here is an hour away).
+	if p.isDown(after.Add(p.opts.Timeout + time.Millisecond)) {
+		t.Fatal("the probe's hold outlasts the Timeout")
+	}
+	// A call that was in flight since before the incident fails during
+	// the hold: the same incident, the hold stays.
+	p.fail(after, 0)
+	if p.failures.Load() != 1 {
+		t.Fatalf("a plain failure during the probe counted: %d failures", p.failures.Load())
+	}
+	// The probe fails: the next window is twice as long.
+	p.fail(after, probes[0])
+	if end := time.Duration(p.downUntil.Load() - monoNanos(after)); end != 2*minBackoff || p.failures.Load() != 2 {
+		t.Fatalf("failed probe: down until +%v after %d failures, want +%v after 2", end, p.failures.Load(), 2*minBackoff)
+	}
+	p.release(probes[0]) // settled already: no effect
+	if !p.isDown(after.Add(minBackoff)) {
+		t.Fatal("releasing a settled probe reopened the node")
+	}
+	// The next probe ends without a verdict: the next caller probes.
+	later := after.Add(2*minBackoff + time.Millisecond)
+	ok, hold := p.admit(later, later.Add(time.Hour))
+	if !ok || hold == 0 {
+		t.Fatal("no probe after the second window")
+	}
+	p.release(hold)
+	ok, hold2 := p.admit(time.Now().Add(time.Millisecond), time.Now().Add(time.Hour))
+	if !ok || hold2 == 0 || hold2 == hold {
+		t.Fatalf("after a released probe: admitted %v as probe %d (old %d), want a new probe", ok, hold2, hold)
+	}
+	p.succeed()
+	if probes, refused, plain := admitAll(time.Now()); plain != 16 {
+		t.Fatalf("after a success: %d probes, %d refused, %d plain; want 16 plain calls", len(probes), refused, plain)
+	}
+}
+
+// TestSilentNodeProbedOnce: against a node that takes requests and never
+// answers, once the first call's deadline has opened a back-off window and
+// the window has ended, 16 callers arriving together send the node one
+// request between them (the probe); the other 15 fail at once as backing
+// off, as misses for EXIST, without waiting out the node's silence.
+func TestSilentNodeProbedOnce(t *testing.T) {
+	var requests atomic.Int32
+	release := make(chan struct{})
+	addr := fakeNode(t, func(c net.Conn) {
+		for {
+			if _, err := readRequest(c); err != nil {
+				return
+			}
+			requests.Add(1)
+			select { // silent until the test lets go
+			case <-release:
+				return
+			case <-time.After(time.Minute):
+				return
+			}
+		}
+	})
+	cl := open(t, addr) // Timeout 5 s
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := cl.Exist(ctx, []byte("k"))
+	cancel()
+	if !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("first call to a silent node: %v, want ErrPeerDown", err)
+	}
+	time.Sleep(minBackoff + 20*time.Millisecond) // the window ends
+
+	results := make(chan error, 16)
+	for range 16 {
+		go func() {
+			_, err := cl.Exist(context.Background(), []byte("k"))
+			results <- err
+		}()
+	}
+	// The 15 refused calls return without waiting for the probe, which
+	// is still waiting on the silent node.
+	for range 15 {
+		err := <-results
+		if !errors.Is(err, ErrPeerDown) || !strings.Contains(err.Error(), "backing off") {
+			t.Fatalf("a call beside the probe: %v, want an immediate back-off miss", err)
+		}
+	}
+	// The probe's request reaches the node (it may still be on its way).
+	for requests.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	close(release) // the node hangs up: the probe fails
+	if err := <-results; !errors.Is(err, ErrPeerDown) || strings.Contains(err.Error(), "backing off") {
+		t.Fatalf("the probe: %v, want a connection failure", err)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Fatalf("the silent node received %d requests in all, want 2", n)
 	}
 }

@@ -42,7 +42,8 @@ func (e *peerError) Unwrap() []error {
 // Per-peer back-off after a connection failure: the first failure keeps
 // the node out for minBackoff, each further one doubles it up to
 // maxBackoff. Calls inside the window fail at once without dialing; the
-// first call after it tries the node again, and one success clears it.
+// first call after it probes the node (the others still fail at once
+// until the probe settles: peer.admit), and one success clears it.
 const (
 	minBackoff = 100 * time.Millisecond
 	maxBackoff = 5 * time.Second
@@ -60,8 +61,12 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 	if p == nil {
 		return errNoMembers
 	}
-	if p.isDown(time.Now()) {
+	ok, hold := p.admit(time.Now(), deadline)
+	if !ok {
 		return &peerError{addr: p.addr, miss: read, cause: fmt.Errorf("dfkv node %s: backing off after a connection failure: %w", p.addr, wire.StatusUnavailable)}
+	}
+	if hold != 0 {
+		defer p.release(hold)
 	}
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -70,7 +75,7 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 		cc, reused, err := p.get(ctx, deadline)
 		if err != nil {
 			if !errors.Is(ctx.Err(), context.Canceled) {
-				p.fail(time.Now())
+				p.fail(time.Now(), hold)
 			}
 			return &peerError{addr: p.addr, miss: read, cause: err}
 		}
@@ -118,7 +123,7 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 			// The node answered, but wrongly: it is up.
 			return connError(p.addr, err)
 		}
-		p.fail(time.Now())
+		p.fail(time.Now(), hold)
 		return &peerError{addr: p.addr, miss: read, cause: connError(p.addr, err)}
 	}
 }

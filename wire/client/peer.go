@@ -31,9 +31,33 @@ type peer struct {
 	downUntil atomic.Int64 // monoNanos of the window's end; 0 = none
 }
 
-func (p *peer) isDown(now time.Time) bool {
-	u := p.downUntil.Load()
-	return u != 0 && monoNanos(now) < u
+// admit decides whether a call may use the node now. With no failure on
+// record it may. Inside a back-off window it may not. Once a window has
+// ended, exactly one caller is let through as the probe: it holds the
+// node (downUntil becomes its hold, until its deadline or one Timeout,
+// whichever is sooner) and the others keep failing fast, instead of all
+// paying a silent node's Timeout at the same moment. The probe's outcome
+// settles the incident: succeed clears it, fail opens the next, longer
+// window, and a probe that ends without a verdict (its caller gave up)
+// is released for the next caller. hold identifies the probe (0 for any
+// other call); pass it to fail and release.
+func (p *peer) admit(now, deadline time.Time) (ok bool, hold int64) {
+	for {
+		u := p.downUntil.Load()
+		if u == 0 {
+			return true, 0
+		}
+		if monoNanos(now) < u {
+			return false, 0
+		}
+		h := monoNanos(minTime(deadline, now.Add(max(p.opts.Timeout, minBackoff))))
+		if h <= u {
+			h = u + 1 // never equal to the window it replaces
+		}
+		if p.downUntil.CompareAndSwap(u, h) {
+			return true, h
+		}
+	}
 }
 
 // monoEpoch anchors monoNanos.
@@ -48,14 +72,18 @@ func monoNanos(t time.Time) int64 { return int64(t.Sub(monoEpoch)) }
 // Failures while a window is open are one incident, not several: the
 // calls in flight when a node pauses (a GC, a disk stall) all fail at
 // once, and counting each would double the window per call (16 callers:
-// the full 5 s of misses for a 50 ms pause). The window grows only when a
-// call made after it ended fails again. Callers failing at the same moment
-// race to open the window; the one whose compare-and-swap opens it counts
-// the failure, the others find it open.
-func (p *peer) fail(now time.Time) {
+// the full 5 s of misses for a 50 ms pause). The window grows only when
+// the probe let through after it (hold, from admit) fails again. Callers
+// failing at the same moment race to open the window; the one whose
+// compare-and-swap opens it counts the failure, the others find it open.
+func (p *peer) fail(now time.Time, hold int64) {
 	for {
 		until := p.downUntil.Load()
-		if until != 0 && monoNanos(now) < until {
+		if hold != 0 {
+			if until != hold {
+				return // another call settled this incident meanwhile
+			}
+		} else if until != 0 && monoNanos(now) < until {
 			return
 		}
 		n := p.failures.Load() + 1
@@ -73,6 +101,13 @@ func (p *peer) fail(now time.Time) {
 		}
 		return
 	}
+}
+
+// release ends a probe that reached no verdict on the node (its caller
+// gave up, or the node answered wrongly): the next caller probes at once.
+// After succeed or fail it does nothing.
+func (p *peer) release(hold int64) {
+	p.downUntil.CompareAndSwap(hold, monoNanos(time.Now()))
 }
 
 // succeed clears the failure history after a good exchange.

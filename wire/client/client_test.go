@@ -327,12 +327,12 @@ func TestContextDeadlineOnPooledConnection(t *testing.T) {
 // the window ended doubles it; a success clears it.
 func TestBackoffCountsIncidentsNotCalls(t *testing.T) {
 	p := &peer{addr: "node", opts: &Options{Logger: slog.New(slog.DiscardHandler)}}
-	now := time.Unix(1000, 0)
+	now := time.Now()
 	for range 16 {
 		p.fail(now.Add(time.Millisecond), 0)
 	}
-	if end := time.Duration(p.downUntil.Load() - monoNanos(now)); end != time.Millisecond+minBackoff {
-		t.Fatalf("16 simultaneous failures: down until +%v, want +%v", end, time.Millisecond+minBackoff)
+	if p.downUntil.Load() != windowEnd(now.Add(time.Millisecond+minBackoff)) {
+		t.Fatalf("16 simultaneous failures: down until +%v, want +%v", time.Duration(p.downUntil.Load()-monoNanos(now)), time.Millisecond+minBackoff)
 	}
 	later := now.Add(time.Second) // the window has ended; its probe fails too
 	ok, hold := p.admit(later, later.Add(time.Second))
@@ -340,8 +340,8 @@ func TestBackoffCountsIncidentsNotCalls(t *testing.T) {
 		t.Fatalf("after the window: admitted %v as probe %d, want the probe", ok, hold)
 	}
 	p.fail(later, hold)
-	if end := time.Duration(p.downUntil.Load() - monoNanos(later)); end != 2*minBackoff {
-		t.Fatalf("a second incident: down until +%v, want +%v", end, 2*minBackoff)
+	if p.downUntil.Load() != windowEnd(later.Add(2*minBackoff)) {
+		t.Fatalf("a second incident: down until +%v, want +%v", time.Duration(p.downUntil.Load()-monoNanos(later)), 2*minBackoff)
 	}
 	p.succeed()
 	if p.isDown(later) || p.failures.Load() != 0 {
@@ -357,7 +357,7 @@ func TestBackoffCountsIncidentsNotCalls(t *testing.T) {
 func TestBackoffConcurrentFirstFailures(t *testing.T) {
 	for round := 0; round < 500; round++ {
 		p := &peer{addr: "node", opts: &Options{Logger: slog.New(slog.DiscardHandler)}}
-		now := time.Unix(1000, 0)
+		now := time.Now()
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for range 16 {
@@ -370,8 +370,8 @@ func TestBackoffConcurrentFirstFailures(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		if end := time.Duration(p.downUntil.Load() - monoNanos(now)); end != minBackoff || p.failures.Load() != 1 {
-			t.Fatalf("round %d: down until +%v after %d counted failures, want +%v after 1", round, end, p.failures.Load(), minBackoff)
+		if p.downUntil.Load() != windowEnd(now.Add(minBackoff)) || p.failures.Load() != 1 {
+			t.Fatalf("round %d: down until +%v after %d counted failures, want +%v after 1", round, time.Duration(p.downUntil.Load()-monoNanos(now)), p.failures.Load(), minBackoff)
 		}
 	}
 }
@@ -449,9 +449,9 @@ func TestBackoffOneProbe(t *testing.T) {
 		t.Fatalf("window ended: %d probes, %d refused, %d plain; want 1, 15, 0", len(probes), refused, plain)
 	}
 	// The probe holds the node for at most one Timeout (its deadline
-	// here is an hour away).
-	if p.isDown(after.Add(p.opts.Timeout + time.Millisecond)) {
-		t.Fatal("the probe's hold outlasts the Timeout")
+	// here is an hour away) and the grace for reporting its failure.
+	if p.isDown(after.Add(p.opts.Timeout + minBackoff + time.Millisecond)) {
+		t.Fatal("the probe's hold outlasts the Timeout and its grace")
 	}
 	// A call that was in flight since before the incident fails during
 	// the hold: the same incident, the hold stays.
@@ -461,8 +461,8 @@ func TestBackoffOneProbe(t *testing.T) {
 	}
 	// The probe fails: the next window is twice as long.
 	p.fail(after, probes[0])
-	if end := time.Duration(p.downUntil.Load() - monoNanos(after)); end != 2*minBackoff || p.failures.Load() != 2 {
-		t.Fatalf("failed probe: down until +%v after %d failures, want +%v after 2", end, p.failures.Load(), 2*minBackoff)
+	if p.downUntil.Load() != windowEnd(after.Add(2*minBackoff)) || p.failures.Load() != 2 {
+		t.Fatalf("failed probe: down until +%v after %d failures, want +%v after 2", time.Duration(p.downUntil.Load()-monoNanos(after)), p.failures.Load(), 2*minBackoff)
 	}
 	p.release(probes[0]) // settled already: no effect
 	if !p.isDown(after.Add(minBackoff)) {
@@ -539,7 +539,177 @@ func TestSilentNodeProbedOnce(t *testing.T) {
 	if err := <-results; !errors.Is(err, ErrPeerDown) || strings.Contains(err.Error(), "backing off") {
 		t.Fatalf("the probe: %v, want a connection failure", err)
 	}
+	// The failed probe opened the next, doubled window.
+	p := peerOf(t, cl, addr)
+	if p.failures.Load() != 2 || !p.isDown(time.Now()) {
+		t.Fatalf("after the failed probe: %d failures, down %v; want 2 and backed off", p.failures.Load(), p.isDown(time.Now()))
+	}
 	if n := requests.Load(); n != 2 {
 		t.Fatalf("the silent node received %d requests in all, want 2", n)
+	}
+}
+
+// TestBackoffProbeTimesOut: a probe whose call times out reports its
+// failure just after its deadline; its hold is still there (no second
+// probe has started), so the failure counts and the window doubles.
+func TestBackoffProbeTimesOut(t *testing.T) {
+	p := &peer{addr: "node", opts: &Options{Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)}}
+	now := time.Now()
+	p.fail(now, 0)
+	start := now.Add(minBackoff + time.Millisecond)
+	deadline := start.Add(50 * time.Millisecond)
+	ok, hold := p.admit(start, deadline)
+	if !ok || hold == 0 {
+		t.Fatal("no probe after the window")
+	}
+	late := deadline.Add(time.Millisecond)
+	if ok, _ := p.admit(late, late.Add(time.Second)); ok {
+		t.Fatal("a second probe started while the first was reporting its timeout")
+	}
+	p.fail(late, hold)
+	if p.failures.Load() != 2 || p.downUntil.Load() != windowEnd(late.Add(2*minBackoff)) {
+		t.Fatalf("the timed-out probe: %d failures, down until +%v; want 2, +%v", p.failures.Load(), time.Duration(p.downUntil.Load()-monoNanos(late)), 2*minBackoff)
+	}
+}
+
+// TestBackoffHoldsAreUnique: probes with the same deadline (a batch's
+// chunks, an engine's calls under one context) get different holds, so a
+// finished probe's release cannot end a later probe's hold.
+func TestBackoffHoldsAreUnique(t *testing.T) {
+	p := &peer{addr: "node", opts: &Options{Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)}}
+	now := time.Now()
+	p.fail(now, 0)
+	at := now.Add(minBackoff + time.Millisecond)
+	deadline := at.Add(time.Second)
+	_, first := p.admit(at, deadline)
+	p.release(first)
+	ok, second := p.admit(at, deadline)
+	if !ok || second == 0 || second == first {
+		t.Fatalf("second probe: admitted %v with hold %d (first %d), want a new hold", ok, second, first)
+	}
+	if first%2 == 0 || second%2 == 0 {
+		t.Fatalf("holds %d and %d: want odd (window ends are even)", first, second)
+	}
+	p.release(first) // late, from the first probe's caller
+	if ok, _ := p.admit(at, deadline); ok {
+		t.Fatal("a stale release ended the second probe's hold")
+	}
+}
+
+// TestCancelledProbeHandsOver: a probe whose caller gives up settles
+// nothing about the node, so the next call probes at once instead of
+// being refused until the probe's hold runs out.
+func TestCancelledProbeHandsOver(t *testing.T) {
+	var requests atomic.Int32
+	addr := fakeNode(t, func(c net.Conn) {
+		for {
+			if _, err := readRequest(c); err != nil {
+				return
+			}
+			requests.Add(1) // and never answer
+		}
+	})
+	cl := open(t, addr) // Timeout 5 s
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := cl.Exist(ctx, []byte("k"))
+	cancel()
+	if !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("first call to a silent node: %v, want ErrPeerDown", err)
+	}
+	time.Sleep(minBackoff + 20*time.Millisecond) // the window ends
+
+	probeCtx, giveUp := context.WithCancel(context.Background())
+	probeDone := make(chan error, 1)
+	go func() {
+		_, err := cl.Exist(probeCtx, []byte("k"))
+		probeDone <- err
+	}()
+	for requests.Load() < 2 { // the probe's request is at the node
+		time.Sleep(time.Millisecond)
+	}
+	giveUp()
+	if err := <-probeDone; err == nil || !strings.Contains(err.Error(), "context canceled") {
+		t.Fatalf("the cancelled probe: %v, want its cancellation", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = cl.Exist(ctx, []byte("k"))
+	if err != nil && strings.Contains(err.Error(), "backing off") {
+		t.Fatalf("the call after a cancelled probe was refused (%v); want it to probe the node", err)
+	}
+	// Its request reached the node (the count may lag the call's return).
+	for wait := time.Now().Add(5 * time.Second); requests.Load() < 3 && time.Now().Before(wait); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := requests.Load(); n != 3 {
+		t.Fatalf("the node received %d requests, want 3 (first call, cancelled probe, next probe)", n)
+	}
+}
+
+// peerOf is the client's peer for addr.
+func peerOf(t *testing.T, cl *Client, addr string) *peer {
+	t.Helper()
+	cl.peerMu.Lock()
+	defer cl.peerMu.Unlock()
+	p := cl.peers[addr]
+	if p == nil {
+		t.Fatalf("no peer for %s", addr)
+	}
+	return p
+}
+
+// TestUnreachableNodeProbeDialFails: against a port nobody listens on, the
+// probe after the first window fails at its dial, and that failure counts:
+// the next window is twice as long.
+func TestUnreachableNodeProbeDialFails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // connections are refused from now on
+	cl := open(t, addr)
+	if _, err := cl.Exist(context.Background(), []byte("k")); !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("first call: %v, want ErrPeerDown", err)
+	}
+	p := peerOf(t, cl, addr)
+	if p.failures.Load() != 1 {
+		t.Fatalf("after the first refused dial: %d failures, want 1", p.failures.Load())
+	}
+	time.Sleep(minBackoff + 20*time.Millisecond) // the window ends
+	if _, err := cl.Exist(context.Background(), []byte("k")); !errors.Is(err, ErrPeerDown) || strings.Contains(err.Error(), "backing off") {
+		t.Fatalf("the probe: %v, want a refused connection", err)
+	}
+	if p.failures.Load() != 2 || !p.isDown(time.Now()) {
+		t.Fatalf("after the probe's refused dial: %d failures, down %v; want 2 and backed off", p.failures.Load(), p.isDown(time.Now()))
+	}
+}
+
+// TestBackoffStaleProbeFailure: a probe that fails after another call has
+// already settled the incident (a call in flight since before it
+// succeeded) changes nothing: the node stays up.
+func TestBackoffStaleProbeFailure(t *testing.T) {
+	p := &peer{addr: "node", opts: &Options{Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)}}
+	now := time.Now()
+	p.fail(now, 0)
+	at := now.Add(minBackoff + time.Millisecond)
+	_, hold := p.admit(at, at.Add(time.Second))
+	p.succeed() // an older call got its answer
+	p.fail(at.Add(time.Millisecond), hold)
+	if p.failures.Load() != 0 || p.isDown(at.Add(2*time.Millisecond)) {
+		t.Fatalf("a stale probe failure: %d failures, down %v; want the node up", p.failures.Load(), p.isDown(at.Add(2*time.Millisecond)))
+	}
+}
+
+// TestSucceedClearsAWindowWithoutCount: between fail's compare-and-swap
+// and its count, a window is on record with no failure counted; a success
+// in that moment still clears it rather than leaving the node in probe
+// mode.
+func TestSucceedClearsAWindowWithoutCount(t *testing.T) {
+	p := &peer{addr: "node", opts: &Options{Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)}}
+	p.downUntil.Store(windowEnd(time.Now().Add(time.Minute)))
+	p.succeed()
+	if p.isDown(time.Now()) {
+		t.Fatal("a success left an uncounted window open")
 	}
 }

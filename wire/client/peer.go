@@ -28,19 +28,27 @@ type peer struct {
 	// Health, the client's second layer of offline detection (DESIGN.md
 	// §5): consecutive connection failures and the end of the back-off.
 	failures  atomic.Int32
-	downUntil atomic.Int64 // monoNanos of the window's end; 0 = none
+	downUntil atomic.Int64 // 0 = none; even: monoNanos of a window's end; odd: a probe's hold (admit)
+	lastHold  atomic.Int64 // the latest hold handed out, so the next is unique
 }
 
 // admit decides whether a call may use the node now. With no failure on
 // record it may. Inside a back-off window it may not. Once a window has
 // ended, exactly one caller is let through as the probe: it holds the
-// node (downUntil becomes its hold, until its deadline or one Timeout,
-// whichever is sooner) and the others keep failing fast, instead of all
-// paying a silent node's Timeout at the same moment. The probe's outcome
-// settles the incident: succeed clears it, fail opens the next, longer
-// window, and a probe that ends without a verdict (its caller gave up)
-// is released for the next caller. hold identifies the probe (0 for any
-// other call); pass it to fail and release.
+// node and the others keep failing fast, instead of all paying a silent
+// node's Timeout at the same moment. The probe's outcome settles the
+// incident: succeed clears it, fail opens the next, longer window, and a
+// probe that ends without a verdict (its caller gave up) is released for
+// the next caller. hold identifies the probe (0 for any other call); pass
+// it to fail and release.
+//
+// The hold lasts until the probe's deadline (at most one Timeout away)
+// plus minBackoff: a probe that times out reports its failure just after
+// its deadline, and must still find its hold to count it; were the hold
+// gone, a second probe would start and the window would never grow. A
+// hold is odd and larger than every earlier one, so no window end (even)
+// and no other probe's hold (calls sharing a deadline compute the same
+// time) can be mistaken for it.
 func (p *peer) admit(now, deadline time.Time) (ok bool, hold int64) {
 	for {
 		u := p.downUntil.Load()
@@ -50,11 +58,14 @@ func (p *peer) admit(now, deadline time.Time) (ok bool, hold int64) {
 		if monoNanos(now) < u {
 			return false, 0
 		}
-		h := monoNanos(minTime(deadline, now.Add(max(p.opts.Timeout, minBackoff))))
-		if h <= u {
-			h = u + 1 // never equal to the window it replaces
+		h := monoNanos(minTime(deadline, now.Add(max(p.opts.Timeout, minBackoff))).Add(minBackoff)) | 1
+		if last := p.lastHold.Load(); h <= last {
+			h = last + 2
 		}
 		if p.downUntil.CompareAndSwap(u, h) {
+			// Probes follow one another (each takes over from an
+			// ended window or hold), so this store is seen by the next.
+			p.lastHold.Store(h)
 			return true, h
 		}
 	}
@@ -92,7 +103,7 @@ func (p *peer) fail(now time.Time, hold int64) {
 			b *= 2
 		}
 		b = min(b, maxBackoff)
-		if !p.downUntil.CompareAndSwap(until, monoNanos(now.Add(b))) {
+		if !p.downUntil.CompareAndSwap(until, windowEnd(now.Add(b))) {
 			continue
 		}
 		p.failures.Store(n)
@@ -107,12 +118,16 @@ func (p *peer) fail(now time.Time, hold int64) {
 // gave up, or the node answered wrongly): the next caller probes at once.
 // After succeed or fail it does nothing.
 func (p *peer) release(hold int64) {
-	p.downUntil.CompareAndSwap(hold, monoNanos(time.Now()))
+	p.downUntil.CompareAndSwap(hold, windowEnd(time.Now()))
 }
+
+// windowEnd is t as a back-off window's end in downUntil: even (holds are
+// odd) and never 0 (no window).
+func windowEnd(t time.Time) int64 { return max(monoNanos(t)&^1, 2) }
 
 // succeed clears the failure history after a good exchange.
 func (p *peer) succeed() {
-	if p.failures.Load() != 0 {
+	if p.failures.Load() != 0 || p.downUntil.Load() != 0 {
 		p.failures.Store(0)
 		p.downUntil.Store(0)
 		p.opts.Logger.Info("client: node reachable again", "node", p.addr)

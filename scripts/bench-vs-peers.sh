@@ -42,7 +42,8 @@
 #   --tier             the RAM tier rows instead of the default ones
 #   --exist-only       only the EXIST row (and the iperf3 ceiling)
 #   --pin              servers on the first half of the CPUs, the load
-#                      generator on the second half (needs 2 or more)
+#                      generator on the second half (needs 2 or more; with
+#                      SMT the halves may share physical cores)
 #   --repeat N         rounds per cell, systems alternating; medians reported (default 1)
 #   --duration S       seconds per measurement (default 5)
 #   --out DIR          keep results in DIR (default: a new directory under /tmp)
@@ -94,20 +95,33 @@ srv=()
 gen=()
 pinned="unpinned: servers and load generator share all $(nproc) CPUs"
 if [ "$pin" = 1 ]; then
-	ncpu=$(nproc)
+	if ! command -v taskset >/dev/null; then
+		echo "bench-vs-peers.sh: --pin needs taskset (Debian package util-linux)" >&2
+		exit 2
+	fi
+	# The CPUs this script may use (a cpuset may allow 4-7, not 0-3),
+	# expanded from taskset's list form ("0-3,8") to one id per word.
+	allowed=()
+	IFS=, read -r -a ranges <<<"$(taskset -pc $$ | sed 's/.*: //')"
+	for r in "${ranges[@]}"; do
+		if [[ $r == *-* ]]; then
+			for ((i = ${r%-*}; i <= ${r#*-}; i++)); do allowed+=("$i"); done
+		else
+			allowed+=("$r")
+		fi
+	done
+	ncpu=${#allowed[@]}
 	if [ "$ncpu" -lt 2 ]; then
-		echo "bench-vs-peers.sh: --pin needs 2 or more CPUs, this machine has $ncpu" >&2
+		echo "bench-vs-peers.sh: --pin needs 2 or more CPUs, this script may use $ncpu" >&2
 		exit 2
 	fi
 	half=$((ncpu / 2))
-	srv_cpus=0 gen_cpus=$half
-	[ "$half" = 1 ] || srv_cpus="0-$((half - 1))"
-	[ "$ncpu" = $((half + 1)) ] || gen_cpus="$half-$((ncpu - 1))"
+	srv_cpus=$(IFS=,; echo "${allowed[*]:0:half}")
+	gen_cpus=$(IFS=,; echo "${allowed[*]:half}")
 	srv=(taskset -c "$srv_cpus")
 	gen=(taskset -c "$gen_cpus")
 	pinned="pinned: servers on CPU $srv_cpus, load generator on CPU $gen_cpus"
 fi
-
 warmup=1s
 sizes=(64KiB 1MiB)
 conns=(1 16)

@@ -31,9 +31,10 @@ const (
 // responses of pipelined requests are batched into one write while more
 // requests are already buffered.
 type conn struct {
-	s  *Server
-	nc net.Conn
-	br *bufio.Reader
+	s   *Server
+	nc  net.Conn
+	raw *rawSock // nc's socket, read and written with raw system calls; nil: use nc
+	br  *bufio.Reader
 
 	wbuf   []byte      // pending response bytes
 	iov    [2][]byte   // backing array for writev
@@ -63,8 +64,12 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{
 		s:    s,
 		nc:   nc,
-		br:   bufio.NewReaderSize(nc, readBufSize),
 		wbuf: make([]byte, 0, flushAt+wire.ResponsePrefixLen+inlineLimit),
+	}
+	if c.raw = newRawSock(nc); c.raw != nil {
+		c.br = bufio.NewReaderSize(c.raw, readBufSize)
+	} else {
+		c.br = bufio.NewReaderSize(nc, readBufSize)
 	}
 	return c
 }
@@ -240,7 +245,7 @@ func (c *conn) flush() error {
 		return nil
 	}
 	c.armWrite()
-	n, err := c.nc.Write(c.wbuf)
+	n, err := c.write(c.wbuf, nil)
 	c.s.stats.bytesOut.Add(uint64(n))
 	c.wbuf = c.wbuf[:0]
 	return err
@@ -258,13 +263,22 @@ func (c *conn) writePayload(data []byte) error {
 		return nil
 	}
 	c.armWrite()
-	c.iov[0], c.iov[1] = c.wbuf, data
-	c.bufs = c.iov[:]
-	n, err := c.bufs.WriteTo(c.nc)
+	n, err := c.write(c.wbuf, data)
 	c.s.stats.bytesOut.Add(uint64(n))
 	c.wbuf = c.wbuf[:0]
-	c.iov[0], c.iov[1] = nil, nil
 	return err
+}
+
+// write sends a and then b with one writev where it can.
+func (c *conn) write(a, b []byte) (int, error) {
+	if c.raw != nil {
+		return c.raw.writev(a, b)
+	}
+	c.iov[0], c.iov[1] = a, b
+	c.bufs = c.iov[:]
+	n, err := c.bufs.WriteTo(c.nc)
+	c.iov[0], c.iov[1] = nil, nil
+	return int(n), err
 }
 
 func (c *conn) respond(st wire.Status, stored uint64, err error) {

@@ -9,10 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxRawWrite bounds one writev: a raw system call holds its P and cannot
-// be preempted, so a garbage collection waiting to stop the world waits
-// for it. 1 MiB is about 300 µs of kernel copy here.
-const maxRawWrite = 1 << 20
+// maxRawCall bounds the bytes one read or writev moves: a raw system call
+// holds its P and cannot be preempted, so a garbage collection waiting to
+// stop the world waits for it, and a socket's buffers can hold tens of
+// MiB. 1 MiB is about 300 µs of kernel copy here.
+const maxRawCall = 1 << 20
 
 // rawSock reads and writes a connection's socket with raw system calls
 // (unix.RawSyscall), waiting through the netpoller (syscall.RawConn) only
@@ -26,7 +27,7 @@ const maxRawWrite = 1 << 20
 // shares: 133–203 µs of CPU per 256 KiB GET against memcached's 92–121;
 // with raw calls, 109–125 (README, "Measured"). Socket calls on a
 // non-blocking descriptor never block, so nothing is lost by not telling
-// the scheduler about them; maxRawWrite bounds how long one runs.
+// the scheduler about them; maxRawCall bounds how long one runs.
 //
 // The callbacks are bound once, so a call allocates nothing. One rawSock
 // serves one connection's goroutine: it is not safe for concurrent use.
@@ -76,7 +77,7 @@ func (r *rawSock) Read(p []byte) (int, error) {
 }
 
 func (r *rawSock) doRead(fd uintptr) bool {
-	n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+	n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(min(len(r.p), maxRawCall)))
 	switch {
 	case e == unix.EAGAIN:
 		return false // wait for the socket to become readable
@@ -108,7 +109,7 @@ func (r *rawSock) writev(a, b []byte) (int, error) {
 
 func (r *rawSock) doWrite(fd uintptr) bool {
 	for {
-		cnt, room := 0, maxRawWrite
+		cnt, room := 0, maxRawCall
 		for i := range r.bufs {
 			if k := min(len(r.bufs[i]), room); k > 0 {
 				r.iov[cnt].Base = &r.bufs[i][0]

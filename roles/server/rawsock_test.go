@@ -37,7 +37,7 @@ func tcpPair(t *testing.T) (a, b *net.TCPConn) {
 }
 
 // TestRawSockWritesAcrossFullBuffers: a reply larger than the socket's
-// send buffer and than maxRawWrite, behind a header, arrives whole and in
+// send buffer and than maxRawCall, behind a header, arrives whole and in
 // order at a reader that drains slowly: the writev resumes where each
 // partial write stopped, across both vectors, after waiting for room.
 func TestRawSockWritesAcrossFullBuffers(t *testing.T) {
@@ -48,7 +48,7 @@ func TestRawSockWritesAcrossFullBuffers(t *testing.T) {
 		t.Fatal("no raw socket for a TCP connection")
 	}
 	head := []byte("header-of-18-bytes")
-	body := make([]byte, 3*maxRawWrite+12345)
+	body := make([]byte, 3*maxRawCall+12345)
 	rng := rand.NewChaCha8([32]byte{7})
 	_, _ = rng.Read(body)
 	got := make(chan []byte, 1)
@@ -151,5 +151,33 @@ func TestRawSockNeedsADescriptor(t *testing.T) {
 	defer b.Close()
 	if newRawSock(a) != nil {
 		t.Fatal("a raw socket for a connection with no file descriptor")
+	}
+}
+
+// TestRawSockReadIsBounded: one Read moves at most maxRawCall bytes even
+// when more are buffered and asked for (a PUT's value is read straight
+// into its slot), and the rest follows intact.
+func TestRawSockReadIsBounded(t *testing.T) {
+	a, b := tcpPair(t)
+	_ = a.SetReadBuffer(4 << 20) // room for more than maxRawCall to wait
+	r := newRawSock(a)
+	sent := make([]byte, 3*maxRawCall)
+	rng := rand.NewChaCha8([32]byte{9})
+	_, _ = rng.Read(sent)
+	wrote := make(chan error, 1)
+	go func() { _, err := b.Write(sent); wrote <- err }()
+	if err := <-wrote; err != nil { // all of it is in the sockets' buffers
+		t.Fatal(err)
+	}
+	got := make([]byte, len(sent))
+	n, err := r.Read(got)
+	if err != nil || n == 0 || n > maxRawCall {
+		t.Fatalf("one read of %d buffered bytes: %d, %v; want 1 to %d", len(sent), n, err, maxRawCall)
+	}
+	if _, err := io.ReadFull(r, got[n:]); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, sent) {
+		t.Fatal("the bytes read differ from the bytes sent")
 	}
 }

@@ -508,13 +508,7 @@ func TestSilentNodeProbedOnce(t *testing.T) {
 		}
 	})
 	cl := open(t, addr) // Timeout 5 s
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	_, err := cl.Exist(ctx, []byte("k"))
-	cancel()
-	if !errors.Is(err, ErrPeerDown) {
-		t.Fatalf("first call to a silent node: %v, want ErrPeerDown", err)
-	}
-	time.Sleep(minBackoff + 20*time.Millisecond) // the window ends
+	outlastWindow(t, cl)
 
 	results := make(chan error, 16)
 	for range 16 {
@@ -532,9 +526,7 @@ func TestSilentNodeProbedOnce(t *testing.T) {
 		}
 	}
 	// The probe's request reaches the node (it may still be on its way).
-	for requests.Load() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	waitCount(t, &requests, 2)
 	close(release) // the node hangs up: the probe fails
 	if err := <-results; !errors.Is(err, ErrPeerDown) || strings.Contains(err.Error(), "backing off") {
 		t.Fatalf("the probe: %v, want a connection failure", err)
@@ -610,13 +602,7 @@ func TestCancelledProbeHandsOver(t *testing.T) {
 		}
 	})
 	cl := open(t, addr) // Timeout 5 s
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	_, err := cl.Exist(ctx, []byte("k"))
-	cancel()
-	if !errors.Is(err, ErrPeerDown) {
-		t.Fatalf("first call to a silent node: %v, want ErrPeerDown", err)
-	}
-	time.Sleep(minBackoff + 20*time.Millisecond) // the window ends
+	outlastWindow(t, cl)
 
 	probeCtx, giveUp := context.WithCancel(context.Background())
 	probeDone := make(chan error, 1)
@@ -624,23 +610,19 @@ func TestCancelledProbeHandsOver(t *testing.T) {
 		_, err := cl.Exist(probeCtx, []byte("k"))
 		probeDone <- err
 	}()
-	for requests.Load() < 2 { // the probe's request is at the node
-		time.Sleep(time.Millisecond)
-	}
+	waitCount(t, &requests, 2) // the probe's request is at the node
 	giveUp()
 	if err := <-probeDone; err == nil || !strings.Contains(err.Error(), "context canceled") {
 		t.Fatalf("the cancelled probe: %v, want its cancellation", err)
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err = cl.Exist(ctx, []byte("k"))
+	_, err := cl.Exist(ctx, []byte("k"))
 	if err != nil && strings.Contains(err.Error(), "backing off") {
 		t.Fatalf("the call after a cancelled probe was refused (%v); want it to probe the node", err)
 	}
 	// Its request reached the node (the count may lag the call's return).
-	for wait := time.Now().Add(5 * time.Second); requests.Load() < 3 && time.Now().Before(wait); {
-		time.Sleep(time.Millisecond)
-	}
+	waitCount(t, &requests, 3)
 	if n := requests.Load(); n != 3 {
 		t.Fatalf("the node received %d requests, want 3 (first call, cancelled probe, next probe)", n)
 	}
@@ -711,5 +693,30 @@ func TestSucceedClearsAWindowWithoutCount(t *testing.T) {
 	p.succeed()
 	if p.isDown(time.Now()) {
 		t.Fatal("a success left an uncounted window open")
+	}
+}
+
+// outlastWindow makes a call to a node that takes requests and never
+// answers, cut by a 50 ms deadline, which opens a back-off window, and
+// waits until the window has ended.
+func outlastWindow(t *testing.T, cl *Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := cl.Exist(ctx, []byte("k"))
+	cancel()
+	if !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("first call to a silent node: %v, want ErrPeerDown", err)
+	}
+	time.Sleep(minBackoff + 20*time.Millisecond)
+}
+
+// waitCount waits until a fake node has counted n requests (its count
+// lags the calls that sent them), failing after 10 s.
+func waitCount(t *testing.T, count *atomic.Int32, n int32) {
+	t.Helper()
+	for wait := time.Now().Add(10 * time.Second); count.Load() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(wait) {
+			t.Fatalf("the node counted %d requests after 10 s, want %d", count.Load(), n)
+		}
 	}
 }

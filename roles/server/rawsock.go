@@ -24,8 +24,8 @@ const maxRawCall = 1 << 20
 // entry wakes the runtime's sysmon thread, which then polls every 20 µs,
 // and a long write can lose its P to another thread. A node serving
 // large values at low concurrency paid for both on a host whose CPUs it
-// shares: 133–203 µs of CPU per 256 KiB GET against memcached's 92–121;
-// with raw calls, 109–125 (README, "Measured"). Socket calls on a
+// shares: 132–166 µs of CPU per 256 KiB GET against memcached's 105–119;
+// with raw calls, 119–146 (README, "Measured"). Socket calls on a
 // non-blocking descriptor never block, so nothing is lost by not telling
 // the scheduler about them; maxRawCall bounds how long one runs.
 //

@@ -612,8 +612,8 @@ func TestCancelledProbeHandsOver(t *testing.T) {
 	}()
 	waitCount(t, &requests, 2) // the probe's request is at the node
 	giveUp()
-	if err := <-probeDone; err == nil || !strings.Contains(err.Error(), "context canceled") {
-		t.Fatalf("the cancelled probe: %v, want its cancellation", err)
+	if err := <-probeDone; !errors.Is(err, context.Canceled) || !errors.Is(err, wire.StatusUnavailable) {
+		t.Fatalf("the cancelled probe: %v, want its cancellation (context.Canceled) as an UNAVAILABLE status", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

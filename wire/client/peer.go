@@ -304,14 +304,16 @@ func (cc *cconn) discard(n uint64) error {
 	return nil
 }
 
-// connError turns an I/O failure of a connection into a status error.
+// connError turns an I/O failure of a connection into a status error. It
+// wraps the cause as well as the status, so a caller can tell its own
+// cancellation (errors.Is(err, context.Canceled)) from a node that failed.
 func connError(addr string, err error) error {
 	var st wire.Status
 	if errors.As(err, &st) {
 		return fmt.Errorf("dfkv node %s: %w", addr, err)
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("dfkv node %s: %v: %w", addr, err, wire.StatusTimeout)
+		return fmt.Errorf("dfkv node %s: %w: %w", addr, err, wire.StatusTimeout)
 	}
-	return fmt.Errorf("dfkv node %s: %v: %w", addr, err, wire.StatusUnavailable)
+	return fmt.Errorf("dfkv node %s: %w: %w", addr, err, wire.StatusUnavailable)
 }

@@ -13,8 +13,11 @@
 # flushed to disk); then for each connection count (1, 16) it measures GET,
 # then SET/PUT over the same keys, for a fixed duration. Then EXIST of
 # 4KiB-value keys at 16 connections (dfkv EXIST, redis EXISTS, memcached
-# `mg KEY` without flags), and the loopback ceiling: iperf3 --len 1M, one
-# stream.
+# `mg KEY` without flags), and the two ceilings: loopback TCP (iperf3
+# --len 1M, one stream) and the disk (fio --direct=1 --bs=1M --iodepth=16
+# random reads on the filesystem of dfkv's disk directory), with the
+# ratio of dfkv's GET 1MiB at 16 connections to the latter (issue 5's
+# target without the RAM tier: at least 0.85).
 #
 # With --tier it measures instead the RAM tier's rows (issue 7): GET of
 # 256KiB values at 1 connection (the p99 column is the target there), GET
@@ -140,7 +143,7 @@ fi
 
 # --- tools ---------------------------------------------------------------
 missing=()
-for pair in redis-server:redis-server memcached:memcached iperf3:iperf3 curl:curl; do
+for pair in redis-server:redis-server memcached:memcached iperf3:iperf3 curl:curl fio:fio; do
 	command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -382,6 +385,27 @@ else
 	failed=1
 fi
 
+# The disk ceiling, on the filesystem of dfkv's disk directory (only in the
+# default mode: there GET 1MiB at 16 connections reads that disk).
+fio_gbs=""
+if [ "$tier" = 0 ] && [ "$exist_only" = 0 ]; then
+	fio_size=2G fio_secs=6
+	[ "$quick" = 1 ] && fio_size=256M fio_secs=1
+	echo "== fio --direct=1 --bs=1M --iodepth=16 randread, ${fio_secs}s, on the disk's filesystem" >&2
+	if fio --name=ceiling --filename="$data/fio.dat" --size="$fio_size" --direct=1 --bs=1M \
+		--rw=randread --ioengine=libaio --iodepth=16 --time_based --runtime="$fio_secs" \
+		--ramp_time=1 --output-format=terse >"$results/fio.txt" 2>&1; then
+		# terse v3: field 7 is the read bandwidth in KiB/s.
+		fio_gbs=$(awk -F';' 'NF > 7 {printf "%.3g\n", $7 * 1024 / 1e9; exit}' "$results/fio.txt")
+	fi
+	rm -f "$data/fio.dat"
+	if [ -z "$fio_gbs" ]; then
+		echo "bench-vs-peers.sh: fio failed, see $results/fio.txt" >&2
+		fio_gbs=ERR
+		failed=1
+	fi
+fi
+
 # --- the table ----------------------------------------------------------------
 ratio() {
 	case "$1$2" in *ERR* | "") echo "-"; return ;; esac
@@ -399,6 +423,14 @@ for row in "${rows[@]}"; do
 		"$(ratio "$d" "$r")" "$(ratio "$d" "$m")" "$(fmt "$dl")" "$(fmt "$rl")" "$(fmt "$ml")"
 done
 echo "loopback ceiling: iperf3 --len 1M, 1 stream, ${iperf_secs}s: $iperf_gbs GB/s"
+if [ -n "$fio_gbs" ]; then
+	get1m=ERR
+	for row in "${rows[@]}"; do
+		IFS='|' read -r op size c u d _ <<<"$row"
+		[ "$op $size $c" = "GET 1MiB 16" ] && get1m=$d
+	done
+	echo "disk ceiling: fio --direct=1 --bs=1M --iodepth=16 randread on dfkv's filesystem: $fio_gbs GB/s; dfkv GET 1MiB c=16 / fio: $(ratio "$get1m" "$fio_gbs")"
+fi
 echo "results: $results"
 if [ "$failed" != 0 ]; then
 	echo "WARNING: some runs had errors (ERR cells): they are not results" >&2

@@ -4,16 +4,16 @@
 #   python3-torch - CPU torch for Debian's /usr/bin/python3, for the
 #                   connector tests with real tensors (contrib/python)
 #   gcc           - cgo for libdfkv.so and the C test program
-#   redis-server, memcached, iperf3, curl - the peers and the loopback
-#                   ceiling of scripts/bench-vs-peers.sh, smoke-run by
-#                   scripts/test.sh
+#   redis-server, memcached, iperf3, curl, fio - the peers, the loopback
+#                   and disk ceilings of scripts/bench-vs-peers.sh,
+#                   smoke-run by scripts/test.sh
 # Needs root (CI runs as root); prints what it does.
 set -euo pipefail
 need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
-for pair in redis-server:redis-server memcached:memcached iperf3:iperf3 curl:curl; do
+for pair in redis-server:redis-server memcached:memcached iperf3:iperf3 curl:curl fio:fio; do
 	command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -52,12 +52,12 @@ bash scripts/test-contrib.sh 2>&1 | tee "$log"
 echo "== scripts/bench-vs-peers.sh --quick: the comparison script end to end against real redis and memcached"
 # A smoke run (1 s per cell, small key spaces, no figure asserted): the
 # script, the three protocols of dfkv bench and the servers must all work.
-if command -v redis-server >/dev/null && command -v memcached >/dev/null && command -v iperf3 >/dev/null && command -v curl >/dev/null; then
+if command -v redis-server >/dev/null && command -v memcached >/dev/null && command -v iperf3 >/dev/null && command -v curl >/dev/null && command -v fio >/dev/null; then
 	peers_out=$(mktemp -d)
-	bash scripts/bench-vs-peers.sh --quick --out "$peers_out" --server-args "--disk-capacity 2GiB" 2>&1 | tail -14
+	bash scripts/bench-vs-peers.sh --quick --out "$peers_out" --server-args "--disk-capacity 2GiB" 2>&1 | tail -15
 	rm -rf "$peers_out"
 else
-	echo "NOTE: redis-server, memcached, iperf3 or curl missing (scripts/ci-deps.sh installs them as root): the comparison smoke run is skipped"
+	echo "NOTE: redis-server, memcached, iperf3, curl or fio missing (scripts/ci-deps.sh installs them as root): the comparison smoke run is skipped"
 fi
 
 # One closing line for CI: Go test functions and Python tests that passed

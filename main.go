@@ -106,8 +106,11 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	for i, c := range cmds {
 		roles[i] = c.Name
 	}
+	// `dfkv --version` prints what `dfkv version` prints.
+	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintln(c.App.Writer, version.String()) }
 	return &cli.App{
 		Name:      "dfkv",
+		Version:   version.Version,
 		Usage:     "a KV-cache store for LLM inference",
 		UsageText: "dfkv ROLE [options]   (or invoke through a symlink such as dfkv-server)",
 		Description: "Roles: server (cache node), mds (membership directory), smoke (end-to-end check),\n" +
@@ -120,7 +123,6 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			fmt.Fprintf(c.App.ErrWriter, "dfkv: unknown role %q; valid roles: %s\n", name, strings.Join(roles, ", "))
 			_ = cli.Exit("", 2)
 		},
-		HideHelpCommand: true,
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return cli.Exit(fmt.Sprintf("dfkv: unknown role %q; valid roles: %s", c.Args().First(), strings.Join(roles, ", ")), 2)

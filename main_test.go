@@ -74,6 +74,50 @@ func TestDispatchInProcess(t *testing.T) {
 	}
 }
 
+// TestArgumentMistakes: what an operator mistypes gets a clear error and
+// exit 2, never a role that silently ran without the flags after a stray
+// word; the version and help are where an operator looks for them.
+func TestArgumentMistakes(t *testing.T) {
+	f := func(wantCode int, want string, args ...string) {
+		t.Helper()
+		code, out, errs := runIn(append([]string{"dfkv"}, args...)...)
+		if code != wantCode || !strings.Contains(errs+out, want) {
+			t.Fatalf("%v: code %d (want %d, output with %q)\nstdout %s\nstderr %s", args, code, wantCode, want, out, errs)
+		}
+	}
+	// The flag parser stops at the first word; before this was refused,
+	// `server --print-config stray --listen 1.2.3.4:5` printed the default
+	// listen address and exited 0.
+	f(2, `dfkv server: unexpected argument "stray"`, "server", "--print-config", "stray", "--listen", "1.2.3.4:5")
+	f(2, `dfkv mds: unexpected argument "version"`, "mds", "version")
+	f(2, `dfkv smoke: unexpected argument "x"`, "smoke", "x")
+	f(2, `dfkv bench: unexpected argument "x"`, "bench", "x", "--print-config")
+	f(2, `dfkv ctl get: unexpected argument "c"`, "ctl", "get", "a", "b", "c")
+	f(2, `dfkv ctl exist: unexpected argument "b"`, "ctl", "exist", "a", "b")
+	f(2, `"--members" after the verb: ctl's options go before it`, "ctl", "get", "k", "--members", "127.0.0.1:1")
+	f(2, `dfkv ctl info: unexpected argument "x"`, "ctl", "info", "x")
+
+	f(0, "dfkv dev (commit ", "--version")
+	f(0, "mds ", "help")
+
+	t.Setenv("DFKV_NO_SUCH_SETTING", "1")
+	f(0, "DFKV_NO_SUCH_SETTING is not a dfkv setting", "server", "--print-config")
+}
+
+// TestCtlUnreachableNode: ctl asked about a key on a node it cannot reach
+// says so and exits 2; it never reports "not found" (exit 1) for a key
+// whose node could not be asked, though the client answers engines with a
+// miss there.
+func TestCtlUnreachableNode(t *testing.T) {
+	dead := freePort(t) // closed again: connections are refused
+	for _, verb := range []string{"get", "exist"} {
+		code, out, errs := runIn("dfkv", "ctl", "--members", dead, verb, "k")
+		if code != 2 || !strings.Contains(errs, "cannot reach the node") || strings.Contains(errs+out, "not found") {
+			t.Fatalf("ctl %s against a dead node: exit %d (want 2)\nstdout %s\nstderr %s", verb, code, out, errs)
+		}
+	}
+}
+
 // TestSymlinkDispatch runs the built binary through real symlinks.
 func TestSymlinkDispatch(t *testing.T) {
 	dir := t.TempDir()
@@ -219,6 +263,9 @@ func TestServerProcessEndToEnd(t *testing.T) {
 		}
 		if got, _ := os.ReadFile(f); !bytes.Equal(got, values["ctl/key-2"]) {
 			t.Fatalf("%s: file from ctl get differs", when)
+		}
+		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o644 {
+			t.Fatalf("%s: file from ctl get: %v, mode %v; want 0644 like any output file", when, err, fi.Mode())
 		}
 		code, out, _ := dfkv(t, nil, "ctl", members, "exist", "ctl/key-3")
 		if code != 0 || strings.TrimSpace(string(out)) != fmt.Sprint(3<<20+5) {

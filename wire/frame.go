@@ -96,6 +96,22 @@ func frameErr(s Status, format string, args ...any) *FrameError {
 	return &FrameError{Status: s, Message: fmt.Sprintf(format, args...)}
 }
 
+// foreignProtocol names the protocol a prefix that is not dfkv's most
+// likely speaks, or returns "": an operator who points curl, a browser or
+// a TLS client at the data port should read that, not advice to upgrade
+// (the first byte of "GET " would otherwise read as epoch 71).
+func foreignProtocol(src []byte) string {
+	for _, m := range []string{"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ", "CONNECT ", "PRI * HTTP/2"} {
+		if len(src) >= len(m) && string(src[:len(m)]) == m {
+			return "HTTP"
+		}
+	}
+	if src[0] == 0x16 && src[1] == 0x03 {
+		return "a TLS handshake"
+	}
+	return ""
+}
+
 // AppendRequest appends the 50-byte prefix of h to dst. A zero Epoch is
 // written as EpochTCP.
 func AppendRequest(dst []byte, h *RequestHeader) []byte {
@@ -133,6 +149,9 @@ func DecodeRequest(src []byte, lim Limits) (RequestHeader, error) {
 	h.BodyLen = binary.LittleEndian.Uint64(src[42:])
 
 	if h.Epoch != EpochTCP {
+		if what := foreignProtocol(src); what != "" {
+			return h, frameErr(StatusEpochMismatch, "not a dfkv request: it looks like %s; this is dfkv's binary data port (the node's /metrics, /healthz and /readyz are on server.http_listen)", what)
+		}
 		return h, frameErr(StatusEpochMismatch, "request epoch %d, this node speaks TCP epoch %d; upgrade the older side", h.Epoch, EpochTCP)
 	}
 	zeroKey := h.Key == BlockKey{}

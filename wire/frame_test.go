@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -336,4 +337,37 @@ func FuzzBatchPutTable(f *testing.F) {
 			t.Fatalf("accepted sum %d for body %d", sum, body)
 		}
 	})
+}
+
+// TestForeignProtocolNamed: HTTP or TLS sent to the data port is named as
+// such (still EPOCH_MISMATCH on the wire), not answered with advice to
+// upgrade a peer that does not exist; a real dfkv epoch mismatch keeps it.
+func TestForeignProtocolNamed(t *testing.T) {
+	pad := func(s string) []byte {
+		b := []byte(s)
+		for len(b) < RequestPrefixLen {
+			b = append(b, 0)
+		}
+		return b
+	}
+	for _, c := range []struct {
+		name string
+		src  []byte
+		want string
+	}{
+		{"curl", []byte("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:7600\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n"), "looks like HTTP"},
+		{"HTTP/2 preface", pad("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), "looks like HTTP"},
+		{"TLS ClientHello", pad("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"), "TLS handshake"},
+		{"dfkv epoch 5", func() []byte {
+			b := AppendRequest(nil, &RequestHeader{Op: OpGet, Key: sampleKey(1)})
+			b[0] = 5
+			return b
+		}(), "upgrade the older side"},
+	} {
+		_, err := DecodeRequest(c.src, testLimits)
+		var fe *FrameError
+		if !errors.As(err, &fe) || fe.Status != StatusEpochMismatch || !strings.Contains(fe.Message, c.want) {
+			t.Fatalf("%s: %v, want EPOCH_MISMATCH saying %q", c.name, err, c.want)
+		}
+	}
 }

@@ -8,7 +8,9 @@ package ctl
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -30,9 +32,10 @@ func Command() *cli.Command {
 		&cli.BoolFlag{Name: "key-hex", Usage: "KEY arguments are hex-encoded bytes"},
 	)
 	return &cli.Command{
-		Name:  "ctl",
-		Usage: "inspect and edit a cluster: put, get, exist, rm, stats, members, info",
-		Flags: flags,
+		Name:      "ctl",
+		Usage:     "inspect and edit a cluster: put, get, exist, rm, stats, members, info",
+		UsageText: "dfkv ctl [options] VERB [ARGS]   (options such as --members go before the verb)",
+		Flags:     flags,
 		Action: func(c *cli.Context) error {
 			if _, _, done, err := rolekit.Load(c, "ctl"); err != nil || done {
 				return err
@@ -55,9 +58,23 @@ func Command() *cli.Command {
 	}
 }
 
-// open resolves the config (flags may stand before or after the verb) and
+// maxArgs is how many arguments each verb takes at most.
+var maxArgs = map[string]int{"put": 2, "get": 2, "exist": 1, "rm": 1, "stats": 0, "members": 0, "info": 0}
+
+// open checks the verb's argument count, resolves the config (the ctl
+// options stand before the verb: the flag parser stops at the verb) and
 // opens a client. done reports a --print-config run.
 func open(c *cli.Context) (*client.Client, *config.Config, bool, error) {
+	for _, a := range c.Args().Slice() {
+		if len(a) > 1 && strings.HasPrefix(a, "-") {
+			return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv ctl %s: %q after the verb: ctl's options go before it (dfkv ctl %s … %s); usage: %s",
+				c.Command.Name, a, a, c.Command.Name, c.Command.UsageText), exitFailure)
+		}
+	}
+	if n, ok := maxArgs[c.Command.Name]; ok && c.NArg() > n {
+		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv ctl %s: unexpected argument %q; usage: %s",
+			c.Command.Name, c.Args().Get(n), c.Command.UsageText), exitFailure)
+	}
 	cfg, log, done, err := rolekit.Load(c, "ctl")
 	if err != nil || done {
 		return nil, cfg, done, err
@@ -85,10 +102,30 @@ func keyArg(c *cli.Context, i int) ([]byte, error) {
 	return []byte(s), nil
 }
 
-// fail maps a client error to the ctl exit convention.
+// fail maps a client error to the ctl exit convention. The client answers
+// a read of an unreachable node as a miss (an engine then recomputes); a
+// person asking whether a key is stored must learn that the node could not
+// be asked, so that is a failure here, not exit 1.
 func fail(verb string, err error) error {
+	if errors.Is(err, client.ErrPeerDown) {
+		return cli.Exit(fmt.Sprintf("dfkv ctl %s: cannot reach the node, so whether the key is stored is unknown: %v", verb, unreachableCause(err)), exitFailure)
+	}
 	if wire.StatusOf(err) == wire.StatusNotFound {
 		return cli.Exit("not found", exitNotFound)
 	}
 	return cli.Exit(fmt.Sprintf("dfkv ctl %s: %v", verb, err), exitFailure)
+}
+
+// unreachableCause is the connection failure inside the client's error for
+// an unreachable node (which joins the miss status, ErrPeerDown and the
+// cause, in that order), without the "answered as a miss" wording meant
+// for engines.
+func unreachableCause(err error) error {
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		if errs := joined.Unwrap(); len(errs) > 0 {
+			return errs[len(errs)-1]
+		}
+	}
+	return err
 }

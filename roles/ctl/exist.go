@@ -10,7 +10,7 @@ func existCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "exist",
 		Usage:     "print the stored length of one key (exit 1 if it is not stored)",
-		UsageText: "dfkv ctl exist KEY",
+		UsageText: "dfkv ctl [options] exist KEY",
 		Action: func(c *cli.Context) error {
 			cl, _, done, err := open(c)
 			if err != nil || done {

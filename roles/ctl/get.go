@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,7 +14,7 @@ func getCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "get",
 		Usage:     "read one value: to FILE, or to stdout when FILE is - or absent",
-		UsageText: "dfkv ctl get KEY [FILE|-]",
+		UsageText: "dfkv ctl [options] get KEY [FILE|-]",
 		Action: func(c *cli.Context) error {
 			cl, _, done, err := open(c)
 			if err != nil || done {
@@ -34,9 +35,15 @@ func getCommand() *cli.Command {
 				// never leaves a truncated file under the asked name.
 				tmp, err := os.CreateTemp(filepath.Dir(dst), ".dfkv-get-*")
 				if err != nil {
-					return cli.Exit(fmt.Sprintf("dfkv ctl get: %v", err), exitFailure)
+					return cli.Exit(fmt.Sprintf("dfkv ctl get: write %s: cannot create a file in %s: %v",
+						dst, filepath.Dir(dst), errors.Unwrap(err)), exitFailure)
 				}
-				_, werr := tmp.Write(value)
+				// CreateTemp makes the file 0600; the value is an ordinary
+				// output file, so give it the usual 0644.
+				werr := tmp.Chmod(0o644)
+				if werr == nil {
+					_, werr = tmp.Write(value)
+				}
 				cerr := tmp.Close()
 				if werr == nil {
 					werr = cerr

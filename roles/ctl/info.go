@@ -46,7 +46,7 @@ func infoCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "info",
 		Usage:     "print each member's build, CPU, engine, disks, capacity and configuration sources",
-		UsageText: "dfkv ctl info",
+		UsageText: "dfkv ctl [options] info",
 		Action: func(c *cli.Context) error {
 			failed, err := fetchStats(c, func(addr string, _ []byte, st *nodeStats) { writeInfo(c.App.Writer, addr, st) })
 			if err != nil {

@@ -12,7 +12,7 @@ func putCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "put",
 		Usage:     "store one value: from FILE, or from stdin when FILE is - or absent",
-		UsageText: "dfkv ctl put KEY [FILE|-]",
+		UsageText: "dfkv ctl [options] put KEY [FILE|-]",
 		Action: func(c *cli.Context) error {
 			cl, cfg, done, err := open(c)
 			if err != nil || done {

@@ -6,7 +6,7 @@ func rmCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "rm",
 		Usage:     "remove one key (exit 1 if it was not stored)",
-		UsageText: "dfkv ctl rm KEY",
+		UsageText: "dfkv ctl [options] rm KEY",
 		Action: func(c *cli.Context) error {
 			cl, _, done, err := open(c)
 			if err != nil || done {

@@ -15,7 +15,7 @@ func statsCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "stats",
 		Usage:     "summarise every member's counters (--json for the raw documents)",
-		UsageText: "dfkv ctl stats [--json]",
+		UsageText: "dfkv ctl [options] stats [--json]",
 		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print each member's STATS document as JSON"}},
 		Action: func(c *cli.Context) error {
 			asJSON := c.Bool("json")

@@ -39,7 +39,7 @@ func (n *NodeInfo) cpuInfo() {
 	n.CPUs = runtime.NumCPU()
 	n.GoVersion = runtime.Version()
 	n.OS = runtime.GOOS + "/" + runtime.GOARCH
-	n.Version, n.Commit = version.Version, version.Commit
+	n.Version, n.Commit = version.Version, version.CommitID()
 	feats := cpuid.CPU.FeatureSet()
 	sort.Strings(feats)
 	n.CPUFeatures = feats

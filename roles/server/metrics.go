@@ -56,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer, srv *Server, group *engine.Group) (*M
 		Namespace: "dfkv", Name: "build_info",
 		Help: "Always 1; the labels say which build runs.",
 	}, []string{"version", "commit", "goversion"})
-	build.WithLabelValues(version.Version, version.Commit, runtime.Version()).Set(1)
+	build.WithLabelValues(version.Version, version.CommitID(), runtime.Version()).Set(1)
 	cs := []prometheus.Collector{
 		reqs, lat, build,
 		&nodeCollector{srv: srv, group: group},

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/roles/version"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
@@ -104,6 +105,10 @@ func TestMetricsScrapeLiveNode(t *testing.T) {
 		if f.GetType() != typ {
 			t.Fatalf("metric %s is %s, want %s", name, f.GetType(), typ)
 		}
+	}
+	// The build's commit, as `dfkv version` reports it, never empty.
+	if got := value(t, before, "dfkv_build_info", map[string]string{"commit": version.CommitID()}); got != 1 || version.CommitID() == "" {
+		t.Fatalf("dfkv_build_info{commit=%q} = %v, want 1", version.CommitID(), got)
 	}
 	if got := value(t, before, "dfkv_tcp_first_req_ms", nil); got != 30000 {
 		t.Fatalf("dfkv_tcp_first_req_ms %v", got)

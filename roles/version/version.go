@@ -17,22 +17,27 @@ var (
 	Commit  = ""
 )
 
-// String is the one-line build identity.
-func String() string {
-	commit := Commit
-	if commit == "" {
-		if bi, ok := debug.ReadBuildInfo(); ok {
-			for _, s := range bi.Settings {
-				if s.Key == "vcs.revision" {
-					commit = s.Value
-				}
+// CommitID is the commit the binary was built from: Commit when set at
+// link time, else the revision the go command stamped from the checkout
+// (a plain `go build` in a git clone), else "unknown". Every place that
+// reports the build (version, metrics, ctl info) uses it, so they agree.
+func CommitID() string {
+	if Commit != "" {
+		return Commit
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				return s.Value
 			}
 		}
 	}
-	if commit == "" {
-		commit = "unknown"
-	}
-	return fmt.Sprintf("dfkv %s (commit %s, %s, %s/%s)", Version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return "unknown"
+}
+
+// String is the one-line build identity.
+func String() string {
+	return fmt.Sprintf("dfkv %s (commit %s, %s, %s/%s)", Version, CommitID(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // Command is `dfkv version`.

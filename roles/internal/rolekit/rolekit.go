@@ -23,12 +23,25 @@ const ExitConfig = 2
 // Load resolves role's configuration. When --print-config was given it
 // prints the resolved settings with their sources and returns done=true:
 // the role should exit 0 without doing anything else.
+//
+// Every role but ctl (whose verbs take KEY and FILE) refuses positional
+// arguments: the flag parser stops at the first one, so a stray word would
+// silently drop every flag after it too.
 func Load(c *cli.Context, role string) (cfg *config.Config, log *slog.Logger, done bool, err error) {
+	if role != "ctl" && c.NArg() > 0 {
+		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv %s: unexpected argument %q (it and everything after it, flags included, would be ignored); see dfkv %s --help",
+			role, c.Args().First(), role), ExitConfig)
+	}
 	cfg, res, err := config.Load(c, role, os.LookupEnv)
 	if err != nil {
 		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv %s: configuration: %v", role, err), ExitConfig)
 	}
 	if c.Bool("print-config") {
+		// The warnings (unknown DFKV_* variables) go to stderr here too:
+		// --print-config is how an operator checks a configuration.
+		for _, w := range res.Warnings() {
+			fmt.Fprintf(c.App.ErrWriter, "dfkv %s: warning: %s\n", role, w)
+		}
 		if _, err := res.WriteTo(c.App.Writer); err != nil {
 			return nil, nil, false, err
 		}

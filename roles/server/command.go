@@ -89,6 +89,16 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		deps.Clock = engine.SystemClock{}
 	}
 	sc := cfg.Server
+	if sc.RAMTier == 1 {
+		// Before any disk is opened or formatted: a tier that cannot be
+		// had should not leave a half-started node behind.
+		if sc.RAMTierBytes == 0 {
+			return errNoRAMTierBytes
+		}
+		if err := checkRAMTierFits(sc.RAMTierBytes, hostMemInfo); err != nil {
+			return err
+		}
+	}
 
 	group, err := OpenEngines(cfg, deps.FS, deps.Clock, log)
 	if err != nil {
@@ -287,10 +297,12 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 	return g, nil
 }
 
+var errNoRAMTierBytes = errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES), e.g. 8GiB")
+
 // openRAMTier puts the RAM tier in front of group.
 func openRAMTier(sc config.Server, group *engine.Group, log *slog.Logger) (*ramtier.Tier, error) {
 	if sc.RAMTierBytes == 0 {
-		return nil, fmt.Errorf("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES), e.g. 8GiB")
+		return nil, errNoRAMTierBytes
 	}
 	threads := sc.RAMFlushThreads
 	if threads == 0 {

@@ -64,7 +64,9 @@ func TestRAMTierNode(t *testing.T) {
 	}
 }
 
-// TestRAMTierRefusals: the tier needs a size.
+// TestRAMTierRefusals: the tier needs a size, and one the machine has; a
+// refused tier leaves no disk behind (the check runs before any disk is
+// opened or formatted).
 func TestRAMTierRefusals(t *testing.T) {
 	dir := t.TempDir()
 	f := func(flags map[string][]string, want string) {
@@ -81,6 +83,15 @@ func TestRAMTierRefusals(t *testing.T) {
 		}
 	}
 	f(map[string][]string{"disk": {dir + "/a"}, "disk-capacity": {"256MiB"}, "ram-tier": {"1"}, "http-listen": {""}}, "DFKV_RAM_TIER_BYTES")
+	// 16 TiB (the setting's maximum): more than this machine has (mmap refused it only after
+	// the disks were opened, with a message that did not name the setting).
+	f(map[string][]string{"disk": {dir + "/b"}, "disk-capacity": {"256MiB"}, "ram-tier": {"1"}, "ram-tier-bytes": {"16TiB"}, "http-listen": {""}},
+		"server.ram_tier_bytes (DFKV_RAM_TIER_BYTES, --ram-tier-bytes) is 16TiB, more than the")
+	for _, d := range []string{"a", "b"} {
+		if _, err := os.Stat(filepath.Join(dir, d)); !os.IsNotExist(err) {
+			t.Fatalf("a refused RAM tier left disk %s behind (%v)", d, err)
+		}
+	}
 }
 
 // TestRAMTierWriteBackQuota: with the tier in write-back and tenant quotas

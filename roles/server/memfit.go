@@ -1,0 +1,151 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/dfkv/dfkv/config"
+)
+
+// The RAM tier's arena is mapped and touched in full at startup (a lazily
+// faulted arena makes the first fill 10–30× slower). A budget larger than
+// the memory this process may use is then either refused by mmap (far too
+// large) or, worse, mapped and touched until the kernel's or the cgroup's
+// OOM killer ends the node. So the node checks the budget against what is
+// available before it opens anything, and refuses with the figures.
+
+// memInfo is where the available memory is read: the kernel's meminfo, the
+// process's cgroup list and the cgroup filesystem. Tests point it at files
+// of their own.
+type memInfo struct {
+	meminfo    string // /proc/meminfo
+	selfCgroup string // /proc/self/cgroup
+	cgroupRoot string // /sys/fs/cgroup
+}
+
+var hostMemInfo = memInfo{meminfo: "/proc/meminfo", selfCgroup: "/proc/self/cgroup", cgroupRoot: "/sys/fs/cgroup"}
+
+// available returns the bytes this process can still take and where the
+// bound comes from: MemAvailable, or the cgroup's limit less its usage
+// when that is smaller. ok is false when the kernel's figure cannot be read
+// (not Linux, /proc not mounted): the caller then skips the check.
+func (m memInfo) available() (avail uint64, source string, ok bool) {
+	data, err := os.ReadFile(m.meminfo)
+	if err != nil {
+		return 0, "", false
+	}
+	avail, ok = meminfoField(data, "MemAvailable")
+	if !ok {
+		return 0, "", false
+	}
+	source = fmt.Sprintf("MemAvailable in %s", m.meminfo)
+	if limit, used, where, ok := m.cgroupLimit(); ok && limit > used && limit-used < avail {
+		avail, source = limit-used, fmt.Sprintf("the memory cgroup's limit %s less its usage %s (%s)", approxSize(limit), approxSize(used), where)
+	} else if ok && limit <= used {
+		avail, source = 0, fmt.Sprintf("the memory cgroup's limit %s, already used (%s)", approxSize(limit), where)
+	}
+	return avail, source, true
+}
+
+// meminfoField parses "Name:   123 kB" out of /proc/meminfo.
+func meminfoField(data []byte, name string) (uint64, bool) {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && f[0] == name+":" {
+			v, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				return 0, false
+			}
+			if len(f) >= 3 && f[2] == "kB" {
+				v <<= 10
+			}
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// cgroupLimit reads the memory limit and usage of this process's cgroup:
+// cgroup v2 (memory.max, memory.current) or v1 (memory.limit_in_bytes,
+// memory.usage_in_bytes). ok is false without a limit ("max", or v1's
+// near-2^63 "unlimited") or when nothing can be read.
+func (m memInfo) cgroupLimit() (limit, used uint64, where string, ok bool) {
+	data, err := os.ReadFile(m.selfCgroup)
+	if err != nil {
+		return 0, 0, "", false
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var dir, limitFile, usageFile string
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			dir, limitFile, usageFile = filepath.Join(m.cgroupRoot, parts[2]), "memory.max", "memory.current"
+		case hasController(parts[1], "memory"):
+			dir, limitFile, usageFile = filepath.Join(m.cgroupRoot, "memory", parts[2]), "memory.limit_in_bytes", "memory.usage_in_bytes"
+		default:
+			continue
+		}
+		limit, okL := readUint(filepath.Join(dir, limitFile))
+		used, okU := readUint(filepath.Join(dir, usageFile))
+		if !okL || !okU || limit >= 1<<62 {
+			continue // no limit here ("max", or v1's unlimited)
+		}
+		return limit, used, filepath.Join(dir, limitFile), true
+	}
+	return 0, 0, "", false
+}
+
+func hasController(list, name string) bool {
+	for _, c := range strings.Split(list, ",") {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}
+
+func readUint(path string) (uint64, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	return v, err == nil
+}
+
+// checkRAMTierFits refuses a RAM tier budget larger than the memory the
+// process can take, naming the setting, both sizes and where the bound
+// comes from.
+func checkRAMTierFits(budget uint64, m memInfo) error {
+	avail, source, ok := m.available()
+	if !ok || budget <= avail {
+		return nil
+	}
+	return fmt.Errorf("server.ram_tier_bytes (DFKV_RAM_TIER_BYTES, --ram-tier-bytes) is %s, more than the %s this node can take (%s); the arena is touched in full at startup, so lower the setting or free the memory",
+		config.FormatSize(budget), approxSize(avail), source)
+}
+
+// approxSize prints a measured size (free memory, usage) rounded to one
+// decimal of its largest binary unit; config.FormatSize prints exact
+// configured sizes.
+func approxSize(b uint64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	v, i := float64(b), 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", b)
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
+}

@@ -1,0 +1,71 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// fakeMem writes a meminfo with MemAvailable avail (bytes), a
+// /proc/self/cgroup with cgroupLine, and each file of files under the
+// cgroup root, and returns a memInfo reading them.
+func fakeMem(t *testing.T, avail uint64, cgroupLine string, files map[string]string) memInfo {
+	t.Helper()
+	dir := t.TempDir()
+	m := memInfo{meminfo: filepath.Join(dir, "meminfo"), selfCgroup: filepath.Join(dir, "cgroup"), cgroupRoot: filepath.Join(dir, "fs")}
+	write := func(path, data string) {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(m.meminfo, "MemTotal:       24576000 kB\nMemFree:         1000000 kB\nMemAvailable:   "+
+		strconv.FormatUint(avail>>10, 10)+" kB\n")
+	write(m.selfCgroup, cgroupLine+"\n")
+	for name, data := range files {
+		write(filepath.Join(m.cgroupRoot, name), data)
+	}
+	return m
+}
+
+func TestRAMTierFitsMemory(t *testing.T) {
+	const gib = 1 << 30
+	check := func(name string, m memInfo, budget uint64, want ...string) {
+		t.Helper()
+		err := checkRAMTierFits(budget, m)
+		if len(want) == 0 {
+			if err != nil {
+				t.Fatalf("%s: %v, want it accepted", name, err)
+			}
+			return
+		}
+		if err == nil {
+			t.Fatalf("%s: accepted, want a refusal", name)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Fatalf("%s: %q lacks %q", name, err, w)
+			}
+		}
+	}
+	noLimit := fakeMem(t, 16*gib, "0::/dfkv.service", map[string]string{"dfkv.service/memory.max": "max\n", "dfkv.service/memory.current": "1000\n"})
+	check("v2 without a limit, within MemAvailable", noLimit, 8*gib)
+	check("v2 without a limit, past MemAvailable", noLimit, 32*gib, "server.ram_tier_bytes", "32GiB", "16.0 GiB", "MemAvailable")
+
+	v2 := fakeMem(t, 16*gib, "0::/dfkv.service", map[string]string{"dfkv.service/memory.max": "4294967296\n", "dfkv.service/memory.current": "1073741824\n"})
+	check("v2 limit 4 GiB, 1 GiB used: 2 GiB fits", v2, 2*gib)
+	check("v2 limit 4 GiB, 1 GiB used: 8 GiB does not", v2, 8*gib, "3.0 GiB", "cgroup", "memory.max")
+
+	v1 := fakeMem(t, 16*gib, "4:memory:/process_api/x\n3:cpuset:/", map[string]string{
+		"memory/process_api/x/memory.limit_in_bytes": "2147483648\n", "memory/process_api/x/memory.usage_in_bytes": "0\n"})
+	check("v1 limit 2 GiB", v1, 4*gib, "2.0 GiB", "memory.limit_in_bytes")
+	v1Unlimited := fakeMem(t, 16*gib, "4:memory:/x", map[string]string{
+		"memory/x/memory.limit_in_bytes": "9223372036854771712\n", "memory/x/memory.usage_in_bytes": "1097658368\n"})
+	check("v1 unlimited", v1Unlimited, 8*gib)
+
+	check("no /proc: not checked", memInfo{meminfo: "/nonexistent/meminfo"}, 1<<60)
+}

@@ -299,6 +299,9 @@ func TestServerProcessEndToEnd(t *testing.T) {
 	}
 
 	srv.stop(t)
+	if !strings.Contains(srv.logs.String(), `msg="shutdown requested" role=server reason="terminated signal received"`) {
+		t.Fatalf("server log does not say SIGTERM started the shutdown:\n%s", srv.logs.String())
+	}
 	if !strings.Contains(srv.logs.String(), "dfkv server listening") || !strings.Contains(srv.logs.String(), "stopped cleanly") {
 		t.Fatalf("server log lacks start/stop lines:\n%s", srv.logs.String())
 	}
@@ -338,6 +341,10 @@ func TestServerRefusesBadConfig(t *testing.T) {
 	code, _, errs = dfkv(t, nil, "server", "--disk", fileDisk, "--disk-capacity", "256MiB", "--listen", freePort(t), "--http-listen", "")
 	if code == 0 || !strings.Contains(errs, fileDisk) {
 		t.Fatalf("slab on a file-engine disk: exit %d: %s", code, errs)
+	}
+	// One structured line says why, not that line and a plain copy of it.
+	if n := strings.Count(errs, fileDisk+": "); n != 1 || !strings.Contains(errs, `msg="dfkv server failed"`) {
+		t.Fatalf("slab on a file-engine disk: the error appears %d times (want once, as a log line):\n%s", n, errs)
 	}
 	if _, err := os.Stat(filepath.Join(fileDisk, "slab_meta")); err == nil {
 		t.Fatal("slab wrote into a directory it refused")

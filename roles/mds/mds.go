@@ -14,11 +14,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os/signal"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,11 +43,10 @@ func Command() *cli.Command {
 			if err != nil || done {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			ctx, stop := rolekit.SignalContext(c, log)
 			defer stop()
 			if err := Run(ctx, cfg, Deps{Logger: log}); err != nil {
-				log.Error("mds failed", "error", err.Error())
-				return cli.Exit(fmt.Sprintf("dfkv mds: %v", err), 1)
+				return rolekit.Failed(log, "mds", err)
 			}
 			return nil
 		},

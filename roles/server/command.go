@@ -8,9 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,11 +42,10 @@ func Command() *cli.Command {
 				return err
 			}
 			file, sources := rolekit.Sources(c, "server")
-			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			ctx, stop := rolekit.SignalContext(c, log)
 			defer stop()
 			if err := Run(ctx, cfg, Deps{Logger: log, ConfigFile: file, ConfigSources: sources}); err != nil {
-				log.Error("server failed", "error", err.Error())
-				return cli.Exit(fmt.Sprintf("dfkv server: %v", err), 1)
+				return rolekit.Failed(log, "server", err)
 			}
 			return nil
 		},

@@ -4,11 +4,14 @@
 package rolekit
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -52,6 +55,28 @@ func Load(c *cli.Context, role string) (cfg *config.Config, log *slog.Logger, do
 		log.Warn(w)
 	}
 	return cfg, log, false, nil
+}
+
+// SignalContext is c's context, cancelled by SIGINT or SIGTERM, for a
+// long-running role. The signal is logged when it arrives (the drain and
+// sync that follow can take a while, and the log should say why they
+// started); stop releases the signal and must be deferred.
+func SignalContext(c *cli.Context, log *slog.Logger) (ctx context.Context, stop func()) {
+	ctx, stopSignals := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	stopLog := context.AfterFunc(ctx, func() {
+		log.Info("shutdown requested", "reason", context.Cause(ctx).Error())
+	})
+	return ctx, func() {
+		stopLog() // first: releasing the signals below cancels ctx too
+		stopSignals()
+	}
+}
+
+// Failed logs a role's fatal error as one structured line and returns the
+// exit status for it, without printing the error a second time.
+func Failed(log *slog.Logger, role string, err error) error {
+	log.Error("dfkv "+role+" failed", "error", err.Error())
+	return cli.Exit("", 1)
 }
 
 // NewLogger builds a slog logger from the [log] settings.

@@ -164,3 +164,47 @@ func TestReregisterAfterDirectoryReset(t *testing.T) {
 	defer stopMDS()
 	waitFor(1)
 }
+
+// TestRegisteredGauge: dfkv_server_registered says whether the node's
+// registration is current: 0 while the MDS cannot be reached (the node
+// serves, but clients discovering through the MDS never route to it), 1
+// once registered; a node without server.mds does not export it.
+func TestRegisteredGauge(t *testing.T) {
+	registered := func(httpAddr string) (float64, bool) {
+		mf := scrape(t, httpAddr)
+		f := mf["dfkv_server_registered"]
+		if f == nil || len(f.Metric) != 1 {
+			return 0, false
+		}
+		return f.Metric[0].GetGauge().GetValue(), true
+	}
+	waitFor := func(httpAddr string, want float64) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			got, ok := registered(httpAddr)
+			if ok && got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("dfkv_server_registered = %v (exported: %v), want %v", got, ok, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	deadAddr := dead.Addr().String()
+	dead.Close() // registrations are refused from now on
+	_, httpAddr, _ := runNode(t, map[string][]string{"disk": {t.TempDir() + "/d0"}, "disk-capacity": {"256MiB"}, "mds": {deadAddr}, "id": {"lonely"}})
+	waitFor(httpAddr, 0)
+
+	mdsAddr := startMDS(t)
+	_, httpAddr, _ = runNode(t, map[string][]string{"disk": {t.TempDir() + "/d0"}, "disk-capacity": {"256MiB"}, "mds": {mdsAddr}, "id": {"joined"}})
+	waitFor(httpAddr, 1)
+
+	_, httpAddr, _ = runNode(t, map[string][]string{"disk": {t.TempDir() + "/d0"}, "disk-capacity": {"256MiB"}})
+	if _, ok := registered(httpAddr); ok {
+		t.Fatal("dfkv_server_registered exported by a node without server.mds")
+	}
+}

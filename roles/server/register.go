@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/dfkv/dfkv/wire"
@@ -21,7 +22,16 @@ type registrar struct {
 	info wire.MemberInfo
 	log  *slog.Logger
 	done chan struct{}
+	// current is true while the node is registered and its heartbeats are
+	// answered: what dfkv_server_registered exports, so a node that never
+	// joined (clients discovering through the MDS never route to it) is
+	// something to alert on, not only one WARN at startup.
+	current atomic.Bool
 }
+
+// stillFailingEvery is how often a registration or heartbeat that keeps
+// failing is logged again, with how long it has failed.
+const stillFailingEvery = 30 * time.Second
 
 // advertiseAddr is the address registered for the node: the configured
 // advertise address, or the listen address if it is specific.
@@ -44,6 +54,20 @@ func (r *registrar) run(ctx context.Context) {
 	ttl := time.Duration(0)
 	registered := false
 	failing := false
+	var failingSince, warned time.Time
+	// fail logs the first failure of a run of them, and then one line per
+	// stillFailingEvery while it lasts.
+	fail := func(msg string, err error) {
+		now := time.Now()
+		if !failing {
+			failing, failingSince, warned = true, now, now
+			r.log.Warn(msg, "id", r.info.ID, "group", r.mds.Group(), "error", err.Error())
+		} else if now.Sub(warned) >= stillFailingEvery {
+			warned = now
+			r.log.Warn(msg, "id", r.info.ID, "group", r.mds.Group(), "error", err.Error(),
+				"failing_for", now.Sub(failingSince).Round(time.Second).String())
+		}
+	}
 	backoff := 200 * time.Millisecond
 	for {
 		wait := backoff
@@ -53,6 +77,7 @@ func (r *registrar) run(ctx context.Context) {
 			cancel()
 			if err == nil {
 				registered, failing = true, false
+				r.current.Store(true)
 				ttl = time.Duration(rep.HeartbeatTTLMS) * time.Millisecond
 				if ttl <= 0 {
 					ttl = 10 * time.Second
@@ -60,10 +85,7 @@ func (r *registrar) run(ctx context.Context) {
 				r.log.Info("registered with the MDS", "id", r.info.ID, "addr", r.info.Addr, "group", r.mds.Group(), "epoch", rep.Epoch, "heartbeat_ttl", ttl.String())
 				wait = ttl / 3
 			} else if ctx.Err() == nil {
-				if !failing {
-					r.log.Warn("cannot register with the MDS; retrying", "group", r.mds.Group(), "error", err.Error())
-					failing = true
-				}
+				fail("cannot register with the MDS; retrying (clients that discover members through it do not route here)", err)
 				backoff = min(backoff*2, 5*time.Second)
 			}
 		} else {
@@ -76,22 +98,23 @@ func (r *registrar) run(ctx context.Context) {
 					r.log.Info("MDS heartbeats answered again", "id", r.info.ID)
 					failing = false
 				}
+				r.current.Store(true)
 				wait = ttl / 3
 			case ctx.Err() != nil:
 			case wire.StatusOf(err) == wire.StatusNotFound:
 				r.log.Warn("the MDS no longer knows this node; registering again", "id", r.info.ID)
 				registered = false
+				r.current.Store(false)
 				wait = 0
 			default:
-				if !failing {
-					r.log.Warn("MDS heartbeat failed; retrying", "id", r.info.ID, "error", err.Error())
-					failing = true
-				}
+				r.current.Store(false)
+				fail("MDS heartbeat failed; retrying", err)
 				wait = min(ttl/6, time.Second)
 			}
 		}
 		select {
 		case <-ctx.Done():
+			r.current.Store(false)
 			if registered {
 				dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				if err := r.mds.Deregister(dctx, r.info.ID); err != nil {

@@ -3,6 +3,7 @@ package file
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -14,10 +15,18 @@ import (
 // subdirectories, empties tmp/ and trash/ (writes and removes a crash cut
 // short), probes O_DIRECT, walks blocks/ and evicts down to capacity.
 func (s *Store) load() error {
+	_, err := s.fs.Stat(s.dir)
+	missing := errors.Is(err, fs.ErrNotExist)
 	for _, d := range []string{s.blocks, s.tmp, s.trash} {
 		if err := s.fs.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("file engine: cannot create %s: %w; check the disk directory's permissions", d, err)
 		}
+	}
+	if missing {
+		// A missing disk directory is as often an unmounted disk as a new
+		// one; created silently, the cache would land on whatever
+		// filesystem holds the mount point (often the root disk).
+		s.log.Warn("file engine: disk directory did not exist; created it (is the disk mounted?)", "dir", s.dir)
 	}
 	for _, d := range []string{s.tmp, s.trash} {
 		if err := s.empty(d); err != nil {

@@ -124,7 +124,10 @@ var _ engine.StoreEngine = (*Store)(nil)
 // Open opens (creating if needed) the file engine in opts.Dir, empties tmp/
 // and trash/, and rebuilds the index from blocks/. It refuses to start on a
 // malformed entry under blocks/ and evicts down to CapacityBytes if the
-// directory holds more.
+// directory holds more. A missing Dir is created with a warning (it may be
+// an unmounted disk). Unlike the slab engine it reserves no space, so a
+// CapacityBytes above the free space is not refused: it is a bound, and a
+// full filesystem is met by the ENOSPC evict-and-retry.
 func Open(opts Options) (*Store, error) {
 	if opts.Dir == "" {
 		return nil, fmt.Errorf("file engine: no directory given: %w", wire.StatusInvalid)

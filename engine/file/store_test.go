@@ -1,6 +1,7 @@
 package file
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -729,4 +730,28 @@ func TestRemoveRacingCache(t *testing.T) {
 	}
 	checkConsistent(t, s)
 	enginetest.MustEqual(t, s, key(1), newValue)
+}
+
+// TestMissingDirWarns: a disk directory that does not exist is created,
+// parents included, with one warning naming it, since it may be the mount
+// point of a disk that is not mounted; an existing one opens quietly.
+func TestMissingDirWarns(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "mnt", "nvme0", "dfkv")
+	var logs bytes.Buffer
+	opts := Options{Dir: dir, CapacityBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	s := openStore(t, opts)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := `level=WARN msg="file engine: disk directory did not exist; created it (is the disk mounted?)" dir=` + dir
+	if n := strings.Count(logs.String(), want); n != 1 {
+		t.Fatalf("%d warnings about creating %s, want 1; logs:\n%s", n, dir, logs.String())
+	}
+	s = openStore(t, opts)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "did not exist"); n != 1 {
+		t.Fatalf("reopening an existing directory warned again; logs:\n%s", logs.String())
+	}
 }

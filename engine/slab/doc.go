@@ -16,7 +16,15 @@
 // Open refuses a non-empty directory without slab_meta (for example a file
 // engine's blocks/), and a slab_meta whose format or geometry differs from
 // the options, naming every differing field (on-disk and configured value)
-// and the fix; it writes nothing before these checks pass.
+// and the fix; it writes nothing before these checks pass. Before it
+// preallocates extents it checks the filesystem's free space (statfs
+// f_bavail, plus what the extents already hold) against the pool and
+// refuses, again writing nothing, naming server.disk_capacity_bytes. If
+// Open fails part-way (ENOSPC, EIO), it removes every file and directory it
+// created, never one that was there before, so a retry with a smaller
+// capacity does not meet a half-formatted store of the old geometry. A
+// missing Dir is created, parents included, with a warning: it may be an
+// unmounted disk's mount point.
 //
 // These constants are part of the on-disk format and must not be changed
 // without bumping the format version (3). All integers are little-endian;

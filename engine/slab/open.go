@@ -16,10 +16,14 @@ import (
 )
 
 // Open opens the slab store in opts.Dir, creating it if the directory is
-// empty or missing. On an existing store it checks the format and geometry
-// (refusing, without writing anything, if they differ), then either
-// rebuilds the index from slots.tbl (the last run closed cleanly) or starts
-// cold (it did not). The epoch is marked dirty before Open returns.
+// empty or missing (a missing one with a warning: it may be an unmounted
+// disk). On an existing store it checks the format and geometry (refusing,
+// without writing anything, if they differ), then either rebuilds the index
+// from slots.tbl (the last run closed cleanly) or starts cold (it did not).
+// Before preallocating it checks that the filesystem has the space,
+// refusing without writing anything if not; if Open fails after all, it
+// removes whatever it created. The epoch is marked dirty before Open
+// returns.
 func Open(opts Options) (*Store, error) {
 	s, err := open(opts)
 	if err != nil {
@@ -99,35 +103,59 @@ func open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, invalid("%s: %v", opts.Dir, err)
 	}
-	fresh, err := s.checkDir(want)
+	fresh, missing, err := s.checkDir(want)
 	if err != nil {
-		return nil, err
-	}
-	if s.lock, err = s.fs.OpenFile(s.dir, os.O_RDONLY, 0); err != nil {
-		return nil, err
-	}
-	if err := lockDir(s.lock); err != nil {
-		_ = s.lock.Close()
-		if errors.Is(err, errLocked) {
-			return nil, fmt.Errorf("%s is in use by another slab store (another dfkv server, or a second disk entry naming the same directory); nothing was changed: %w", s.dir, wire.StatusUnavailable)
-		}
 		return nil, err
 	}
 	ok := false
 	defer func() {
 		if !ok {
 			s.closeFiles()
+			s.removeMade()
 		}
 	}()
-	// Nothing has been written yet. From here on the directory is ours.
-	if fresh {
-		if err := writeAtomic(s.fs, filepath.Join(s.dir, metaName), want.encode()); err != nil {
+	if missing {
+		// Sized against the filesystem the directory would be made on,
+		// so a refusal leaves not even the directory behind.
+		if err := s.checkSpace(vfs.ExistingAncestor(s.fs, s.dir)); err != nil {
 			return nil, err
 		}
+		if err := s.mkdirs(); err != nil {
+			return nil, err
+		}
+	}
+	if s.lock, err = s.fs.OpenFile(s.dir, os.O_RDONLY, 0); err != nil {
+		return nil, err
+	}
+	if err := lockDir(s.lock); err != nil {
+		_ = s.lock.Close()
+		s.lock = nil
+		if errors.Is(err, errLocked) {
+			return nil, fmt.Errorf("%s is in use by another slab store (another dfkv server, or a second disk entry naming the same directory); nothing was changed: %w", s.dir, wire.StatusUnavailable)
+		}
+		return nil, err
 	}
 	prev, clean, err := s.readState(fresh)
 	if err != nil {
 		return nil, err
+	}
+	if !clean && !missing {
+		// Checked under the lock, so a store another process is
+		// formatting reads as in use, not as short of space.
+		if err := s.checkSpace(s.dir); err != nil {
+			return nil, err
+		}
+	}
+	// Nothing but a missing Dir has been written yet. From here on the
+	// directory is ours; until Open succeeds, whatever it creates is noted
+	// (noteNew) and removed again if it fails, so a retry with a smaller
+	// capacity finds the directory as it was.
+	if fresh {
+		path := filepath.Join(s.dir, metaName)
+		s.noteNew(path)
+		if err := writeAtomic(s.fs, path, want.encode()); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.openExtents(opts.DirectIO, !clean); err != nil {
 		return nil, err
@@ -152,10 +180,12 @@ func open(opts Options) (*Store, error) {
 		}
 	}
 	s.epoch = prev + 1
+	s.noteNew(filepath.Join(s.dir, stateName))
 	if err := s.writeState(state{epoch: s.epoch}); err != nil {
 		return nil, err
 	}
 	ok = true
+	s.made = nil
 	s.log.Info("slab engine: opened", "dir", s.dir, "epoch", s.epoch, "cold", !clean,
 		"objects", s.alloc.Objects(), "used_bytes", s.alloc.Used(), "capacity_bytes", s.capacity,
 		"extents", want.extents, "extent_bytes", want.extentBytes, "classes", want.classes,
@@ -163,18 +193,16 @@ func open(opts Options) (*Store, error) {
 	return s, nil
 }
 
-// checkDir decides whether Dir is a fresh directory (true) or a slab store
-// of this geometry (false). Anything else is refused before any write.
-func (s *Store) checkDir(want geometry) (bool, error) {
+// checkDir decides whether Dir is a fresh directory (fresh; missing too if
+// it does not exist yet) or a slab store of this geometry. Anything else is
+// refused. It writes nothing.
+func (s *Store) checkDir(want geometry) (fresh, missing bool, err error) {
 	ents, err := s.fs.ReadDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {
-			return false, err
-		}
-		return true, nil
+		return true, true, nil
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	var foreign []string
 	hasMeta := false
@@ -192,28 +220,28 @@ func (s *Store) checkDir(want geometry) (bool, error) {
 	}
 	if !hasMeta {
 		if len(foreign) == 0 {
-			return true, nil
+			return true, false, nil
 		}
 		if len(foreign) > 5 {
 			foreign = append(foreign[:5], "...")
 		}
-		return false, invalid("%s is not a slab store (no %s; it holds %s) and is not empty; point the slab engine at an empty directory, or select the engine that wrote it (e.g. --store-engine=file for a blocks/ directory)",
+		return false, false, invalid("%s is not a slab store (no %s; it holds %s) and is not empty; point the slab engine at an empty directory, or select the engine that wrote it (e.g. --store-engine=file for a blocks/ directory)",
 			s.dir, metaName, strings.Join(foreign, ", "))
 	}
 	metaPath := filepath.Join(s.dir, metaName)
 	b, err := readSmall(s.fs, metaPath, metaSize)
 	if err != nil {
-		return false, fmt.Errorf("read %s: %w", metaPath, err)
+		return false, false, fmt.Errorf("read %s: %w", metaPath, err)
 	}
 	have, err := decodeGeometry(b)
 	if err != nil {
-		return false, invalid("%s: %v; this is not a slab store this version can open: point the engine at an empty directory", metaPath, err)
+		return false, false, invalid("%s: %v; this is not a slab store this version can open: point the engine at an empty directory", metaPath, err)
 	}
 	if d := have.diff(want); len(d) > 0 {
-		return false, invalid("%s was written with another format or geometry (%s); nothing was changed: point the engine at an empty directory (the cache starts cold) or restore the settings it was created with",
+		return false, false, invalid("%s was written with another format or geometry (%s); nothing was changed: point the engine at an empty directory (the cache starts cold) or restore the settings it was created with",
 			metaPath, strings.Join(d, "; "))
 	}
-	return false, nil
+	return false, false, nil
 }
 
 // readState reads slab_state. clean is true only if the last run marked
@@ -252,6 +280,7 @@ func (s *Store) extentPath(e uint32) string {
 // them O_DIRECT; if the filesystem refuses a direct open it says so once and
 // uses buffered I/O.
 func (s *Store) openExtents(direct, cold bool) error {
+	s.noteNew(filepath.Join(s.dir, extentsDir))
 	if err := s.fs.MkdirAll(filepath.Join(s.dir, extentsDir), 0o755); err != nil {
 		return err
 	}
@@ -271,6 +300,7 @@ func (s *Store) openExtents(direct, cold bool) error {
 		flag := os.O_RDWR
 		if cold {
 			flag |= os.O_CREATE
+			s.noteNew(path)
 		}
 		var f vfs.File
 		var err error
@@ -342,6 +372,7 @@ func (s *Store) openTable(cold bool) error {
 	flag := os.O_RDWR
 	if cold {
 		flag |= os.O_CREATE
+		s.noteNew(path)
 	}
 	f, err := s.fs.OpenFile(path, flag, 0o644)
 	if err != nil {
@@ -385,4 +416,68 @@ func (s *Store) closeFiles() {
 	if s.lock != nil {
 		_ = s.lock.Close()
 	}
+}
+
+// mkdirs creates the missing Dir and its missing parents, noting each, and
+// warns: a disk directory that is not there is as often an unmounted disk
+// as a new one, and creating it silently would put the cache on whatever
+// filesystem holds the mount point (often the root disk).
+func (s *Store) mkdirs() error {
+	var missing []string
+	for d := filepath.Clean(s.dir); ; d = filepath.Dir(d) {
+		if _, err := s.fs.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		s.made = append(s.made, missing[i])
+	}
+	if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("create disk directory %s: %w; check the path and its parent's permissions", s.dir, err)
+	}
+	created := s.dir
+	if len(missing) > 0 {
+		created = missing[len(missing)-1]
+	}
+	s.log.Warn("slab engine: disk directory did not exist; created it (is the disk mounted?)",
+		"dir", s.dir, "created_from", created)
+	return nil
+}
+
+// noteNew notes path as made by this Open if it does not exist yet, so a
+// failed Open can remove it again (removeMade). Anything that existed
+// before, or whose existence cannot be told, is never noted and so never
+// removed: a failed Open must not wipe a disk it did not format.
+func (s *Store) noteNew(path string) {
+	if _, err := s.fs.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		s.made = append(s.made, path)
+	}
+}
+
+// removeMade undoes a failed Open: it removes, newest first, every file and
+// directory this Open created, so a format cut short (ENOSPC while
+// preallocating, a failed slab_meta write) leaves no half-formatted store
+// that the next Open, with a smaller capacity, would refuse as another
+// geometry. The caller has closed the files first.
+func (s *Store) removeMade() {
+	if len(s.made) == 0 {
+		return
+	}
+	removed, left := 0, 0
+	for i := len(s.made) - 1; i >= 0; i-- {
+		p := s.made[i]
+		switch err := s.fs.Remove(p); {
+		case err == nil:
+			removed++
+		case !errors.Is(err, fs.ErrNotExist): // noted, then never created
+			left++
+			s.log.Warn("slab engine: cannot remove a file the failed open created; remove it by hand before retrying", "path", p, "err", err)
+		}
+	}
+	s.log.Info("slab engine: open failed; removed what it had created", "dir", s.dir, "removed", removed, "left", left)
+	s.made = nil
 }

@@ -35,8 +35,9 @@ const (
 
 // Options configures Open.
 type Options struct {
-	// Dir is the disk directory. It must be empty (or missing) the first
-	// time; later it must hold a slab store of the same geometry.
+	// Dir is the disk directory. It must be empty (or missing: Open creates
+	// it and warns) the first time; later it must hold a slab store of the
+	// same geometry.
 	Dir string
 	// CapacityBytes is the size of the extent pool: CapacityBytes /
 	// ExtentBytes extents are preallocated. Part of the geometry.
@@ -84,6 +85,10 @@ type Store struct {
 	lock    vfs.File // Dir itself, flocked for the life of the store
 	direct  bool     // fixed at Open
 	align   uint64   // O_DIRECT offset alignment for reads (<= 4096)
+
+	// made lists, oldest first, the files and directories Open has
+	// created so far; a failed Open removes them. nil once Open succeeds.
+	made []string
 
 	// mu is the metadata lock: the allocator, the in-flight map and the
 	// generation counter. No payload I/O happens under it.

@@ -3,6 +3,7 @@ package slab
 import (
 	"errors"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -26,6 +27,16 @@ func fallocate(f vfs.File, size int64) error {
 		}
 		return nil
 	}
+}
+
+// allocated returns the bytes fi's file holds on disk (st_blocks), less
+// than its size where it is sparse or only partly preallocated; 0 where
+// the FileInfo does not say (which only overstates what is still needed).
+func allocated(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks > 0 {
+		return uint64(st.Blocks) * 512
+	}
+	return 0
 }
 
 // punchHole deallocates [off, off+n) of f, keeping its size; the range then

@@ -84,3 +84,16 @@ func (OS) SyncDir(path string) error {
 	}
 	return err
 }
+
+// ExistingAncestor returns dir's nearest ancestor that exists (dir itself
+// when it does): the directory whose filesystem a missing dir would be
+// created on, for sizing it before creating anything.
+func ExistingAncestor(fsys FS, dir string) string {
+	d := filepath.Clean(dir)
+	for {
+		if _, err := fsys.Stat(d); err == nil || filepath.Dir(d) == d {
+			return d
+		}
+		d = filepath.Dir(d)
+	}
+}

@@ -380,10 +380,9 @@ func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *
 					extent = e
 				}
 			} else {
-				if err := fs.MkdirAll(dir, 0o755); err != nil {
-					return nil, err
-				}
-				u, err := fs.Usage(dir)
+				// Sized on the filesystem the directory will be made on;
+				// the engine makes it (and warns that it had to).
+				u, err := fs.Usage(vfs.ExistingAncestor(fs, dir))
 				if err != nil {
 					return nil, fmt.Errorf("size it with server.disk_capacity_bytes: %w", err)
 				}
@@ -399,10 +398,7 @@ func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *
 			FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct})
 	}
 	if capacity == 0 {
-		if err := fs.MkdirAll(dir, 0o755); err != nil {
-			return nil, err
-		}
-		u, err := fs.Usage(dir)
+		u, err := fs.Usage(vfs.ExistingAncestor(fs, dir))
 		if err != nil {
 			return nil, fmt.Errorf("size it with server.disk_capacity_bytes: %w", err)
 		}

@@ -1,0 +1,77 @@
+package slab
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+)
+
+// capacitySetting names the setting that sizes a disk, in all its
+// spellings, for the messages that tell the operator to change it (see
+// config/settings.go).
+const capacitySetting = "server.disk_capacity_bytes (--disk-capacity, DFKV_DISK_CAPACITY_BYTES)"
+
+// checkSpace refuses, before anything is written, a cold Open whose extent
+// preallocation the filesystem cannot hold. Without it preallocation runs
+// until the filesystem is full (on a shared root disk, full for everyone)
+// before it fails.
+// statDir is the directory whose filesystem is asked: Dir, or its nearest
+// existing ancestor when Dir is still to be made.
+func (s *Store) checkSpace(statDir string) error {
+	need, err := s.preallocNeed()
+	if err != nil || need == 0 {
+		return err
+	}
+	u, err := s.fs.Usage(statDir)
+	if err != nil {
+		return fmt.Errorf("check free space for %s: %w; the slab engine preallocates its whole capacity", s.dir, err)
+	}
+	if need <= u.Free {
+		return nil
+	}
+	eb := s.geo.extentBytes
+	pool := uint64(s.geo.extents) * eb
+	fit := (pool - (need - u.Free)) / eb * eb
+	more := ""
+	if need < pool {
+		more = " more" // part of the pool is already allocated
+	}
+	lower := fmt.Sprintf("lower %s (%d bytes would fit, filling the filesystem; leave room if it is shared)", capacitySetting, fit)
+	if fit == 0 {
+		lower = fmt.Sprintf("not even one %d-byte extent fits, so lowering %s alone will not do", eb, capacitySetting)
+	}
+	return invalid("%s: configured capacity %d bytes (%d extents of %d bytes) needs %d%s bytes preallocated, but its filesystem has only %d bytes free; nothing was written: %s, or free space on that filesystem",
+		s.dir, s.capacity, s.geo.extents, eb, need, more, u.Free, lower)
+}
+
+// preallocNeed is how many bytes openExtents will still have to allocate:
+// for every extent missing or not at full size, its size less what it
+// already holds on disk (fallocate allocates only the holes). An extent
+// already at full size is not preallocated again, so a formatted store,
+// even one with punched holes, needs nothing.
+func (s *Store) preallocNeed() (uint64, error) {
+	eb := s.geo.extentBytes
+	dir := filepath.Join(s.dir, extentsDir)
+	ents, err := s.fs.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("list %s: %w", dir, err)
+	}
+	have := make(map[string]uint64, len(ents))
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if uint64(fi.Size()) == eb {
+			have[e.Name()] = eb
+		} else {
+			have[e.Name()] = min(allocated(fi), eb)
+		}
+	}
+	need := uint64(0)
+	for e := range s.geo.extents {
+		need += eb - have[filepath.Base(s.extentPath(e))]
+	}
+	return need, nil
+}

@@ -1,0 +1,353 @@
+package slab
+
+import (
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dfkv/dfkv/engine/enginetest"
+	"github.com/dfkv/dfkv/engine/vfs"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// freeFS is the real filesystem reporting free bytes of its own choosing,
+// so a test can play a small filesystem without mounting one.
+type freeFS struct {
+	vfs.FS
+	free   uint64
+	usages int
+}
+
+func (f *freeFS) Usage(string) (vfs.Usage, error) {
+	f.usages++
+	return vfs.Usage{Total: f.free, Free: f.free}, nil
+}
+
+// names lists every path under dir, relative to it ("" for none).
+func names(t *testing.T, dir string) string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p != dir {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(out, " ")
+}
+
+// wantSpaceRefusal checks the refusal an operator sees: INVALID, naming
+// the directory, the configured capacity, the free space and the setting
+// in all three spellings.
+func wantSpaceRefusal(t *testing.T, err error, dir string, capacity, free uint64) {
+	t.Helper()
+	wantStatus(t, err, wire.StatusInvalid, "Open with a capacity beyond the free space")
+	for _, s := range []string{dir, strconv.FormatUint(capacity, 10), strconv.FormatUint(free, 10) + " bytes free",
+		"server.disk_capacity_bytes", "--disk-capacity", "DFKV_DISK_CAPACITY_BYTES", "nothing was written"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Fatalf("refusal does not say %q: %v", s, err)
+		}
+	}
+}
+
+// TestCapacityBeyondFreeSpaceRefused: a fresh disk whose filesystem cannot
+// hold the configured capacity is refused before anything is written (not
+// even a missing directory is made), with the fix named; a capacity that
+// fits then formats the same directory.
+func TestCapacityBeyondFreeSpaceRefused(t *testing.T) {
+	for _, sub := range []string{"", "mnt/nvme0"} {
+		t.Run("dir="+sub, func(t *testing.T) {
+			root := t.TempDir()
+			dir := filepath.Join(root, sub)
+			ffs := &freeFS{FS: vfs.OS{}, free: 8 << 20}
+			opts := smallOpts(dir) // 16 MiB of 1 MiB extents
+			opts.FS = ffs
+			_, err := Open(opts)
+			wantSpaceRefusal(t, err, dir, 16<<20, 8<<20)
+			if !strings.Contains(err.Error(), "8388608 bytes would fit") {
+				t.Fatalf("refusal does not say what would fit: %v", err)
+			}
+			if got := names(t, root); got != "" {
+				t.Fatalf("a refused Open wrote %q", got)
+			}
+			opts.CapacityBytes = 8 << 20
+			s := openT(t, opts)
+			mustCache(t, s, enginetest.Key(1), enginetest.Value(1, 5000))
+			mustClose(t, s)
+		})
+	}
+}
+
+// TestCapacityBeyondRealFilesystemRefused: the same refusal through the
+// real statfs. The largest pool the slot numbering allows (16383 extents
+// of 1 GiB, just under 16 TiB; 1 EiB is refused earlier, by the 32-bit
+// slot limit) is more than a test machine's temp filesystem has free.
+func TestCapacityBeyondRealFilesystemRefused(t *testing.T) {
+	dir := t.TempDir()
+	capacity := uint64(16383) << 30
+	u, err := vfs.OS{}.Usage(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Free >= capacity {
+		t.Skipf("%s has %d bytes free, enough for %d", dir, u.Free, capacity)
+	}
+	// NB: if the check ever breaks, the fallocate stub fails Open (and this
+	// test) at the first extent instead of filling the disk it runs on.
+	old := fallocateFn
+	defer func() { fallocateFn = old }()
+	fallocateFn = func(f vfs.File, size int64) error {
+		return &os.PathError{Op: "fallocate", Path: f.Name(), Err: syscall.ENOSPC}
+	}
+	_, err = Open(Options{Dir: dir, CapacityBytes: capacity, ExtentBytes: 1 << 30})
+	wantStatus(t, err, wire.StatusInvalid, "Open beyond the real free space")
+	for _, s := range []string{dir, strconv.FormatUint(capacity, 10), "bytes free", "server.disk_capacity_bytes"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Fatalf("refusal does not say %q: %v", s, err)
+		}
+	}
+	if got := names(t, dir); got != "" {
+		t.Fatalf("a refused Open wrote %q", got)
+	}
+}
+
+// extentName is the path of extent e under dir.
+func extentName(dir string, e int) string {
+	return filepath.Join(dir, extentsDir, strconv.Itoa(100000 + e)[1:]+".ext")
+}
+
+// TestFailedFormatRemovesWhatItCreated: a format that fails part-way, at
+// any step, removes every file and directory it made (a missing directory
+// and its parents included), so a retry with a smaller capacity formats
+// instead of meeting a half-made store of the old geometry.
+func TestFailedFormatRemovesWhatItCreated(t *testing.T) {
+	enospc := func(f vfs.File, size int64) error {
+		if filepath.Base(f.Name()) == "00002.ext" {
+			return &os.PathError{Op: "fallocate", Path: f.Name(), Err: syscall.ENOSPC}
+		}
+		return fallocate(f, size)
+	}
+	cases := []struct {
+		name     string
+		fallocFn func(vfs.File, int64) error
+		fault    func(op vfs.Op, path string) bool
+	}{
+		{name: "third extent ENOSPC", fallocFn: enospc},
+		{name: "third extent open", fault: func(op vfs.Op, p string) bool {
+			return op == vfs.OpOpen && filepath.Base(p) == "00002.ext"
+		}},
+		{name: "slab_meta dir sync", fault: func(op vfs.Op, p string) bool {
+			return op == vfs.OpSyncDir // the first is slab_meta's, after its rename
+		}},
+		{name: "slots.tbl extend", fault: func(op vfs.Op, p string) bool {
+			return op == vfs.OpTruncate && filepath.Base(p) == tableName
+		}},
+		{name: "slab_state rename", fault: func(op vfs.Op, p string) bool {
+			return op == vfs.OpRename && filepath.Base(p) == stateName+".tmp"
+		}},
+	}
+	for _, tc := range cases {
+		for _, sub := range []string{"", "mnt/nvme0"} {
+			t.Run(tc.name+"/dir="+sub, func(t *testing.T) {
+				if tc.fallocFn != nil {
+					old := fallocateFn
+					defer func() { fallocateFn = old }()
+					fallocateFn = tc.fallocFn
+				}
+				root := t.TempDir()
+				dir := filepath.Join(root, sub)
+				faulted := 0
+				ffs := &vfs.FaultFS{Inject: func(op vfs.Op, path string, _ int) error {
+					if tc.fault != nil && tc.fault(op, path) {
+						faulted++
+						return syscall.EIO
+					}
+					return nil
+				}}
+				opts := smallOpts(dir)
+				opts.FS = ffs
+				_, err := Open(opts)
+				if err == nil {
+					t.Fatal("Open succeeded through the injected failure")
+				}
+				if tc.fault != nil && faulted == 0 {
+					t.Fatalf("the failure was never injected (err %v)", err)
+				}
+				if got := names(t, root); got != "" {
+					t.Fatalf("the failed format (%v) left %q", err, got)
+				}
+				fallocateFn = fallocate
+				ffs.Inject = nil
+				opts.CapacityBytes = 2 << 20
+				s := openT(t, opts)
+				mustCache(t, s, enginetest.Key(1), enginetest.Value(1, 5000))
+				mustClose(t, s)
+			})
+		}
+	}
+}
+
+// sameFiles is sameSnapshot for the files alone: creating and removing a
+// file again leaves its directory as it was but with a new mtime.
+func sameFiles(t *testing.T, before, after map[string]fileState) {
+	t.Helper()
+	for _, m := range []map[string]fileState{before, after} {
+		for p, st := range m {
+			if st.mode.IsDir() {
+				st.mtime = time.Time{}
+				m[p] = st
+			}
+		}
+	}
+	sameSnapshot(t, before, after)
+}
+
+// TestFailedOpenKeepsExistingStore: an Open that fails on a store that
+// was already formatted removes nothing that was there before it: not
+// after a crash (cold reopen), not after a clean close (rebuild). Only an
+// extent it made itself, in place of a missing one, goes again.
+func TestFailedOpenKeepsExistingStore(t *testing.T) {
+	// formatted makes a store holding one value; crashed leaves its epoch
+	// dirty, as a killed process would.
+	formatted := func(t *testing.T, crashed bool) Options {
+		dir := t.TempDir()
+		opts := smallOpts(dir)
+		s := openT(t, opts)
+		mustCache(t, s, enginetest.Key(1), enginetest.Value(1, 5000))
+		if crashed {
+			s.closeFiles()
+		} else {
+			mustClose(t, s)
+		}
+		return opts
+	}
+	failing := func(opts Options, op vfs.Op, base string) Options {
+		opts.FS = &vfs.FaultFS{Inject: func(o vfs.Op, p string, _ int) error {
+			if o == op && filepath.Base(p) == base {
+				return syscall.EIO
+			}
+			return nil
+		}}
+		return opts
+	}
+
+	t.Run("cold", func(t *testing.T) {
+		opts := formatted(t, true)
+		before := snapshotDir(t, opts.Dir)
+		_, err := Open(failing(opts, vfs.OpOpen, "00002.ext"))
+		if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("cold reopen with a failing extent open: %v", err)
+		}
+		sameSnapshot(t, before, snapshotDir(t, opts.Dir))
+		mustClose(t, openT(t, opts))
+	})
+	t.Run("rebuild", func(t *testing.T) {
+		opts := formatted(t, false)
+		before := snapshotDir(t, opts.Dir)
+		_, err := Open(failing(opts, vfs.OpRead, tableName))
+		if err == nil {
+			t.Fatal("rebuild with a failing slots.tbl read succeeded")
+		}
+		sameSnapshot(t, before, snapshotDir(t, opts.Dir))
+		s := openT(t, opts)
+		enginetest.MustEqual(t, s, enginetest.Key(1), enginetest.Value(1, 5000))
+		mustClose(t, s)
+	})
+	t.Run("missing extent", func(t *testing.T) {
+		opts := formatted(t, true)
+		lost := extentName(opts.Dir, 3)
+		if err := os.Remove(lost); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshotDir(t, opts.Dir)
+		old := fallocateFn
+		defer func() { fallocateFn = old }()
+		fallocateFn = func(f vfs.File, size int64) error {
+			return &os.PathError{Op: "fallocate", Path: f.Name(), Err: syscall.ENOSPC}
+		}
+		if _, err := Open(opts); !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("reopen re-creating a lost extent on a full disk: %v", err)
+		}
+		sameFiles(t, before, snapshotDir(t, opts.Dir))
+		fallocateFn = old
+		mustClose(t, openT(t, opts))
+	})
+}
+
+// TestSpaceCheckCountsWhatIsAllocated: the check asks only for what is
+// still to preallocate. A formatted store reopens cold on a full
+// filesystem (its extents already hold their space); one missing an
+// extent is refused when even that extent does not fit, saying "more".
+func TestSpaceCheckCountsWhatIsAllocated(t *testing.T) {
+	dir := t.TempDir()
+	opts := smallOpts(dir)
+	s := openT(t, opts)
+	s.closeFiles() // crash: the reopen is cold
+	ffs := &freeFS{FS: vfs.OS{}, free: 0}
+	opts.FS = ffs
+	s = openT(t, opts)
+	s.closeFiles()
+	if ffs.usages != 0 {
+		t.Fatalf("a fully preallocated store asked for free space %d times", ffs.usages)
+	}
+
+	// Extent 4 cut to half (its first half stays allocated), extent 5 lost.
+	if err := os.Truncate(extentName(dir, 4), 512<<10); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(extentName(dir, 5)); err != nil {
+		t.Fatal(err)
+	}
+	ffs.free = 1 << 20
+	before := snapshotDir(t, dir)
+	_, err := Open(opts)
+	wantSpaceRefusal(t, err, dir, 16<<20, 1<<20)
+	if !strings.Contains(err.Error(), "needs 1572864 more bytes") || !strings.Contains(err.Error(), "15728640 bytes would fit") {
+		t.Fatalf("refusal does not count what the extents already hold: %v", err)
+	}
+	sameSnapshot(t, before, snapshotDir(t, dir))
+	ffs.free = 3 << 19
+	mustClose(t, openT(t, opts))
+}
+
+// TestMissingDirWarns: a disk directory that does not exist is created,
+// parents included, with one warning naming it, since it may be the mount
+// point of a disk that is not mounted; an existing one is opened quietly.
+func TestMissingDirWarns(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "mnt", "nvme0", "dfkv")
+	logs := &logBuf{}
+	opts := smallOpts(dir)
+	opts.Logger = slog.New(logs)
+	mustClose(t, openT(t, opts))
+	if n := logs.count("WARN slab engine: disk directory did not exist; created it (is the disk mounted?)"); n != 1 {
+		t.Fatalf("%d warnings about creating %s, want 1 (logs %q)", n, dir, logs.msgs)
+	}
+	mustClose(t, openT(t, opts))
+	if n := logs.count("did not exist"); n != 1 {
+		t.Fatalf("reopening an existing directory warned again (%d warnings)", n)
+	}
+	empty := filepath.Join(root, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts.Dir = empty
+	mustClose(t, openT(t, opts))
+	if n := logs.count("did not exist"); n != 1 {
+		t.Fatalf("an existing empty directory drew a warning (%d warnings)", n)
+	}
+}

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sort"
 	"strconv"
@@ -190,6 +191,9 @@ func load(in input) (*Config, *Resolved, error) {
 			errs = append(errs, rv.s.errorf(rv.src, rv.raw, err))
 		}
 	}
+	if len(errs) == 0 {
+		errs = crossCheck(cfg, bit)
+	}
 	if len(errs) > 0 {
 		return nil, nil, errors.Join(errs...)
 	}
@@ -199,6 +203,51 @@ func load(in input) (*Config, *Resolved, error) {
 	}
 	r.cfg = cfg.clone()
 	return cfg, r, nil
+}
+
+// crossCheck finds settings that are each valid but cannot work together,
+// so --print-config, which operators use to check a configuration, reports
+// them too, rather than the node after it opened its disks.
+func crossCheck(cfg *Config, bit role) []error {
+	var errs []error
+	if bit&roleServer != 0 {
+		sc := &cfg.Server
+		if sc.RAMTier == 1 && sc.RAMTierBytes == 0 {
+			errs = append(errs, errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES, --ram-tier-bytes), e.g. 8GiB"))
+		}
+		if sameListener(sc.Listen, sc.HTTPListen) {
+			errs = append(errs, fmt.Errorf("server.http_listen (DFKV_HTTP_LISTEN) %q is server.listen (DFKV_LISTEN) too; give the metrics and health endpoints a port of their own (default 127.0.0.1:7680)", sc.HTTPListen))
+		}
+		if len(sc.MDS) > 0 && sc.AdvertiseAddr == "" && unspecifiedHost(sc.Listen) {
+			errs = append(errs, fmt.Errorf("server.listen (DFKV_LISTEN) %q is not an address clients can dial, and the node registers with the MDS (server.mds): set server.advertise_addr (DFKV_ADVERTISE_ADDR) to the address clients should use", sc.Listen))
+		}
+	}
+	if bit&roleMDS != 0 && sameListener(cfg.MDS.Listen, cfg.MDS.HTTPListen) {
+		errs = append(errs, fmt.Errorf("mds.http_listen (DFKV_MDS_HTTP_LISTEN) %q is mds.listen (DFKV_MDS_LISTEN) too; give the HTTP endpoints a port of their own", cfg.MDS.HTTPListen))
+	}
+	return errs
+}
+
+// sameListener reports two listen addresses that would collide: the same
+// host and a fixed port (port 0 picks a free port each time).
+func sameListener(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	return errA == nil && errB == nil && pa == pb && pa != "0" && ha == hb
+}
+
+// unspecifiedHost reports a listen address on every interface ("",
+// 0.0.0.0, ::), which is not one to register for clients to dial.
+func unspecifiedHost(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(h)
+	return h == "" || (ip != nil && ip.IsUnspecified())
 }
 
 // errorf is the one shape of a bad value: what, from where, what is wrong,

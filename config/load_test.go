@@ -412,6 +412,15 @@ func TestErrors(t *testing.T) {
 	f("empty group", in{env: map[string]string{"DFKV_GROUP": ""}}, `group (DFKV_GROUP) from env: "" is empty`)
 	f("server id with a space", in{flags: map[string][]string{"id": {"node 1"}}},
 		`server.id (DFKV_SERVER_ID) from flag --id: "node 1" has a space or control character at byte 5`)
+	// Settings valid one by one that cannot work together.
+	f("ram tier without a size", in{flags: map[string][]string{"ram-tier": {"1"}}},
+		`server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES, --ram-tier-bytes)`)
+	f("http on the data port", in{flags: map[string][]string{"listen": {"127.0.0.1:7601"}, "http-listen": {"127.0.0.1:7601"}}},
+		`server.http_listen (DFKV_HTTP_LISTEN) "127.0.0.1:7601" is server.listen (DFKV_LISTEN) too`)
+	f("wildcard listen registering with an MDS", in{flags: map[string][]string{"listen": {"0.0.0.0:7600"}, "mds": {"10.0.0.1:7700"}}},
+		`server.listen (DFKV_LISTEN) "0.0.0.0:7600" is not an address clients can dial`, "set server.advertise_addr")
+	f("mds http on its control port", in{role: "mds", env: map[string]string{"DFKV_MDS_LISTEN": "127.0.0.1:7700", "DFKV_MDS_HTTP_LISTEN": "127.0.0.1:7700"}},
+		`mds.http_listen (DFKV_MDS_HTTP_LISTEN) "127.0.0.1:7700" is mds.listen (DFKV_MDS_LISTEN) too`)
 	f("empty namespace", in{role: "ctl", env: map[string]string{"DFKV_NAMESPACE": ""}},
 		`client.namespace (DFKV_NAMESPACE) from env: "" is empty; allowed 1..4096 bytes`)
 	f("long namespace", in{role: "ctl", flags: map[string][]string{"namespace": {strings.Repeat("n", 4097)}}},

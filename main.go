@@ -78,7 +78,7 @@ func dispatch(args []string) ([]string, error) {
 		return append([]string{"dfkv", role}, args[1:]...), nil
 	}
 	if strings.HasPrefix(name, "dfkv-") || strings.HasPrefix(name, "dfkv_") {
-		return nil, fmt.Errorf("dfkv: unknown role name %q; invoke dfkv as one of: dfkv %s",
+		return nil, fmt.Errorf("dfkv: unknown role name %q; invoke dfkv as one of: dfkv, %s",
 			name, strings.Join(aliasNames(), ", "))
 	}
 	return append([]string{"dfkv"}, args[1:]...), nil

@@ -97,6 +97,7 @@ func TestArgumentMistakes(t *testing.T) {
 	f(2, `"--members" after the verb: ctl's options go before it`, "ctl", "get", "k", "--members", "127.0.0.1:1")
 	f(2, `dfkv ctl info: unexpected argument "x"`, "ctl", "info", "x")
 
+	f(2, "--ops 5 and --duration 1s both given", "bench", "--ops", "5", "--duration", "1s")
 	f(0, "dfkv dev (commit ", "--version")
 	f(0, "mds ", "help")
 

@@ -57,7 +57,7 @@ func benchFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "duration", Value: 10 * time.Second, Usage: "length of the measured stage"},
 		&cli.Int64Flag{Name: "ops", Usage: "measure this many operations (all workers together) instead of --duration"},
 		&cli.DurationFlag{Name: "warmup", Value: time.Second, Usage: "unmeasured warm-up before the measured stage"},
-		&cli.BoolFlag{Name: "fill", Usage: "PUT every key once before measuring, unmeasured (default on for get, exist, mixed; --fill=false to skip)"},
+		&cli.BoolFlag{Name: "fill", Usage: "PUT every key once before measuring, unmeasured (default on for get, exist, mixed, off for put; --fill=false to skip)", DisableDefaultText: true},
 		&cli.Float64Flag{Name: "mixed-get-ratio", Value: 0.9, Usage: "fraction of GETs in --workload mixed"},
 		&cli.IntFlag{Name: "sequences", Value: 64, Usage: "prefix: number of sequences (the even ones are stored)"},
 		&cli.IntFlag{Name: "pages-per-seq", Value: 16, Usage: "prefix: pages per sequence"},
@@ -104,7 +104,9 @@ func action(c *cli.Context) error {
 		cc.Client.PoolSize = max(cc.Client.PoolSize, o.Concurrency)
 		cl, err := rolekit.OpenClient(&cc, log)
 		if err != nil {
-			return cli.Exit("dfkv bench: "+err.Error(), exitUsage)
+			// The settings were checked when loaded: what fails here is
+			// the cluster (an MDS that does not answer), not the usage.
+			return cli.Exit("dfkv bench: "+err.Error(), exitErrors)
 		}
 		// Operations run under Background, as an engine's calls through
 		// libdfkv do, and as the redis and memcached workers run (a
@@ -186,6 +188,9 @@ func optionsFrom(c *cli.Context, cfg *config.Config) (Options, error) {
 		Sequences:    c.Int("sequences"),
 		PagesPerSeq:  c.Int("pages-per-seq"),
 		SharedPrefix: c.Float64("shared-prefix"),
+	}
+	if c.IsSet("ops") && c.IsSet("duration") {
+		return o, fmt.Errorf("--ops %d and --duration %s both given: a run measures a number of operations or a length of time; give one", o.Ops, o.Duration)
 	}
 	switch o.Workload {
 	case wPut, wGet, wExist, wMixed, wPrefix:

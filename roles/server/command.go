@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -287,7 +289,7 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 		e, err := openDisk(sc, dir, fs, clock, log, acct)
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("open disk %s: %w", dir, err)
+			return nil, fmt.Errorf("open disk %s (server.disks / DFKV_DISKS): %w%s", dir, err, diskHint(err))
 		}
 		engines = append(engines, e)
 	}
@@ -409,6 +411,20 @@ func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *
 		log.Info("disk capacity not configured; using half of the filesystem", "disk", dir, "capacity_bytes", capacity)
 	}
 	return file.Open(file.Options{Dir: dir, CapacityBytes: capacity, FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct})
+}
+
+// diskHint says what to check when a disk directory cannot be used for a
+// reason of the filesystem's, not dfkv's.
+func diskHint(err error) string {
+	switch {
+	case errors.Is(err, syscall.EROFS):
+		return "; the filesystem is mounted read-only: remount it read-write or point server.disks elsewhere"
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Sprintf("; the node runs as uid %d: give it the directory (chown) or point server.disks elsewhere", os.Getuid())
+	case errors.Is(err, syscall.ENOTDIR):
+		return "; a path in server.disks names a file, not a directory"
+	}
+	return ""
 }
 
 func serverID(cfg *config.Config, addr net.Addr) string {

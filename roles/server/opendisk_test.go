@@ -2,9 +2,12 @@ package server
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/dfkv/dfkv/config"
@@ -35,5 +38,35 @@ func TestOpenDiskMissingDirWarns(t *testing.T) {
 				t.Fatalf("opening a missing disk directory logged %d WARN lines, want one saying it was created:\n%s", n, logs.String())
 			}
 		})
+	}
+}
+
+// TestDiskHint: a disk the filesystem refuses gets what to check.
+func TestDiskHint(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&os.PathError{Op: "open", Path: "/mnt/ro/slab_meta.tmp", Err: syscall.EROFS}, "mounted read-only"},
+		{&os.PathError{Op: "open", Path: "/srv/dfkv/slab_meta.tmp", Err: syscall.EACCES}, "give it the directory (chown)"},
+		{&os.PathError{Op: "readdirent", Path: "/etc/hosts", Err: syscall.ENOTDIR}, "names a file, not a directory"},
+		{errors.New("something else"), ""},
+	} {
+		if got := diskHint(c.err); (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Fatalf("diskHint(%v) = %q, want it to say %q", c.err, got, c.want)
+		}
+	}
+	// End to end: a file given as a disk.
+	file := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{"disk": {file}, "disk-capacity": {"256MiB"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenEngines(cfg, vfs.OS{}, engine.SystemClock{}, slog.New(slog.DiscardHandler)); err == nil ||
+		!strings.Contains(err.Error(), "names a file, not a directory") || !strings.Contains(err.Error(), "server.disks") {
+		t.Fatalf("a file as a disk: %v", err)
 	}
 }

@@ -79,6 +79,12 @@ func open(c *cli.Context) (*client.Client, *config.Config, bool, error) {
 	if err != nil || done {
 		return nil, cfg, done, err
 	}
+	// One command, one answer: a node the client cannot reach is in the
+	// verb's own error, so the client's WARN about backing off from it
+	// would say it twice. --log-level debug keeps everything.
+	if !strings.EqualFold(cfg.Log.Level, "debug") {
+		log = rolekit.NewLogger(config.Log{Level: "error", Format: cfg.Log.Format}, c.App.ErrWriter).With("role", "ctl")
+	}
 	cl, err := rolekit.OpenClient(cfg, log)
 	if err != nil {
 		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv ctl: %v", err), exitFailure)

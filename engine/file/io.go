@@ -154,7 +154,7 @@ func (s *Store) datasync(f vfs.File) error {
 		now := s.clock.Now().UnixNano()
 		last := s.lastSlowWarn.Load()
 		if now-last >= int64(warnEvery) && s.lastSlowWarn.CompareAndSwap(last, now) {
-			s.log.Warn("file engine: slow fdatasync", "dir", s.dir, "took", d)
+			s.log.Warn("file engine: slow fdatasync", "dir", s.dir, "took", d.String())
 		}
 	}
 	return err

@@ -349,7 +349,7 @@ func Open(opts Options) (*Tier, error) {
 	}
 	if opts.FlushDelay > 0 && t.diskAck {
 		t.log.Warn("ram tier: the flush delay does not apply: every PUT waits for its flush under disk acknowledgement",
-			"flush_delay", opts.FlushDelay)
+			"flush_delay", opts.FlushDelay.String())
 	}
 	if !t.diskAck {
 		t.dirtyLimit = max(1, uint64(opts.DirtyWatermark*float64(t.arenaBytes+t.large.budget)))
@@ -592,7 +592,7 @@ func (t *Tier) waitFlushed(dirty uint64, start time.Time) {
 		case <-tick.C:
 			left := t.dirtyBytes.Load()
 			t.log.Info("ram tier: still flushing before close", "dirty_bytes", left,
-				"flushed_bytes", dirty-min(dirty, left), "elapsed", time.Since(start).Round(time.Second))
+				"flushed_bytes", dirty-min(dirty, left), "elapsed", time.Since(start).Round(time.Second).String())
 		}
 	}
 }
@@ -622,7 +622,7 @@ func (t *Tier) Close() error {
 	}
 	t.waitFlushed(dirty, start) // the workers drain the queue before they exit
 	if dirty > 0 {
-		t.log.Info("ram tier: flushed before close", "dirty_bytes", dirty, "took", time.Since(start).Round(time.Millisecond))
+		t.log.Info("ram tier: flushed before close", "dirty_bytes", dirty, "took", time.Since(start).Round(time.Millisecond).String())
 	}
 
 	var errs []error

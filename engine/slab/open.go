@@ -189,7 +189,7 @@ func open(opts Options) (*Store, error) {
 	s.log.Info("slab engine: opened", "dir", s.dir, "epoch", s.epoch, "cold", !clean,
 		"objects", s.alloc.Objects(), "used_bytes", s.alloc.Used(), "capacity_bytes", s.capacity,
 		"extents", want.extents, "extent_bytes", want.extentBytes, "classes", want.classes,
-		"direct_io", s.direct, "dropped_records", stats.dropped, "rebuild", stats.took)
+		"direct_io", s.direct, "dropped_records", stats.dropped, "rebuild", stats.took.String())
 	return s, nil
 }
 

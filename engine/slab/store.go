@@ -504,7 +504,7 @@ func (s *Store) syncAll() error {
 		return err
 	}
 	if d := s.clock.Now().Sub(start); d > slowSync {
-		s.log.Warn("slab engine: slow sync at shutdown", "dir", s.dir, "took", d)
+		s.log.Warn("slab engine: slow sync at shutdown", "dir", s.dir, "took", d.String())
 	}
 	return nil
 }

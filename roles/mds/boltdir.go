@@ -277,7 +277,7 @@ func (d *boltDir) sweep() {
 				continue
 			}
 			if n > 0 {
-				d.log.Warn("MDS: dropped members whose heartbeat lapsed", "group", g, "members", ids, "ttl", d.ttl, "epoch", epoch)
+				d.log.Warn("MDS: dropped members whose heartbeat lapsed", "group", g, "members", ids, "ttl", d.ttl.String(), "epoch", epoch)
 				if d.expired != nil {
 					d.expired(n)
 				}

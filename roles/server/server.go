@@ -251,7 +251,7 @@ func (s *Server) drain() {
 		_ = c.nc.Close()
 	}
 	s.mu.Unlock()
-	s.log.Warn("shutdown timeout: closed connections with requests still in flight", "connections", n, "timeout", s.opts.ShutdownTimeout)
+	s.log.Warn("shutdown timeout: closed connections with requests still in flight", "connections", n, "timeout", s.opts.ShutdownTimeout.String())
 	<-done
 }
 

@@ -198,6 +198,7 @@ func load(in input) (*Config, *Resolved, error) {
 		return nil, nil, errors.Join(errs...)
 	}
 
+	r.warnings = append(r.warnings, noEffect(cfg, r.values)...)
 	if in.environ != nil {
 		r.warnings = append(r.warnings, unknownEnv(in.environ)...)
 	}
@@ -226,6 +227,33 @@ func crossCheck(cfg *Config, bit role) []error {
 		errs = append(errs, fmt.Errorf("mds.http_listen (DFKV_MDS_HTTP_LISTEN) %q is mds.listen (DFKV_MDS_LISTEN) too; give the HTTP endpoints a port of their own", cfg.MDS.HTTPListen))
 	}
 	return errs
+}
+
+// ramTierOnly are the server settings that only the RAM tier reads.
+var ramTierOnly = map[string]bool{
+	"server.ram_tier_bytes": true, "server.ram_write_mode": true, "server.put_ack_mode": true,
+	"server.ram_flush_threads": true, "server.ram_flush_delay_ms": true, "server.ram_tier_shards": true,
+	"server.ram_tier_numa": true, "server.ram_tier_large_reserve_bytes": true, "server.read_coalesce": true,
+}
+
+// noEffect warns about settings given (not defaults) that the rest of the
+// configuration makes moot, so an operator who set one learns it does
+// nothing rather than trusting it: the RAM tier's settings with the tier
+// off, a static member list beside an MDS.
+func noEffect(cfg *Config, values []resolvedValue) []string {
+	var warns []string
+	for _, rv := range values {
+		if rv.src.kind == fromDefault {
+			continue
+		}
+		switch {
+		case ramTierOnly[rv.s.key] && cfg.Server.RAMTier != 1:
+			warns = append(warns, fmt.Sprintf("%s (%s) is set from %s but has no effect: server.ram_tier is 0 (the RAM tier is off)", rv.s.key, rv.s.env, rv.src))
+		case rv.s.key == "client.members" && len(cfg.Client.MDS) > 0:
+			warns = append(warns, fmt.Sprintf("client.members (%s) is set from %s but has no effect: client.mds is set, and members come from the MDS", rv.s.env, rv.src))
+		}
+	}
+	return warns
 }
 
 // sameListener reports two listen addresses that would collide: the same

@@ -563,3 +563,40 @@ func TestUnknownTableReportedOnce(t *testing.T) {
 		t.Fatalf("keys inside a reported table are reported again:\n%s", msg)
 	}
 }
+
+// TestNoEffectWarnings: a setting given that the rest of the configuration
+// makes moot is a warning naming it and why; defaults and settings that do
+// apply are not.
+func TestNoEffectWarnings(t *testing.T) {
+	for key := range ramTierOnly {
+		if lookupKey(key) == nil {
+			t.Fatalf("ramTierOnly names %q, which is not a setting", key)
+		}
+	}
+	warnings := func(role string, flags map[string][]string) string {
+		t.Helper()
+		_, res, err := LoadFrom(role, "", nil, flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(res.Warnings(), "\n")
+	}
+	w := warnings("server", map[string][]string{"ram-write-mode": {"writearound"}, "put-ack-mode": {"disk"}})
+	for _, want := range []string{
+		"server.ram_write_mode (DFKV_RAM_WRITE_MODE) is set from flag --ram-write-mode but has no effect: server.ram_tier is 0",
+		"server.put_ack_mode (DFKV_PUT_ACK_MODE) is set from flag --put-ack-mode but has no effect",
+	} {
+		if !strings.Contains(w, want) {
+			t.Fatalf("warnings %q lack %q", w, want)
+		}
+	}
+	if w := warnings("server", map[string][]string{"ram-tier": {"1"}, "ram-tier-bytes": {"1GiB"}, "put-ack-mode": {"disk"}}); w != "" {
+		t.Fatalf("the tier on: warnings %q, want none", w)
+	}
+	if w := warnings("server", nil); w != "" {
+		t.Fatalf("defaults: warnings %q, want none", w)
+	}
+	if w := warnings("ctl", map[string][]string{"members": {"a:1"}, "mds": {"m:7700"}}); !strings.Contains(w, "client.members (DFKV_MEMBERS) is set from flag --members but has no effect: client.mds is set") {
+		t.Fatalf("members beside an MDS: warnings %q", w)
+	}
+}

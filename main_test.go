@@ -344,7 +344,7 @@ func TestServerRefusesBadConfig(t *testing.T) {
 		t.Fatalf("slab on a file-engine disk: exit %d: %s", code, errs)
 	}
 	// One structured line says why, not that line and a plain copy of it.
-	if n := strings.Count(errs, fileDisk+": "); n != 1 || !strings.Contains(errs, `msg="dfkv server failed"`) {
+	if n := strings.Count(errs, "is not a slab store"); n != 1 || !strings.Contains(errs, `msg="dfkv server failed"`) {
 		t.Fatalf("slab on a file-engine disk: the error appears %d times (want once, as a log line):\n%s", n, errs)
 	}
 	if _, err := os.Stat(filepath.Join(fileDisk, "slab_meta")); err == nil {

@@ -24,6 +24,20 @@ const (
 	// flushAt is how much buffered response data forces a flush even when
 	// more pipelined requests are waiting.
 	flushAt = 256 << 10
+
+	// lingerFloor and lingerTime bound the lingering close after a refused
+	// frame (conn.linger): the node reads and drops at most the refused
+	// body, at most max(lingerFloor, 2 × max_block_bytes) bytes of it, for
+	// at most lingerTime, whichever ends first. The common refusal is a
+	// PUT from a client whose max block size is larger than the node's: a
+	// client left on the 64 MiB default against a node configured smaller
+	// (the floor covers it), or a client configured larger than the node
+	// (twice the node's limit covers the usual mismatch). 2 s moves 128
+	// MiB even over 1 GbE; a client slower than that, or one sending more,
+	// gets the reset it would have got without the linger, after the
+	// response.
+	lingerFloor = 128 << 20
+	lingerTime  = 2 * time.Second
 )
 
 // conn is one client connection. Requests are read, executed and answered
@@ -54,6 +68,7 @@ type conn struct {
 	writeDeadline deadline.Lazy // the socket's write deadline (armWrite)
 	status        wire.Status   // status of the request being answered, for metrics
 	pastFirst     bool          // the first request is answered: bodies get BodyTimeout (the first one's is FirstRequest, when set)
+	unread        uint64        // body bytes of a refused frame still in the socket, as its prefix declared (linger)
 
 	mu      sync.Mutex
 	busy    bool // a request's first byte has arrived and it is being served
@@ -160,7 +175,7 @@ func (c *conn) serve() {
 		if _, err := c.br.Peek(1); err != nil {
 			if !c.pastFirst && isTimeout(err) && !c.isStopped() {
 				c.s.stats.firstReqTimeouts.Add(1)
-				log.Warn("closing connection: no complete first request within the deadline",
+				c.s.firstReqWarn.warn(log, time.Now(), "closing connection: no complete first request within the deadline",
 					"remote", c.nc.RemoteAddr().String(), "first_request_ms", c.s.opts.FirstRequest.Milliseconds())
 			}
 			return
@@ -201,7 +216,7 @@ func (c *conn) onError(err error) {
 	var fe *wire.FrameError
 	if errors.As(err, &fe) {
 		c.s.stats.frameErrors.Add(1)
-		c.s.log.Warn("closing connection after malformed request",
+		c.s.frameWarn.warn(c.s.log, time.Now(), "closing connection after malformed request",
 			"remote", c.nc.RemoteAddr().String(), "status", fe.Status.String(), "error", fe.Message)
 		msg := fe.Message
 		if len(msg) > wire.MaxErrorMessage {
@@ -209,13 +224,15 @@ func (c *conn) onError(err error) {
 		}
 		c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: fe.Status, BodyLen: uint64(len(msg))})
 		c.wbuf = append(c.wbuf, msg...)
-		_ = c.flush()
+		if c.flush() == nil {
+			c.linger()
+		}
 		return
 	}
 	if !c.pastFirst && c.s.opts.FirstRequest > 0 && isTimeout(err) {
 		// The first request's deadline (its body has it too, when set).
 		c.s.stats.firstReqTimeouts.Add(1)
-		c.s.log.Warn("closing connection: no complete first request within the deadline",
+		c.s.firstReqWarn.warn(c.s.log, time.Now(), "closing connection: no complete first request within the deadline",
 			"remote", c.nc.RemoteAddr().String(), "first_request_ms", c.s.opts.FirstRequest.Milliseconds())
 		return
 	}
@@ -228,6 +245,43 @@ func (c *conn) onError(err error) {
 		return // the client went away mid-request; nothing was applied
 	}
 	c.s.log.Debug("connection ended", "remote", c.nc.RemoteAddr().String(), "error", err.Error())
+}
+
+// linger closes a connection whose refusal was just written without
+// making the kernel reset it. Closing a socket with unread bytes in its
+// receive queue sends RST instead of FIN; a client still writing the
+// refused body (a PUT over max_block_bytes) then fails its write with
+// "connection reset by peer" and may lose the refusal itself (a stack
+// that drops received data on RST, or a response segment that needed
+// retransmitting), so it reports the node as unreachable and backs it
+// off, though the node only said TOO_LARGE. So: half-close, which sends
+// the response and then FIN (the client reads the refusal and then EOF),
+// read and drop what the client still sends of the refused body, within
+// the bounds of lingerFloor and lingerTime, and only then let serve close.
+//
+// The connection counts as idle while it lingers: a shutdown that has
+// already begun skips the linger, and one that begins during it cuts it
+// (stopIfIdle moves the read deadline into the past), so the linger never
+// holds up Serve's drain. Without a half-close (a net.Pipe in a test) it
+// does nothing: there is no reset to avoid, and without a FIN the client
+// would see the response end only when the linger did.
+func (c *conn) linger() {
+	n := min(c.unread, max(lingerFloor, 2*c.s.opts.MaxBlockBytes))
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if n == 0 || !ok {
+		return
+	}
+	if cw.CloseWrite() != nil {
+		return
+	}
+	// The deadline before end: once the connection is idle, only
+	// stopIfIdle may move it.
+	_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(lingerTime))
+	if !c.end() {
+		return // shutting down: close now
+	}
+	// Ends early at EOF (the client gave up), the deadline or shutdown.
+	_, _ = c.br.Discard(int(n))
 }
 
 func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
@@ -303,6 +357,7 @@ func (c *conn) handleOne() error {
 	}
 	h, err := wire.DecodeRequest(c.hdr[:], c.s.lim)
 	if err != nil {
+		c.unread = h.BodyLen
 		return err
 	}
 	c.s.stats.ops[h.Op].Add(1)
@@ -402,6 +457,7 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 		return err
 	}
 	if err := wire.ValidateBatchPutTable(table, h.BodyLen, c.s.lim); err != nil {
+		c.unread = h.BodyLen - uint64(len(table))
 		return err
 	}
 	st := c.statuses(n)

@@ -331,6 +331,9 @@ func (c *Client) keyBatch(ctx context.Context, p *peer, deadline time.Time, op w
 func (cc *cconn) readRecordsHeader(n int) (wire.ResponseHeader, error) {
 	h, err := cc.readHeader()
 	if err != nil {
+		// A batch reply's own status is OK; any other is the node
+		// refusing the whole frame, after which it closes the connection.
+		cc.broken = true
 		return h, err
 	}
 	if h.Stored != uint64(n) || h.BodyLen != 0 {

@@ -24,6 +24,12 @@ func (c *Client) Put(ctx context.Context, key, value []byte) error {
 			return err
 		}
 		_, err := cc.readHeader()
+		if wire.StatusOf(err) == wire.StatusTooLarge {
+			// Over the node's max_block_bytes, the node answers and
+			// closes the connection; pooled, it would only fail the next
+			// call. (An engine's TOO_LARGE keeps it open: one redial.)
+			cc.broken = true
+		}
 		return err
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dfkv/dfkv/wire"
@@ -225,8 +226,47 @@ func (cc *cconn) send(body []byte) error {
 	cc.wbuf = cc.wbuf[:0]
 	if err != nil {
 		cc.broken = true
+		if refused := cc.refusal(err); refused != nil {
+			return refused
+		}
 	}
 	return err
+}
+
+// refusalWait bounds the read for a refusal after a failed send. A reset
+// socket answers a read at once, with the bytes it still holds or with an
+// error, so this is only a safety bound; it may outlast the call's
+// deadline by as much.
+const refusalWait = 100 * time.Millisecond
+
+// refusal returns the answer the node wrote before it closed the
+// connection under a request still being sent, or nil when there is none.
+// A node refuses a frame it will not take (a PUT over its max_block_bytes)
+// as soon as it has read the prefix, answers, and closes; if the closed
+// socket still had body bytes coming, the kernel resets the connection and
+// the send fails with EPIPE or ECONNRESET, though the node is up and said
+// why. Linux keeps bytes it had received before the reset readable (seen
+// on loopback: the answer, then EOF), so the answer is read back and
+// becomes the call's result: a status error, which exchange does not count
+// against the node. A stack that drops them, or a reset that came first,
+// leaves nothing to read, and the send's error stands. The connection is
+// broken either way.
+func (cc *cconn) refusal(sendErr error) error {
+	if !errors.Is(sendErr, syscall.EPIPE) && !errors.Is(sendErr, syscall.ECONNRESET) {
+		return nil
+	}
+	_ = cc.nc.SetReadDeadline(time.Now().Add(refusalWait))
+	_, err := cc.readHeader()
+	cc.broken = true
+	switch err.(type) {
+	case *wire.StatusError, wire.Status:
+		return err // a well-formed answer with a status other than OK
+	}
+	// Nothing readable (EOF, the reset, the deadline), a malformed answer,
+	// or an OK, which cannot answer a request not yet sent. The send's
+	// error stands, and exchange may retry a pooled connection as before.
+	cc.got = false
+	return nil
 }
 
 // readFull reads exactly len(b) bytes, marking the connection broken on

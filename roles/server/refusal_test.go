@@ -1,0 +1,201 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/client"
+)
+
+// oversized is a PUT value over testMaxBlock, larger than loopback's
+// socket buffers (so a node that closes at once resets the sender
+// mid-write) and smaller than the linger's byte bound.
+const oversized = 32 << 20
+
+// logRecorder is a slog.Handler that keeps every message, for tests that
+// check what a node logged.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler            { return r }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, rec.Message)
+	return nil
+}
+
+func (r *logRecorder) logged(substr string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.msgs {
+		if strings.Contains(m, substr) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRefusedPutDrainedNotReset: a PUT over max_block_bytes sent in full,
+// body and all, is answered TOO_LARGE, and the node reads the body it
+// refused before closing, so the client's write completes and it reads the
+// refusal and then EOF, not a reset. The same for a BATCH_PUT refused
+// after its table, for one value over the limit.
+func TestRefusedPutDrainedNotReset(t *testing.T) {
+	n := startNode(t, newMemEngine(), nil)
+	put := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPut, Key: key(1), BodyLen: oversized})
+	put = append(put, make([]byte, oversized)...)
+	// 40 items, the first over the limit: their average is under it, so
+	// the prefix passes and the table is refused.
+	const items = 40
+	tbl := wire.AppendPutItem(nil, key(2), oversized)
+	for i := 1; i < items; i++ {
+		tbl = wire.AppendPutItem(tbl, key(byte(2+i)), 1)
+	}
+	batch := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpBatchPut, Length: items, BodyLen: uint64(len(tbl)) + oversized + items - 1})
+	batch = append(append(batch, tbl...), make([]byte, oversized+items-1)...)
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		msg   string
+	}{
+		{"PUT", put, "exceeds the node's max_block_bytes"},
+		{"BATCH_PUT", batch, "item 0 value of 33554432 bytes exceeds max_block_bytes"},
+	} {
+		c := dial(t, n.addr)
+		if _, err := c.Write(tc.frame); err != nil {
+			t.Fatalf("%s: writing the refused body: %v, want the node to read it", tc.name, err)
+		}
+		resp, msg := readResp(t, c)
+		if resp.Status != wire.StatusTooLarge || !bytes.Contains(msg, []byte(tc.msg)) {
+			t.Fatalf("%s: answer %s %q, want TOO_LARGE and %q", tc.name, resp.Status, msg, tc.msg)
+		}
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Fatalf("%s: after the refusal: %v, want EOF", tc.name, err)
+		}
+	}
+	ok := dial(t, n.addr)
+	writeReq(t, ok, wire.RequestHeader{Op: wire.OpPing}, nil)
+	if resp, _ := readResp(t, ok); resp.Status != wire.StatusOK {
+		t.Fatalf("PING after the refusals: %s", resp.Status)
+	}
+	for i := byte(1); i < 2+items; i++ {
+		if _, err := n.srv.opts.Engine.Lookup(key(i)); wire.StatusOf(err) != wire.StatusNotFound {
+			t.Fatalf("key %d of a refused frame was stored: %v", i, err)
+		}
+	}
+}
+
+// TestClientLargerBlockGetsTooLarge: a client whose max block size is
+// larger than the node's gets the node's TOO_LARGE and message for a PUT
+// and a BATCH_PUT over the node's limit, and the node is not taken for
+// down: the next calls on the same client go through at once (a node
+// backed off would fail them without dialing).
+func TestClientLargerBlockGetsTooLarge(t *testing.T) {
+	n := startNode(t, newMemEngine(), nil)
+	cl, err := client.Open(client.Options{Namespace: []byte("refusal"), Members: []string{n.addr}, MaxBlockBytes: 64 << 20, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	ctx := context.Background()
+	check := func(what string, err error) {
+		t.Helper()
+		var se *wire.StatusError
+		if !errors.As(err, &se) || se.Status != wire.StatusTooLarge || !strings.Contains(se.Message, "max_block_bytes 1048576") {
+			t.Fatalf("%s: %v, want the node's TOO_LARGE naming its max_block_bytes", what, err)
+		}
+		if errors.Is(err, client.ErrPeerDown) {
+			t.Fatalf("%s: the node was taken for down: %v", what, err)
+		}
+		if err := cl.Put(ctx, []byte("small"), []byte("value")); err != nil {
+			t.Fatalf("PUT after %s: %v", what, err)
+		}
+		if got, err := cl.GetAuto(ctx, []byte("small")); err != nil || string(got) != "value" {
+			t.Fatalf("GET after %s: %q, %v", what, got, err)
+		}
+	}
+	check("PUT over max_block_bytes", cl.Put(ctx, []byte("big"), make([]byte, oversized)))
+
+	// One value over the limit in a batch whose average is under it: the
+	// node refuses the frame after reading its table, with TOO_LARGE.
+	keys, vals := [][]byte{[]byte("b0")}, [][]byte{make([]byte, 8<<20)}
+	for i := 1; i <= 8; i++ {
+		keys, vals = append(keys, []byte{'b', byte('0' + i)}), append(vals, []byte("v"))
+	}
+	for i, err := range cl.PutBatch(ctx, keys, vals) {
+		if i > 0 {
+			if wire.StatusOf(err) != wire.StatusTooLarge {
+				t.Fatalf("BATCH_PUT item %d: %v, want the frame's TOO_LARGE", i, err)
+			}
+			continue
+		}
+		check("BATCH_PUT with a value over max_block_bytes", err)
+	}
+	if got := n.srv.Stats().FrameErrors; got != 2 {
+		t.Fatalf("frame errors %d, want 2", got)
+	}
+}
+
+// TestLingerDoesNotHoldShutdown: a connection lingering after a refusal
+// (its client declared a large body and sends none of it) does not make
+// shutdown wait for the linger's deadline: Serve returns without its
+// shutdown timeout forcing the connection closed.
+func TestLingerDoesNotHoldShutdown(t *testing.T) {
+	rec := &logRecorder{}
+	// A shutdown timeout shorter than lingerTime: a linger that shutdown
+	// could not cut would run into it.
+	n := startNode(t, newMemEngine(), func(o *Options) {
+		o.ShutdownTimeout = lingerTime / 2
+		o.Logger = slog.New(rec)
+	})
+	c := dial(t, n.addr)
+	h := wire.RequestHeader{Op: wire.OpPut, Key: key(1), BodyLen: oversized}
+	if _, err := c.Write(wire.AppendRequest(nil, &h)); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := readResp(t, c); resp.Status != wire.StatusTooLarge {
+		t.Fatalf("answer %s, want TOO_LARGE", resp.Status)
+	}
+	expectClosed(t, c) // the half-close: the node is lingering now
+	n.cancel()
+	if err := <-n.done; err != nil {
+		t.Fatal(err)
+	}
+	n.done <- nil
+	if rec.logged("shutdown timeout") {
+		t.Fatal("shutdown waited for a lingering connection until its timeout")
+	}
+}
+
+// TestLingerEnds: a client that declares a large body after its refusal,
+// sends none of it and keeps the connection open does not hold the
+// connection: the node closes it once the linger's deadline passes.
+func TestLingerEnds(t *testing.T) {
+	n := startNode(t, newMemEngine(), nil)
+	c := dial(t, n.addr)
+	h := wire.RequestHeader{Op: wire.OpPut, Key: key(1), BodyLen: oversized}
+	if _, err := c.Write(wire.AppendRequest(nil, &h)); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := readResp(t, c); resp.Status != wire.StatusTooLarge {
+		t.Fatalf("answer %s, want TOO_LARGE", resp.Status)
+	}
+	for wait := time.Now().Add(30 * time.Second); n.srv.Stats().OpenConns != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(wait) {
+			t.Fatalf("the node still holds the stalled connection after 30 s (linger bound %s)", lingerTime)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/roles/bench"
 	"github.com/dfkv/dfkv/roles/ctl"
 	"github.com/dfkv/dfkv/roles/mds"
@@ -108,9 +109,15 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	}
 	// `dfkv --version` prints what `dfkv version` prints.
 	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintln(c.App.Writer, version.String()) }
+	// A mistyped flag gets one line naming it the way it was typed, a
+	// suggestion and where the full help is, not the whole help text.
+	for _, c := range cmds {
+		setUsageError(c, "dfkv "+c.Name)
+	}
 	return &cli.App{
 		Name:      "dfkv",
 		Version:   version.Version,
+		Suggest:   true,
 		Usage:     "a KV-cache store for LLM inference",
 		UsageText: "dfkv ROLE [options]   (or invoke through a symlink such as dfkv-server)",
 		Description: "Roles: server (cache node), mds (membership directory), smoke (end-to-end check),\n" +
@@ -131,4 +138,38 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			return cli.Exit("", 2)
 		},
 	}
+}
+
+// setUsageError makes c and its subcommands answer a usage error (an
+// unknown flag, a flag without its value) with one line and exit 2.
+func setUsageError(c *cli.Command, name string) {
+	c.OnUsageError = func(ctx *cli.Context, err error, _ bool) error {
+		msg := err.Error()
+		// Go's flag package names the flag with one dash; dfkv's help
+		// and README spell flags with two.
+		msg = strings.Replace(msg, "defined: -", "defined: --", 1)
+		msg = strings.Replace(msg, "needs an argument: -", "needs an argument: --", 1)
+		if s := suggestFlag(ctx, err); s != "" {
+			msg += "; did you mean --" + s + "?"
+		}
+		return cli.Exit(fmt.Sprintf("%s: %s (dfkv %s --help lists the flags)", name, msg, strings.TrimPrefix(name, "dfkv ")), 2)
+	}
+	for _, sub := range c.Subcommands {
+		setUsageError(sub, name+" "+sub.Name)
+	}
+}
+
+// suggestFlag is the defined flag closest to the unknown one in err, or "".
+func suggestFlag(ctx *cli.Context, err error) string {
+	const prefix = "flag provided but not defined: -"
+	msg := err.Error()
+	i := strings.Index(msg, prefix)
+	if i < 0 || ctx.Command == nil {
+		return ""
+	}
+	var names []string
+	for _, f := range ctx.Command.Flags {
+		names = append(names, f.Names()...)
+	}
+	return config.Closest(strings.TrimLeft(msg[i+len(prefix):], "-"), names)
 }

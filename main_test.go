@@ -98,6 +98,13 @@ func TestArgumentMistakes(t *testing.T) {
 	f(2, `dfkv ctl info: unexpected argument "x"`, "ctl", "info", "x")
 
 	f(2, "--ops 5 and --duration 1s both given", "bench", "--ops", "5", "--duration", "1s")
+	// A mistyped flag: one line with a suggestion, not the whole help.
+	f(2, "dfkv server: flag provided but not defined: --lissten; did you mean --listen?", "server", "--lissten", "x")
+	f(2, "dfkv ctl stats: flag provided but not defined: --jsn; did you mean --json?", "ctl", "stats", "--jsn")
+	f(2, "dfkv bench: flag needs an argument: --duration", "bench", "--duration")
+	if _, out, errs := runIn("dfkv", "mds", "--nope"); strings.Contains(out+errs, "USAGE") {
+		t.Fatalf("an unknown flag printed the whole help:\n%s%s", out, errs)
+	}
 	f(0, "dfkv dev (commit ", "--version")
 	f(0, "mds ", "help")
 

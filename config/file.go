@@ -230,6 +230,18 @@ func tomlDisplay(v any) string {
 	return fmt.Sprint(v)
 }
 
+// Closest returns the name in names nearest to typed, at most two edits
+// away (case ignored), or "": the "did you mean" of a mistyped flag.
+func Closest(typed string, names []string) string {
+	best, bestDist := "", 3
+	for _, n := range names {
+		if d := editDistance(strings.ToLower(typed), strings.ToLower(n)); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
+}
+
 // editDistance is the Levenshtein distance of a and b, for "did you mean".
 func editDistance(a, b string) int {
 	prev := make([]int, len(b)+1)

@@ -258,7 +258,7 @@ func oneOf(words ...string) func(string) error {
 				return nil
 			}
 		}
-		return errors.New("is not one of " + strings.Join(words, ", "))
+		return errors.New("is not a known value")
 	}
 }
 

@@ -254,6 +254,9 @@ func TestBenchErrors(t *testing.T) {
 	if !strings.Contains(out, "WARNING: 10 errors (UNAVAILABLE 10)") || !strings.Contains(out, "connection refused") {
 		t.Fatalf("table does not warn about the stopped node:\n%s", out)
 	}
+	if !strings.Contains(out, "fill FAILED: all 4 PUTs failed") || strings.Contains(out, "fill 4 keys in") {
+		t.Fatalf("the header reports a fill that stored nothing as done:\n%s", out)
+	}
 	if len(res.ErrorSamples) != 2 {
 		t.Fatalf("want one error sample per phase and class (2), got %q", res.ErrorSamples)
 	}

@@ -305,7 +305,15 @@ func (res *Result) summary() string {
 	}
 	fmt.Fprintf(&b, " (warm-up %gs", c.WarmupS)
 	if res.Fill != nil {
-		fmt.Fprintf(&b, "; fill %d keys in %.2fs, %s GB/s", res.Fill.Keys, res.Fill.Seconds, sig3(res.Fill.GBPerS))
+		switch f := res.Fill; {
+		case f.Errors == 0:
+			fmt.Fprintf(&b, "; fill %d keys in %.2fs, %s GB/s", f.Keys, f.Seconds, sig3(f.GBPerS))
+		case f.Errors >= uint64(f.Keys):
+			// Not "filled in 0.04s": nothing was stored.
+			fmt.Fprintf(&b, "; fill FAILED: all %d PUTs failed", f.Keys)
+		default:
+			fmt.Fprintf(&b, "; fill %d keys in %.2fs, %d of them FAILED", f.Keys, f.Seconds, f.Errors)
+		}
 	}
 	b.WriteString(")")
 	if c.Workload == wMixed {

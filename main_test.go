@@ -307,8 +307,9 @@ func TestServerProcessEndToEnd(t *testing.T) {
 	}
 
 	srv.stop(t)
-	if !strings.Contains(srv.logs.String(), `msg="shutdown requested" role=server reason="terminated signal received"`) {
-		t.Fatalf("server log does not say SIGTERM started the shutdown:\n%s", srv.logs.String())
+	if logs := srv.logs.String(); !strings.Contains(logs, `msg="shutdown requested" role=server signal=terminated`) ||
+		strings.Index(logs, "shutdown requested") > strings.Index(logs, "stopped accepting") {
+		t.Fatalf("server log does not say SIGTERM started the shutdown, before the shutdown's own lines:\n%s", logs)
 	}
 	if !strings.Contains(srv.logs.String(), "dfkv server listening") || !strings.Contains(srv.logs.String(), "stopped cleanly") {
 		t.Fatalf("server log lacks start/stop lines:\n%s", srv.logs.String())

@@ -27,8 +27,13 @@ func membersCommand() *cli.Command {
 			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "# %s\n", src)
 			fmt.Fprintln(w, "ID\tADDRESS\tWEIGHT\tCAPACITY\tLAST HEARTBEAT\tPING")
+			members := cl.MemberList()
+			if len(members) == 0 {
+				_ = w.Flush()
+				return cli.Exit(fmt.Sprintf("dfkv ctl members: no members: no node is registered with the MDS in group %q (check the nodes' server.mds and group)", cfg.Group), exitFailure)
+			}
 			down := 0
-			for _, m := range cl.MemberList() {
+			for _, m := range members {
 				ping := "ok"
 				if err := cl.Ping(c.Context, m.Addr); err != nil {
 					ping = "FAIL: " + err.Error()

@@ -58,17 +58,27 @@ func Load(c *cli.Context, role string) (cfg *config.Config, log *slog.Logger, do
 }
 
 // SignalContext is c's context, cancelled by SIGINT or SIGTERM, for a
-// long-running role. The signal is logged when it arrives (the drain and
-// sync that follow can take a while, and the log should say why they
-// started); stop releases the signal and must be deferred.
+// long-running role. The signal is logged before the context is cancelled
+// (so the line comes before anything the shutdown logs, and the drain and
+// sync that follow can take a while); stop releases the signals and must
+// be deferred.
 func SignalContext(c *cli.Context, log *slog.Logger) (ctx context.Context, stop func()) {
-	ctx, stopSignals := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
-	stopLog := context.AfterFunc(ctx, func() {
-		log.Info("shutdown requested", "reason", context.Cause(ctx).Error())
-	})
+	ctx, cancel := context.WithCancelCause(c.Context)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigs:
+			log.Info("shutdown requested", "signal", sig.String())
+			cancel(fmt.Errorf("%s received", sig))
+		case <-done:
+		}
+	}()
 	return ctx, func() {
-		stopLog() // first: releasing the signals below cancels ctx too
-		stopSignals()
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
 	}
 }
 

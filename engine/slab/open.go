@@ -130,6 +130,10 @@ func open(opts Options) (*Store, error) {
 	if err := lockDir(s.lock); err != nil {
 		_ = s.lock.Close()
 		s.lock = nil
+		// Another store holds the directory (it may have made it, or be
+		// formatting it, since checkDir looked): nothing here is ours to
+		// remove.
+		s.made = nil
 		if errors.Is(err, errLocked) {
 			return nil, fmt.Errorf("%s is in use by another slab store (another dfkv server, or a second disk entry naming the same directory); nothing was changed: %w", s.dir, wire.StatusUnavailable)
 		}
@@ -433,11 +437,15 @@ func (s *Store) mkdirs() error {
 			break
 		}
 	}
+	// One level at a time, noting only what this call created: Stat
+	// follows symlinks, so a dangling one (a mount point's link while the
+	// disk is not mounted) reads as missing, and Mkdir then fails on it
+	// rather than this Open noting, and a failure removing, the link.
 	for i := len(missing) - 1; i >= 0; i-- {
+		if err := s.fs.Mkdir(missing[i], 0o755); err != nil {
+			return fmt.Errorf("create disk directory %s: %w; check the path (a symlink whose target is missing?) and its parent's permissions", missing[i], err)
+		}
 		s.made = append(s.made, missing[i])
-	}
-	if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {
-		return fmt.Errorf("create disk directory %s: %w; check the path and its parent's permissions", s.dir, err)
 	}
 	created := s.dir
 	if len(missing) > 0 {

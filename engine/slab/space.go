@@ -38,7 +38,12 @@ func (s *Store) checkSpace(statDir string) error {
 		more = " more" // part of the pool is already allocated
 	}
 	lower := fmt.Sprintf("lower %s (%d bytes would fit, filling the filesystem; leave room if it is shared)", capacitySetting, fit)
-	if fit == 0 {
+	switch {
+	case need < pool:
+		// A formatted store missing extents: its geometry is fixed, so a
+		// lower capacity would be refused as another geometry.
+		lower = fmt.Sprintf("the store's extents are partly missing, and its capacity (%s) cannot change on a formatted store: restore the extents", capacitySetting)
+	case fit == 0:
 		lower = fmt.Sprintf("not even one %d-byte extent fits, so lowering %s alone will not do", eb, capacitySetting)
 	}
 	return invalid("%s: configured capacity %d bytes (%d extents of %d bytes) needs %d%s bytes preallocated, but its filesystem has only %d bytes free; nothing was written: %s, or free space on that filesystem",

@@ -98,6 +98,13 @@ func (f *FaultFS) MkdirAll(path string, perm os.FileMode) error {
 	return f.under().MkdirAll(path, perm)
 }
 
+func (f *FaultFS) Mkdir(path string, perm os.FileMode) error {
+	if err := f.inject(OpMkdir, path, 0); err != nil {
+		return err
+	}
+	return f.under().Mkdir(path, perm)
+}
+
 func (f *FaultFS) ReadDir(name string) ([]os.DirEntry, error) {
 	if err := f.inject(OpReadDir, name, 0); err != nil {
 		return nil, err

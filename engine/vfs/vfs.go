@@ -29,6 +29,9 @@ type File interface {
 type Usage struct {
 	Total uint64
 	Free  uint64 // available to an unprivileged writer
+	// FS tells filesystems apart (statfs's f_fsid), so disks sharing one
+	// can be sized together; 0 when unknown.
+	FS uint64
 }
 
 // FS is the filesystem as the engines see it.
@@ -37,6 +40,10 @@ type FS interface {
 	Rename(oldpath, newpath string) error
 	Remove(name string) error
 	MkdirAll(path string, perm os.FileMode) error
+	// Mkdir creates one directory; it fails if anything (a directory, a
+	// file, a dangling symlink) is already at path, so a caller can tell
+	// what it made itself.
+	Mkdir(path string, perm os.FileMode) error
 	ReadDir(name string) ([]os.DirEntry, error)
 	Stat(name string) (os.FileInfo, error)
 	Usage(path string) (Usage, error)
@@ -61,6 +68,7 @@ func (OS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 func (OS) Rename(oldpath, newpath string) error         { return os.Rename(oldpath, newpath) }
 func (OS) Remove(name string) error                     { return os.Remove(name) }
 func (OS) MkdirAll(path string, perm os.FileMode) error { return os.MkdirAll(path, perm) }
+func (OS) Mkdir(path string, perm os.FileMode) error    { return os.Mkdir(path, perm) }
 func (OS) ReadDir(name string) ([]os.DirEntry, error)   { return os.ReadDir(name) }
 func (OS) Stat(name string) (os.FileInfo, error)        { return os.Stat(name) }
 
@@ -70,7 +78,8 @@ func (OS) Usage(path string) (Usage, error) {
 		return Usage{}, &os.PathError{Op: "statfs", Path: path, Err: err}
 	}
 	bs := uint64(st.Bsize)
-	return Usage{Total: st.Blocks * bs, Free: st.Bavail * bs}, nil
+	id := uint64(uint32(st.Fsid.Val[0]))<<32 | uint64(uint32(st.Fsid.Val[1]))
+	return Usage{Total: st.Blocks * bs, Free: st.Bavail * bs, FS: id}, nil
 }
 
 func (OS) SyncDir(path string) error {

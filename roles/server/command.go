@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -285,6 +286,9 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 			_ = e.Close()
 		}
 	}
+	if err := checkSharedSpace(sc, fs); err != nil {
+		return nil, err
+	}
 	for _, dir := range sc.Disks {
 		e, err := openDisk(sc, dir, fs, clock, log, acct)
 		if err != nil {
@@ -366,11 +370,8 @@ const autoSlabMax = 4 << 30
 // the geometry check) and a new one is sized from its free space; the file
 // engine, which preallocates nothing, takes half the filesystem.
 func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *slog.Logger, acct engine.Accounting) (engine.StoreEngine, error) {
-	capacity, extent := sc.DiskCapacityBytes, sc.SlabExtentBytes
+	capacity, extent := sc.DiskCapacityBytes, slabExtent(sc)
 	if sc.StoreEngine == "slab" {
-		if extent == 0 {
-			extent = max(uint64(slab.DefaultExtentBytes), (sc.MaxBlockBytes+(1<<20)-1)&^((1<<20)-1))
-		}
 		if capacity == 0 {
 			c, e, ok, err := slab.Existing(fs, dir)
 			if err != nil {
@@ -411,6 +412,62 @@ func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *
 		log.Info("disk capacity not configured; using half of the filesystem", "disk", dir, "capacity_bytes", capacity)
 	}
 	return file.Open(file.Options{Dir: dir, CapacityBytes: capacity, FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct})
+}
+
+// slabExtent is the extent size a new slab disk is formatted with:
+// server.slab_extent_bytes, or the default grown to hold one maximum block.
+func slabExtent(sc config.Server) uint64 {
+	if sc.SlabExtentBytes != 0 {
+		return sc.SlabExtentBytes
+	}
+	return max(uint64(slab.DefaultExtentBytes), (sc.MaxBlockBytes+(1<<20)-1)&^((1<<20)-1))
+}
+
+// checkSharedSpace refuses, before any disk is opened, new slab disks of a
+// configured capacity that share a filesystem too small for all of them.
+// Each engine checks its own disk against the free space, but one at a
+// time: the first would be formatted in full before the second found no
+// room, and a retry with a smaller capacity would then trip the first's
+// geometry check. Disks already formatted are left to their engines.
+func checkSharedSpace(sc config.Server, fsys vfs.FS) error {
+	if sc.StoreEngine != "slab" || sc.DiskCapacityBytes == 0 || len(sc.Disks) < 2 {
+		return nil
+	}
+	extent := slabExtent(sc)
+	need := sc.DiskCapacityBytes / extent * extent
+	type shared struct {
+		free  uint64
+		disks []string
+	}
+	byFS := map[[3]uint64]*shared{}
+	var order [][3]uint64
+	for _, dir := range sc.Disks {
+		if _, _, formatted, err := slab.Existing(fsys, dir); err != nil || formatted {
+			continue // formatted (its engine checks what it still needs), or its engine reports the problem
+		}
+		u, err := fsys.Usage(vfs.ExistingAncestor(fsys, dir))
+		if err != nil {
+			continue // its engine reports it
+		}
+		key := [3]uint64{u.FS, 0, 0}
+		if u.FS == 0 {
+			key = [3]uint64{0, u.Total, u.Free} // no filesystem id: same size and free space, same filesystem
+		}
+		if byFS[key] == nil {
+			byFS[key] = &shared{free: u.Free}
+			order = append(order, key)
+		}
+		byFS[key].disks = append(byFS[key].disks, dir)
+	}
+	for _, key := range order {
+		g := byFS[key]
+		if n := uint64(len(g.disks)); n > 1 && need*n > g.free {
+			fit := g.free / n / extent * extent
+			return fmt.Errorf("disks %s share one filesystem with %d bytes free, but %d disks of server.disk_capacity_bytes (--disk-capacity, DFKV_DISK_CAPACITY_BYTES) %s need %d bytes; nothing was written: lower it to %d (fills the filesystem; leave room if it is shared) or give each disk a filesystem of its own: %w",
+				strings.Join(g.disks, ", "), g.free, n, config.FormatSize(sc.DiskCapacityBytes), need*n, fit, wire.StatusInvalid)
+		}
+	}
+	return nil
 }
 
 // diskHint says what to check when a disk directory cannot be used for a

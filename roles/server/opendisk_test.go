@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"errors"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -68,5 +69,60 @@ func TestDiskHint(t *testing.T) {
 	if _, err := OpenEngines(cfg, vfs.OS{}, engine.SystemClock{}, slog.New(slog.DiscardHandler)); err == nil ||
 		!strings.Contains(err.Error(), "names a file, not a directory") || !strings.Contains(err.Error(), "server.disks") {
 		t.Fatalf("a file as a disk: %v", err)
+	}
+}
+
+// sharedFS plays one filesystem of size bytes holding every disk under
+// root: free space is size less the bytes of the files there.
+type sharedFS struct {
+	vfs.FS
+	root string
+	size uint64
+}
+
+func (f sharedFS) Usage(string) (vfs.Usage, error) {
+	var used uint64
+	_ = filepath.WalkDir(f.root, func(p string, d iofs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := os.Stat(p); err == nil {
+				used += uint64(fi.Size())
+			}
+		}
+		return nil
+	})
+	return vfs.Usage{Total: f.size, Free: f.size - min(used, f.size)}, nil
+}
+
+// TestSharedFilesystemSizedTogether: two new disks on one filesystem too
+// small for both at the configured capacity are refused before either is
+// formatted (one at a time, the first was formatted in full, and the retry
+// with a capacity that fits then tripped its geometry check).
+func TestSharedFilesystemSizedTogether(t *testing.T) {
+	root := t.TempDir()
+	a, b := filepath.Join(root, "a"), filepath.Join(root, "b")
+	fsys := sharedFS{FS: vfs.OS{}, root: root, size: 1 << 30}
+	open := func(capacity string) error {
+		t.Helper()
+		cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{"disk": {a, b}, "disk-capacity": {capacity}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := OpenEngines(cfg, fsys, engine.SystemClock{}, slog.New(slog.DiscardHandler))
+		if err == nil {
+			err = g.Close()
+		}
+		return err
+	}
+	err := open("768MiB")
+	if err == nil || !strings.Contains(err.Error(), "share one filesystem") || !strings.Contains(err.Error(), "lower it to 536870912") {
+		t.Fatalf("two 768 MiB disks on a 1 GiB filesystem: %v, want a refusal naming what would fit", err)
+	}
+	for _, d := range []string{a, b} {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the refused start left %s behind: %v", d, err)
+		}
+	}
+	if err := open("448MiB"); err != nil {
+		t.Fatalf("the retry with a capacity that fits both: %v", err)
 	}
 }

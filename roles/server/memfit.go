@@ -45,7 +45,7 @@ func (m memInfo) available() (avail uint64, source string, ok bool) {
 	}
 	source = fmt.Sprintf("MemAvailable in %s", m.meminfo)
 	if limit, used, where, ok := m.cgroupLimit(); ok && limit > used && limit-used < avail {
-		avail, source = limit-used, fmt.Sprintf("the memory cgroup's limit %s less its usage %s (%s)", approxSize(limit), approxSize(used), where)
+		avail, source = limit-used, fmt.Sprintf("the memory cgroup's limit %s less its usage %s without inactive page cache (%s)", approxSize(limit), approxSize(used), where)
 	} else if ok && limit <= used {
 		avail, source = 0, fmt.Sprintf("the memory cgroup's limit %s, already used (%s)", approxSize(limit), where)
 	}
@@ -85,12 +85,12 @@ func (m memInfo) cgroupLimit() (limit, used uint64, where string, ok bool) {
 		if len(parts) != 3 {
 			continue
 		}
-		var dir, limitFile, usageFile string
+		var dir, limitFile, usageFile, inactiveKey string
 		switch {
 		case parts[0] == "0" && parts[1] == "":
-			dir, limitFile, usageFile = filepath.Join(m.cgroupRoot, parts[2]), "memory.max", "memory.current"
+			dir, limitFile, usageFile, inactiveKey = filepath.Join(m.cgroupRoot, parts[2]), "memory.max", "memory.current", "inactive_file"
 		case hasController(parts[1], "memory"):
-			dir, limitFile, usageFile = filepath.Join(m.cgroupRoot, "memory", parts[2]), "memory.limit_in_bytes", "memory.usage_in_bytes"
+			dir, limitFile, usageFile, inactiveKey = filepath.Join(m.cgroupRoot, "memory", parts[2]), "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"
 		default:
 			continue
 		}
@@ -99,9 +99,28 @@ func (m memInfo) cgroupLimit() (limit, used uint64, where string, ok bool) {
 		if !okL || !okU || limit >= 1<<62 {
 			continue // no limit here ("max", or v1's unlimited)
 		}
+		// Usage counts page cache the kernel reclaims under pressure; the
+		// inactive part of it is as good as free (the working set, as
+		// the kubelet computes it).
+		if stat, err := os.ReadFile(filepath.Join(dir, "memory.stat")); err == nil {
+			if inactive, ok := statField(stat, inactiveKey); ok {
+				used -= min(used, inactive)
+			}
+		}
 		return limit, used, filepath.Join(dir, limitFile), true
 	}
 	return 0, 0, "", false
+}
+
+// statField parses "name 123" out of a cgroup memory.stat.
+func statField(data []byte, name string) (uint64, bool) {
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			v, err := strconv.ParseUint(f[1], 10, 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
 }
 
 func hasController(list, name string) bool {

@@ -60,9 +60,20 @@ func TestRAMTierFitsMemory(t *testing.T) {
 	check("v2 limit 4 GiB, 1 GiB used: 2 GiB fits", v2, 2*gib)
 	check("v2 limit 4 GiB, 1 GiB used: 8 GiB does not", v2, 8*gib, "3.0 GiB", "cgroup", "memory.max")
 
+	// 3 GiB used, 2.5 GiB of it inactive page cache: 3.5 GiB of the 4 GiB
+	// limit can be had.
+	cached := fakeMem(t, 16*gib, "0::/dfkv.service", map[string]string{"dfkv.service/memory.max": "4294967296\n",
+		"dfkv.service/memory.current": "3221225472\n", "dfkv.service/memory.stat": "anon 536870912\nfile 2684354560\ninactive_file 2684354560\nactive_file 0\n"})
+	check("v2, usage mostly reclaimable cache", cached, 3*gib)
+	check("v2, past what cache frees", cached, 4*gib, "3.5 GiB", "without inactive page cache")
+
 	v1 := fakeMem(t, 16*gib, "4:memory:/process_api/x\n3:cpuset:/", map[string]string{
 		"memory/process_api/x/memory.limit_in_bytes": "2147483648\n", "memory/process_api/x/memory.usage_in_bytes": "0\n"})
 	check("v1 limit 2 GiB", v1, 4*gib, "2.0 GiB", "memory.limit_in_bytes")
+	v1Cached := fakeMem(t, 16*gib, "4:memory:/y", map[string]string{"memory/y/memory.limit_in_bytes": "2147483648\n",
+		"memory/y/memory.usage_in_bytes": "1610612736\n", "memory/y/memory.stat": "cache 1073741824\ntotal_inactive_file 1073741824\n"})
+	check("v1, usage mostly reclaimable cache", v1Cached, 1*gib)
+	check("v1, past what cache frees", v1Cached, 2*gib, "1.5 GiB")
 	v1Unlimited := fakeMem(t, 16*gib, "4:memory:/x", map[string]string{
 		"memory/x/memory.limit_in_bytes": "9223372036854771712\n", "memory/x/memory.usage_in_bytes": "1097658368\n"})
 	check("v1 unlimited", v1Unlimited, 8*gib)

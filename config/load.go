@@ -242,8 +242,17 @@ var ramTierOnly = map[string]bool{
 // off, a static member list beside an MDS.
 func noEffect(cfg *Config, values []resolvedValue) []string {
 	var warns []string
+	var def *Config
 	for _, rv := range values {
 		if rv.src.kind == fromDefault {
+			continue
+		}
+		// A file that spells out a default (dfkv.example.toml lists every
+		// setting with its default) sets nothing an operator chose.
+		if def == nil {
+			def = defaultConfig()
+		}
+		if rv.s.value.format(cfg) == rv.s.value.format(def) {
 			continue
 		}
 		switch {
@@ -254,6 +263,17 @@ func noEffect(cfg *Config, values []resolvedValue) []string {
 		}
 	}
 	return warns
+}
+
+// defaultConfig is the configuration of defaults alone.
+func defaultConfig() *Config {
+	c := new(Config)
+	for i := range settings {
+		if err := settings[i].value.set(c, settings[i].defaults()); err != nil {
+			panic(fmt.Sprintf("BUG: config: default of %s %q %v", settings[i].key, settings[i].def, err))
+		}
+	}
+	return c
 }
 
 // sameListener reports two listen addresses that would collide: the same

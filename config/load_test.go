@@ -596,6 +596,11 @@ func TestNoEffectWarnings(t *testing.T) {
 	if w := warnings("server", nil); w != "" {
 		t.Fatalf("defaults: warnings %q, want none", w)
 	}
+	// dfkv.example.toml spells out every default, the RAM tier's too;
+	// starting from it must not warn about them.
+	if _, res, err := LoadFrom("server", "../dfkv.example.toml", nil, nil); err != nil || len(res.Warnings()) != 0 {
+		t.Fatalf("dfkv.example.toml: %v, warnings %q, want none", err, res.Warnings())
+	}
 	if w := warnings("ctl", map[string][]string{"members": {"a:1"}, "mds": {"m:7700"}}); !strings.Contains(w, "client.members (DFKV_MEMBERS) is set from flag --members but has no effect: client.mds is set") {
 		t.Fatalf("members beside an MDS: warnings %q", w)
 	}

@@ -112,12 +112,16 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	// A mistyped flag gets one line naming it the way it was typed, a
 	// suggestion and where the full help is, not the whole help text.
 	for _, c := range cmds {
-		setUsageError(c, "dfkv "+c.Name)
+		setUsageError(c, nil, "dfkv "+c.Name)
 	}
 	return &cli.App{
-		Name:      "dfkv",
-		Version:   version.Version,
-		Suggest:   true,
+		Name:    "dfkv",
+		Version: version.Version,
+		Suggest: true,
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			msg := strings.Replace(err.Error(), "defined: -", "defined: --", 1)
+			return cli.Exit("dfkv: "+msg+" (dfkv --help lists the roles; each role's flags come after it)", 2)
+		},
 		Usage:     "a KV-cache store for LLM inference",
 		UsageText: "dfkv ROLE [options]   (or invoke through a symlink such as dfkv-server)",
 		Description: "Roles: server (cache node), mds (membership directory), smoke (end-to-end check),\n" +
@@ -141,35 +145,59 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 }
 
 // setUsageError makes c and its subcommands answer a usage error (an
-// unknown flag, a flag without its value) with one line and exit 2.
-func setUsageError(c *cli.Command, name string) {
+// unknown flag, a flag without its value) with one line and exit 2. parent
+// is the command c is a verb of (ctl), whose options go before the verb.
+func setUsageError(c, parent *cli.Command, name string) {
 	c.OnUsageError = func(ctx *cli.Context, err error, _ bool) error {
 		msg := err.Error()
 		// Go's flag package names the flag with one dash; dfkv's help
 		// and README spell flags with two.
 		msg = strings.Replace(msg, "defined: -", "defined: --", 1)
 		msg = strings.Replace(msg, "needs an argument: -", "needs an argument: --", 1)
-		if s := suggestFlag(ctx, err); s != "" {
+		if typed := unknownFlag(err); typed != "" && parent != nil && hasFlag(parent, typed) {
+			msg += fmt.Sprintf("; it is an option of dfkv %s: give it before the verb (dfkv %s --%s … %s)", parent.Name, parent.Name, typed, c.Name)
+		} else if s := suggestFlag(ctx, err); s != "" {
 			msg += "; did you mean --" + s + "?"
 		}
 		return cli.Exit(fmt.Sprintf("%s: %s (dfkv %s --help lists the flags)", name, msg, strings.TrimPrefix(name, "dfkv ")), 2)
 	}
 	for _, sub := range c.Subcommands {
-		setUsageError(sub, name+" "+sub.Name)
+		setUsageError(sub, c, name+" "+sub.Name)
 	}
+}
+
+// unknownFlag is the flag name in an "flag provided but not defined"
+// error, without dashes, or "".
+func unknownFlag(err error) string {
+	const prefix = "flag provided but not defined: -"
+	msg := err.Error()
+	i := strings.Index(msg, prefix)
+	if i < 0 {
+		return ""
+	}
+	return strings.TrimLeft(msg[i+len(prefix):], "-")
+}
+
+func hasFlag(c *cli.Command, name string) bool {
+	for _, f := range c.Flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // suggestFlag is the defined flag closest to the unknown one in err, or "".
 func suggestFlag(ctx *cli.Context, err error) string {
-	const prefix = "flag provided but not defined: -"
-	msg := err.Error()
-	i := strings.Index(msg, prefix)
-	if i < 0 || ctx.Command == nil {
-		return ""
+	typed := unknownFlag(err)
+	if len(typed) < 3 || ctx.Command == nil {
+		return "" // "-k" is two edits from every one-letter alias
 	}
 	var names []string
 	for _, f := range ctx.Command.Flags {
 		names = append(names, f.Names()...)
 	}
-	return config.Closest(strings.TrimLeft(msg[i+len(prefix):], "-"), names)
+	return config.Closest(typed, names)
 }

@@ -31,6 +31,11 @@ func Command() *cli.Command {
 	flags := append(config.Flags("ctl"),
 		&cli.BoolFlag{Name: "key-hex", Usage: "KEY arguments are hex-encoded bytes"},
 	)
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			optionNames[n] = true
+		}
+	}
 	return &cli.Command{
 		Name:      "ctl",
 		Usage:     "inspect and edit a cluster: put, get, exist, rm, stats, members, info",
@@ -58,6 +63,10 @@ func Command() *cli.Command {
 	}
 }
 
+// optionNames are ctl's own option names (Command fills it), to tell an
+// option given after the verb from a key that starts with "-".
+var optionNames = map[string]bool{}
+
 // maxArgs is how many arguments each verb takes at most.
 var maxArgs = map[string]int{"put": 2, "get": 2, "exist": 1, "rm": 1, "stats": 0, "members": 0, "info": 0}
 
@@ -66,7 +75,11 @@ var maxArgs = map[string]int{"put": 2, "get": 2, "exist": 1, "rm": 1, "stats": 0
 // opens a client. done reports a --print-config run.
 func open(c *cli.Context) (*client.Client, *config.Config, bool, error) {
 	for _, a := range c.Args().Slice() {
-		if len(a) > 1 && strings.HasPrefix(a, "-") {
+		// A ctl option after the verb reached us as an argument (the flag
+		// parser stops at the verb); a key that merely starts with "-" is
+		// a key.
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && optionNames[name] {
 			return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv ctl %s: %q after the verb: ctl's options go before it (dfkv ctl %s … %s); usage: %s",
 				c.Command.Name, a, a, c.Command.Name, c.Command.UsageText), exitFailure)
 		}
@@ -81,8 +94,8 @@ func open(c *cli.Context) (*client.Client, *config.Config, bool, error) {
 	}
 	// One command, one answer: a node the client cannot reach is in the
 	// verb's own error, so the client's WARN about backing off from it
-	// would say it twice. --log-level debug keeps everything.
-	if !strings.EqualFold(cfg.Log.Level, "debug") {
+	// would say it twice. --log-level warn or debug keeps it.
+	if strings.EqualFold(cfg.Log.Level, "info") { // the default; warn and debug are kept as asked
 		log = rolekit.NewLogger(config.Log{Level: "error", Format: cfg.Log.Format}, c.App.ErrWriter).With("role", "ctl")
 	}
 	cl, err := rolekit.OpenClient(cfg, log)

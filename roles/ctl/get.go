@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 
@@ -33,17 +34,12 @@ func getCommand() *cli.Command {
 			if dst := c.Args().Get(1); dst != "" && dst != "-" {
 				// Write next to the target and rename, so a failed get
 				// never leaves a truncated file under the asked name.
-				tmp, err := os.CreateTemp(filepath.Dir(dst), ".dfkv-get-*")
+				tmp, err := createBeside(dst)
 				if err != nil {
 					return cli.Exit(fmt.Sprintf("dfkv ctl get: write %s: cannot create a file in %s: %v",
 						dst, filepath.Dir(dst), errors.Unwrap(err)), exitFailure)
 				}
-				// CreateTemp makes the file 0600; the value is an ordinary
-				// output file, so give it the usual 0644.
-				werr := tmp.Chmod(0o644)
-				if werr == nil {
-					_, werr = tmp.Write(value)
-				}
+				_, werr := tmp.Write(value)
 				cerr := tmp.Close()
 				if werr == nil {
 					werr = cerr
@@ -62,5 +58,19 @@ func getCommand() *cli.Command {
 			}
 			return nil
 		},
+	}
+}
+
+// createBeside creates a new temporary file in dst's directory with mode
+// 0666 less the umask, as any output file (CreateTemp's 0600 ignores the
+// umask one way, a chmod to 0644 the other: values can hold data derived
+// from prompts, and a umask of 077 must keep them private).
+func createBeside(dst string) (*os.File, error) {
+	for {
+		name := filepath.Join(filepath.Dir(dst), fmt.Sprintf(".dfkv-get-%d", rand.Uint64()))
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		if !errors.Is(err, os.ErrExist) {
+			return f, err
+		}
 	}
 }

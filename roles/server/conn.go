@@ -237,7 +237,7 @@ func (c *conn) onError(err error) {
 		return
 	}
 	if isTimeout(err) {
-		c.s.log.Warn("closing connection: a request body stalled past the body deadline",
+		c.s.bodyStallWarn.warn(c.s.log, time.Now(), "closing connection: a request body stalled past the body deadline",
 			"remote", c.nc.RemoteAddr().String(), "body_timeout", c.s.opts.BodyTimeout.String())
 		return
 	}

@@ -75,10 +75,10 @@ type Server struct {
 	stats counters
 	// Per-connection warnings a flood of bad connections could repeat,
 	// logged at most once per warnEvery each (the counters count all).
-	firstReqWarn, frameWarn rateLimitedWarn
-	metrics                 *Metrics      // nil = not exported
-	info                    NodeInfo      // reported by STATS
-	group                   *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
+	firstReqWarn, frameWarn, bodyStallWarn rateLimitedWarn
+	metrics                                *Metrics      // nil = not exported
+	info                                   NodeInfo      // reported by STATS
+	group                                  *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
 }
 
 // counters are the server's own numbers; engine numbers come from Stats().

@@ -451,7 +451,7 @@ func (s *Store) mkdirs() error {
 	if len(missing) > 0 {
 		created = missing[len(missing)-1]
 	}
-	s.log.Warn("slab engine: disk directory did not exist; created it (is the disk mounted?)",
+	s.log.Warn("slab engine: disk directory did not exist; created it (fine on a first start; if it should be a mounted disk, check the mount)",
 		"dir", s.dir, "created_from", created)
 	return nil
 }

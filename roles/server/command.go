@@ -224,15 +224,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 			_ = closeGroup()
 			return fmt.Errorf("server.id (DFKV_SERVER_ID): %w", err)
 		}
-		if err := promReg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "dfkv_server_registered",
-			Help: "1 while this node is registered with the MDS and its heartbeats are answered; 0 while it registers or they fail (exported only with server.mds).",
-		}, func() float64 {
-			if reg.current.Load() {
-				return 1
-			}
-			return 0
-		})); err != nil {
+		if err := promReg.Register(reg.gauge()); err != nil {
 			_ = ln.Close()
 			_ = closeGroup()
 			return err

@@ -60,6 +60,10 @@ func TestGrafanaDashboardUsesRealMetrics(t *testing.T) {
 	if err := reg.Register(&ramCollector{tier: tier}); err != nil {
 		t.Fatal(err)
 	}
+	// dfkv_server_registered, as a node with server.mds exports it.
+	if err := reg.Register((&registrar{}).gauge()); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

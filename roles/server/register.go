@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"net"
 	"sync/atomic"
@@ -27,6 +28,19 @@ type registrar struct {
 	// joined (clients discovering through the MDS never route to it) is
 	// something to alert on, not only one WARN at startup.
 	current atomic.Bool
+}
+
+// gauge is dfkv_server_registered, for the node's registry.
+func (r *registrar) gauge() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "dfkv_server_registered",
+		Help: "1 while this node is registered with the MDS and its heartbeats are answered; 0 while it registers or they fail (exported only with server.mds).",
+	}, func() float64 {
+		if r.current.Load() {
+			return 1
+		}
+		return 0
+	})
 }
 
 // stillFailingEvery is how often a registration or heartbeat that keeps

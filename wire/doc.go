@@ -54,7 +54,11 @@
 //	REMOVE  (5)  no body                       -> OK | NOT_FOUND
 //	BATCH_PUT    (6)  length = n; body = n put items (32 bytes each:
 //	             tenant u64, id [16], value len u64) then the n values
-//	             back to back                  -> n status records (1 byte)
+//	             back to back                  -> n status records (1 byte);
+//	             a value over max_block_bytes is its item's TOO_LARGE
+//	             (its bytes are read and dropped), the others are stored;
+//	             a body over n values of max_block_bytes refuses the
+//	             whole frame with TOO_LARGE
 //	BATCH_GET    (7)  length = n; body = n get items (40 bytes each: tenant,
 //	             id, offset u64, length u64)   -> n get records: status u8,
 //	             stored u64, data len u64, then data len bytes

@@ -191,8 +191,12 @@ func DecodeRequest(src []byte, lim Limits) (RequestHeader, error) {
 			table := n * BatchPutItemLen
 			// n <= MaxBatchItems keeps n*MaxBlockBytes far from overflow
 			// for any sane limit; check it anyway in the division form.
-			if h.BodyLen < table+n || (h.BodyLen-table)/n > lim.MaxBlockBytes {
-				return h, frameErr(StatusInvalid, "BATCH_PUT body of %d bytes does not fit %d items of 1..%d bytes", h.BodyLen, n, lim.MaxBlockBytes)
+			if h.BodyLen < table+n {
+				return h, frameErr(StatusInvalid, "BATCH_PUT body of %d bytes is too short for %d items of at least 1 byte", h.BodyLen, n)
+			}
+			if (h.BodyLen-table)/n > lim.MaxBlockBytes {
+				// More than n values of the limit: one at least is over it.
+				return h, frameErr(StatusTooLarge, "BATCH_PUT body of %d bytes is more than %d values of max_block_bytes %d: a value exceeds max_block_bytes", h.BodyLen, n, lim.MaxBlockBytes)
 			}
 		case OpBatchGet:
 			if h.BodyLen != n*BatchGetItemLen {
@@ -284,23 +288,27 @@ func DecodeGetItem(src []byte) (k BlockKey, offset, length uint64) {
 }
 
 // ValidateBatchPutTable checks a BATCH_PUT item table against the body
-// length the prefix declared: every value 1..MaxBlockBytes and the values
-// adding up exactly to the rest of the body. It runs before any value is
-// read so a lying table cannot make the node read or allocate past it.
+// length the prefix declared: every value non-empty and the values adding
+// up exactly to the rest of the body. It runs before any value is read so
+// a lying table cannot make the node read or allocate past it. A value
+// over MaxBlockBytes passes: it is that item's TOO_LARGE, not the frame's
+// (the body bound DecodeRequest applied keeps the frame itself bounded),
+// so the caller must skip such an item's bytes rather than store them.
 func ValidateBatchPutTable(table []byte, bodyLen uint64, lim Limits) error {
 	n := uint64(len(table)) / BatchPutItemLen
+	want := bodyLen - uint64(len(table))
 	var sum uint64
 	for i := uint64(0); i < n; i++ {
 		_, vl := DecodePutItem(table[i*BatchPutItemLen:])
 		if vl == 0 {
 			return frameErr(StatusInvalid, "BATCH_PUT item %d has a zero-byte value; dfkv stores only non-empty values", i)
 		}
-		if vl > lim.MaxBlockBytes {
-			return frameErr(StatusTooLarge, "BATCH_PUT item %d value of %d bytes exceeds max_block_bytes %d", i, vl, lim.MaxBlockBytes)
+		if vl > want-sum { // sum <= want: no overflow either way
+			return frameErr(StatusInvalid, "BATCH_PUT values up to item %d add up to more than the %d bytes the body holds", i, want)
 		}
-		sum += vl // cannot overflow: n and each vl are bounded
+		sum += vl
 	}
-	if want := bodyLen - uint64(len(table)); sum != want {
+	if sum != want {
 		return frameErr(StatusInvalid, "BATCH_PUT values add up to %d bytes but the body holds %d", sum, want)
 	}
 	return nil

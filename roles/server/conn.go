@@ -491,6 +491,18 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 	}
 	for i := 0; i < n; i++ {
 		k, vl := wire.DecodePutItem(table[i*wire.BatchPutItemLen:])
+		if vl > c.s.lim.MaxBlockBytes {
+			// This item's answer, not the batch's: the others are stored.
+			// Its bytes are read off (the frame's bound, checked with its
+			// prefix, bounds them) and dropped.
+			store(i)
+			if _, err := c.br.Discard(int(vl)); err != nil {
+				return err
+			}
+			st[i] = byte(wire.StatusTooLarge)
+			start = i + 1
+			continue
+		}
 		if runBytes > 0 && runBytes+vl > c.s.lim.MaxBlockBytes {
 			store(i) // before this item reserves anything: the bound holds
 		}

@@ -52,35 +52,37 @@ func (r *logRecorder) logged(substr string) bool {
 // body and all, is answered TOO_LARGE, and the node reads the body it
 // refused before closing, so the client's write completes and it reads the
 // refusal and then EOF, not a reset. The same for a BATCH_PUT refused
-// after its table, for one value over the limit.
+// after its table (a zero-byte item) with a large body behind it.
 func TestRefusedPutDrainedNotReset(t *testing.T) {
 	n := startNode(t, newMemEngine(), nil)
 	put := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPut, Key: key(1), BodyLen: oversized})
 	put = append(put, make([]byte, oversized)...)
-	// 40 items, the first over the limit: their average is under it, so
-	// the prefix passes and the table is refused.
+	// 40 items, the first empty: the prefix passes (the body's average is
+	// under the limit) and the table is refused.
 	const items = 40
-	tbl := wire.AppendPutItem(nil, key(2), oversized)
-	for i := 1; i < items; i++ {
+	tbl := wire.AppendPutItem(nil, key(2), 0)
+	for i := 1; i < items-1; i++ {
 		tbl = wire.AppendPutItem(tbl, key(byte(2+i)), 1)
 	}
-	batch := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpBatchPut, Length: items, BodyLen: uint64(len(tbl)) + oversized + items - 1})
-	batch = append(append(batch, tbl...), make([]byte, oversized+items-1)...)
+	tbl = wire.AppendPutItem(tbl, key(byte(2+items-1)), oversized-(items-2))
+	batch := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpBatchPut, Length: items, BodyLen: uint64(len(tbl)) + oversized})
+	batch = append(append(batch, tbl...), make([]byte, oversized)...)
 	for _, tc := range []struct {
-		name  string
-		frame []byte
-		msg   string
+		name   string
+		frame  []byte
+		status wire.Status
+		msg    string
 	}{
-		{"PUT", put, "exceeds the node's max_block_bytes"},
-		{"BATCH_PUT", batch, "item 0 value of 33554432 bytes exceeds max_block_bytes"},
+		{"PUT", put, wire.StatusTooLarge, "exceeds the node's max_block_bytes"},
+		{"BATCH_PUT", batch, wire.StatusInvalid, "item 0 has a zero-byte value"},
 	} {
 		c := dial(t, n.addr)
 		if _, err := c.Write(tc.frame); err != nil {
 			t.Fatalf("%s: writing the refused body: %v, want the node to read it", tc.name, err)
 		}
 		resp, msg := readResp(t, c)
-		if resp.Status != wire.StatusTooLarge || !bytes.Contains(msg, []byte(tc.msg)) {
-			t.Fatalf("%s: answer %s %q, want TOO_LARGE and %q", tc.name, resp.Status, msg, tc.msg)
+		if resp.Status != tc.status || !bytes.Contains(msg, []byte(tc.msg)) {
+			t.Fatalf("%s: answer %s %q, want %s and %q", tc.name, resp.Status, msg, tc.status, tc.msg)
 		}
 		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 			t.Fatalf("%s: after the refusal: %v, want EOF", tc.name, err)
@@ -129,23 +131,34 @@ func TestClientLargerBlockGetsTooLarge(t *testing.T) {
 	}
 	check("PUT over max_block_bytes", cl.Put(ctx, []byte("big"), make([]byte, oversized)))
 
-	// One value over the limit in a batch whose average is under it: the
-	// node refuses the frame after reading its table, with TOO_LARGE.
+	// One value over the limit in a batch whose average is under it: that
+	// item is TOO_LARGE and the others are stored (one status per item, as
+	// dfkv.h promises), on a connection that stays open.
 	keys, vals := [][]byte{[]byte("b0")}, [][]byte{make([]byte, 8<<20)}
 	for i := 1; i <= 8; i++ {
 		keys, vals = append(keys, []byte{'b', byte('0' + i)}), append(vals, []byte("v"))
 	}
 	for i, err := range cl.PutBatch(ctx, keys, vals) {
-		if i > 0 {
-			if wire.StatusOf(err) != wire.StatusTooLarge {
-				t.Fatalf("BATCH_PUT item %d: %v, want the frame's TOO_LARGE", i, err)
+		if i == 0 {
+			if wire.StatusOf(err) != wire.StatusTooLarge || errors.Is(err, client.ErrPeerDown) {
+				t.Fatalf("BATCH_PUT item 0 (8 MiB, over the node's 1 MiB): %v, want its own TOO_LARGE", err)
 			}
 			continue
 		}
-		check("BATCH_PUT with a value over max_block_bytes", err)
+		if err != nil {
+			t.Fatalf("BATCH_PUT item %d beside an oversized one: %v, want it stored", i, err)
+		}
+		if got, err := cl.GetAuto(ctx, keys[i]); err != nil || string(got) != "v" {
+			t.Fatalf("GET %s after the batch: %q, %v", keys[i], got, err)
+		}
+	}
+	// A batch of one oversized value: more than one value's worth of body,
+	// refused whole from its prefix, with TOO_LARGE.
+	for _, err := range cl.PutBatch(ctx, [][]byte{[]byte("alone")}, [][]byte{make([]byte, oversized)}) {
+		check("BATCH_PUT of one value over max_block_bytes", err)
 	}
 	if got := n.srv.Stats().FrameErrors; got != 2 {
-		t.Fatalf("frame errors %d, want 2", got)
+		t.Fatalf("frame errors %d, want 2 (the PUT and the one-value batch)", got)
 	}
 }
 

@@ -79,8 +79,8 @@ func TestRefusalAnswersAFailedSend(t *testing.T) {
 
 	errs := cl.PutBatch(context.Background(), [][]byte{[]byte("a"), []byte("b")}, [][]byte{make([]byte, tooLargeValue), []byte("v")})
 	for i, err := range errs {
-		if wire.StatusOf(err) != wire.StatusInvalid || errors.Is(err, ErrPeerDown) {
-			t.Fatalf("BATCH_PUT item %d: %v, want the node's INVALID for the whole frame", i, err)
+		if wire.StatusOf(err) != wire.StatusTooLarge || errors.Is(err, ErrPeerDown) {
+			t.Fatalf("BATCH_PUT item %d: %v, want the node's TOO_LARGE for the whole frame", i, err)
 		}
 	}
 	if p.failures.Load() != 0 || p.isDown(time.Now()) {
@@ -144,8 +144,8 @@ func TestLingeringRefusalNotPooled(t *testing.T) {
 		t.Fatalf("%d connections pooled after a refused PUT, want 0", n)
 	}
 	errs := cl.PutBatch(context.Background(), [][]byte{[]byte("a")}, [][]byte{make([]byte, 2<<20)})
-	if wire.StatusOf(errs[0]) != wire.StatusInvalid {
-		t.Fatalf("BATCH_PUT: %v, want INVALID", errs[0])
+	if wire.StatusOf(errs[0]) != wire.StatusTooLarge {
+		t.Fatalf("BATCH_PUT: %v, want TOO_LARGE", errs[0])
 	}
 	if n := pooled(); n != 0 {
 		t.Fatalf("%d connections pooled after a refused BATCH_PUT, want 0", n)

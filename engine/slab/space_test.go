@@ -352,3 +352,25 @@ func TestMissingDirWarns(t *testing.T) {
 		t.Fatalf("an existing empty directory drew a warning (%d warnings)", n)
 	}
 }
+
+// TestFewExtentsWarns: a store with fewer extents than size classes says at
+// open that values of many sizes will evict each other early (each class
+// takes whole extents); one with enough extents does not.
+func TestFewExtentsWarns(t *testing.T) {
+	const extent = 1 << 20
+	lat, err := NewLattice(extent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		extents int
+		warn    bool
+	}{{lat.Len() - 1, true}, {lat.Len(), false}} {
+		logs := &logBuf{}
+		opts := Options{Dir: t.TempDir(), CapacityBytes: uint64(tc.extents) * extent, ExtentBytes: extent, Logger: slog.New(logs)}
+		mustClose(t, openT(t, opts))
+		if got := logs.count("WARN slab engine: fewer extents than size classes") == 1; got != tc.warn {
+			t.Fatalf("%d extents for %d classes: warned %v, want %v (logs %q)", tc.extents, lat.Len(), got, tc.warn, logs.msgs)
+		}
+	}
+}

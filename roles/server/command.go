@@ -354,8 +354,10 @@ func largeReserve(v int64) int64 {
 // Automatic slab sizing: a new disk gets a quarter of its free space, at
 // most autoSlabMax, rounded down to whole extents. Production nodes set
 // server.disk_capacity_bytes; the automatic size is for trying dfkv out
-// without filling a shared disk.
-const autoSlabMax = 4 << 30
+// without filling a shared disk. 8 GiB is 128 default extents, more than
+// the 78 size classes of a 64 MiB extent: with fewer extents than classes,
+// values of many distinct sizes evict each other on a near-empty disk.
+const autoSlabMax = 8 << 30
 
 // openDisk opens one disk's engine. Without a configured capacity, a slab
 // disk keeps the geometry it was formatted with (so a restart never trips
@@ -385,7 +387,7 @@ func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *
 				if capacity < extent {
 					return nil, fmt.Errorf("only %d bytes free, less than one %d-byte extent; free space or set server.disk_capacity_bytes", u.Free, extent)
 				}
-				log.Info("disk capacity not configured; formatting a quarter of the free space (at most 4GiB)",
+				log.Info("disk capacity not configured; formatting a quarter of the free space (at most 8GiB)",
 					"disk", dir, "capacity_bytes", capacity, "extent_bytes", extent)
 			}
 		}

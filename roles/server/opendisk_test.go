@@ -35,7 +35,9 @@ func TestOpenDiskMissingDirWarns(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "did not exist") {
+			// (Only this warning is counted: on a small filesystem the
+			// automatic size may also warn about few extents.)
+			if n := strings.Count(logs.String(), "disk directory did not exist"); n != 1 {
 				t.Fatalf("opening a missing disk directory logged %d WARN lines, want one saying it was created:\n%s", n, logs.String())
 			}
 		})

@@ -8,6 +8,10 @@
 # library through DFKV_LIBRARY=OUTDIR/libdfkv.so, next to itself, or in
 # build/ at the repository root.
 set -euo pipefail
+case "${1:-}" in
+-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+-*) echo "build-lib.sh: unknown option $1 (usage: scripts/build-lib.sh [OUTDIR])" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 out="${1:-build}"
 mkdir -p "$out"

@@ -91,7 +91,10 @@ class Client:
             raise error_for(rc, self._last_error(None))
         self._h = h.value
         self._close_lock = threading.Lock()
-        self._get_hint = 64 << 10
+        # get()'s first read size: the size of the last value this thread
+        # read. Per thread, so threads reading values of different sizes
+        # through one client do not each allocate (and zero) the other's.
+        self._get_hint = threading.local()
 
     # -- plumbing --------------------------------------------------------
 
@@ -158,23 +161,25 @@ class Client:
 
     def get(self, key: Key) -> Optional[bytearray]:
         """The value of key as a new bytearray, or None on a miss. One round
-        trip when the value is no larger than the last one read, else two."""
+        trip when the value is no larger than the last one this thread read,
+        else two."""
         h, k = self._handle(), key_bytes(key)
         stored = c_uint64()
+        hint = self._get_hint
         for _ in range(3):
-            buf = bytearray(self._get_hint)
+            buf = bytearray(getattr(hint, "n", 64 << 10))
             with Pinned() as p:
                 addr, n = p.addr(buf, True, "destination")
                 rc = self._lib.dfkv_get(h, k, len(k), addr, n, byref(stored))
             if rc == Status.OK:
-                self._get_hint = max(stored.value, 1)
+                hint.n = max(stored.value, 1)
                 del buf[stored.value:]
                 return buf
             if rc == Status.NOT_FOUND:
                 return None
             if rc != Status.TOO_LARGE:
                 self._raise(rc, "get")
-            self._get_hint = stored.value
+            hint.n = stored.value
         self._raise(rc, "get (value kept growing)")
 
     def get_range(self, key: Key, offset: int, length: int, buf: Any) -> Tuple[int, int]:

@@ -51,6 +51,26 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.c.get_into(b"slice", memoryview(big)[2:6]), 4)
         self.assertEqual(bytes(big), b"..abcd..")
 
+    def test_get_sizes_its_first_read_per_thread(self):
+        # A large value read on one thread must not make another thread's
+        # small reads allocate (and zero) the large size.
+        c = self.c
+        c.put(b"hint/big", bytes(4 << 20))
+        c.put(b"hint/small", b"s" * 4096)
+        self.assertEqual(len(c.get(b"hint/big")), 4 << 20)
+        seen = []
+
+        def reader():
+            seen.append(getattr(c._get_hint, "n", None))
+            seen.append(bytes(c.get(b"hint/small")))
+            seen.append(c._get_hint.n)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        t.join()
+        self.assertEqual(seen, [None, b"s" * 4096, 4096])
+        self.assertEqual(c._get_hint.n, 4 << 20)  # this thread's own
+
     def test_nul_bytes_are_identity(self):
         c = self.c
         keys = [b"n", b"n\x00", b"n\x00a", b"n\x00b", b"\x00"]

@@ -155,8 +155,15 @@ class Client:
         with Pinned() as p:
             addr, n = p.addr(buf, True, "destination")
             rc = self._lib.dfkv_get(h, k, len(k), addr, n, byref(stored))
+        if rc == Status.NOT_FOUND:
+            # The handle's last-error text may be another thread's; this
+            # one says which key.
+            raise error_for(rc, f"get_into {key!r}: not stored")
+        if rc == Status.TOO_LARGE:
+            raise error_for(rc, f"get_into {key!r}: destination buffer smaller than the stored value "
+                                f"({n} bytes for {stored.value})")
         if rc:
-            self._raise(rc, "get")
+            self._raise(rc, f"get_into {key!r}")
         return stored.value
 
     def get(self, key: Key) -> Optional[bytearray]:

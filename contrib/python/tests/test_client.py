@@ -111,7 +111,11 @@ class ClientTest(unittest.TestCase):
         self.c.put(b"big", b"xyz")
         with self.assertRaises(dfkv.TooLarge) as cm:
             self.c.get_into(b"big", bytearray(2))
-        self.assertIn("destination buffer smaller", str(cm.exception))
+        self.assertIn("destination buffer smaller than the stored value (2 bytes for 3)", str(cm.exception))
+        self.assertIn("b'big'", str(cm.exception))
+        with self.assertRaises(dfkv.NotFound) as cm:
+            self.c.get_into(b"never-put", bytearray(2))
+        self.assertIn("get_into b'never-put': not stored", str(cm.exception))
 
     def test_non_contiguous_buffer_rejected(self):
         buf = bytearray(8)

@@ -41,7 +41,7 @@ from typing import Any, List, Optional
 
 from ._common import RawBuffer, dtype_name, escape_key_part, setting
 from .client import Client
-from .errors import Status
+from .errors import DfkvError, Status
 from .identity import LAYOUT_SGLANG_HICACHE, LayerGeometry, NamespaceDescriptor, ObjectKey, TopologySizes, layout_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -224,16 +224,31 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
         return out
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
-        return self.batch_set([key], [value])
+        return self.batch_set([key], None if value is None else [value],
+                              None if target_location is None else [target_location])
 
     def batch_set(self, keys: List[str], values: Any = None, target_locations: Any = None,
                   target_sizes: Any = None) -> bool:
-        if values is None:
+        """Store one page per key, from values or, when the caller passes
+        the pages as target_locations instead, from those. False (and a
+        warning) when nothing to store was given or a page was refused; the
+        storage interface answers with a bool, never an exception."""
+        pages = values if values is not None else target_locations
+        if pages is None:
+            logger.warning("dfkv HiCache: batch_set of %d keys without values or target_locations; nothing stored", len(keys))
             return False
-        st = self.client.batch_put([self.object_key(k) for k in keys], list(values))
+        okeys = [self.object_key(k) for k in keys]
+        try:
+            st = self.client.batch_put(okeys, list(pages))
+        except (TypeError, ValueError, DfkvError) as e:  # a page the client cannot read
+            logger.warning("dfkv HiCache: batch_set of %d keys refused: %s", len(keys), e)
+            return False
         self.counters["set_pages"] += len(keys)
         self.counters["set_ok"] += sum(s == Status.OK for s in st)
-        return all(s == Status.OK for s in st)
+        failed = [Status(s).name if s in Status._value2member_map_ else str(s) for s in st if s != Status.OK]
+        if failed:
+            logger.warning("dfkv HiCache: %d of %d pages not stored (%s)", len(failed), len(keys), ", ".join(sorted(set(failed))))
+        return not failed
 
     def exists(self, key: str) -> bool:
         return self.client.exists(self.object_key(key))

@@ -115,6 +115,21 @@ class SGLangTest(unittest.TestCase):
         # '|' and '=' in an engine key cannot forge another key.
         self.assertIn(b"hash=a%7Cb%3Dc|", st.object_key("a|b=c"))
 
+    def test_set_takes_target_location_and_never_raises(self):
+        st = dsg.DfkvHiCacheStorage(sglang_config(dict(self.extra, dfkv_dtype="uint8", dfkv_page_size=4,
+                                                       dfkv_layers=2, dfkv_kv_heads=2, dfkv_head_dim=4)), {})
+        self.addCleanup(st.close)
+        page = bytearray(b"p" * 256)
+        # The page as target_location, value left out: stored.
+        self.assertTrue(st.set("tl0", target_location=page))
+        self.assertEqual(bytes(st.get("tl0")), bytes(page))
+        # Nothing to store, or a page the client cannot read: False and a
+        # warning, not an exception into the cache controller.
+        with self.assertLogs("dfkv.sglang", "WARNING"):
+            self.assertFalse(st.set("tl1"))
+        with self.assertLogs("dfkv.sglang", "WARNING"):
+            self.assertFalse(st.set("tl2", value=object()))
+
     def test_missing_members_is_a_clear_error(self):
         with self.assertRaises(ValueError) as cm:
             dsg.DfkvHiCacheStorage(sglang_config({}), {})

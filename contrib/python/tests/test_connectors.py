@@ -216,6 +216,24 @@ class LMCacheTest(unittest.TestCase):
 
         asyncio.run(scenario())
 
+    def test_external_route_as_lmcache_builds_it(self):
+        # LMCache's external:// adapter constructs the class with keywords
+        # only (loop, local_cpu_backend, config: no url, no metadata); its
+        # connector manager then calls init_chunk_meta(config, metadata)
+        # and post_init() before any put or get.
+        backend = FakeCPUBackend(self.chunk)
+        config = types.SimpleNamespace(extra_config={"dfkv_members": ",".join(members()), "dfkv_tenant": "pytest"})
+        conn = dlm.DfkvConnector(loop=None, local_cpu_backend=backend, config=config)
+        conn.init_chunk_meta(config, self.meta)
+        conn.post_init()
+        self.addCleanup(lambda: asyncio.run(conn.close()))
+        self.assertEqual(conn.tenant, "pytest")
+        src = FakeMemoryObj(self.chunk)
+        src.byte_array[:] = bytes(j % 251 for j in range(self.chunk))
+        asyncio.run(conn.put(self.key("ext"), src))
+        got = asyncio.run(conn.get(self.key("ext")))
+        self.assertEqual(bytes(got.byte_array), bytes(src.byte_array))
+
     def test_partial_chunk(self):
         backend = FakeCPUBackend(self.chunk)
         conn = dlm.DfkvConnector(url=self.url, local_cpu_backend=backend, metadata=self.meta)

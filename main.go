@@ -119,8 +119,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Version: version.Version,
 		Suggest: true,
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			msg := strings.Replace(err.Error(), "defined: -", "defined: --", 1)
-			return cli.Exit("dfkv: "+msg+" (dfkv --help lists the roles; each role's flags come after it)", 2)
+			return cli.Exit("dfkv: "+flagError(err)+" (dfkv --help lists the roles; each role's flags come after it)", 2)
 		},
 		Usage:     "a KV-cache store for LLM inference",
 		UsageText: "dfkv ROLE [options]   (or invoke through a symlink such as dfkv-server)",
@@ -149,11 +148,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 // is the command c is a verb of (ctl), whose options go before the verb.
 func setUsageError(c, parent *cli.Command, name string) {
 	c.OnUsageError = func(ctx *cli.Context, err error, _ bool) error {
-		msg := err.Error()
-		// Go's flag package names the flag with one dash; dfkv's help
-		// and README spell flags with two.
-		msg = strings.Replace(msg, "defined: -", "defined: --", 1)
-		msg = strings.Replace(msg, "needs an argument: -", "needs an argument: --", 1)
+		msg := flagError(err)
 		if typed := unknownFlag(err); typed != "" && parent != nil && hasFlag(parent, typed) {
 			msg += fmt.Sprintf("; it is an option of dfkv %s: give it before the verb (dfkv %s --%s … %s)", parent.Name, parent.Name, typed, c.Name)
 		} else if s := suggestFlag(ctx, err); s != "" {
@@ -164,6 +159,13 @@ func setUsageError(c, parent *cli.Command, name string) {
 	for _, sub := range c.Subcommands {
 		setUsageError(sub, c, name+" "+sub.Name)
 	}
+}
+
+// flagError is a flag parser's error with the flag spelled as dfkv's help
+// and README spell flags (--name; Go's flag package writes -name).
+func flagError(err error) string {
+	msg := strings.Replace(err.Error(), "defined: -", "defined: --", 1)
+	return strings.Replace(msg, "needs an argument: -", "needs an argument: --", 1)
 }
 
 // unknownFlag is the flag name in an "flag provided but not defined"

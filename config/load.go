@@ -88,15 +88,12 @@ func load(in input) (*Config, *Resolved, error) {
 	if lookup == nil {
 		lookup = func(string) (string, bool) { return "", false }
 	}
-	cfg := new(Config)
 	r := &Resolved{role: in.role}
 
 	// 1. Defaults, for every row: the Config is whole whatever the role.
+	cfg := defaultConfig()
 	for i := range settings {
 		s := &settings[i]
-		if err := s.value.set(cfg, s.defaults()); err != nil {
-			panic(fmt.Sprintf("BUG: config: default of %s %q %v", s.key, s.def, err))
-		}
 		if s.roles&bit != 0 {
 			r.values = append(r.values, resolvedValue{s: s, src: source{kind: fromDefault}, raw: strconv.Quote(s.def)})
 		}

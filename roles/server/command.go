@@ -92,8 +92,8 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if sc.RAMTier == 1 {
 		// Before any disk is opened or formatted: a tier that cannot be
 		// had should not leave a half-started node behind.
-		if sc.RAMTierBytes == 0 {
-			return errNoRAMTierBytes
+		if sc.RAMTierBytes == 0 { // config.Load refuses it too; Run may get a Config built by hand
+			return errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES), e.g. 8GiB")
 		}
 		if err := checkRAMTierFits(sc.RAMTierBytes, hostMemInfo); err != nil {
 			return err
@@ -305,13 +305,8 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 	return g, nil
 }
 
-var errNoRAMTierBytes = errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES), e.g. 8GiB")
-
 // openRAMTier puts the RAM tier in front of group.
 func openRAMTier(sc config.Server, group *engine.Group, log *slog.Logger) (*ramtier.Tier, error) {
-	if sc.RAMTierBytes == 0 {
-		return nil, errNoRAMTierBytes
-	}
 	threads := sc.RAMFlushThreads
 	if threads == 0 {
 		threads = min(4*len(sc.Disks), 16)

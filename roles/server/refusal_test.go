@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -174,14 +175,7 @@ func TestLingerDoesNotHoldShutdown(t *testing.T) {
 		o.ShutdownTimeout = lingerTime / 2
 		o.Logger = slog.New(rec)
 	})
-	c := dial(t, n.addr)
-	h := wire.RequestHeader{Op: wire.OpPut, Key: key(1), BodyLen: oversized}
-	if _, err := c.Write(wire.AppendRequest(nil, &h)); err != nil {
-		t.Fatal(err)
-	}
-	if resp, _ := readResp(t, c); resp.Status != wire.StatusTooLarge {
-		t.Fatalf("answer %s, want TOO_LARGE", resp.Status)
-	}
+	c := refusedPrefix(t, n.addr)
 	expectClosed(t, c) // the half-close: the node is lingering now
 	n.cancel()
 	if err := <-n.done; err != nil {
@@ -193,12 +187,12 @@ func TestLingerDoesNotHoldShutdown(t *testing.T) {
 	}
 }
 
-// TestLingerEnds: a client that declares a large body after its refusal,
-// sends none of it and keeps the connection open does not hold the
-// connection: the node closes it once the linger's deadline passes.
-func TestLingerEnds(t *testing.T) {
-	n := startNode(t, newMemEngine(), nil)
-	c := dial(t, n.addr)
+// refusedPrefix dials addr and sends the prefix of a PUT over the node's
+// limit and none of its body; it returns the connection after reading the
+// node's TOO_LARGE.
+func refusedPrefix(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c := dial(t, addr)
 	h := wire.RequestHeader{Op: wire.OpPut, Key: key(1), BodyLen: oversized}
 	if _, err := c.Write(wire.AppendRequest(nil, &h)); err != nil {
 		t.Fatal(err)
@@ -206,6 +200,15 @@ func TestLingerEnds(t *testing.T) {
 	if resp, _ := readResp(t, c); resp.Status != wire.StatusTooLarge {
 		t.Fatalf("answer %s, want TOO_LARGE", resp.Status)
 	}
+	return c
+}
+
+// TestLingerEnds: a client that declares a large body after its refusal,
+// sends none of it and keeps the connection open does not hold the
+// connection: the node closes it once the linger's deadline passes.
+func TestLingerEnds(t *testing.T) {
+	n := startNode(t, newMemEngine(), nil)
+	refusedPrefix(t, n.addr) // kept open by the client until the test's cleanup
 	for wait := time.Now().Add(30 * time.Second); n.srv.Stats().OpenConns != 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(wait) {
 			t.Fatalf("the node still holds the stalled connection after 30 s (linger bound %s)", lingerTime)

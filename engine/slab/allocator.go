@@ -69,12 +69,16 @@ type classState struct {
 	partial  []uint32
 	handExt  int
 	handSlot uint32
-	// evictions since the class last gained an extent, halved for every
-	// pressureWindow evictions anywhere in the pool (its eviction
-	// pressure): once it has evicted a whole extent's worth, it takes the
-	// coldest idle extent of a class under less pressure.
-	evictions uint32
-	tick      uint64 // the pool's eviction count when evictions was last decayed
+	// pressure is the class's eviction pressure: the slot bytes it evicted
+	// to make room (in its own extents, or in a larger class's it borrowed
+	// from) since it last gained an extent, halved for every window bytes
+	// evicted anywhere in the pool. Once it reaches a whole extent's worth,
+	// the class takes the coldest idle extent of a class under less
+	// pressure. Bytes, not a count of values: a 4 KiB class evicts 256
+	// values for every one a 1 MiB class does, and both the threshold and
+	// the comparison with a donor must mean the same for both.
+	pressure uint64
+	tick     uint64 // the pool's evicted bytes when pressure was last decayed
 }
 
 // Victim is a value the allocator evicted to make room; the caller owes it
@@ -114,8 +118,8 @@ type Allocator struct {
 	victims []Victim
 	rebound int // extent rebound by the last Reserve, -1 if none
 
-	tick   uint64 // evictions in the whole pool
-	window uint64 // pressure halves every window evictions
+	tick   uint64 // slot bytes evicted in the whole pool
+	window uint64 // pressure halves every window bytes of tick
 }
 
 // NewAllocator returns an allocator over extents extents of the lattice's
@@ -134,7 +138,9 @@ func NewAllocator(lat *Lattice, extents uint32) (*Allocator, error) {
 		cls:      make([]classState, lat.Len()),
 		unbound:  make([]uint32, 0, extents),
 		rebound:  -1,
-		window:   max(64, 2*uint64(extents)),
+		// Two turnovers of the pool (64 extents' worth for a small one):
+		// pressure remembers recent demand, not demand from long ago.
+		window: max(64, 2*uint64(extents)) * lat.extent,
 	}
 	a.idx = newIndex(a.keyOf)
 	for i := range a.ext {
@@ -245,8 +251,9 @@ func (a *Allocator) free(e, s uint32) {
 }
 
 // Reserve finds a slot for an n-byte value (0 < n <= extent size): a free
-// slot of its class, else a fresh extent, else (after rebalancing, when it
-// is due) a CLOCK victim of the class. The slot comes back reserved with
+// slot of its class, else a fresh extent, else (for a class without
+// extents) a borrowed slot of a slightly larger class, else (after
+// rebalancing, when it is due) a CLOCK victim of the class. The slot comes back reserved with
 // one pin, the writer's. Values evicted on the way are in Victims() until
 // the next call; Rebound() names an extent that changed class (its slot
 // records must be wiped before any new record is written into it).
@@ -268,19 +275,25 @@ func (a *Allocator) Reserve(n uint64) (SlotRef, error) {
 		return r, nil
 	}
 	cl := &a.cls[c]
-	if len(cl.extents) == 0 || a.pressure(c) >= a.lat.Slots(c) {
+	if len(cl.extents) == 0 && a.pressure(c) < a.lat.extent {
+		// A size the pool holds no extent for: until the class has shown
+		// an extent's worth of demand, a slot of a slightly larger class
+		// serves, instead of evicting a whole extent for one value.
+		if r, ok := a.borrow(c, n); ok {
+			return r, nil
+		}
+	}
+	if len(cl.extents) == 0 || a.pressure(c) >= a.lat.extent {
 		if a.rebalance(c, len(cl.extents) == 0) {
 			r, _ := a.takeFree(c, n)
 			return r, nil
 		}
-		// No donor now; look again after half as many evictions, not on
+		// No donor now; look again after half as much eviction, not on
 		// every PUT (the search walks every extent).
-		cl.evictions /= 2
+		cl.pressure /= 2
 	}
 	if r, ok := a.clock(c, n); ok {
-		a.pressure(c)
-		cl.evictions++
-		a.tick++
+		a.charge(c, a.lat.Size(c))
 		return r, nil
 	}
 	if a.rebalance(c, true) {
@@ -319,6 +332,42 @@ func (a *Allocator) takeFree(c int, n uint64) (SlotRef, bool) {
 	return 0, false
 }
 
+// borrowLimit bounds the slots a class without extents may borrow: up to
+// twice its own size, so a borrowed slot wastes at most half of itself.
+const borrowLimit = 2
+
+// borrow reserves, for an n-byte value of class c (which has no extent), a
+// free slot of the smallest larger class up to borrowLimit × c's size that
+// has one, else a CLOCK victim of the nearest such class that has extents.
+// An eviction counts toward c's pressure (c caused it), so a size that
+// keeps coming earns an extent of its own.
+func (a *Allocator) borrow(c int, n uint64) (SlotRef, bool) {
+	limit := borrowLimit * a.lat.Size(c)
+	for b := c + 1; b < a.lat.Len() && a.lat.Size(b) <= limit; b++ {
+		if r, ok := a.takeFree(b, n); ok {
+			return r, true
+		}
+	}
+	for b := c + 1; b < a.lat.Len() && a.lat.Size(b) <= limit; b++ {
+		if len(a.cls[b].extents) == 0 {
+			continue
+		}
+		if r, ok := a.clock(b, n); ok {
+			a.charge(c, a.lat.Size(b))
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// charge adds an eviction of a slot of size bytes to class c's pressure
+// and to the pool's evicted bytes.
+func (a *Allocator) charge(c int, size uint64) {
+	a.pressure(c)
+	a.cls[c].pressure += size
+	a.tick += size
+}
+
 func (a *Allocator) bind(e uint32, c int) {
 	em := &a.ext[e]
 	n := a.lat.Slots(c)
@@ -332,20 +381,18 @@ func (a *Allocator) bind(e uint32, c int) {
 	cl := &a.cls[c]
 	cl.extents = append(cl.extents, e)
 	cl.partial = append(cl.partial, e)
-	cl.evictions = 0
-	cl.tick = a.tick
 }
 
 // pressure returns class c's eviction pressure, first decaying it by one
-// halving per window evictions in the pool since it was last looked at, so
-// a class that evicted hard long ago does not hoard extents forever.
-func (a *Allocator) pressure(c int) uint32 {
+// halving per window bytes evicted in the pool since it was last looked
+// at, so a class that evicted hard long ago does not hoard extents forever.
+func (a *Allocator) pressure(c int) uint64 {
 	cl := &a.cls[c]
 	if d := (a.tick - cl.tick) / a.window; d > 0 {
-		cl.evictions >>= min(d, 31)
+		cl.pressure >>= min(d, 63)
 		cl.tick += d * a.window
 	}
-	return cl.evictions
+	return cl.pressure
 }
 
 // clock runs class c's CLOCK hand: live unpinned slots with heat are
@@ -412,9 +459,9 @@ func (a *Allocator) unlive(e, s uint32) {
 // rebalance moves one extent from another class to class c: the extent
 // with the lowest score (useful bytes weighted by read heat) whose slots
 // are all idle (free, or live and unpinned). Unless force, it only takes
-// from a class under less eviction pressure than c (fewer evictions since
-// it last grew; memcached's slab automover uses the same signal) and never
-// a class's last extent. The moved extent's live values are evicted.
+// from a class under less eviction pressure than c (fewer bytes evicted
+// lately; memcached's slab automover uses the same signal) and never a
+// class's last extent. The moved extent's live values are evicted.
 func (a *Allocator) rebalance(c int, force bool) bool {
 	pressure := a.pressure(c)
 	best, bestScore := -1, uint64(0)
@@ -457,6 +504,11 @@ func (a *Allocator) rebalance(c int, force bool) bool {
 	em.inPartial = false // bind resets it; stale partial entries are skipped
 	a.bind(e, c)
 	a.rebound = int(e)
+	// The class spent an extent's worth of its pressure; what is left over
+	// keeps counting, so a class that keeps evicting hard takes its next
+	// extent soon, not after starting from nothing every time.
+	cl := &a.cls[c]
+	cl.pressure -= min(cl.pressure, a.lat.extent)
 	return true
 }
 
@@ -479,8 +531,13 @@ func (a *Allocator) Publish(r SlotRef, key *wire.BlockKey) (old SlotRef, oldLen 
 		em.busy--
 	}
 	em.live++
+	// A new value counts as touched once (CLOCK's reference bit on
+	// insert): the hand passes over it on its first round, so a value
+	// written into a freed slot just ahead of the hand is not the next
+	// one evicted while older values live on.
+	sm.heat = 1
 	em.useful += uint64(sm.length)
-	em.score += uint64(sm.length)
+	em.score += 2 * uint64(sm.length)
 	a.objects++
 	a.used += uint64(sm.length)
 	id, had := a.idx.put(key, uint32(r))

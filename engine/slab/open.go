@@ -196,8 +196,9 @@ func open(opts Options) (*Store, error) {
 		"direct_io", s.direct, "dropped_records", stats.dropped, "rebuild", stats.took.String())
 	if want.extents < want.classes {
 		// Each size class takes whole extents: with more distinct value
-		// sizes in use than extents, a write evicts a whole extent of
-		// another class, though the disk is nearly empty.
+		// sizes in use than extents, a write of a size with no extent and
+		// no class within twice its size evicts a whole extent of another
+		// class, though the disk is nearly empty.
 		s.log.Warn("slab engine: fewer extents than size classes; values of many distinct sizes will evict each other long before the disk is full: give the disk more capacity (server.disk_capacity_bytes) or use smaller extents (server.slab_extent_bytes, which bounds max_block_bytes)",
 			"dir", s.dir, "extents", want.extents, "classes", want.classes, "extent_bytes", want.extentBytes)
 	}

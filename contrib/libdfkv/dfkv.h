@@ -51,14 +51,14 @@
  *   dfkv_status_name, which returns a static string.
  *
  * Last error
- *   Each handle keeps the message of its most recent failure behind a mutex
- *   (dfkv_last_error(c, ...)); failures of dfkv_open_v2, which has no handle
- *   yet, and of calls made with a NULL or closed handle go to one
- *   process-wide slot (dfkv_last_error(NULL, ...)). With one
- *   handle shared by many threads, the message is the latest failure of any
- *   of them: read it right after the failing call, and use per-thread
- *   handles when messages must be attributed exactly. Success does not clear
- *   the message.
+ *   Each handle keeps the message of its most recent failure per calling
+ *   thread, like errno (dfkv_last_error(c, ...)); failures of dfkv_open_v2,
+ *   which has no handle yet, and of calls made with a NULL or closed handle
+ *   go to one process-wide slot kept the same way (dfkv_last_error(NULL,
+ *   ...)). Read it on the thread that made the failing call: with one
+ *   handle shared by many threads, each gets its own failure's message. A
+ *   thread that has had no failure on the handle gets the latest of any
+ *   thread. Success does not clear the message.
  */
 #ifndef DFKV_H
 #define DFKV_H

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
@@ -16,8 +18,7 @@ type state struct {
 	c        *client.Client
 	maxBlock uint64
 
-	mu      sync.Mutex
-	lastErr string
+	lastErr errSlot
 
 	// sg holds *[]byte scratch buffers for scatter-gather calls, so a
 	// steady stream of SG puts reuses memory instead of touching new pages
@@ -25,35 +26,60 @@ type state struct {
 	sg sync.Pool
 }
 
-func (s *state) setErr(err error) {
-	s.mu.Lock()
-	s.lastErr = err.Error()
-	s.mu.Unlock()
-}
+func (s *state) setErr(err error) { s.lastErr.set(err.Error()) }
 
-func (s *state) getErr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.lastErr
-}
+func (s *state) getErr() string { return s.lastErr.get() }
 
 // openErr is the last-error slot for failures with no handle: dfkv_open_v2
 // and calls made with a NULL, closed or forged handle.
-var openErr struct {
-	mu  sync.Mutex
-	msg string
+var openErr errSlot
+
+func setGlobalErr(err error) { openErr.set(err.Error()) }
+
+func globalErr() string { return openErr.get() }
+
+// maxErrThreads bounds an errSlot's per-thread messages; past it, one
+// entry (of a thread that may be long gone) makes room.
+const maxErrThreads = 1024
+
+// errSlot is a last-error message kept per calling thread, like errno: a
+// caller reads the message right after its failed call on the same
+// thread, so with one handle shared by a thread pool (SGLang's and
+// LMCache's I/O threads) each thread gets its own failure's message, not
+// the latest of any thread. A thread that has no failure of its own gets
+// the latest of any thread. An exported function runs on the calling C
+// thread for the whole call, so gettid names that thread.
+type errSlot struct {
+	mu       sync.Mutex
+	latest   string
+	byThread map[int]string
 }
 
-func setGlobalErr(err error) {
-	openErr.mu.Lock()
-	openErr.msg = err.Error()
-	openErr.mu.Unlock()
+func (e *errSlot) set(msg string) {
+	tid := unix.Gettid()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.latest = msg
+	if e.byThread == nil {
+		e.byThread = map[int]string{}
+	}
+	if _, ok := e.byThread[tid]; !ok && len(e.byThread) >= maxErrThreads {
+		for t := range e.byThread {
+			delete(e.byThread, t)
+			break
+		}
+	}
+	e.byThread[tid] = msg
 }
 
-func globalErr() string {
-	openErr.mu.Lock()
-	defer openErr.mu.Unlock()
-	return openErr.msg
+func (e *errSlot) get() string {
+	tid := unix.Gettid()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if msg, ok := e.byThread[tid]; ok {
+		return msg
+	}
+	return e.latest
 }
 
 // errBadHandle is returned for a NULL, closed or forged dfkv_client token.

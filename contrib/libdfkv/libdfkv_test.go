@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -111,5 +112,47 @@ func TestHeaderStatusCodes(t *testing.T) {
 		if !seen[st] {
 			t.Errorf("dfkv.h has no DFKV_%s (%d)", st, st)
 		}
+	}
+}
+
+// TestErrSlotPerThread: a message set on one OS thread is read back on
+// that thread, whatever other threads set meanwhile; a thread with none of
+// its own reads the latest; the per-thread map stays bounded.
+func TestErrSlotPerThread(t *testing.T) {
+	var e errSlot
+	onThread := func(f func()) {
+		done := make(chan struct{})
+		go func() {
+			runtime.LockOSThread() // the goroutine's thread dies with it: a new tid each time
+			f()
+			close(done)
+		}()
+		<-done
+	}
+	ready, proceed := make(chan struct{}), make(chan struct{})
+	got := make(chan string)
+	go func() {
+		runtime.LockOSThread() // never unlocked: no other goroutine gets this thread
+		e.set("first thread's failure")
+		close(ready)
+		<-proceed
+		got <- e.get()
+	}()
+	<-ready
+	onThread(func() { e.set("second thread's failure") })
+	close(proceed)
+	if m := <-got; m != "first thread's failure" {
+		t.Fatalf("first thread read %q after another thread failed", m)
+	}
+	onThread(func() {
+		if m := e.get(); m != "second thread's failure" {
+			t.Errorf("a thread without a failure read %q, want the latest", m)
+		}
+	})
+	for i := range maxErrThreads + 10 {
+		onThread(func() { e.set("failure " + strconv.Itoa(i)) })
+	}
+	if n := len(e.byThread); n > maxErrThreads {
+		t.Fatalf("%d threads' messages kept, bound %d", n, maxErrThreads)
 	}
 }

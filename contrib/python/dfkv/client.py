@@ -156,8 +156,8 @@ class Client:
             addr, n = p.addr(buf, True, "destination")
             rc = self._lib.dfkv_get(h, k, len(k), addr, n, byref(stored))
         if rc == Status.NOT_FOUND:
-            # The handle's last-error text may be another thread's; this
-            # one says which key.
+            # A miss is the common answer, not a failure to explain: name
+            # the key without a second call into libdfkv for the message.
             raise error_for(rc, f"get_into {key!r}: not stored")
         if rc == Status.TOO_LARGE:
             raise error_for(rc, f"get_into {key!r}: destination buffer smaller than the stored value "

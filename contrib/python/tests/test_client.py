@@ -232,6 +232,26 @@ class ClientTest(unittest.TestCase):
         [t.join() for t in ts]
         self.assertEqual(errs, [])
 
+    def test_threads_get_their_own_error_messages(self):
+        # Eight threads share one client and fail the same way with a
+        # different number in libdfkv's message: each must read its own
+        # failure's message, not the latest of any thread.
+        wrong = []
+
+        def work(t):
+            key = b"k" * (4097 + t)
+            for _ in range(300):
+                try:
+                    self.c.put(key, b"v")
+                except dfkv.InvalidArgument as e:
+                    if f"object key is {4097 + t} bytes" not in str(e):
+                        wrong.append((t, str(e)))
+
+        ts = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        self.assertEqual(wrong[:3], [], f"{len(wrong)} of 2,400 messages belonged to another thread")
+
 
 class LibraryTest(unittest.TestCase):
     def test_options_struct_matches_the_header(self):

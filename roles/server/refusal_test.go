@@ -215,3 +215,39 @@ func TestLingerEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestLingerStopsAtItsByteBound: a client that declares a refused body
+// far larger than the linger's byte bound (max(lingerFloor, 2 ×
+// max_block_bytes); the floor here) and sends all of it is read up to the
+// bound and then cut off, not drained to the end: its writes fail after
+// at least the bound and well before the declared length.
+func TestLingerStopsAtItsByteBound(t *testing.T) {
+	n := startNode(t, newMemEngine(), nil)
+	const declared = lingerFloor + 256<<20
+	c := dial(t, n.addr)
+	h := wire.RequestHeader{Op: wire.OpPut, Key: key(1), BodyLen: declared}
+	if _, err := c.Write(wire.AppendRequest(nil, &h)); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := readResp(t, c); resp.Status != wire.StatusTooLarge {
+		t.Fatalf("answer %s, want TOO_LARGE", resp.Status)
+	}
+	chunk := make([]byte, 1<<20)
+	start, written := time.Now(), 0
+	var err error
+	for written < declared && err == nil {
+		var k int
+		k, err = c.Write(chunk)
+		written += k
+	}
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("the node read all %d declared bytes of a refused body; its bound is %d", declared, lingerFloor)
+	}
+	if written < lingerFloor {
+		t.Fatalf("writes failed after %d bytes (%v, linger time %v), before the linger's %d-byte bound: %v", written, took, lingerTime, lingerFloor, err)
+	}
+	if written > lingerFloor+64<<20 {
+		t.Fatalf("writes failed only after %d bytes, more than the %d-byte bound and the socket buffers", written, lingerFloor)
+	}
+}

@@ -48,6 +48,28 @@ func (r *registrar) gauge() prometheus.Collector {
 // failing is logged again, with how long it has failed.
 const stillFailingEvery = 30 * time.Second
 
+// failureLog logs the first failure of a run of them, and then one line
+// per stillFailingEvery while the run lasts, with how long it has lasted:
+// a node retrying every few seconds for hours writes a line every 30 s,
+// not thousands, and never goes quiet while it is still not registered.
+// The caller clears failing when a call succeeds.
+type failureLog struct {
+	failing       bool
+	since, warned time.Time
+}
+
+func (f *failureLog) fail(log *slog.Logger, now time.Time, msg string, args ...any) {
+	if !f.failing {
+		f.failing, f.since, f.warned = true, now, now
+		log.Warn(msg, args...)
+		return
+	}
+	if now.Sub(f.warned) >= stillFailingEvery {
+		f.warned = now
+		log.Warn(msg, append(args, "failing_for", now.Sub(f.since).Round(time.Second).String())...)
+	}
+}
+
 // advertiseAddr is the address registered for the node: the configured
 // advertise address, or the listen address if it is specific.
 func advertiseAddr(configured string, listen net.Addr) (string, error) {
@@ -68,20 +90,9 @@ func (r *registrar) run(ctx context.Context) {
 	defer close(r.done)
 	ttl := time.Duration(0)
 	registered := false
-	failing := false
-	var failingSince, warned time.Time
-	// fail logs the first failure of a run of them, and then one line per
-	// stillFailingEvery while it lasts.
+	var failures failureLog
 	fail := func(msg string, err error) {
-		now := time.Now()
-		if !failing {
-			failing, failingSince, warned = true, now, now
-			r.log.Warn(msg, "id", r.info.ID, "group", r.mds.Group(), "error", err.Error())
-		} else if now.Sub(warned) >= stillFailingEvery {
-			warned = now
-			r.log.Warn(msg, "id", r.info.ID, "group", r.mds.Group(), "error", err.Error(),
-				"failing_for", now.Sub(failingSince).Round(time.Second).String())
-		}
+		failures.fail(r.log, time.Now(), msg, "id", r.info.ID, "group", r.mds.Group(), "error", err.Error())
 	}
 	backoff := 200 * time.Millisecond
 	for {
@@ -91,7 +102,8 @@ func (r *registrar) run(ctx context.Context) {
 			rep, err := r.mds.Register(rctx, r.info)
 			cancel()
 			if err == nil {
-				registered, failing = true, false
+				registered = true
+				failures.failing = false
 				r.current.Store(true)
 				ttl = time.Duration(rep.HeartbeatTTLMS) * time.Millisecond
 				if ttl <= 0 {
@@ -109,9 +121,9 @@ func (r *registrar) run(ctx context.Context) {
 			cancel()
 			switch {
 			case err == nil:
-				if failing {
+				if failures.failing {
 					r.log.Info("MDS heartbeats answered again", "id", r.info.ID)
-					failing = false
+					failures.failing = false
 				}
 				r.current.Store(true)
 				wait = ttl / 3

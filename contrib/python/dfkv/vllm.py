@@ -25,8 +25,11 @@ that rank's K and V of every layer it owns, in layer order, each layer's
 block as the engine's paged buffer has it (K then V for the [2, blocks, ...]
 layouts, the whole block for MLA or block-first layouts). Saves and loads
 are one batch scatter-gather call per step straight between the paged
-buffers and the nodes (CPU buffers in place; device buffers are staged
-through host copies). Object key: ObjectKey(pool="vllm", hash=<block
+buffers and the nodes (row-major CPU buffers in place; device buffers, and
+buffers whose physical order differs from their shape such as FlashInfer's
+HND layout, are staged through row-major host copies, so what is stored is
+always the logical order and workers with different physical layouts share
+blocks). Object key: ObjectKey(pool="vllm", hash=<block
 hash>, tp=(tp, rank or -1 for MLA), pp=(pp, rank), dcp=(dcp, rank),
 component="kv"). DP replicas are whole model copies with identical KV, so
 dp is (1, 0) and replicas share blocks.
@@ -160,6 +163,16 @@ def token_chain_hashes(tokens: List[int], block_size: int) -> List[str]:
         prev = hashlib.sha256(prev + struct.pack(f"<{len(blk)}I", *blk)).digest()
         out.append(prev.hex())
     return out
+
+
+def _in_place(piece: Any) -> bool:
+    """Whether dfkv can read and write a block piece where it lies: in host
+    memory and row-major. Anything else (a device buffer; a paged buffer
+    whose physical order differs from its shape, as FlashInfer's HND layout
+    is under vLLM's NHD shape) goes through a row-major host copy, so the
+    stored bytes are always the piece in its logical order and workers with
+    different physical layouts of the same shape share blocks."""
+    return piece.device.type == "cpu" and piece.is_contiguous()
 
 
 def _layer_index(name: str, fallback: int) -> int:
@@ -354,7 +367,7 @@ class DfkvConnector(_Base):
             if not tr.hashes:
                 continue
             items = [self._pieces(b) for b in tr.block_ids]
-            staged = [[p if p.device.type == "cpu" else p.new_empty(p.shape, device="cpu") for p in it] for it in items]
+            staged = [[p if _in_place(p) else p.new_empty(p.shape, device="cpu") for p in it] for it in items]
             st, _ = self.client.batch_get_sg(self._keys(tr.hashes), staged)
             for b, s, it, sit in zip(tr.block_ids, st, items, staged):
                 if s != Status.OK:
@@ -375,7 +388,8 @@ class DfkvConnector(_Base):
         for tr in meta.saves:
             if not tr.hashes:
                 continue
-            items = [[p if p.device.type == "cpu" else p.to("cpu") for p in self._pieces(b)] for b in tr.block_ids]
+            items = [[p if _in_place(p) else p.new_empty(p.shape, device="cpu").copy_(p) for p in self._pieces(b)]
+                     for b in tr.block_ids]
             st = self.client.batch_put_sg(self._keys(tr.hashes), items)
             bad = sum(s != Status.OK for s in st)
             if bad:

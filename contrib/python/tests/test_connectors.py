@@ -333,6 +333,53 @@ class VLLMTest(unittest.TestCase):
             self.assertTrue(torch.equal(kv2[n][:, 5], kv[n][:, 1]), n)
             self.assertTrue(torch.equal(kv2[n][:, 0], torch.zeros_like(kv2[n][:, 0])), "block 0 was not to be loaded")
 
+    def test_layouts_that_differ_physically_share_blocks(self):
+        # FlashInfer's HND layout under vLLM: block-first shape [blocks, 2,
+        # block_size, heads, head_size] over memory ordered [blocks, 2,
+        # heads, block_size, head_size], so a block's piece is not
+        # row-major. A worker with that layout saves; a worker with the
+        # FlashAttention layout [2, blocks, ...] loads the same tokens, and
+        # the reverse: what is stored is the logical order.
+        cfg = vllm_config("test/vllm-hnd-" + uuid.uuid4().hex)
+        sched = dvl.DfkvConnector(cfg, dvl.KVConnectorRole.SCHEDULER)
+        self.addCleanup(sched.shutdown)
+
+        def hnd():
+            return torch.randn(10, 2, 2, 4, 8, dtype=torch.bfloat16).permute(0, 1, 3, 2, 4)
+
+        def run(kv, block_ids, loads):
+            w = dvl.DfkvConnector(cfg, dvl.KVConnectorRole.WORKER)
+            self.addCleanup(w.shutdown)
+            w.register_kv_caches(kv)
+            meta = dvl.DfkvConnectorMetadata()
+            if loads:
+                meta.loads.append(dvl.BlockTransfer("r", hashes, block_ids))
+            else:
+                meta.saves.append(dvl.BlockTransfer("r", hashes, block_ids))
+            w.bind_connector_metadata(meta)
+            w.start_load_kv(None)
+            w.wait_for_save()
+            self.assertEqual(w.get_block_ids_with_load_errors(), set())
+
+        def block(t, b):  # a block's K and V in logical order, either layout
+            return t[:, b] if t.shape[0] == 2 else t[b]
+
+        for i, (src, dst) in enumerate([(hnd, lambda: torch.zeros(2, 10, 4, 2, 8, dtype=torch.bfloat16)),
+                                        (lambda: torch.randn(2, 10, 4, 2, 8, dtype=torch.bfloat16),
+                                         lambda: torch.zeros(10, 2, 2, 4, 8, dtype=torch.bfloat16).permute(0, 1, 3, 2, 4))]):
+            hashes = dvl.token_chain_hashes(list(range(1000 * (i + 1), 1000 * (i + 1) + 8)), 4)
+            kv = {f"model.layers.{n}.self_attn.attn": src() for n in range(2)}
+            if i == 0:
+                self.assertFalse(kv["model.layers.0.self_attn.attn"][3].is_contiguous(),
+                                 "an HND block must not be row-major, or this tests nothing")
+            run(kv, [3, 6], loads=False)
+            kv2 = {n: dst() for n in kv}
+            run(kv2, [1, 8], loads=True)
+            for n in kv:
+                self.assertTrue(torch.equal(block(kv2[n], 1), block(kv[n], 3)), (i, n))
+                self.assertTrue(torch.equal(block(kv2[n], 8), block(kv[n], 6)), (i, n))
+                self.assertTrue(torch.equal(block(kv2[n], 0), torch.zeros_like(block(kv2[n], 0))), (i, n))
+
     def test_prefix_needs_every_tp_rank(self):
         cfg = vllm_config("test/vllm-tp-" + uuid.uuid4().hex, tp=2)
         sched = dvl.DfkvConnector(cfg, dvl.KVConnectorRole.SCHEDULER)

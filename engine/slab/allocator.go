@@ -120,6 +120,8 @@ type Allocator struct {
 
 	tick   uint64 // slot bytes evicted in the whole pool
 	window uint64 // pressure halves every window bytes of tick
+
+	clockSteps uint64 // slots the CLOCK hands have visited, for tests
 }
 
 // NewAllocator returns an allocator over extents extents of the lattice's
@@ -240,7 +242,9 @@ func (a *Allocator) Release(r SlotRef) {
 func (a *Allocator) free(e, s uint32) {
 	em := &a.ext[e]
 	sm := &em.slots[s]
-	*sm = slotMeta{state: stFree, length: em.freeHead}
+	// heat 1 marks a freed slot (see takeFree); the field is unused while
+	// the slot is free, and slots never used (bind) or restored free stay 0.
+	*sm = slotMeta{state: stFree, length: em.freeHead, heat: 1}
 	em.freeHead = s + 1
 	em.nfree++
 	if !em.inPartial {
@@ -326,7 +330,13 @@ func (a *Allocator) takeFree(c int, n uint64) (SlotRef, bool) {
 		em.freeHead = sm.length
 		em.nfree--
 		em.busy++
-		*sm = slotMeta{state: stReserved, pins: 1, length: uint32(n)}
+		// A freed slot (heat 1 while free) may lie just ahead of the
+		// CLOCK hand: its new value counts as touched once, so the hand
+		// passes over it on its next round instead of evicting the newest
+		// value first. A slot never used fills in order ahead of the hand
+		// (first in, first out already), and one the hand hands out is
+		// behind it, the youngest position: both start at zero.
+		*sm = slotMeta{state: stReserved, pins: 1, length: uint32(n), heat: sm.heat}
 		return a.Ref(e, s), true
 	}
 	return 0, false
@@ -395,17 +405,36 @@ func (a *Allocator) pressure(c int) uint64 {
 	return cl.pressure
 }
 
+// clockBudget bounds one CLOCK run: past it, the coolest idle slot the
+// hand has passed is evicted instead of walking on. Without a bound, a
+// class whose every slot has heat (a pool just filled, each value
+// counting as touched once) is walked end to end in one PUT under the
+// metadata lock: about 9 ns a slot, over half a second for 64M slots.
+const clockBudget = 4096
+
 // clock runs class c's CLOCK hand: live unpinned slots with heat are
 // halved and passed over, the first one at zero heat is evicted and handed
-// to the caller reserved. Pinned, reserved and dead slots are never taken.
+// to the caller reserved; after clockBudget steps, the coolest one passed
+// is. Pinned, reserved and dead slots are never taken.
 func (a *Allocator) clock(c int, n uint64) (SlotRef, bool) {
 	cl := &a.cls[c]
 	if len(cl.extents) == 0 {
 		return 0, false
 	}
 	total := uint64(len(cl.extents)) * uint64(a.lat.Slots(c)+1)
+	coolExt, coolSlot, coolHeat := uint32(0), uint32(0), -1
 	// Every pass halves every heat, so maxHeat needs 7 passes to reach 0.
 	for step := uint64(0); step < 8*total+8; step++ {
+		if step == clockBudget {
+			if coolHeat >= 0 {
+				a.clockSteps += step
+				return a.takeVictim(coolExt, coolSlot, n), true
+			}
+			if !a.anyIdle(c) {
+				a.clockSteps += step
+				return 0, false // every slot is pinned, reserved or dead
+			}
+		}
 		if cl.handExt >= len(cl.extents) {
 			cl.handExt, cl.handSlot = 0, 0
 		}
@@ -426,14 +455,37 @@ func (a *Allocator) clock(c int, n uint64) (SlotRef, bool) {
 			d := sm.heat - sm.heat/2
 			sm.heat /= 2
 			em.score -= uint64(d) * uint64(sm.length)
+			if coolHeat < 0 || int(sm.heat) < coolHeat {
+				coolExt, coolSlot, coolHeat = e, s, int(sm.heat)
+			}
 			continue
 		}
-		a.evict(e, s)
-		em.busy++
-		*sm = slotMeta{state: stReserved, pins: 1, length: uint32(n)}
-		return a.Ref(e, s), true
+		a.clockSteps += step + 1
+		return a.takeVictim(e, s, n), true
 	}
+	a.clockSteps += 8*total + 8
 	return 0, false
+}
+
+// takeVictim evicts live idle slot (e, s) and hands it to the caller
+// reserved for an n-byte value.
+func (a *Allocator) takeVictim(e, s uint32, n uint64) SlotRef {
+	a.evict(e, s)
+	a.ext[e].busy++
+	a.ext[e].slots[s] = slotMeta{state: stReserved, pins: 1, length: uint32(n)}
+	return a.Ref(e, s)
+}
+
+// anyIdle reports whether class c has a slot that is not pinned, reserved
+// or dead. It walks the class's extents, so clock asks only when a run
+// found nothing to take within its budget.
+func (a *Allocator) anyIdle(c int) bool {
+	for _, e := range a.cls[c].extents {
+		if em := &a.ext[e]; em.busy < uint32(len(em.slots)) {
+			return true
+		}
+	}
+	return false
 }
 
 // evict unpublishes live slot (e, s) and records it as a victim; the caller
@@ -459,7 +511,7 @@ func (a *Allocator) unlive(e, s uint32) {
 // rebalance moves one extent from another class to class c: the extent
 // with the lowest score (useful bytes weighted by read heat) whose slots
 // are all idle (free, or live and unpinned). Unless force, it only takes
-// from a class under less eviction pressure than c (fewer bytes evicted
+// from a class under a quarter of c's eviction pressure (bytes evicted
 // lately; memcached's slab automover uses the same signal) and never a
 // class's last extent. The moved extent's live values are evicted.
 func (a *Allocator) rebalance(c int, force bool) bool {
@@ -473,7 +525,13 @@ func (a *Allocator) rebalance(c int, force bool) bool {
 		if best >= 0 && em.score >= bestScore {
 			continue
 		}
-		if !force && (len(a.cls[em.class].extents) < 2 || a.pressure(int(em.class)) >= pressure) {
+		// Hysteresis: a donor under a quarter of c's pressure, one that
+		// has all but stopped evicting. With "less than c's" (or half),
+		// two classes under a steady mix took extents from each other
+		// back and forth (each takes one the moment its pressure reaches
+		// an extent's worth, when the other's is just below it), evicting
+		// a whole extent every time.
+		if !force && (len(a.cls[em.class].extents) < 2 || a.pressure(int(em.class)) >= pressure/4) {
 			continue
 		}
 		if !a.idle(uint32(e)) {
@@ -531,13 +589,8 @@ func (a *Allocator) Publish(r SlotRef, key *wire.BlockKey) (old SlotRef, oldLen 
 		em.busy--
 	}
 	em.live++
-	// A new value counts as touched once (CLOCK's reference bit on
-	// insert): the hand passes over it on its first round, so a value
-	// written into a freed slot just ahead of the hand is not the next
-	// one evicted while older values live on.
-	sm.heat = 1
 	em.useful += uint64(sm.length)
-	em.score += 2 * uint64(sm.length)
+	em.score += uint64(sm.length) * (1 + uint64(sm.heat)) // heat from takeFree
 	a.objects++
 	a.used += uint64(sm.length)
 	id, had := a.idx.put(key, uint32(r))

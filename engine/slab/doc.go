@@ -124,15 +124,28 @@
 // When a class has no free slot and no extent is unbound, CLOCK runs over
 // the class's slots: read heat (incremented per read, capped at 63) is
 // halved as the hand passes, and the first idle slot at zero heat is
-// evicted and reused. Pinned slots (I/O in flight), reserved and dead ones
-// are never taken. Extents move between classes (rebalancing) when a class
-// has none, when every slot it has is pinned, or when it has evicted a
-// whole extent's worth since it last grew (its eviction pressure, which
-// decays by half every 2×extents evictions in the pool) and a class under
-// less pressure has more than one extent. The extent taken is the idle one (no
-// pins, nothing in flight) with the lowest score, its useful bytes weighted
-// by read heat; its values are evicted, its old records are punched out of
-// slots.tbl, and it is carved for the new class.
+// evicted and reused; a run that passes clockBudget slots without one
+// takes the coolest it passed, so no PUT walks a whole class. A value
+// written into a freed slot (which may lie just ahead of the hand) starts
+// at heat 1, so under writes alone the oldest values go first; restored
+// values start at 0, older than anything written since. Pinned slots (I/O
+// in flight), reserved and dead ones are never taken.
+//
+// A class with no extent on a full pool borrows: its value takes a free
+// slot, or else a CLOCK victim, of the nearest larger class up to twice its
+// size, evicting one value instead of a whole extent. Extents move between
+// classes (rebalancing) when a class has none and cannot borrow, when
+// every slot it has is pinned, or when its eviction pressure reaches a
+// whole extent's worth and a class under a quarter of that pressure has
+// more than one extent. Pressure is the slot bytes a class evicted
+// (borrowed evictions included) since it last grew, less an extent's worth
+// per extent it took, halved for every two pool turnovers of bytes evicted
+// anywhere; bytes, so a 4 KiB class and a 1 MiB class compare fairly. The
+// quarter is hysteresis: two classes evicting at the same rate keep their
+// extents. The extent taken is the idle one (no pins, nothing in flight)
+// with the lowest score, its useful bytes weighted by read heat; its
+// values are evicted, its old records are punched out of slots.tbl, and it
+// is carved for the new class.
 //
 // # Concurrency
 //

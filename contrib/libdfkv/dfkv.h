@@ -57,8 +57,10 @@
  *   go to one process-wide slot kept the same way (dfkv_last_error(NULL,
  *   ...)). Read it on the thread that made the failing call: with one
  *   handle shared by many threads, each gets its own failure's message. A
- *   thread that has had no failure on the handle gets the latest of any
- *   thread. Success does not clear the message.
+ *   thread with no message of its own on the handle gets the latest of any
+ *   thread (or, once its thread id is reused, a dead thread's). Up to 1,024
+ *   threads' messages are kept per handle; past that, the oldest goes.
+ *   Success does not clear the message.
  */
 #ifndef DFKV_H
 #define DFKV_H

@@ -38,21 +38,28 @@ func setGlobalErr(err error) { openErr.set(err.Error()) }
 
 func globalErr() string { return openErr.get() }
 
-// maxErrThreads bounds an errSlot's per-thread messages; past it, one
-// entry (of a thread that may be long gone) makes room.
+// maxErrThreads bounds an errSlot's per-thread messages; past it, the
+// oldest message (most likely a thread long gone) makes room.
 const maxErrThreads = 1024
 
 // errSlot is a last-error message kept per calling thread, like errno: a
 // caller reads the message right after its failed call on the same
 // thread, so with one handle shared by a thread pool (SGLang's and
 // LMCache's I/O threads) each thread gets its own failure's message, not
-// the latest of any thread. A thread that has no failure of its own gets
-// the latest of any thread. An exported function runs on the calling C
-// thread for the whole call, so gettid names that thread.
+// the latest of any thread. A thread with no message of its own gets the
+// latest of any thread. An exported function runs on the calling C thread
+// for the whole call (cgo locks the goroutine to it), so gettid names that
+// thread.
 type errSlot struct {
 	mu       sync.Mutex
 	latest   string
-	byThread map[int]string
+	seq      uint64
+	byThread map[int]threadErr
+}
+
+type threadErr struct {
+	msg string
+	seq uint64 // when it was set, to evict the oldest first
 }
 
 func (e *errSlot) set(msg string) {
@@ -60,24 +67,28 @@ func (e *errSlot) set(msg string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.latest = msg
+	e.seq++
 	if e.byThread == nil {
-		e.byThread = map[int]string{}
+		e.byThread = map[int]threadErr{}
 	}
 	if _, ok := e.byThread[tid]; !ok && len(e.byThread) >= maxErrThreads {
-		for t := range e.byThread {
-			delete(e.byThread, t)
-			break
+		oldest, at := 0, uint64(0)
+		for t, te := range e.byThread {
+			if at == 0 || te.seq < at {
+				oldest, at = t, te.seq
+			}
 		}
+		delete(e.byThread, oldest)
 	}
-	e.byThread[tid] = msg
+	e.byThread[tid] = threadErr{msg: msg, seq: e.seq}
 }
 
 func (e *errSlot) get() string {
 	tid := unix.Gettid()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if msg, ok := e.byThread[tid]; ok {
-		return msg
+	if te, ok := e.byThread[tid]; ok {
+		return te.msg
 	}
 	return e.latest
 }

@@ -149,6 +149,28 @@ func TestErrSlotPerThread(t *testing.T) {
 			t.Errorf("a thread without a failure read %q, want the latest", m)
 		}
 	})
+	// With the map full, a live thread's message outlives a thousand
+	// threads failing after it: the bound evicts the oldest first (a
+	// random victim would take it in about two runs of three).
+	for i := range maxErrThreads {
+		onThread(func() { e.set("old failure " + strconv.Itoa(i)) })
+	}
+	ready2, proceed2 := make(chan struct{}), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		e.set("long-lived thread's failure")
+		close(ready2)
+		<-proceed2
+		got <- e.get()
+	}()
+	<-ready2
+	for i := range 1000 {
+		onThread(func() { e.set("failure " + strconv.Itoa(i)) })
+	}
+	close(proceed2)
+	if m := <-got; m != "long-lived thread's failure" {
+		t.Fatalf("after 1,000 other threads failed, a live thread read %q", m)
+	}
 	for i := range maxErrThreads + 10 {
 		onThread(func() { e.set("failure " + strconv.Itoa(i)) })
 	}

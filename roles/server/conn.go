@@ -276,7 +276,7 @@ func (c *conn) linger() {
 	}
 	// The deadline before end: once the connection is idle, only
 	// stopIfIdle may move it.
-	_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(lingerTime))
+	_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(c.s.opts.lingerTime))
 	if !c.end() {
 		return // shutting down: close now
 	}

@@ -49,6 +49,10 @@ type Options struct {
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of each connection; 0
 	// keeps the kernel's autotuning.
 	SocketBuffer int
+
+	// lingerTime overrides the linger's time bound (conn.linger) in
+	// tests; 0 is the lingerTime default.
+	lingerTime time.Duration
 }
 
 // Server serves one node's engine over TCP.
@@ -115,6 +119,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.BodyTimeout <= 0 {
 		opts.BodyTimeout = 60 * time.Second
+	}
+	if opts.lingerTime <= 0 {
+		opts.lingerTime = lingerTime
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

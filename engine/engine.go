@@ -129,9 +129,12 @@ type Stats struct {
 	Puts          uint64 `json:"puts"`
 	Removes       uint64 `json:"removes"`
 	Evictions     uint64 `json:"evictions"`
-	IOErrors      uint64 `json:"io_errors"`
-	DirectIO      bool   `json:"direct_io"` // payload I/O uses O_DIRECT (false after a fallback)
-	Healthy       bool   `json:"healthy"`   // false once the engine failed closed
+	// ExtentMoves counts slab extents moved from one size class to
+	// another, each evicting the values the extent held (slab engine).
+	ExtentMoves uint64 `json:"extent_moves"`
+	IOErrors    uint64 `json:"io_errors"`
+	DirectIO    bool   `json:"direct_io"` // payload I/O uses O_DIRECT (false after a fallback)
+	Healthy     bool   `json:"healthy"`   // false once the engine failed closed
 	// DiskFull is true while the disk's filesystem refuses writes even
 	// after eviction (a filesystem shared with other data filled up).
 	DiskFull bool `json:"disk_full"`
@@ -149,6 +152,7 @@ func (s *Stats) Add(o Stats) {
 	s.Puts += o.Puts
 	s.Removes += o.Removes
 	s.Evictions += o.Evictions
+	s.ExtentMoves += o.ExtentMoves
 	s.IOErrors += o.IOErrors
 	s.DirectIO = s.DirectIO && o.DirectIO
 	s.Healthy = s.Healthy && o.Healthy

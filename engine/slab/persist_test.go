@@ -641,3 +641,21 @@ func TestBorrowedSlotSurvivesRestart(t *testing.T) {
 	}
 	mustClose(t, s)
 }
+
+// TestExtentMovesCounted: Stats.ExtentMoves counts extents that changed
+// size class, and only those.
+func TestExtentMovesCounted(t *testing.T) {
+	s := openT(t, Options{Dir: t.TempDir(), CapacityBytes: 4 << 20, ExtentBytes: 1 << 20, DirectIO: true})
+	defer mustClose(t, s)
+	for i := range 100 { // four extents of 40 KiB slots: full, no move
+		mustCache(t, s, enginetest.Key(i), enginetest.Value(uint64(i), 40<<10))
+	}
+	if m := s.Stats().ExtentMoves; m != 0 {
+		t.Fatalf("%d extent moves while the disk filled", m)
+	}
+	mustCache(t, s, enginetest.Key(1000), enginetest.Value(1000, 8<<10)) // no class within 2×: takes an extent
+	st := s.Stats()
+	if st.ExtentMoves != 1 || st.Evictions != 25 {
+		t.Fatalf("an 8 KiB value in a disk of 40 KiB slots: %d extent moves, %d evictions; want 1 and the extent's 25", st.ExtentMoves, st.Evictions)
+	}
+}

@@ -107,6 +107,7 @@ type Store struct {
 	puts      atomic.Uint64
 	removes   atomic.Uint64
 	evictions atomic.Uint64
+	moves     atomic.Uint64 // extents moved to another class
 	ioErrors  atomic.Uint64
 }
 
@@ -271,6 +272,7 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 			s.account(victims)
 			return fmt.Errorf("slab engine: cache %s: %w: %w", key, err, wire.StatusIOError)
 		}
+		s.moves.Add(1)
 	}
 	f := &flight{done: make(chan struct{})}
 	s.flights[key] = f
@@ -455,6 +457,7 @@ func (s *Store) Stats() engine.Stats {
 		Puts:          s.puts.Load(),
 		Removes:       s.removes.Load(),
 		Evictions:     s.evictions.Load(),
+		ExtentMoves:   s.moves.Load(),
 		IOErrors:      s.ioErrors.Load(),
 		DirectIO:      s.direct,
 		Healthy:       !s.failed.Load() && !s.closed.Load(),

@@ -55,6 +55,9 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 		hit = 100 * float64(e.Hits) / float64(reads)
 	}
 	fmt.Fprintf(w, "  reads        %d (%.1f%% hits), %d puts, %d removes, %d evictions, %d I/O errors\n", reads, hit, e.Puts, e.Removes, e.Evictions, e.IOErrors)
+	if e.ExtentMoves > 0 {
+		fmt.Fprintf(w, "  extents      %d moved to another value size (each evicts what it held)\n", e.ExtentMoves)
+	}
 	s := st.Server
 	fmt.Fprintf(w, "  traffic      %s in, %s out; %d open connections (%d accepted, %d refused)\n", bytesHuman(s.BytesIn), bytesHuman(s.BytesOut), s.OpenConns, s.Accepted, s.Refused)
 	fmt.Fprintf(w, "  refusals     %d malformed frames, %d first-request timeouts\n", s.FrameErrors, s.FirstReqTimeouts)

@@ -102,6 +102,7 @@ var (
 	descUsed       = prometheus.NewDesc("dfkv_disk_used_bytes", "Value bytes stored on a disk.", diskLabels, nil)
 	descObjects    = prometheus.NewDesc("dfkv_disk_objects", "Blocks stored on a disk.", diskLabels, nil)
 	descEvictions  = prometheus.NewDesc("dfkv_disk_evictions_total", "Blocks evicted to make room.", diskLabels, nil)
+	descMoves      = prometheus.NewDesc("dfkv_disk_extent_moves_total", "Slab extents moved to another size class, each evicting the values it held; steady growth means the disk has too few extents for its mix of value sizes.", diskLabels, nil)
 	descIOErrors   = prometheus.NewDesc("dfkv_disk_io_errors_total", "Disk I/O errors.", diskLabels, nil)
 	descHits       = prometheus.NewDesc("dfkv_engine_hits_total", "Reads that found their block.", diskLabels, nil)
 	descMisses     = prometheus.NewDesc("dfkv_engine_misses_total", "Reads that did not find their block.", diskLabels, nil)
@@ -113,7 +114,7 @@ var (
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descAccepted, descRefused, descFirstReq, descFirstReqMS, descFrameErrors,
-		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descIOErrors, descHits, descMisses,
+		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descMoves, descIOErrors, descHits, descMisses,
 		descHealthy, descDirectIO, descTenant, descTenantQuot} {
 		ch <- d
 	}
@@ -148,6 +149,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descUsed, float64(st.UsedBytes), l...)
 		gauge(descObjects, float64(st.Objects), l...)
 		counter(descEvictions, float64(st.Evictions), l...)
+		counter(descMoves, float64(st.ExtentMoves), l...)
 		counter(descIOErrors, float64(st.IOErrors), l...)
 		counter(descHits, float64(st.Hits), l...)
 		counter(descMisses, float64(st.Misses), l...)

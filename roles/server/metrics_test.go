@@ -92,6 +92,7 @@ func TestMetricsScrapeLiveNode(t *testing.T) {
 		"dfkv_disk_used_bytes":              dto.MetricType_GAUGE,
 		"dfkv_disk_objects":                 dto.MetricType_GAUGE,
 		"dfkv_disk_evictions_total":         dto.MetricType_COUNTER,
+		"dfkv_disk_extent_moves_total":      dto.MetricType_COUNTER,
 		"dfkv_disk_io_errors_total":         dto.MetricType_COUNTER,
 		"dfkv_engine_hits_total":            dto.MetricType_COUNTER,
 		"dfkv_engine_misses_total":          dto.MetricType_COUNTER,

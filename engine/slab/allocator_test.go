@@ -263,6 +263,21 @@ func TestMaxPinnedSlotCanBeUnpublished(t *testing.T) {
 	a.Publish(r2, &k)
 }
 
+// shiftedTo4KiB is a pool of 32 extents of 1,024 slots of 4 KiB filled
+// with 1 MiB values and then written 200,000 times with 4 KiB values over
+// 60,000 keys (key i%60000 at write i).
+func shiftedTo4KiB(t *testing.T) *Allocator {
+	t.Helper()
+	a := newTestAlloc(t, 4<<20, 32)
+	for i := range 128 {
+		put(t, a, enginetest.Key(i), 1<<20)
+	}
+	for i := range 200000 {
+		put(t, a, enginetest.Key(1000000+i%60000), 4096)
+	}
+	return a
+}
+
 // TestSmallClassTakesOverAtRealGeometry: a pool full of 1 MiB values whose
 // workload turns to 4 KiB values hands nearly every extent to the 4 KiB
 // class. The extents here have 1,024 slots of 4 KiB (the default disk
@@ -271,13 +286,7 @@ func TestMaxPinnedSlotCanBeUnpublished(t *testing.T) {
 // evictions, and the class stayed at the one extent it was forced to
 // take while stale 1 MiB values held the rest.
 func TestSmallClassTakesOverAtRealGeometry(t *testing.T) {
-	a := newTestAlloc(t, 4<<20, 32)
-	for i := range 128 {
-		put(t, a, enginetest.Key(i), 1<<20)
-	}
-	for i := range 200000 {
-		put(t, a, enginetest.Key(1000000+i%60000), 4096)
-	}
+	a := shiftedTo4KiB(t)
 	small := a.Lattice().ClassOf(4096)
 	if n := len(a.cls[small].extents); n < 28 {
 		t.Fatalf("after the shift to 4 KiB values the 4 KiB class holds %d of 32 extents", n)
@@ -368,13 +377,7 @@ func TestBorrowStaysWithinTwiceTheSize(t *testing.T) {
 // remove) was the next one evicted, and 40 % of the last 28,000 writes in
 // a 31,000-value pool were gone.
 func TestRecentWritesSurvive(t *testing.T) {
-	a := newTestAlloc(t, 4<<20, 32)
-	for i := range 128 {
-		put(t, a, enginetest.Key(i), 1<<20)
-	}
-	for i := range 200000 {
-		put(t, a, enginetest.Key(1000000+i%60000), 4096)
-	}
+	a := shiftedTo4KiB(t)
 	missing := 0
 	for i := 200000 - 28000; i < 200000; i++ {
 		k := enginetest.Key(1000000 + i%60000)

@@ -100,6 +100,10 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		}
 	}
 
+	for _, w := range socketBufferWarnings(sc.SocketBufferBytes, procSysctl) {
+		log.Warn(w)
+	}
+
 	group, err := OpenEngines(cfg, deps.FS, deps.Clock, log)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,18 +125,47 @@ func TestBoltDirectory(t *testing.T) {
 	}
 }
 
+// manualClock is a clock a test moves by hand, so a heartbeat TTL is
+// judged on the test's time, not on how fast a loaded machine runs it.
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
 func TestBoltHeartbeatExpiry(t *testing.T) {
+	var mu sync.Mutex
 	var expired int
-	d, err := openBoltDir(filepath.Join(t.TempDir(), "mds.db"), 300*time.Millisecond, engine.SystemClock{}, slog.New(slog.DiscardHandler), func(n int) { expired += n })
+	clock := &manualClock{now: time.Unix(1_000_000, 0)}
+	const ttl = 300 * time.Millisecond
+	d, err := openBoltDir(filepath.Join(t.TempDir(), "mds.db"), ttl, clock, slog.New(slog.DiscardHandler), func(n int) {
+		mu.Lock()
+		expired += n
+		mu.Unlock()
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	d.Register(ctx, "g", member(1))
 	e0, _ := d.Register(ctx, "g", member(2))
-	// node-1 keeps heartbeating, node-2 falls silent.
+	// node-1 keeps heartbeating every 50 ms of the clock, node-2 falls
+	// silent; the sweeper (on a real ticker) drops node-2 once the clock
+	// has passed its TTL.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		clock.advance(50 * time.Millisecond)
 		if _, err := d.Heartbeat(ctx, "g", "node-1"); err != nil {
 			t.Fatal(err)
 		}
@@ -149,11 +179,15 @@ func TestBoltHeartbeatExpiry(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("silent member never expired")
 		}
-		time.Sleep(50 * time.Millisecond)
+		if clock.Now().Sub(time.Unix(1_000_000, 0)) > 2*ttl {
+			time.Sleep(20 * time.Millisecond) // past the TTL: give the sweeper a tick
+		}
 	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if expired != 1 {
 		t.Fatalf("expiry counter %d", expired)
 	}
@@ -228,8 +262,10 @@ func TestControlProtocol(t *testing.T) {
 }
 
 func TestControlProtocolRefusesStrangers(t *testing.T) {
-	ctrl, _, _ := runMDS(t, map[string][]string{"db": {filepath.Join(t.TempDir(), "m.db")}, "first-request-ms": {"200"}})
-	// A data-plane frame (epoch 6) on the MDS port.
+	ctrl, _, _ := runMDS(t, map[string][]string{"db": {filepath.Join(t.TempDir(), "m.db")}, "first-request-ms": {"1000"}})
+	// A data-plane frame (epoch 6) on the MDS port. (The deadline is long
+	// enough for the connections that must get an answer to send in time
+	// on a loaded machine; only the drip feeder below waits it out.)
 	c, err := net.Dial("tcp", ctrl)
 	if err != nil {
 		t.Fatal(err)

@@ -205,7 +205,7 @@ func TestMetricsLint(t *testing.T) {
 func TestHTTPDripFeederCutOff(t *testing.T) {
 	dir := t.TempDir()
 	_, haddr, _ := runNode(t, map[string][]string{
-		"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}, "metrics-first-request-ms": {"200"},
+		"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}, "metrics-first-request-ms": {"1000"},
 	})
 	c, err := net.Dial("tcp", haddr)
 	if err != nil {

@@ -242,7 +242,9 @@ func TestMalformedFramesCloseOnlyThatConnection(t *testing.T) {
 }
 
 func TestFirstRequestDeadline(t *testing.T) {
-	n := startNode(t, newMemEngine(), func(o *Options) { o.FirstRequest = 150 * time.Millisecond })
+	// 1 s: long enough for the connection that must send in time to do so
+	// on a loaded machine; the drip feeder and the silent one wait it out.
+	n := startNode(t, newMemEngine(), func(o *Options) { o.FirstRequest = time.Second })
 	// A drip feeder that never completes its first frame is closed.
 	drip := dial(t, n.addr)
 	_, _ = drip.Write(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})[:10])
@@ -256,7 +258,7 @@ func TestFirstRequestDeadline(t *testing.T) {
 	ok := dial(t, n.addr)
 	writeReq(t, ok, wire.RequestHeader{Op: wire.OpPing}, nil)
 	readResp(t, ok)
-	time.Sleep(400 * time.Millisecond) // outlive the deadline on purpose
+	time.Sleep(1500 * time.Millisecond) // outlive the deadline on purpose
 	writeReq(t, ok, wire.RequestHeader{Op: wire.OpPing}, nil)
 	if h, _ := readResp(t, ok); h.Status != wire.StatusOK {
 		t.Fatalf("idle connection after first request: %s", h.Status)

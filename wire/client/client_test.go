@@ -203,7 +203,9 @@ func TestPeerComesBack(t *testing.T) {
 func TestSilentNodeTimesOut(t *testing.T) {
 	addr := fakeNode(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 	cl := open(t, addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	// Long enough for the dial on a loaded machine: a slow dial ends as
+	// UNAVAILABLE, not the TIMEOUT of a node that took the request.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	err := cl.Put(ctx, []byte("k"), []byte("v"))
 	if wire.StatusOf(err) != wire.StatusTimeout || !errors.Is(err, ErrPeerDown) {
@@ -615,7 +617,7 @@ func TestCancelledProbeHandsOver(t *testing.T) {
 	if err := <-probeDone; !errors.Is(err, context.Canceled) || !errors.Is(err, wire.StatusUnavailable) {
 		t.Fatalf("the cancelled probe: %v, want its cancellation (context.Canceled) as an UNAVAILABLE status", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // its request must reach the node
 	defer cancel()
 	_, err := cl.Exist(ctx, []byte("k"))
 	if err != nil && strings.Contains(err.Error(), "backing off") {
@@ -697,11 +699,12 @@ func TestSucceedClearsAWindowWithoutCount(t *testing.T) {
 }
 
 // outlastWindow makes a call to a node that takes requests and never
-// answers, cut by a 50 ms deadline, which opens a back-off window, and
-// waits until the window has ended.
+// answers, cut by a 1 s deadline (long enough for a fresh dial and the
+// write on a loaded machine: the request must reach the node), which opens
+// a back-off window, and waits until the window has ended.
 func outlastWindow(t *testing.T, cl *Client) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_, err := cl.Exist(ctx, []byte("k"))
 	cancel()
 	if !errors.Is(err, ErrPeerDown) {

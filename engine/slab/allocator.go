@@ -73,8 +73,8 @@ type classState struct {
 	// to make room (in its own extents, or in a larger class's it borrowed
 	// from) since it last gained an extent, halved for every window bytes
 	// evicted anywhere in the pool. Once it reaches a whole extent's worth,
-	// the class takes the coldest idle extent of a class under less
-	// pressure. Bytes, not a count of values: a 4 KiB class evicts 256
+	// the class takes the coldest idle extent of a class under a quarter
+	// of its pressure (rebalance). Bytes, not a count of values: a 4 KiB class evicts 256
 	// values for every one a 1 MiB class does, and both the threshold and
 	// the comparison with a donor must mean the same for both.
 	pressure uint64
@@ -257,8 +257,8 @@ func (a *Allocator) free(e, s uint32) {
 // Reserve finds a slot for an n-byte value (0 < n <= extent size): a free
 // slot of its class, else a fresh extent, else (for a class without
 // extents) a borrowed slot of a slightly larger class, else (after
-// rebalancing, when it is due) a CLOCK victim of the class. The slot comes back reserved with
-// one pin, the writer's. Values evicted on the way are in Victims() until
+// rebalancing, when it is due) a CLOCK victim of the class. The slot comes
+// back reserved with one pin, the writer's. Values evicted on the way are in Victims() until
 // the next call; Rebound() names an extent that changed class (its slot
 // records must be wiped before any new record is written into it).
 func (a *Allocator) Reserve(n uint64) (SlotRef, error) {

@@ -12,18 +12,23 @@ import (
 // write one line per connection.
 const warnEvery = 10 * time.Second
 
-// rateLimitedWarn logs a warning of one kind at most once per warnEvery,
-// adding how many it held back since the last line ("suppressed"); the
-// counters in /metrics still count every event.
+// rateLimitedWarn logs a warning of one kind at most once per every
+// (warnEvery when zero), adding how many it held back since the last line
+// ("suppressed"); the counters in /metrics still count every event.
 type rateLimitedWarn struct {
-	mu   sync.Mutex
-	last time.Time
-	held int
+	every time.Duration
+	mu    sync.Mutex
+	last  time.Time
+	held  int
 }
 
 func (r *rateLimitedWarn) warn(log *slog.Logger, now time.Time, msg string, args ...any) {
+	every := r.every
+	if every == 0 {
+		every = warnEvery
+	}
 	r.mu.Lock()
-	if !r.last.IsZero() && now.Sub(r.last) < warnEvery {
+	if !r.last.IsZero() && now.Sub(r.last) < every {
 		r.held++
 		r.mu.Unlock()
 		return
@@ -35,4 +40,11 @@ func (r *rateLimitedWarn) warn(log *slog.Logger, now time.Time, msg string, args
 		args = append(args, "suppressed", held)
 	}
 	log.Warn(msg, args...)
+}
+
+// reset forgets the last line, so the next warning is logged at once.
+func (r *rateLimitedWarn) reset() {
+	r.mu.Lock()
+	r.last, r.held = time.Time{}, 0
+	r.mu.Unlock()
 }

@@ -54,20 +54,20 @@ const stillFailingEvery = 30 * time.Second
 // not thousands, and never goes quiet while it is still not registered.
 // The caller clears failing when a call succeeds.
 type failureLog struct {
-	failing       bool
-	since, warned time.Time
+	failing bool
+	since   time.Time
+	lines   rateLimitedWarn
 }
 
 func (f *failureLog) fail(log *slog.Logger, now time.Time, msg string, args ...any) {
 	if !f.failing {
-		f.failing, f.since, f.warned = true, now, now
-		log.Warn(msg, args...)
-		return
+		f.failing, f.since = true, now
+		f.lines.every = stillFailingEvery
+		f.lines.reset() // a new run of failures: its first line at once
+	} else {
+		args = append(args, "failing_for", now.Sub(f.since).Round(time.Second).String())
 	}
-	if now.Sub(f.warned) >= stillFailingEvery {
-		f.warned = now
-		log.Warn(msg, append(args, "failing_for", now.Sub(f.since).Round(time.Second).String())...)
-	}
+	f.lines.warn(log, now, msg, args...)
 }
 
 // advertiseAddr is the address registered for the node: the configured

@@ -2,9 +2,6 @@ package server
 
 import (
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/dfkv/dfkv/config"
 )
@@ -37,11 +34,4 @@ func socketBufferWarnings(requested uint64, readSysctl func(name string) (uint64
 }
 
 // procSysctl reads one integer from /proc/sys.
-func procSysctl(name string) (uint64, bool) {
-	b, err := os.ReadFile("/proc/sys/" + name)
-	if err != nil {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	return v, err == nil
-}
+func procSysctl(name string) (uint64, bool) { return readUint("/proc/sys/" + name) }

@@ -90,10 +90,15 @@ _BY_STATUS: Dict[int, Type[DfkvError]] = {
 }
 
 
+def status_name(status: int) -> str:
+    """A status's name ("CACHE_FULL"), or STATUS_<n> for one this version does not know."""
+    return Status(status).name if status in Status._value2member_map_ else f"STATUS_{status}"
+
+
 def error_for(status: int, message: str) -> DfkvError:
     """The DfkvError subclass for a status (DfkvError itself for an unknown one)."""
     cls = _BY_STATUS.get(int(status), DfkvError)
-    name = Status(status).name if status in Status._value2member_map_ else f"STATUS_{status}"
+    name = status_name(status)
     # libdfkv messages end in ": <STATUS>" (Go's %w of the status); it is
     # already the prefix here.
     if message.endswith(": " + name):

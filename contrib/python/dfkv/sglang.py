@@ -41,7 +41,7 @@ from typing import Any, List, Optional
 
 from ._common import RawBuffer, dtype_name, escape_key_part, setting
 from .client import Client
-from .errors import DfkvError, Status
+from .errors import DfkvError, Status, status_name
 from .identity import LAYOUT_SGLANG_HICACHE, LayerGeometry, NamespaceDescriptor, ObjectKey, TopologySizes, layout_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -245,7 +245,7 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
             return False
         self.counters["set_pages"] += len(keys)
         self.counters["set_ok"] += sum(s == Status.OK for s in st)
-        failed = [Status(s).name if s in Status._value2member_map_ else str(s) for s in st if s != Status.OK]
+        failed = [status_name(s) for s in st if s != Status.OK]
         if failed:
             logger.warning("dfkv HiCache: %d of %d pages not stored (%s)", len(failed), len(keys), ", ".join(sorted(set(failed))))
         return not failed

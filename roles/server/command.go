@@ -108,6 +108,12 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
+	if sc.StoreEngine == "slab" {
+		// After the open: the directories exist, so stat finds their mounts.
+		for _, w := range onlineDiscardWarnings(sc.Disks, procMounts(), deviceOf) {
+			w.log(log)
+		}
+	}
 	// eng is what the server serves: the disk group, or the RAM tier in
 	// front of it. Closing eng closes everything below it.
 	var eng engine.StoreEngine = group

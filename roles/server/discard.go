@@ -1,0 +1,133 @@
+package server
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// mountEntry is one line of /proc/self/mountinfo, the parts the disk check
+// reads.
+type mountEntry struct {
+	device     string // "major:minor" of the filesystem, as stat reports it
+	mountPoint string
+	fsType     string
+	source     string
+	superOpts  []string // the filesystem's own options (ext4's discard is one)
+}
+
+// parseMountinfo reads the format of proc(5)'s /proc/PID/mountinfo:
+//
+//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+//
+// Lines it cannot read are skipped: the check built on it only warns.
+func parseMountinfo(r io.Reader) ([]mountEntry, error) {
+	var out []mountEntry
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		sep := slices.Index(f, "-")
+		if sep < 6 || len(f) < sep+4 {
+			continue
+		}
+		out = append(out, mountEntry{
+			device:     f[2],
+			mountPoint: unescapeMountinfo(f[4]),
+			fsType:     f[sep+1],
+			source:     unescapeMountinfo(f[sep+2]),
+			superOpts:  strings.Split(f[sep+3], ","),
+		})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	return out, nil
+}
+
+// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space,
+// \011, \012, \134) in a path field.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// deviceOf is the "major:minor" of the filesystem holding path.
+func deviceOf(path string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", fmt.Errorf("stat %s: %w", path, err)
+	}
+	return fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)), nil
+}
+
+// onlineDiscardWarnings names every slab disk whose filesystem is ext4
+// mounted with online discard. The slab engine preallocates its extents
+// with fallocate, which ext4 records as unwritten extents; the first write
+// into each part converts it, and the conversions that merge the extent
+// tree free its blocks with a synchronous discard while holding the file's
+// block-map lock. On this project's test VM that stalled a fresh disk's
+// PUTs (and the GETs of the same extent file) for 0.7 s at p99.9 and 1.3 s
+// at worst, and cut its fill rate by 40 %, until every extent had been
+// written once; with nodiscard the same fill had no stall over 36 ms.
+// Periodic fstrim does the same trimming without the stall. A disk whose
+// mount cannot be found is not judged.
+func onlineDiscardWarnings(dirs []string, mounts []mountEntry, deviceOf func(string) (string, error)) []discardWarning {
+	var out []discardWarning
+	for _, dir := range dirs {
+		dev, err := deviceOf(dir)
+		if err != nil {
+			continue
+		}
+		i := slices.IndexFunc(mounts, func(m mountEntry) bool { return m.device == dev })
+		if i < 0 {
+			continue
+		}
+		m := mounts[i]
+		if m.fsType == "ext4" && slices.Contains(m.superOpts, "discard") {
+			out = append(out, discardWarning{dir: dir, source: m.source, mountPoint: m.mountPoint})
+		}
+	}
+	return out
+}
+
+// discardWarning is a slab disk on an ext4 filesystem mounted with online
+// discard.
+type discardWarning struct{ dir, source, mountPoint string }
+
+// log writes the warning, with what to do about it.
+func (w discardWarning) log(log *slog.Logger) {
+	log.Warn("disk: its ext4 filesystem is mounted with online discard, so while the disk's preallocated extents are first written, ext4 issues synchronous discards that stall this disk's PUTs and GETs (up to a second on some devices); remount it with nodiscard and trim periodically (fstrim.timer)",
+		"dir", w.dir, "device", w.source, "mount", w.mountPoint)
+}
+
+// procMounts reads this process's mount table; nil if it cannot.
+func procMounts() []mountEntry {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	mounts, _ := parseMountinfo(f)
+	return mounts
+}

@@ -2,14 +2,14 @@
 // the original dfkv; DESIGN.md §4, issue 3): per disk a fixed pool of
 // preallocated extent files, carved by a deterministic size-class lattice
 // into uniform slots, with one CRC-protected 64-byte record per published
-// slot in a sparse slot table, so a restart rebuilds millions of blocks in
+// slot in a preallocated slot table, so a restart rebuilds millions of blocks in
 // well under a second and a crash restarts cold instead of serving guesses.
 //
 // # Layout
 //
 //	<Dir>/slab_meta            format and geometry; written once, never rewritten
 //	<Dir>/slab_state           running epoch + clean flag; atomic replace
-//	<Dir>/slots.tbl            sparse; record of slot s of extent e at (e*MaxSlots+s)*64
+//	<Dir>/slots.tbl            preallocated; record of slot s of extent e at (e*MaxSlots+s)*64
 //	<Dir>/extents/00000.ext    ExtentBytes each, preallocated (fallocate mode 0)
 //	<Dir>/extents/00001.ext    ... CapacityBytes/ExtentBytes of them
 //
@@ -18,8 +18,11 @@
 // the options, naming every differing field (on-disk and configured value)
 // and the fix; it writes nothing before these checks pass. Before it
 // preallocates extents it checks the filesystem's free space (statfs
-// f_bavail, plus what the extents already hold) against the pool and
-// refuses, again writing nothing, naming server.disk_capacity_bytes. If
+// f_bavail, plus what the extents already hold) against the pool and the
+// slot table (64 bytes per possible slot, 1/64 of the pool with 4 KiB
+// slots, preallocated too, so a filesystem filled later cannot fail a
+// record write) and refuses, again writing nothing, naming
+// server.disk_capacity_bytes. If
 // Open fails part-way (ENOSPC, EIO), it removes every file and directory it
 // created, never one that was there before, so a retry with a smaller
 // capacity does not meet a half-formatted store of the old geometry. A
@@ -63,8 +66,8 @@
 // It is written temp file, fsync, rename, fsync directory. Open marks the
 // new epoch dirty before it returns; Close marks it clean only after every
 // extent and slots.tbl are fdatasynced. Open of a dirty, missing or torn
-// slab_state is a cold reset: slots.tbl is truncated to zero and extended
-// again (sparse, all records empty), one warning says the previous run did
+// slab_state is a cold reset: slots.tbl is truncated to zero and
+// preallocated again (all records empty), one warning says the previous run did
 // not shut down cleanly, and the cache starts empty. This is what makes the
 // PUT path safe without an fsync per PUT: payload and record writes are
 // ordered (payload first) but not synced, and only a graceful stop vouches
@@ -90,14 +93,15 @@
 //	|                  zero (12 bytes)              | CRC-32C 0..59 |
 //	+-----------------------------------------------+---------------+
 //
-// An all-zero record is an empty slot (never written, cleared, or a hole of
-// the sparse file). Extent and slot repeat what the offset says, so a record
+// An all-zero record is an empty slot (never written, cleared, or an
+// unwritten part of the preallocated file). Extent and slot repeat what the offset says, so a record
 // written to the wrong place, or a shifted page, is detected. The
 // generation is a store-wide sequence number: of two valid records for one
 // key, the higher wins at rebuild.
 //
-// Restart after a clean stop walks only the allocated ranges of slots.tbl
-// (lseek SEEK_DATA/SEEK_HOLE; a bounded chunked scan of the whole table
+// Restart after a clean stop walks only the written ranges of slots.tbl
+// (lseek SEEK_DATA/SEEK_HOLE, which report preallocated but never written
+// space as a hole on ext4, xfs and tmpfs; a bounded chunked scan of the whole table
 // where the filesystem cannot say), reading 1 MiB per pread, and validates
 // each record: magic, CRC, version, extent/slot against its offset, class
 // against the extent's binding (the first valid record of an extent binds

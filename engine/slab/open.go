@@ -376,9 +376,15 @@ func (s *Store) tableSize() int64 {
 	return int64(s.geo.extents) * int64(s.geo.maxSlots) * RecordSize
 }
 
-// openTable opens slots.tbl. Cold, it empties it (truncate to 0, then
-// extend sparsely) and syncs that, so no record of an earlier epoch can be
-// read again.
+// openTable opens slots.tbl. Cold, it empties it (truncate to 0) and
+// preallocates it again, then syncs that, so no record of an earlier epoch
+// can be read again. The table owns its disk space from the start, as the
+// extents do: sparse, it grew a block at a time as records were written,
+// and a filesystem filled meanwhile (by the capacity Open itself suggests,
+// or by a neighbour) failed the store closed on the first record write
+// that needed a block. Its preallocated parts are unwritten extents, which
+// SEEK_DATA skips as holes (ext4, xfs, tmpfs), so a restart still reads
+// only the records ever written.
 func (s *Store) openTable(cold bool) error {
 	path := filepath.Join(s.dir, tableName)
 	flag := os.O_RDWR
@@ -398,8 +404,8 @@ func (s *Store) openTable(cold bool) error {
 		if err := f.Truncate(0); err != nil {
 			return err
 		}
-		if err := f.Truncate(s.tableSize()); err != nil {
-			return err
+		if err := fallocateFn(f, s.tableSize()); err != nil {
+			return fmt.Errorf("preallocate the slot table %s (%d bytes): %w; free space on that filesystem", path, s.tableSize(), err)
 		}
 		return vfs.Datasync(f)
 	}
@@ -409,6 +415,16 @@ func (s *Store) openTable(cold bool) error {
 	}
 	if fi.Size() != s.tableSize() {
 		return fmt.Errorf("%s is %d bytes, want %d for this geometry; point the engine at an empty directory: %w", path, fi.Size(), s.tableSize(), wire.StatusInvalid)
+	}
+	if got := allocated(fi); got < uint64(s.tableSize()) {
+		// A table written sparse by an earlier version, or with holes
+		// punched where zeroing was refused: fallocate fills only the
+		// holes and keeps every record. Failing that, the store serves
+		// as before and says what it risks.
+		if err := fallocateFn(f, s.tableSize()); err != nil {
+			s.log.Warn("slab engine: could not preallocate the rest of the slot table; a record write that needs a new block on a full filesystem will fail this disk closed: free space on that filesystem",
+				"dir", s.dir, "table", path, "allocated_bytes", got, "table_bytes", s.tableSize(), "err", err)
+		}
 	}
 	return nil
 }

@@ -149,8 +149,16 @@ func TestUncleanRestartIsCold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if blocks := fi.Sys().(*syscall.Stat_t).Blocks; blocks != 0 {
-		t.Fatalf("slots.tbl still has %d allocated blocks after the cold reset", blocks)
+	// Emptied, and preallocated again: nothing written for a restart to
+	// read, every block still owned.
+	if _, _, ok, err := seekData(s2.table, 0, s2.tableSize()); ok || err != nil {
+		t.Fatalf("slots.tbl still has written data after the cold reset (err %v)", err)
+	}
+	if got := uint64(fi.Sys().(*syscall.Stat_t).Blocks) * 512; got < uint64(s2.tableSize()) {
+		t.Fatalf("slots.tbl holds %d bytes on disk after the cold reset, want all %d preallocated", got, s2.tableSize())
+	}
+	if tbl, err := os.ReadFile(filepath.Join(dir, tableName)); err != nil || !isZero(tbl) {
+		t.Fatalf("slots.tbl is not all zeros after the cold reset (err %v)", err)
 	}
 	_ = s.table.Close()
 	for _, f := range s.extents {

@@ -13,6 +13,10 @@ import (
 // filesystem without SEEK_DATA.
 var seekDataFn = seekData
 
+// maxIndexHint bounds the index size rebuild reserves up front (16 Mi
+// entries, 64 MiB of buckets).
+const maxIndexHint = 1 << 24
+
 type rebuildStats struct {
 	records int
 	dropped int
@@ -58,7 +62,10 @@ func (s *Store) rebuild() (rebuildStats, error) {
 		allocated += b - a
 		off = b
 	}
-	s.alloc.ReserveIndex(int(min(allocated/RecordSize, int64(s.geo.extents)*int64(s.geo.maxSlots))))
+	// A hint, capped: on a filesystem that reported the table's
+	// preallocated (unwritten) space as data it would otherwise size the
+	// index for every possible slot of the disk. Beyond it the index grows.
+	s.alloc.ReserveIndex(int(min(allocated/RecordSize, int64(s.geo.extents)*int64(s.geo.maxSlots), maxIndexHint)))
 
 	for _, sp := range spans {
 		for off := sp.start; off < sp.end; {

@@ -13,13 +13,14 @@ import (
 const capacitySetting = "server.disk_capacity_bytes (--disk-capacity, DFKV_DISK_CAPACITY_BYTES)"
 
 // checkSpace refuses, before anything is written, a cold Open whose extent
-// preallocation the filesystem cannot hold. Without it preallocation runs
-// until the filesystem is full (on a shared root disk, full for everyone)
-// before it fails.
+// and slot-table preallocation the filesystem cannot hold. Without it
+// preallocation runs until the filesystem is full (on a shared root disk,
+// full for everyone) before it fails.
 // statDir is the directory whose filesystem is asked: Dir, or its nearest
 // existing ancestor when Dir is still to be made.
 func (s *Store) checkSpace(statDir string) error {
-	need, err := s.preallocNeed()
+	extentNeed, tableNeed, err := s.preallocNeed()
+	need := extentNeed + tableNeed
 	if err != nil || need == 0 {
 		return err
 	}
@@ -32,35 +33,44 @@ func (s *Store) checkSpace(statDir string) error {
 	}
 	eb := s.geo.extentBytes
 	pool := uint64(s.geo.extents) * eb
-	fit := (pool - (need - u.Free)) / eb * eb
+	table := uint64(s.tableSize())
+	// Each extent brings its share of the slot table. What would fit is
+	// what the store's files hold already plus the free space, in whole
+	// extents with their share.
+	perExtent := eb + uint64(s.geo.maxSlots)*RecordSize
+	fit := (pool + table - need + u.Free) / perExtent * eb
 	more := ""
-	if need < pool {
-		more = " more" // part of the pool is already allocated
+	if need < pool+table {
+		more = " more" // part of it is already allocated
 	}
 	lower := fmt.Sprintf("lower %s (%d bytes would fit, filling the filesystem; leave room if it is shared)", capacitySetting, fit)
 	switch {
-	case need < pool:
+	case extentNeed == 0:
+		lower = fmt.Sprintf("its extents are all there, but the slot table needs %d more bytes and the store's capacity (%s) cannot change on a formatted store", tableNeed, capacitySetting)
+	case extentNeed < pool:
 		// A formatted store missing extents: its geometry is fixed, so a
 		// lower capacity would be refused as another geometry.
 		lower = fmt.Sprintf("the store's extents are partly missing, and its capacity (%s) cannot change on a formatted store: restore the extents", capacitySetting)
 	case fit == 0:
-		lower = fmt.Sprintf("not even one %d-byte extent fits, so lowering %s alone will not do", eb, capacitySetting)
+		lower = fmt.Sprintf("not even one %d-byte extent with its %d bytes of slot table fits, so lowering %s alone will not do", eb, perExtent-eb, capacitySetting)
 	}
-	return invalid("%s: configured capacity %d bytes (%d extents of %d bytes) needs %d%s bytes preallocated, but its filesystem has only %d bytes free; nothing was written: %s, or free space on that filesystem",
-		s.dir, s.capacity, s.geo.extents, eb, need, more, u.Free, lower)
+	return invalid("%s: configured capacity %d bytes (%d extents of %d bytes, and a %d-byte slot table) needs %d%s bytes preallocated, but its filesystem has only %d bytes free; nothing was written: %s, or free space on that filesystem",
+		s.dir, s.capacity, s.geo.extents, eb, table, need, more, u.Free, lower)
 }
 
-// preallocNeed is how many bytes openExtents will still have to allocate:
-// for every extent missing or not at full size, its size less what it
-// already holds on disk (fallocate allocates only the holes). An extent
-// already at full size is not preallocated again, so a formatted store,
-// even one with punched holes, needs nothing.
-func (s *Store) preallocNeed() (uint64, error) {
+// preallocNeed is how many bytes Open will still have to allocate. For
+// the extents: for every extent missing or not at full size, its size less
+// what it already holds on disk (fallocate allocates only the holes); an
+// extent already at full size is not preallocated again, so a formatted
+// store, even one with punched holes, needs nothing. For the slot table,
+// which a cold Open empties and preallocates again: its size less what it
+// holds now.
+func (s *Store) preallocNeed() (extentNeed, tableNeed uint64, err error) {
 	eb := s.geo.extentBytes
 	dir := filepath.Join(s.dir, extentsDir)
 	ents, err := s.fs.ReadDir(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return 0, fmt.Errorf("list %s: %w", dir, err)
+		return 0, 0, fmt.Errorf("list %s: %w", dir, err)
 	}
 	have := make(map[string]uint64, len(ents))
 	for _, e := range ents {
@@ -74,9 +84,13 @@ func (s *Store) preallocNeed() (uint64, error) {
 			have[e.Name()] = min(allocated(fi), eb)
 		}
 	}
-	need := uint64(0)
 	for e := range s.geo.extents {
-		need += eb - have[filepath.Base(s.extentPath(e))]
+		extentNeed += eb - have[filepath.Base(s.extentPath(e))]
 	}
-	return need, nil
+	table := uint64(s.tableSize())
+	tableNeed = table
+	if fi, err := s.fs.Stat(filepath.Join(s.dir, tableName)); err == nil && fi.Mode().IsRegular() {
+		tableNeed -= min(allocated(fi), table)
+	}
+	return extentNeed, tableNeed, nil
 }

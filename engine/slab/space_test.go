@@ -66,8 +66,9 @@ func wantSpaceRefusal(t *testing.T, err error, dir string, capacity, free uint64
 
 // TestCapacityBeyondFreeSpaceRefused: a fresh disk whose filesystem cannot
 // hold the configured capacity is refused before anything is written (not
-// even a missing directory is made), with the fix named; a capacity that
-// fits then formats the same directory.
+// even a missing directory is made), with the fix named; the capacity it
+// suggests, which leaves each extent its share of the slot table, then
+// formats the same directory.
 func TestCapacityBeyondFreeSpaceRefused(t *testing.T) {
 	for _, sub := range []string{"", "mnt/nvme0"} {
 		t.Run("dir="+sub, func(t *testing.T) {
@@ -78,13 +79,18 @@ func TestCapacityBeyondFreeSpaceRefused(t *testing.T) {
 			opts.FS = ffs
 			_, err := Open(opts)
 			wantSpaceRefusal(t, err, dir, 16<<20, 8<<20)
-			if !strings.Contains(err.Error(), "8388608 bytes would fit") {
+			// 8 MiB holds 7 extents of 1 MiB with their 16 KiB of
+			// records each, not 8.
+			if !strings.Contains(err.Error(), "7340032 bytes would fit") || !strings.Contains(err.Error(), "262144-byte slot table") {
 				t.Fatalf("refusal does not say what would fit: %v", err)
 			}
 			if got := names(t, root); got != "" {
 				t.Fatalf("a refused Open wrote %q", got)
 			}
 			opts.CapacityBytes = 8 << 20
+			_, err = Open(opts)
+			wantSpaceRefusal(t, err, dir, 8<<20, 8<<20)
+			opts.CapacityBytes = 7 << 20
 			s := openT(t, opts)
 			mustCache(t, s, enginetest.Key(1), enginetest.Value(1, 5000))
 			mustClose(t, s)
@@ -155,6 +161,12 @@ func TestFailedFormatRemovesWhatItCreated(t *testing.T) {
 		}},
 		{name: "slots.tbl extend", fault: func(op vfs.Op, p string) bool {
 			return op == vfs.OpTruncate && filepath.Base(p) == tableName
+		}},
+		{name: "slots.tbl preallocate ENOSPC", fallocFn: func(f vfs.File, size int64) error {
+			if filepath.Base(f.Name()) == tableName {
+				return &os.PathError{Op: "fallocate", Path: f.Name(), Err: syscall.ENOSPC}
+			}
+			return fallocate(f, size)
 		}},
 		{name: "slab_state rename", fault: func(op vfs.Op, p string) bool {
 			return op == vfs.OpRename && filepath.Base(p) == stateName+".tmp"

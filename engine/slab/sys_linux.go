@@ -39,26 +39,32 @@ func allocated(fi os.FileInfo) uint64 {
 	return 0
 }
 
-// punchHole deallocates [off, off+n) of f, keeping its size; the range then
-// reads as zeros. Where the filesystem cannot punch, it writes zeros.
-func punchHole(f vfs.File, off, n int64) error {
-	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+// zeroRange makes [off, off+n) of f read as zeros, keeping its size and,
+// where the filesystem can (ext4 and xfs: FALLOC_FL_ZERO_RANGE turns the
+// range back into unwritten, still allocated blocks), its disk space, so
+// the slot table never has to allocate again. Where it cannot, it punches
+// a hole, and where it cannot punch, it writes zeros.
+func zeroRange(f vfs.File, off, n int64) error {
+	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
 	if err == nil {
 		return nil
 	}
-	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+	if !unsupported(err) {
+		return &os.PathError{Op: "fallocate zero range", Path: f.Name(), Err: err}
+	}
+	err = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if err == nil {
+		return nil
+	}
+	if !unsupported(err) {
 		return &os.PathError{Op: "fallocate punch", Path: f.Name(), Err: err}
 	}
-	zero := make([]byte, min(n, 1<<20))
-	for n > 0 {
-		c := min(n, int64(len(zero)))
-		if _, err := f.WriteAt(zero[:c], off); err != nil {
-			return err
-		}
-		off += c
-		n -= c
-	}
-	return nil
+	return writeZeros(f, off, n)
+}
+
+// unsupported reports an fallocate mode the filesystem does not have.
+func unsupported(err error) bool {
+	return errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS)
 }
 
 // seekData returns the start of the next allocated range at or after off,

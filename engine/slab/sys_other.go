@@ -17,18 +17,7 @@ func fallocate(f vfs.File, size int64) error {
 
 func allocated(os.FileInfo) uint64 { return 0 }
 
-func punchHole(f vfs.File, off, n int64) error {
-	zero := make([]byte, min(n, 1<<20))
-	for n > 0 {
-		c := min(n, int64(len(zero)))
-		if _, err := f.WriteAt(zero[:c], off); err != nil {
-			return err
-		}
-		off += c
-		n -= c
-	}
-	return nil
-}
+func zeroRange(f vfs.File, off, n int64) error { return writeZeros(f, off, n) }
 
 func seekData(f vfs.File, off, size int64) (int64, int64, bool, error) {
 	return 0, 0, false, errNoSeekData

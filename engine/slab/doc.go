@@ -8,7 +8,7 @@
 // # Layout
 //
 //	<Dir>/slab_meta            format and geometry; written once, never rewritten
-//	<Dir>/slab_state           running epoch + clean flag; atomic replace
+//	<Dir>/slab_state           running epoch + clean flag; made atomically, then rewritten in place
 //	<Dir>/slots.tbl            preallocated; record of slot s of extent e at (e*MaxSlots+s)*64
 //	<Dir>/extents/00000.ext    ExtentBytes each, preallocated (fallocate mode 0)
 //	<Dir>/extents/00001.ext    ... CapacityBytes/ExtentBytes of them
@@ -63,12 +63,15 @@
 //	|     28 |    4 | CRC-32C of bytes 0..27                            |
 //	+--------+------+---------------------------------------------------+
 //
-// It is written temp file, fsync, rename, fsync directory. Open marks the
-// new epoch dirty before it returns; Close marks it clean only after every
-// extent and slots.tbl are fdatasynced. Open of a dirty, missing or torn
-// slab_state is a cold reset: slots.tbl is truncated to zero and
-// preallocated again (all records empty), one warning says the previous run did
-// not shut down cleanly, and the cache starts empty. This is what makes the
+// A new store writes it temp file, fsync, rename, fsync directory; later
+// updates rewrite its 32 bytes in place and fdatasync (no new block, so a
+// full filesystem cannot keep a graceful stop from marking it clean; a torn
+// write fails the CRC and reads as dirty). Open marks the new epoch dirty
+// before it returns; Close marks it clean only after every extent and
+// slots.tbl are fdatasynced. Open of a dirty, missing or torn slab_state is
+// a cold reset: slots.tbl is truncated to zero and preallocated again (all
+// records empty), one warning says the previous run did not shut down
+// cleanly, and the cache starts empty. This is what makes the
 // PUT path safe without an fsync per PUT: payload and record writes are
 // ordered (payload first) but not synced, and only a graceful stop vouches
 // for them.

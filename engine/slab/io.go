@@ -138,8 +138,41 @@ func writeZeros(f vfs.File, off, n int64) error {
 	return nil
 }
 
+// writeState records st in slab_state. A new store's file is written
+// atomically (temp file, fsync, rename); from then on it is rewritten in
+// place, one 32-byte write into the block the file already owns and an
+// fdatasync, so a filesystem that filled up meanwhile (a shared root disk
+// full of logs) cannot stop a graceful stop from marking the epoch clean:
+// the temp file needs a new block, and without one every restart was cold.
+// A torn in-place write fails the CRC and reads as a dirty epoch, a cold
+// start, never a stale one; the dirty mark is durable before Open returns,
+// as before.
 func (s *Store) writeState(st state) error {
-	return writeAtomic(s.fs, filepath.Join(s.dir, stateName), st.encode())
+	path := filepath.Join(s.dir, stateName)
+	if fi, err := s.fs.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == stateSize {
+		return writeInPlace(s.fs, path, st.encode())
+	}
+	return writeAtomic(s.fs, path, st.encode())
+}
+
+// writeInPlace overwrites the start of the existing file at path with data
+// and fdatasyncs it.
+func writeInPlace(fs vfs.FS, path string, data []byte) error {
+	f, err := fs.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, err = f.WriteAt(data, 0)
+	if err == nil {
+		err = vfs.Datasync(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }
 
 // writeAtomic replaces path with data: temp file, fsync, rename, fsync the

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,16 +24,41 @@ import (
 type child struct {
 	name string
 	cmd  *exec.Cmd
-	logs *bytes.Buffer
+	logs *syncBuffer
 	done chan struct{}
+}
+
+// syncBuffer is the log of a running child: os/exec writes it from its own
+// goroutine while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // startChild starts `dfkv args...` and waits until readyURL answers 200.
 func startChild(t *testing.T, name, readyURL string, args ...string) *child {
 	t.Helper()
-	cmd := exec.Command(binPath, args...)
+	return startChildCmd(t, name, readyURL, exec.Command(binPath, args...))
+}
+
+// startChildCmd starts cmd (a dfkv process, perhaps through a shell that
+// sets its limits first) and waits until readyURL answers 200.
+func startChildCmd(t *testing.T, name, readyURL string, cmd *exec.Cmd) *child {
+	t.Helper()
 	cmd.Env = cleanEnv()
-	c := &child{name: name, cmd: cmd, logs: &bytes.Buffer{}, done: make(chan struct{})}
+	c := &child{name: name, cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = c.logs, c.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/accept"
 )
 
 // controlServer answers the MDS control protocol from a Directory.
@@ -40,6 +41,7 @@ type controlServer struct {
 	deregistrations  atomic.Uint64
 	firstReqTimeouts atomic.Uint64
 	frameErrors      atomic.Uint64
+	acceptErrors     atomic.Uint64
 }
 
 // serve accepts until ctx ends, then closes every connection (control
@@ -56,6 +58,7 @@ func (s *controlServer) serve(ctx context.Context) {
 		_ = s.ln.Close()
 	})
 	defer stop()
+	fails := 0 // consecutive transient Accept failures
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
@@ -63,7 +66,32 @@ func (s *controlServer) serve(ctx context.Context) {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
+			if ctx.Err() == nil && accept.Transient(err) {
+				// Out of descriptors or kernel memory: the directory
+				// keeps serving its open connections and accepts again
+				// when the shortage passes, instead of going deaf to
+				// every node's heartbeat. One line when it starts, one
+				// when it ends.
+				fails++
+				s.acceptErrors.Add(1)
+				if fails == 1 {
+					s.log.Warn("MDS: accept failed; retrying until it succeeds (if it is too many open files, raise LimitNOFILE)",
+						"listen", s.ln.Addr().String(), "err", err)
+				}
+				select {
+				case <-time.After(accept.Pause(fails)):
+				case <-ctx.Done():
+				}
+				continue
+			}
+			if ctx.Err() == nil {
+				s.log.Error("MDS: control listener failed; no new control connections will be accepted", "listen", s.ln.Addr().String(), "err", err)
+			}
 			break
+		}
+		if fails > 0 {
+			s.log.Info("MDS: accepting again", "listen", s.ln.Addr().String(), "failed_accepts", fails)
+			fails = 0
 		}
 		s.mu.Lock()
 		if s.done {

@@ -108,6 +108,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
+	warnFDLimit(log, sc.MaxConns) // after the open: the engines' files are counted
 	if sc.StoreEngine == "slab" {
 		// After the open: the directories exist, so stat finds their mounts.
 		for _, w := range onlineDiscardWarnings(sc.Disks, procMounts(), deviceOf) {

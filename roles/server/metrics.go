@@ -91,6 +91,7 @@ var (
 	descConns       = prometheus.NewDesc("dfkv_open_connections", "Open data-plane connections.", nil, nil)
 	descAccepted    = prometheus.NewDesc("dfkv_connections_accepted_total", "Data-plane connections accepted.", nil, nil)
 	descRefused     = prometheus.NewDesc("dfkv_connections_refused_total", "Connections refused at max_conns or during shutdown.", nil, nil)
+	descAcceptErrs  = prometheus.NewDesc("dfkv_accept_errors_total", "Accept failures the node waited out and retried (out of file descriptors or kernel memory, or a handshake that failed); steady growth means LimitNOFILE is too low for the connections.", nil, nil)
 	descFirstReq    = prometheus.NewDesc("dfkv_first_request_timeouts_total", "Connections closed for not sending a complete first request within the deadline.", nil, nil)
 	descFirstReqMS  = prometheus.NewDesc("dfkv_tcp_first_req_ms", "Resolved first-request deadline (DFKV_TCP_FIRST_REQ_MS); 0 = off.", nil, nil)
 	descFrameErrors = prometheus.NewDesc("dfkv_frame_errors_total", "Malformed requests answered with an error and closed.", nil, nil)
@@ -113,7 +114,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descAccepted, descRefused, descFirstReq, descFirstReqMS, descFrameErrors,
+	for _, d := range []*prometheus.Desc{descConns, descAccepted, descRefused, descAcceptErrs, descFirstReq, descFirstReqMS, descFrameErrors,
 		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descMoves, descIOErrors, descHits, descMisses,
 		descHealthy, descDirectIO, descTenant, descTenantQuot} {
 		ch <- d
@@ -131,6 +132,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descConns, float64(s.conns.Load()))
 	counter(descAccepted, float64(s.accepted.Load()))
 	counter(descRefused, float64(s.refused.Load()))
+	counter(descAcceptErrs, float64(s.acceptErrors.Load()))
 	counter(descFirstReq, float64(s.firstReqTimeouts.Load()))
 	gauge(descFirstReqMS, float64(c.srv.opts.FirstRequest.Milliseconds()))
 	counter(descFrameErrors, float64(s.frameErrors.Load()))

@@ -19,6 +19,7 @@ import (
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
 	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/accept"
 	"github.com/dfkv/dfkv/wire/deadline"
 )
 
@@ -79,10 +80,10 @@ type Server struct {
 	stats counters
 	// Per-connection warnings a flood of bad connections could repeat,
 	// logged at most once per warnEvery each (the counters count all).
-	firstReqWarn, frameWarn, bodyStallWarn rateLimitedWarn
-	metrics                                *Metrics      // nil = not exported
-	info                                   NodeInfo      // reported by STATS
-	group                                  *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
+	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn rateLimitedWarn
+	metrics                                            *Metrics      // nil = not exported
+	info                                               NodeInfo      // reported by STATS
+	group                                              *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
 }
 
 // counters are the server's own numbers; engine numbers come from Stats().
@@ -90,6 +91,7 @@ type counters struct {
 	conns            atomic.Int64
 	accepted         atomic.Uint64
 	refused          atomic.Uint64
+	acceptErrors     atomic.Uint64
 	firstReqTimeouts atomic.Uint64
 	frameErrors      atomic.Uint64
 	bytesIn          atomic.Uint64
@@ -156,6 +158,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer stop()
 
 	var acceptErr error
+	fails := 0 // consecutive transient Accept failures
 	for {
 		nc, err := s.opts.Listener.Accept()
 		if err != nil {
@@ -166,10 +169,26 @@ func (s *Server) Serve(ctx context.Context) error {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
+			if accept.Transient(err) {
+				// Out of descriptors or kernel memory, or one failed
+				// handshake: every open connection keeps being served,
+				// and accepting resumes when the shortage passes.
+				fails++
+				s.stats.acceptErrors.Add(1)
+				pause := accept.Pause(fails)
+				s.acceptWarn.warn(s.log, time.Now(), "accept failed; retrying: open connections are still served, new ones wait (if it is too many open files, raise LimitNOFILE or lower server.max_conns)",
+					"listen", s.Addr().String(), "err", err, "retry_in", pause.String())
+				select {
+				case <-time.After(pause):
+				case <-ctx.Done():
+				}
+				continue
+			}
 			acceptErr = err
 			s.beginShutdown()
 			break
 		}
+		fails = 0
 		s.startConn(nc)
 	}
 	s.drain()
@@ -270,6 +289,7 @@ type Stats struct {
 	OpenConns        int64             `json:"open_conns"`
 	Accepted         uint64            `json:"accepted"`
 	Refused          uint64            `json:"refused"`
+	AcceptErrors     uint64            `json:"accept_errors"`
 	FirstReqTimeouts uint64            `json:"first_request_timeouts"`
 	FrameErrors      uint64            `json:"frame_errors"`
 	BytesIn          uint64            `json:"bytes_in"`
@@ -283,6 +303,7 @@ func (s *Server) Stats() Stats {
 		OpenConns:        s.stats.conns.Load(),
 		Accepted:         s.stats.accepted.Load(),
 		Refused:          s.stats.refused.Load(),
+		AcceptErrors:     s.stats.acceptErrors.Load(),
 		FirstReqTimeouts: s.stats.firstReqTimeouts.Load(),
 		FrameErrors:      s.stats.frameErrors.Load(),
 		BytesIn:          s.stats.bytesIn.Load(),

@@ -37,7 +37,7 @@ func Command() *cli.Command {
 		Usage: "run a cache node: serve blocks from local disks over TCP",
 		Description: "Starts a cache node on --listen with one storage engine per --disk directory.\n" +
 			"With no configuration it serves 127.0.0.1:7600 from ./dfkv-data/disk0.\n" +
-			"SIGTERM or SIGINT stops it gracefully: in-flight requests finish, disks are synced.",
+			"SIGTERM or SIGINT stops it gracefully: in-flight requests finish, disks are synced. SIGHUP is logged and ignored.",
 		Flags: config.Flags("server"),
 		Action: func(c *cli.Context) error {
 			cfg, log, done, err := rolekit.Load(c, "server")

@@ -62,17 +62,31 @@ func Load(c *cli.Context, role string) (cfg *config.Config, log *slog.Logger, do
 // (so the line comes before anything the shutdown logs, and the drain and
 // sync that follow can take a while); stop releases the signals and must
 // be deferred.
+//
+// SIGHUP is logged and ignored, as redis does. Its default action ends the
+// process at once: no drain, no flush of the RAM tier, no clean mark, so a
+// slab disk would come back cold. It arrives when the terminal a node was
+// started from closes, or from a habit of "kill -HUP to reload"; dfkv
+// reads its configuration only at start.
 func SignalContext(c *cli.Context, log *slog.Logger) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(c.Context)
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	done := make(chan struct{})
 	go func() {
-		select {
-		case sig := <-sigs:
-			log.Info("shutdown requested", "signal", sig.String())
-			cancel(fmt.Errorf("%s received", sig))
-		case <-done:
+		for {
+			select {
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					log.Warn("SIGHUP ignored: dfkv reads its configuration only at start; restart it (SIGTERM, then start) to apply changes")
+					continue
+				}
+				log.Info("shutdown requested", "signal", sig.String())
+				cancel(fmt.Errorf("%s received", sig))
+				return
+			case <-done:
+				return
+			}
 		}
 	}()
 	return ctx, func() {

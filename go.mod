@@ -12,6 +12,7 @@ require (
 	go.etcd.io/bbolt v1.5.0
 	go.etcd.io/etcd/client/v3 v3.5.21
 	go.uber.org/zap v1.17.0
+	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.50.0
 )
 

@@ -55,7 +55,7 @@ func TestFlagsPerRole(t *testing.T) {
 	want := map[string][]string{
 		"server": {"group", "id", "listen", "http-listen", "advertise-addr", "weight", "mds", "disk", "disk-capacity", "store-engine", "slab-extent-bytes", "ram-tier", "ram-tier-bytes", "ram-write-mode", "put-ack-mode", "ram-flush-threads", "ram-flush-delay-ms",
 			"ram-tier-shards", "ram-tier-large-reserve-bytes", "ram-tier-numa", "read-coalesce", "max-block-bytes",
-			"max-batch-items", "max-conns", "socket-buffer", "first-request-ms", "body-timeout-ms", "metrics-first-request-ms", "shutdown-timeout-ms", "tenant-quotas-file", "tenant-default-quota", "log-level", "log-format",
+			"max-batch-items", "max-conns", "buffer-budget", "socket-buffer", "first-request-ms", "body-timeout-ms", "metrics-first-request-ms", "shutdown-timeout-ms", "tenant-quotas-file", "tenant-default-quota", "log-level", "log-format",
 			"config", "print-config"},
 		"mds": {"group", "listen", "http-listen", "etcd", "etcd-prefix", "db", "heartbeat-ttl-ms", "first-request-ms",
 			"metrics-first-request-ms", "probe-cache-ms", "log-level", "log-format", "config", "print-config"},

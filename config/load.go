@@ -216,6 +216,10 @@ func crossCheck(cfg *Config, bit role) []error {
 		if sameListener(sc.Listen, sc.HTTPListen) {
 			errs = append(errs, fmt.Errorf("server.http_listen (DFKV_HTTP_LISTEN) %q is server.listen (DFKV_LISTEN) too; give the metrics and health endpoints a port of their own (default 127.0.0.1:7680)", sc.HTTPListen))
 		}
+		if b, need := sc.BufferBudgetBytes, PayloadBufferBytes(sc.MaxBlockBytes); b != 0 && b < need {
+			errs = append(errs, fmt.Errorf("server.buffer_budget_bytes (DFKV_BUFFER_BUDGET_BYTES) %s is less than one buffer for the largest value (server.max_block_bytes %s needs %s): raise it, or set 0 for the automatic size",
+				FormatSize(b), FormatSize(sc.MaxBlockBytes), FormatSize(need)))
+		}
 		if len(sc.MDS) > 0 && sc.AdvertiseAddr == "" && unspecifiedHost(sc.Listen) {
 			errs = append(errs, fmt.Errorf("server.listen (DFKV_LISTEN) %q is not an address clients can dial, and the node registers with the MDS (server.mds): set server.advertise_addr (DFKV_ADVERTISE_ADDR) to the address clients should use", sc.Listen))
 		}

@@ -346,7 +346,7 @@ func TestErrors(t *testing.T) {
 		`config file PATH: unknown key listen: no such setting (did you mean server.listen (DFKV_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?); valid top-level keys are group, [server], [client], [mds], [log]`)
 	f("unknown key in section", in{file: "[server]\nlistn = \"x:1\"\n"},
 		`config file PATH: unknown key server.listn in [server]: no such setting (did you mean server.listen (DFKV_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?)`,
-		`valid keys in [server] are id, listen, http_listen, advertise_addr, weight, mds, disks, disk_capacity_bytes, store_engine, slab_extent_bytes, ram_tier, ram_tier_bytes, ram_write_mode, put_ack_mode, ram_flush_threads, ram_flush_delay_ms, ram_tier_shards, ram_tier_large_reserve_bytes, ram_tier_numa, read_coalesce, max_block_bytes, max_batch_items, max_conns, socket_buffer_bytes, first_request_ms, body_timeout_ms, metrics_first_request_ms, shutdown_timeout_ms, tenant_quotas_file, tenant_default_quota_bytes`)
+		`valid keys in [server] are id, listen, http_listen, advertise_addr, weight, mds, disks, disk_capacity_bytes, store_engine, slab_extent_bytes, ram_tier, ram_tier_bytes, ram_write_mode, put_ack_mode, ram_flush_threads, ram_flush_delay_ms, ram_tier_shards, ram_tier_large_reserve_bytes, ram_tier_numa, read_coalesce, max_block_bytes, max_batch_items, max_conns, buffer_budget_bytes, socket_buffer_bytes, first_request_ms, body_timeout_ms, metrics_first_request_ms, shutdown_timeout_ms, tenant_quotas_file, tenant_default_quota_bytes`)
 	f("key in the wrong section", in{file: "[client]\nlisten = \"x:1\"\n"},
 		`unknown key client.listen in [client]`, `did you mean server.listen (DFKV_LISTEN)`, `valid keys in [client] are members, mds, mds_poll_ms, namespace`)
 	f("key in the wrong case", in{file: "[server]\nListen = \"x:1\"\n"},
@@ -419,6 +419,8 @@ func TestErrors(t *testing.T) {
 		`server.http_listen (DFKV_HTTP_LISTEN) "127.0.0.1:7601" is server.listen (DFKV_LISTEN) too`)
 	f("wildcard listen registering with an MDS", in{flags: map[string][]string{"listen": {"0.0.0.0:7600"}, "mds": {"10.0.0.1:7700"}}},
 		`server.listen (DFKV_LISTEN) "0.0.0.0:7600" is not an address clients can dial`, "set server.advertise_addr")
+	f("buffer budget under one buffer", in{flags: map[string][]string{"max-block-bytes": {"3MiB"}, "buffer-budget": {"3MiB"}}},
+		`server.buffer_budget_bytes (DFKV_BUFFER_BUDGET_BYTES) 3MiB is less than one buffer for the largest value (server.max_block_bytes 3MiB needs 4MiB)`)
 	f("mds http on its control port", in{role: "mds", env: map[string]string{"DFKV_MDS_LISTEN": "127.0.0.1:7700", "DFKV_MDS_HTTP_LISTEN": "127.0.0.1:7700"}},
 		`mds.http_listen (DFKV_MDS_HTTP_LISTEN) "127.0.0.1:7700" is mds.listen (DFKV_MDS_LISTEN) too`)
 	f("empty namespace", in{role: "ctl", env: map[string]string{"DFKV_NAMESPACE": ""}},

@@ -241,6 +241,12 @@ var settings = []setting{
 		value: intValue{field: func(c *Config) *int { return &c.Server.MaxConns }, min: 1, max: 1000000},
 	},
 	{
+		key: "server.buffer_budget_bytes", env: "DFKV_BUFFER_BUDGET_BYTES", flag: "buffer-budget", roles: roleServer,
+		def:   "0",
+		help:  "bytes of payload buffers all connections may hold at once (PUT bodies being received, GET values being sent from disk); past it requests wait for one. 0 = max(1GiB, twice max_block_bytes rounded up to a power of two)",
+		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.BufferBudgetBytes }, min: 0, max: 1 << 50, note: "0 (automatic) or a size such as 2GiB"},
+	},
+	{
 		key: "server.socket_buffer_bytes", env: "DFKV_SOCKET_BUFFER_BYTES", flag: "socket-buffer", roles: roleServer,
 		def:   "0",
 		help:  "SO_SNDBUF and SO_RCVBUF of each data connection; 0 leaves the kernel's autotuning on",

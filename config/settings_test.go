@@ -35,6 +35,7 @@ func TestSettingsTable(t *testing.T) {
 		{"server.max_block_bytes", "DFKV_MAX_BLOCK_BYTES", "max-block-bytes", "server, " + tools, "64MiB"},
 		{"server.max_batch_items", "DFKV_MAX_BATCH_ITEMS", "max-batch-items", "server", "4096"},
 		{"server.max_conns", "DFKV_MAX_CONNS", "max-conns", "server", "4096"},
+		{"server.buffer_budget_bytes", "DFKV_BUFFER_BUDGET_BYTES", "buffer-budget", "server", "0"},
 		{"server.socket_buffer_bytes", "DFKV_SOCKET_BUFFER_BYTES", "socket-buffer", "server", "0"},
 		{"server.first_request_ms", "DFKV_TCP_FIRST_REQ_MS", "first-request-ms", "server", "30000"},
 		{"server.body_timeout_ms", "DFKV_TCP_BODY_TIMEOUT_MS", "body-timeout-ms", "server", "60000"},

@@ -91,3 +91,7 @@ func alignedSlice(size int) []byte {
 // AlignedSlice allocates an unpooled buffer of size bytes aligned to Align,
 // for callers that keep one buffer for a long time.
 func AlignedSlice(size int) []byte { return alignedSlice(size) }
+
+// Cap is the size of the buffer Get(n) returns (len(B) is n): n rounded up
+// to its size class, what holding it costs in memory.
+func (p *Pool) Cap(n int) int { return 1 << (minShift + classOf(n)) }

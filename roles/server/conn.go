@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -60,6 +61,7 @@ type conn struct {
 	loan   engine.Loan // bytes the engine lent (valid while onLoan)
 	onLoan bool
 	held   []*iobuf.Buf    // BATCH_PUT values read but not yet stored
+	budget int64           // payload budget bytes this connection holds (payloadBudget)
 	loans  []engine.Loan   // BATCH_PUT values the engine received, not yet committed
 	keys   []wire.BlockKey // BATCH_PUT chunk scratch
 	vals   [][]byte
@@ -90,13 +92,49 @@ func newConn(s *Server, nc net.Conn) *conn {
 }
 
 // Alloc implements engine.Allocator: it lends the engine a pooled buffer
-// that serve returns to the pool once the response is written.
+// that serve returns to the pool once the response is written. read took
+// budget for it; a value that grew since (replaced between read's Lookup
+// and the engine's read) takes the rest if it is free and goes over the
+// budget by that much if not: the engine may hold a lock here, so Alloc
+// must not wait.
 func (c *conn) Alloc(n int) []byte {
 	if c.lent != nil {
 		c.s.pool.Put(c.lent)
 	}
+	if need := int64(c.s.pool.Cap(n)); need > c.budget && c.s.budget.tryAcquire(need-c.budget) {
+		c.budget = need
+	}
 	c.lent = c.s.pool.Get(n)
 	return c.lent.B
+}
+
+// errBusy answers a request that waited its whole timeout for payload
+// buffer budget.
+func (c *conn) errBusy(wait time.Duration) error {
+	return fmt.Errorf("dfkv node busy: its payload buffers (server.buffer_budget_bytes = %d bytes) stayed in use for %s; retry, or raise the budget: %w",
+		c.s.budget.total, wait, wire.StatusUnavailable)
+}
+
+// takeBudget takes n bytes of payload budget for a request whose body is
+// still to be read, waiting at most BodyTimeout; after a wait the body's
+// read deadline starts again. The connection must hold no budget.
+func (c *conn) takeBudget(n int64) bool {
+	if c.s.budget.tryAcquire(n) {
+		c.budget += n
+		return true
+	}
+	ok := c.s.budget.acquire(c.s.stop, n, c.s.opts.BodyTimeout)
+	_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(c.s.opts.BodyTimeout))
+	if ok {
+		c.budget += n
+	}
+	return ok
+}
+
+// dropBudget gives back the budget the connection holds.
+func (c *conn) dropBudget() {
+	c.s.budget.release(c.budget)
+	c.budget = 0
 }
 
 // read is a GET's engine read: bytes lent in place when the engine can
@@ -112,7 +150,24 @@ func (c *conn) read(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 			return data, stored, err
 		}
 	}
-	return c.s.opts.Engine.Range(key, offset, length, c)
+	// Range reads into a pooled buffer (Alloc): take budget for it first,
+	// sized by the stored value. A key Lookup cannot find needs none
+	// (Range answers it, and counts the miss).
+	eng := c.s.opts.Engine
+	if stored, err := eng.Lookup(key); err == nil && offset <= stored {
+		n := stored - offset
+		if length != 0 && length < n {
+			n = length
+		}
+		need := int64(c.s.pool.Cap(int(n)))
+		if !c.s.budget.tryAcquire(need) {
+			if !c.s.budget.acquire(c.s.stop, need, c.s.opts.WriteTimeout) {
+				return nil, stored, c.errBusy(c.s.opts.WriteTimeout)
+			}
+		}
+		c.budget = need
+	}
+	return eng.Range(key, offset, length, c)
 }
 
 func (c *conn) clearReadDeadline() { _ = c.nc.SetReadDeadline(time.Time{}) }
@@ -122,6 +177,7 @@ func (c *conn) release() {
 		c.s.pool.Put(c.lent)
 		c.lent = nil
 	}
+	c.dropBudget()
 	if c.onLoan {
 		c.s.lender.Return(c.loan)
 		c.onLoan = false
@@ -387,13 +443,25 @@ func (c *conn) handleOne() error {
 				break
 			}
 		}
+		if !c.takeBudget(int64(c.s.pool.Cap(int(h.BodyLen)))) {
+			// The value is read off without a buffer; the connection
+			// stays usable.
+			if _, err := c.br.Discard(int(h.BodyLen)); err != nil {
+				return err
+			}
+			err := c.errBusy(c.s.opts.BodyTimeout)
+			c.respond(wire.StatusOf(err), 0, err)
+			break
+		}
 		buf := c.s.pool.Get(int(h.BodyLen))
 		if _, err := io.ReadFull(c.br, buf.B); err != nil {
 			c.s.pool.Put(buf)
+			c.dropBudget()
 			return err
 		}
 		err := eng.Cache(h.Key, buf.B)
 		c.s.pool.Put(buf)
+		c.dropBudget()
 		c.respond(wire.StatusOf(err), 0, err)
 	case wire.OpGet:
 		data, stored, err := c.read(h.Key, h.Offset, h.Length)
@@ -516,6 +584,22 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 			store(i) // the other kind: the run so far lands before this item
 		}
 		if !received {
+			need := int64(c.s.pool.Cap(int(vl)))
+			if c.s.budget.tryAcquire(need) {
+				c.budget += need
+			} else {
+				// Store the run so far first: its budget goes back, and
+				// a connection never waits while it holds any.
+				store(i)
+				if !c.takeBudget(need) {
+					if _, err := c.br.Discard(int(vl)); err != nil {
+						return err
+					}
+					st[i] = byte(wire.StatusUnavailable)
+					start = i + 1
+					continue
+				}
+			}
 			buf := c.s.pool.Get(int(vl))
 			c.held = append(c.held, buf)
 			dst = buf.B
@@ -549,6 +633,7 @@ func (c *conn) dropRun(abort bool) {
 			c.s.receiver.AbortReceive(l)
 		}
 	}
+	c.dropBudget()
 	clear(c.vals) // no reference to pooled buffers or arena slots outlives the run
 	c.held, c.keys, c.vals, c.loans = c.held[:0], c.keys[:0], c.vals[:0], c.loans[:0]
 }

@@ -91,6 +91,10 @@ var (
 	descConns       = prometheus.NewDesc("dfkv_open_connections", "Open data-plane connections.", nil, nil)
 	descAccepted    = prometheus.NewDesc("dfkv_connections_accepted_total", "Data-plane connections accepted.", nil, nil)
 	descRefused     = prometheus.NewDesc("dfkv_connections_refused_total", "Connections refused at max_conns or during shutdown.", nil, nil)
+	descBudget      = prometheus.NewDesc("dfkv_buffer_budget_bytes", "Payload buffer bytes all connections may hold at once (server.buffer_budget_bytes).", nil, nil)
+	descBudgetUsed  = prometheus.NewDesc("dfkv_buffer_in_use_bytes", "Payload buffer bytes connections hold now.", nil, nil)
+	descBudgetWaits = prometheus.NewDesc("dfkv_buffer_waits_total", "Requests that found the payload buffer budget spent and waited for it.", nil, nil)
+	descBudgetBusy  = prometheus.NewDesc("dfkv_buffer_wait_timeouts_total", "Requests answered UNAVAILABLE after waiting their whole timeout for payload buffer budget.", nil, nil)
 	descAcceptErrs  = prometheus.NewDesc("dfkv_accept_errors_total", "Accept failures the node waited out and retried (out of file descriptors or kernel memory, or a handshake that failed); steady growth means LimitNOFILE is too low for the connections.", nil, nil)
 	descFirstReq    = prometheus.NewDesc("dfkv_first_request_timeouts_total", "Connections closed for not sending a complete first request within the deadline.", nil, nil)
 	descFirstReqMS  = prometheus.NewDesc("dfkv_tcp_first_req_ms", "Resolved first-request deadline (DFKV_TCP_FIRST_REQ_MS); 0 = off.", nil, nil)
@@ -114,7 +118,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descAccepted, descRefused, descAcceptErrs, descFirstReq, descFirstReqMS, descFrameErrors,
+	for _, d := range []*prometheus.Desc{descConns, descAccepted, descRefused, descAcceptErrs, descBudget, descBudgetUsed, descBudgetWaits, descBudgetBusy, descFirstReq, descFirstReqMS, descFrameErrors,
 		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descMoves, descIOErrors, descHits, descMisses,
 		descHealthy, descDirectIO, descTenant, descTenantQuot} {
 		ch <- d
@@ -133,6 +137,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descAccepted, float64(s.accepted.Load()))
 	counter(descRefused, float64(s.refused.Load()))
 	counter(descAcceptErrs, float64(s.acceptErrors.Load()))
+	b := c.srv.budget
+	gauge(descBudget, float64(b.total))
+	gauge(descBudgetUsed, float64(b.inUse.Load()))
+	counter(descBudgetWaits, float64(b.waits.Load()))
+	counter(descBudgetBusy, float64(b.timeouts.Load()))
 	counter(descFirstReq, float64(s.firstReqTimeouts.Load()))
 	gauge(descFirstReqMS, float64(c.srv.opts.FirstRequest.Milliseconds()))
 	counter(descFrameErrors, float64(s.frameErrors.Load()))

@@ -10,6 +10,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -50,6 +51,10 @@ type Options struct {
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of each connection; 0
 	// keeps the kernel's autotuning.
 	SocketBuffer int
+	// BufferBudget bounds the payload buffer bytes all connections hold
+	// at once (payloadBudget); 0 is max(1 GiB, two buffers for the largest
+	// value). New refuses one smaller than the buffer for the largest value.
+	BufferBudget uint64
 
 	// lingerTime overrides the linger's time bound (conn.linger) in
 	// tests; 0 is the lingerTime default.
@@ -65,6 +70,10 @@ type Server struct {
 	// connection's write deadline may be and still be kept (armWrite).
 	writeSlack time.Duration
 	pool       *iobuf.Pool
+	budget     *payloadBudget
+	// stop ends when shutdown begins: a request waiting for budget gives up.
+	stop    context.Context
+	stopNow context.CancelFunc
 	// lender is the engine when it can lend resident bytes in place (the
 	// RAM tier): GETs then write from its memory with no copy.
 	lender engine.Lender
@@ -131,16 +140,28 @@ func New(opts Options) (*Server, error) {
 	if opts.Clock == nil {
 		opts.Clock = engine.SystemClock{}
 	}
+	pool := iobuf.NewPool(int(opts.MaxBlockBytes))
+	largest := uint64(pool.Cap(int(opts.MaxBlockBytes)))
+	if opts.BufferBudget == 0 {
+		opts.BufferBudget = max(1<<30, 2*largest)
+	}
+	if opts.BufferBudget < largest {
+		return nil, fmt.Errorf("server: BufferBudget %d is less than the %d-byte buffer for the largest value", opts.BufferBudget, largest)
+	}
 	lender, _ := opts.Engine.(engine.Lender)
 	receiver, _ := opts.Engine.(engine.Receiver)
+	stop, stopNow := context.WithCancel(context.Background())
 	return &Server{
+		budget:     newPayloadBudget(opts.BufferBudget),
+		stop:       stop,
+		stopNow:    stopNow,
 		lender:     lender,
 		receiver:   receiver,
 		opts:       opts,
 		writeSlack: deadline.Slack(opts.WriteTimeout),
 		lim:        wire.Limits{MaxBlockBytes: opts.MaxBlockBytes, MaxBatchItems: uint64(opts.MaxBatchItems)},
 		log:        opts.Logger,
-		pool:       iobuf.NewPool(int(opts.MaxBlockBytes)),
+		pool:       pool,
 		conns:      make(map[*conn]struct{}),
 	}, nil
 }
@@ -251,6 +272,7 @@ func (s *Server) beginShutdown() {
 		return
 	}
 	s.closing = true
+	s.stopNow()
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
@@ -290,6 +312,9 @@ type Stats struct {
 	Accepted         uint64            `json:"accepted"`
 	Refused          uint64            `json:"refused"`
 	AcceptErrors     uint64            `json:"accept_errors"`
+	BufferInUse      int64             `json:"buffer_in_use_bytes"`
+	BufferWaits      uint64            `json:"buffer_waits"`
+	BufferTimeouts   uint64            `json:"buffer_wait_timeouts"`
 	FirstReqTimeouts uint64            `json:"first_request_timeouts"`
 	FrameErrors      uint64            `json:"frame_errors"`
 	BytesIn          uint64            `json:"bytes_in"`
@@ -304,6 +329,9 @@ func (s *Server) Stats() Stats {
 		Accepted:         s.stats.accepted.Load(),
 		Refused:          s.stats.refused.Load(),
 		AcceptErrors:     s.stats.acceptErrors.Load(),
+		BufferInUse:      s.budget.inUse.Load(),
+		BufferWaits:      s.budget.waits.Load(),
+		BufferTimeouts:   s.budget.timeouts.Load(),
 		FirstReqTimeouts: s.stats.firstReqTimeouts.Load(),
 		FrameErrors:      s.stats.frameErrors.Load(),
 		BytesIn:          s.stats.bytesIn.Load(),

@@ -1,0 +1,241 @@
+package server
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// waitStats polls the node's counters until cond holds (30 s at most),
+// failing at once if check finds them wrong on the way.
+func waitStats(t *testing.T, n *testNode, what string, cond, check func(Stats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := n.srv.Stats()
+		if check != nil && !check(st) {
+			t.Fatalf("while waiting for %s: %+v", what, st)
+		}
+		if cond(st) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30 s: %+v", what, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestBufferBudgetBoundsPUTs: with a budget of two 1 MiB buffers, three
+// clients each sending all but the last byte of a 1 MiB PUT make the node
+// hold two buffers, never three: the third waits (its client's socket
+// fills). When the bodies complete, every PUT is stored and the budget is
+// all free again. Without the budget the node allocated a buffer per
+// connection (150 such clients held 8 GB of a real node).
+func TestBufferBudgetBoundsPUTs(t *testing.T) {
+	eng := newMemEngine()
+	n := startNode(t, eng, func(o *Options) {
+		o.BufferBudget = 2 * testMaxBlock
+		o.BodyTimeout = 30 * time.Second
+	})
+	body := bytes.Repeat([]byte{7}, testMaxBlock)
+	conns := make([]net.Conn, 3)
+	sent := make(chan error, 3)
+	for i := range conns {
+		conns[i] = dial(t, n.addr)
+		c, k := conns[i], key(byte(i+1))
+		go func() {
+			_, err := c.Write(append(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPut, Key: k, BodyLen: testMaxBlock}), body[:testMaxBlock-1]...))
+			sent <- err
+		}()
+	}
+	waitStats(t, n, "two buffers held and a PUT waiting",
+		func(st Stats) bool { return st.BufferInUse == 2*testMaxBlock && st.BufferWaits >= 1 },
+		func(st Stats) bool { return st.BufferInUse <= 2*testMaxBlock })
+	for _, c := range conns {
+		if _, err := c.Write(body[:1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range conns {
+		if h, msg := readResp(t, c); h.Status != wire.StatusOK {
+			t.Fatalf("PUT %d: %v %s", i, h.Status, msg)
+		}
+	}
+	for range conns {
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range conns {
+		if got, err := eng.Lookup(key(byte(i + 1))); err != nil || got != testMaxBlock {
+			t.Fatalf("key %d after the PUTs: %d bytes, %v", i+1, got, err)
+		}
+	}
+	if st := n.srv.Stats(); st.BufferInUse != 0 || st.BufferTimeouts != 0 {
+		t.Fatalf("after every PUT completed: %+v", st)
+	}
+}
+
+// dialSmallReceive connects with a 64 KiB receive buffer, so a response
+// it does not read stalls the node's write early.
+func dialSmallReceive(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<10) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestBufferBudgetTimeoutAnswersUnavailable: a client that stops reading
+// its 1 MiB GET holds the node's only buffer; a PUT that waits its whole
+// body timeout for one is answered UNAVAILABLE, naming the setting, with
+// its body read off, and its connection serves the next request. Once the
+// reader takes its value, PUTs go through again.
+func TestBufferBudgetTimeoutAnswersUnavailable(t *testing.T) {
+	eng := newMemEngine()
+	n := startNode(t, eng, func(o *Options) {
+		o.BufferBudget = testMaxBlock
+		o.BodyTimeout = 300 * time.Millisecond
+		o.WriteTimeout = 30 * time.Second
+		o.SocketBuffer = 64 << 10
+	})
+	value := bytes.Repeat([]byte{9}, testMaxBlock)
+	c := dial(t, n.addr)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPut, Key: key(1)}, value)
+	if h, msg := readResp(t, c); h.Status != wire.StatusOK {
+		t.Fatalf("PUT: %v %s", h.Status, msg)
+	}
+
+	reader := dialSmallReceive(t, n.addr)
+	writeReq(t, reader, wire.RequestHeader{Op: wire.OpGet, Key: key(1)}, nil)
+	waitStats(t, n, "the stalled GET holding the buffer", func(st Stats) bool { return st.BufferInUse == testMaxBlock }, nil)
+
+	sent := make(chan error, 1)
+	go func() {
+		_, err := c.Write(append(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPut, Key: key(2), BodyLen: testMaxBlock}), value...))
+		sent <- err
+	}()
+	h, msg := readResp(t, c)
+	if h.Status != wire.StatusUnavailable || !strings.Contains(string(msg), "server.buffer_budget_bytes") {
+		t.Fatalf("PUT with the budget spent: %v %q, want UNAVAILABLE naming the setting", h.Status, msg)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
+	if h, msg := readResp(t, c); h.Status != wire.StatusOK {
+		t.Fatalf("PING after the refused PUT: %v %s", h.Status, msg)
+	}
+	if st := n.srv.Stats(); st.BufferTimeouts != 1 {
+		t.Fatalf("buffer wait timeouts = %d, want 1", st.BufferTimeouts)
+	}
+	if _, err := eng.Lookup(key(2)); err == nil {
+		t.Fatal("the refused PUT was stored")
+	}
+
+	h, got := readResp(t, reader)
+	if h.Status != wire.StatusOK || !bytes.Equal(got, value) {
+		t.Fatalf("the stalled GET, read at last: %v, %d bytes", h.Status, len(got))
+	}
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPut, Key: key(2)}, value)
+	if h, msg := readResp(t, c); h.Status != wire.StatusOK {
+		t.Fatalf("PUT after the reader finished: %v %s", h.Status, msg)
+	}
+	waitStats(t, n, "the budget all free", func(st Stats) bool { return st.BufferInUse == 0 }, nil)
+}
+
+// TestBufferBudgetTooSmallRefused: a budget below one buffer for the
+// largest value could never serve it; New refuses it.
+func TestBufferBudgetTooSmallRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if _, err := New(Options{Engine: newMemEngine(), Listener: ln, MaxBlockBytes: testMaxBlock, BufferBudget: testMaxBlock - 1}); err == nil || !strings.Contains(err.Error(), "BufferBudget") {
+		t.Fatalf("New with a budget under one buffer: %v", err)
+	}
+}
+
+// TestBufferBudgetBatchPutStoresEarly: a BATCH_PUT that finds the budget
+// spent mid-run stores the values it has read, giving their budget back,
+// and goes on a value at a time: with a 1 MiB budget of which a stalled
+// PUT holds half, a batch of three 512 KiB values completes, all stored,
+// while the stalled PUT still holds its half.
+func TestBufferBudgetBatchPutStoresEarly(t *testing.T) {
+	const half = testMaxBlock / 2
+	eng := newMemEngine()
+	n := startNode(t, eng, func(o *Options) {
+		o.BufferBudget = testMaxBlock
+		o.BodyTimeout = 30 * time.Second
+	})
+	holder := dial(t, n.addr)
+	value := bytes.Repeat([]byte{5}, half)
+	if _, err := holder.Write(append(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPut, Key: key(9), BodyLen: half}), value[:half-1]...)); err != nil {
+		t.Fatal(err)
+	}
+	waitStats(t, n, "the stalled PUT holding half the budget", func(st Stats) bool { return st.BufferInUse == half }, nil)
+
+	c := dial(t, n.addr)
+	var tbl, data []byte
+	for i := range 3 {
+		tbl = wire.AppendPutItem(tbl, key(byte(i+1)), half)
+		data = append(data, value...)
+	}
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpBatchPut, Length: 3}, append(tbl, data...))
+	if h, _ := readResp(t, c); h.Status != wire.StatusOK || h.Stored != 3 {
+		t.Fatalf("batch put: %+v", h)
+	}
+	var st [3]byte
+	if _, err := io.ReadFull(c, st[:]); err != nil || st != [3]byte{} {
+		t.Fatalf("batch put statuses %v %v", st, err)
+	}
+	for i := range 3 {
+		if got, err := eng.Lookup(key(byte(i + 1))); err != nil || got != half {
+			t.Fatalf("batch value %d: %d bytes, %v", i, got, err)
+		}
+	}
+	if s := n.srv.Stats(); s.BufferInUse != half {
+		t.Fatalf("after the batch, with the PUT still stalled: %+v", s)
+	}
+	if _, err := holder.Write(value[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if h, msg := readResp(t, holder); h.Status != wire.StatusOK {
+		t.Fatalf("the stalled PUT, completed: %v %s", h.Status, msg)
+	}
+}
+
+// TestBudgetCountsPoolBuffers: the budget is charged what the pool hands
+// out, which is what config.PayloadBufferBytes (the configuration check)
+// says a value of that size needs.
+func TestBudgetCountsPoolBuffers(t *testing.T) {
+	p := iobuf.NewPool(64 << 20)
+	for _, n := range []int{0, 1, 4096, 4097, 65536, 1 << 20, 1<<20 + 1, 3 << 20, 64 << 20} {
+		b := p.Get(n)
+		if got, want := cap(b.B), p.Cap(n); got != want || uint64(want) != config.PayloadBufferBytes(uint64(n)) {
+			t.Errorf("value of %d bytes: pool buffer %d, Pool.Cap %d, config.PayloadBufferBytes %d", n, got, want, config.PayloadBufferBytes(uint64(n)))
+		}
+		p.Put(b)
+	}
+}

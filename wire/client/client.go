@@ -42,7 +42,10 @@ type Options struct {
 	// MDSPoll is how often the client asks the MDS whether membership
 	// changed.
 	MDSPoll time.Duration
-	// Timeout applies to a call whose context has no deadline.
+	// Timeout applies to a call whose context has no deadline. A quarter
+	// of it (at least 250 ms) is how long a node may leave the calls it
+	// has in flight unanswered before further calls to it fail at once
+	// (peer.stalled).
 	Timeout time.Duration
 	// DialTimeout bounds connecting to one node.
 	DialTimeout time.Duration
@@ -105,6 +108,8 @@ type Client struct {
 	peerMu sync.Mutex
 	peers  map[string]*peer // by address, kept across ring rebuilds
 
+	watchStop, watchDone chan struct{} // the stall watchdog (watch)
+
 	closeOnce sync.Once
 }
 
@@ -144,6 +149,7 @@ func Open(opts Options) (*Client, error) {
 		}
 		c.stop, c.done = make(chan struct{}), make(chan struct{})
 		go c.follow()
+		c.startWatch()
 		return c, nil
 	}
 	if len(opts.Members) == 0 {
@@ -159,6 +165,7 @@ func Open(opts Options) (*Client, error) {
 	if err := c.install(0, members); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
+	c.startWatch()
 	return c, nil
 }
 
@@ -268,6 +275,8 @@ func (c *Client) Close() error {
 			close(c.stop)
 			<-c.done
 		}
+		close(c.watchStop)
+		<-c.watchDone
 		c.peerMu.Lock()
 		for _, p := range c.peers {
 			p.close()

@@ -61,13 +61,19 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 	if p == nil {
 		return errNoMembers
 	}
-	ok, hold := p.admit(time.Now(), deadline)
+	now := time.Now()
+	if silent, yes := p.stalled(now); yes {
+		return &peerError{addr: p.addr, miss: read, cause: fmt.Errorf("dfkv node %s: has not answered the calls in flight for %s: %w", p.addr, silent.Round(time.Millisecond), wire.StatusUnavailable)}
+	}
+	ok, hold := p.admit(now, deadline)
 	if !ok {
 		return &peerError{addr: p.addr, miss: read, cause: fmt.Errorf("dfkv node %s: backing off after a connection failure: %w", p.addr, wire.StatusUnavailable)}
 	}
 	if hold != 0 {
 		defer p.release(hold)
 	}
+	p.begin(now)
+	defer p.end()
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return connError(p.addr, err)
@@ -91,9 +97,14 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 		if ctx.Done() != nil {
 			stop = context.AfterFunc(ctx, func() { _ = cc.nc.SetDeadline(time.Unix(1, 0)) })
 		}
+		p.track(cc)
 		err = fn(cc)
+		p.untrack(cc)
 		if stop != nil {
 			stopped = stop()
+		}
+		if cc.cut.Load() {
+			cc.broken = true // its deadline is in the past; the stream may be mid-frame
 		}
 		if !cc.broken && stopped {
 			p.put(cc)

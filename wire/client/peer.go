@@ -24,6 +24,7 @@ type peer struct {
 
 	mu   sync.Mutex
 	idle []*cconn
+	busy map[*cconn]struct{} // connections with a call in flight, for cut
 	done bool
 
 	// Health, the client's second layer of offline detection (DESIGN.md
@@ -31,6 +32,84 @@ type peer struct {
 	failures  atomic.Int32
 	downUntil atomic.Int64 // 0 = none; even: monoNanos of a window's end; odd: a probe's hold (admit)
 	lastHold  atomic.Int64 // the latest hold handed out, so the next is unique
+
+	// Stall detection (stalled): calls in flight, and the last sign of
+	// life: a response's first byte, or the moment the node went from
+	// idle to busy.
+	inflight atomic.Int32
+	progress atomic.Int64 // monoNanos
+}
+
+// minStall is the least stallAfter: a node is never judged stalled on
+// less silence than this, whatever the Timeout.
+const minStall = 250 * time.Millisecond
+
+// stallAfter is how long a node may leave its calls in flight unanswered:
+// a quarter of the call Timeout, at least minStall.
+func (p *peer) stallAfter() time.Duration { return max(p.opts.Timeout/4, minStall) }
+
+// stalled reports a node that has calls in flight and has not answered any
+// of them for stallAfter: paused (SIGSTOP, a long GC), wedged on a disk, or
+// black-holed by the network. Its connections are open, so only the calls'
+// deadlines would notice, and until the first of those passes (a whole
+// Timeout, 10 s by default) every call the engine makes to it joins the
+// wait: a client's workers all end up blocked on the one node and its
+// throughput to the healthy ones drops to zero (seen with 4 bench workers
+// and one SIGSTOPped node: 0 ops for 10 s). Calls to a stalled node fail at
+// once instead (reads as misses); the ones in flight keep their deadlines
+// and open the back-off window when it passes, as before. A node that
+// answers anything is not stalled.
+func (p *peer) stalled(now time.Time) (silent time.Duration, yes bool) {
+	if p.inflight.Load() == 0 {
+		return 0, false
+	}
+	silent = time.Duration(monoNanos(now) - p.progress.Load())
+	return silent, silent > p.stallAfter()
+}
+
+// begin counts a call in flight; a node going from idle to busy starts its
+// silence now.
+func (p *peer) begin(now time.Time) {
+	if p.inflight.Add(1) == 1 {
+		p.progress.Store(monoNanos(now))
+	}
+}
+
+// end counts a call done.
+func (p *peer) end() { p.inflight.Add(-1) }
+
+// alive records a sign of life: a response byte arrived.
+func (p *peer) alive() { p.progress.Store(monoNanos(time.Now())) }
+
+// cut ends the calls in flight on a stalled node: their connections' deadline
+// moves into the past, so each fails now, as a timeout, and is closed.
+func (p *peer) cut(silent time.Duration) {
+	p.mu.Lock()
+	n := len(p.busy)
+	for cc := range p.busy {
+		cc.cut.Store(true)
+		_ = cc.nc.SetDeadline(time.Unix(1, 0))
+	}
+	p.mu.Unlock()
+	if n > 0 {
+		p.opts.Logger.Warn("client: node stopped answering; failing its calls in flight", "node", p.addr, "calls", n, "silent_for", silent.Round(time.Millisecond).String())
+	}
+}
+
+// track and untrack keep busy: the connections cut may end.
+func (p *peer) track(cc *cconn) {
+	p.mu.Lock()
+	if p.busy == nil {
+		p.busy = make(map[*cconn]struct{})
+	}
+	p.busy[cc] = struct{}{}
+	p.mu.Unlock()
+}
+
+func (p *peer) untrack(cc *cconn) {
+	p.mu.Lock()
+	delete(p.busy, cc)
+	p.mu.Unlock()
 }
 
 // admit decides whether a call may use the node now. With no failure on
@@ -163,7 +242,7 @@ func (p *peer) dial(ctx context.Context, deadline time.Time) (*cconn, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return &cconn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10)}, nil
+	return &cconn{p: p, nc: nc, br: bufio.NewReaderSize(nc, 64<<10)}, nil
 }
 
 // put returns a healthy connection to the pool (or closes it when full).
@@ -197,6 +276,7 @@ func minTime(a, b time.Time) time.Time {
 
 // cconn is one client connection. It is used by one call at a time.
 type cconn struct {
+	p    *peer // its node, told when a response starts (peer.alive)
 	nc   net.Conn
 	br   *bufio.Reader
 	wbuf []byte
@@ -210,6 +290,9 @@ type cconn struct {
 	broken bool
 	// deadline is the socket deadline last set (exchange).
 	deadline deadline.Lazy
+	// cut is set when peer.cut ended the call in flight (its node
+	// stalled); the connection is then broken.
+	cut atomic.Bool
 }
 
 // send writes wbuf and then body (if any) with one writev.
@@ -309,6 +392,9 @@ func (cc *cconn) readHeaderFor(expect uint64) (wire.ResponseHeader, error) {
 		return wire.ResponseHeader{}, err
 	}
 	cc.got = true
+	if cc.p != nil {
+		cc.p.alive()
+	}
 	if _, err := io.ReadFull(src, cc.rh[1:]); err != nil {
 		cc.broken = true
 		return wire.ResponseHeader{}, err

@@ -222,11 +222,12 @@ var (
 	descExpiries = prometheus.NewDesc("dfkv_mds_heartbeat_expiries_total", "Members dropped because their heartbeat lapsed (bbolt backend; etcd expires leases itself).", nil, nil)
 	descBackend  = prometheus.NewDesc("dfkv_mds_backend_up", "1 if the last (debounced) backend probe succeeded.", []string{"backend"}, nil)
 	descFirstReq = prometheus.NewDesc("dfkv_mds_first_request_timeouts_total", "Control connections closed by the first-request deadline.", nil, nil)
+	descStale    = prometheus.NewDesc("dfkv_mds_stale_member_replies_total", "MEMBERS requests answered with the last member list this MDS served because the backend (etcd) failed.", nil, nil)
 	descAcceptEr = prometheus.NewDesc("dfkv_mds_accept_errors_total", "Accept failures the MDS waited out and retried (out of file descriptors or kernel memory, or a handshake that failed).", nil, nil)
 )
 
 func (c *mdsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMembers, descEpoch, descRegs, descDeregs, descExpiries, descBackend, descFirstReq, descAcceptEr} {
+	for _, d := range []*prometheus.Desc{descMembers, descEpoch, descRegs, descDeregs, descExpiries, descBackend, descFirstReq, descAcceptEr, descStale} {
 		ch <- d
 	}
 }
@@ -248,4 +249,5 @@ func (c *mdsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descExpiries, prometheus.CounterValue, float64(c.expiries.Load()))
 	ch <- prometheus.MustNewConstMetric(descFirstReq, prometheus.CounterValue, float64(c.cs.firstReqTimeouts.Load()))
 	ch <- prometheus.MustNewConstMetric(descAcceptEr, prometheus.CounterValue, float64(c.cs.acceptErrors.Load()))
+	ch <- prometheus.MustNewConstMetric(descStale, prometheus.CounterValue, float64(c.cs.staleReplies.Load()))
 }

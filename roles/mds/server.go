@@ -42,6 +42,7 @@ type controlServer struct {
 	firstReqTimeouts atomic.Uint64
 	frameErrors      atomic.Uint64
 	acceptErrors     atomic.Uint64
+	staleReplies     atomic.Uint64 // MEMBERS answered from the last list while the backend failed
 }
 
 // serve accepts until ctx ends, then closes every connection (control
@@ -224,6 +225,18 @@ func (s *controlServer) do(ctx context.Context, op wire.Op, known uint64, body [
 		}
 		epoch, members, err := s.dir.Members(ctx, req.Group)
 		if err != nil {
+			// The backend is down (etcd unreachable): the last list this
+			// MDS served is what the nodes' own heartbeats last said, and
+			// better than nothing for a client starting now (an engine
+			// restarting, a ctl run), which would otherwise fail to open.
+			// Running clients keep routing over their own last list anyway.
+			if r, ok := s.last(req.Group); ok && r.status == wire.StatusOK {
+				s.staleReplies.Add(1)
+				if known != 0 && known == r.epoch {
+					return wire.StatusOK, r.epoch, nil
+				}
+				return r.status, r.epoch, r.body
+			}
 			return fail(err)
 		}
 		if known != 0 && known == epoch {
@@ -275,6 +288,14 @@ func (s *controlServer) cached(group string, epoch uint64) (cachedReply, bool) {
 		return cachedReply{}, false
 	}
 	return r, true
+}
+
+// last is the group's latest reply, however old.
+func (s *controlServer) last(group string) (cachedReply, bool) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	r, ok := s.replies[group]
+	return r, ok
 }
 
 func (s *controlServer) store(group string, r cachedReply) {

@@ -208,3 +208,49 @@ func TestRegisteredGauge(t *testing.T) {
 		t.Fatal("dfkv_server_registered exported by a node without server.mds")
 	}
 }
+
+// TestClientKeepsMembersWhenMDSListsNone: when the MDS lists no members at
+// all (every heartbeat lapsing at once looks like this), a following
+// client keeps routing over the last members it knew instead of failing
+// every call with "no cache node is registered"; when the MDS lists
+// members again, the client takes them.
+func TestClientKeepsMembersWhenMDSListsNone(t *testing.T) {
+	mdsAddr := startMDS(t)
+	a1, stop1 := startRegisteredNode(t, mdsAddr, "n1")
+	cl, err := client.Open(client.Options{Namespace: []byte("disc"), MDS: []string{mdsAddr}, MDSPoll: 20 * time.Millisecond, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	waitMembers(t, cl, 1)
+	e1 := cl.Epoch()
+	stop1() // deregisters: the MDS now lists none
+	mc, err := client.NewMDSClient([]string{mdsAddr}, "default", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		epoch, ms, _, err := mc.Members(context.Background(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 0 && epoch > e1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // ten polls
+	if ms := cl.Members(); len(ms) != 1 || ms[0] != a1 || cl.Epoch() != e1 {
+		t.Fatalf("with the MDS listing none, the client routes over %v at epoch %d; want the last member %s at epoch %d", ms, cl.Epoch(), a1, e1)
+	}
+	a2, _ := startRegisteredNode(t, mdsAddr, "n2")
+	for start := time.Now(); ; {
+		if ms := cl.Members(); len(ms) == 1 && ms[0] == a2 {
+			break
+		}
+		if time.Since(start) > 15*time.Second {
+			t.Fatalf("the client did not take the new member list: %v", cl.Members())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -217,6 +217,7 @@ func (c *Client) follow() {
 	t := time.NewTicker(c.opts.MDSPoll)
 	defer t.Stop()
 	failing := false
+	holding := false // keeping the last members while the MDS lists none
 	for {
 		select {
 		case <-c.stop:
@@ -247,6 +248,22 @@ func (c *Client) follow() {
 			c.table.Store(&nt)
 			continue
 		}
+		if len(members) == 0 && len(cur.members) > 0 {
+			// Every node gone at once is far more often every
+			// heartbeat lapsing together (an MDS restarted with a
+			// shorter TTL, an etcd pause expiring the leases) than a
+			// fleet taken down; they register again within moments.
+			// Routing over the last list costs, if they are really
+			// gone, what an empty list costs: misses. So keep it, and
+			// keep the epoch, so the next poll asks again.
+			if !holding {
+				c.opts.Logger.Warn("client: the MDS lists no members; routing over the last known members until it lists some",
+					"epoch", epoch, "last_members", len(cur.members))
+				holding = true
+			}
+			continue
+		}
+		holding = false
 		if err := c.install(epoch, members); err != nil {
 			c.opts.Logger.Error("client: cannot route over the new member list", "epoch", epoch, "error", err.Error())
 			continue

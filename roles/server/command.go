@@ -227,7 +227,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 			_ = closeGroup()
 			return fmt.Errorf("server.mds (DFKV_MDS_ADDRS): %w", err)
 		}
-		reg = &registrar{mds: mc, log: log, done: make(chan struct{}), info: wire.MemberInfo{
+		reg = &registrar{mds: mc, log: log, done: make(chan struct{}), serving: anyDiskHealthy(group), info: wire.MemberInfo{
 			ID: serverID(cfg, ln.Addr()), Addr: addr, Weight: sc.Weight, Disks: sc.Disks,
 			CapacityBytes: st.CapacityBytes, Version: version.Version,
 		}}
@@ -525,5 +525,18 @@ func newHTTPServer(srv *Server, eng engine.StoreEngine, reg *prometheus.Registry
 		ReadHeaderTimeout: firstReq,
 		WriteTimeout:      30 * time.Second,
 		MaxHeaderBytes:    16 << 10,
+	}
+}
+
+// anyDiskHealthy reports whether at least one of the group's disks still
+// serves (has not failed closed).
+func anyDiskHealthy(g *engine.Group) func() bool {
+	return func() bool {
+		for _, st := range g.Disks() {
+			if st.Healthy {
+				return true
+			}
+		}
+		return false
 	}
 }

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/roles/mds"
 	"github.com/dfkv/dfkv/wire/client"
 )
@@ -253,4 +256,62 @@ func TestClientKeepsMembersWhenMDSListsNone(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestNodeLeavesWhenEveryDiskFailedClosed: a node whose only disk failed
+// closed (here its slot table refuses writes, as a filesystem gone
+// read-only does) leaves the MDS, so clients route its keys to nodes that
+// can serve them instead of getting IO_ERROR from it until someone
+// restarts it. Before, it stayed registered and answered PING.
+func TestNodeLeavesWhenEveryDiskFailedClosed(t *testing.T) {
+	mdsAddr := startMDS(t)
+	var readOnly atomic.Bool
+	fsys := &vfs.FaultFS{Inject: func(op vfs.Op, path string, _ int) error {
+		if readOnly.Load() && op == vfs.OpWrite && filepath.Base(path) == "slots.tbl" {
+			return syscall.EROFS
+		}
+		return nil
+	}}
+	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
+		"disk": {filepath.Join(t.TempDir(), "d0")}, "disk-capacity": {"256MiB"}, "mds": {mdsAddr}, "id": {"n1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, Deps{Listener: ln, FS: fsys}) }()
+	defer func() { cancel(); <-done }() // Run reports the failed disk at the stop
+
+	mc, err := client.NewMDSClient([]string{mdsAddr}, "default", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := func() int {
+		_, ms, _, err := mc.Members(context.Background(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ms)
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for start := time.Now(); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Since(start) > 15*time.Second {
+				t.Fatalf("%s: not within 15 s", what)
+			}
+		}
+	}
+	waitUntil("the node registered", func() bool { return members() == 1 })
+	cl, err := client.Open(client.Options{Namespace: []byte("ro"), Members: []string{ln.Addr().String()}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	readOnly.Store(true)
+	if err := cl.Put(context.Background(), []byte("k"), []byte("value")); err == nil {
+		t.Fatal("a PUT through a read-only slot table succeeded")
+	}
+	waitUntil("the node left the MDS", func() bool { return members() == 0 })
 }

@@ -24,6 +24,12 @@ type registrar struct {
 	info wire.MemberInfo
 	log  *slog.Logger
 	done chan struct{}
+	// serving reports whether the node can still serve anything: false
+	// once every disk failed closed. Such a node is deregistered, so
+	// clients route its keys elsewhere (misses, then re-cached on healthy
+	// nodes) instead of getting IO_ERROR for them until someone restarts
+	// it; it registers again if it serves again. nil: always.
+	serving func() bool
 	// current is true while the node is registered and its heartbeats are
 	// answered: what dfkv_server_registered exports, so a node that never
 	// joined (clients discovering through the MDS never route to it) is
@@ -95,8 +101,30 @@ func (r *registrar) run(ctx context.Context) {
 		failures.fail(r.log, time.Now(), msg, "id", r.info.ID, "group", r.mds.Group(), "error", err.Error())
 	}
 	backoff := 200 * time.Millisecond
+	benched := false // deregistered because no disk serves
 	for {
 		wait := backoff
+		if r.serving != nil && !r.serving() {
+			if !benched {
+				benched = true
+				r.current.Store(false)
+				r.log.Error("every disk of this node failed closed: leaving the MDS so clients route its keys to other nodes; fix the disks and restart it", "id", r.info.ID)
+				if registered {
+					r.deregister()
+					registered = false
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if benched {
+			benched = false
+			r.log.Info("a disk serves again: registering with the MDS", "id", r.info.ID)
+		}
 		if !registered {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			rep, err := r.mds.Register(rctx, r.info)
@@ -104,6 +132,7 @@ func (r *registrar) run(ctx context.Context) {
 			if err == nil {
 				registered = true
 				failures.failing = false
+				backoff = 200 * time.Millisecond
 				r.current.Store(true)
 				ttl = time.Duration(rep.HeartbeatTTLMS) * time.Millisecond
 				if ttl <= 0 {
@@ -143,16 +172,21 @@ func (r *registrar) run(ctx context.Context) {
 		case <-ctx.Done():
 			r.current.Store(false)
 			if registered {
-				dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				if err := r.mds.Deregister(dctx, r.info.ID); err != nil {
-					r.log.Warn("could not deregister from the MDS; it drops this node after the heartbeat TTL", "error", err.Error())
-				} else {
-					r.log.Info("deregistered from the MDS", "id", r.info.ID)
-				}
-				cancel()
+				r.deregister()
 			}
 			return
 		case <-time.After(wait):
 		}
 	}
+}
+
+// deregister leaves the MDS, so clients stop routing here at once.
+func (r *registrar) deregister() {
+	dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := r.mds.Deregister(dctx, r.info.ID); err != nil {
+		r.log.Warn("could not deregister from the MDS; it drops this node after the heartbeat TTL", "error", err.Error())
+		return
+	}
+	r.log.Info("deregistered from the MDS", "id", r.info.ID)
 }

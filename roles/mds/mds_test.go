@@ -219,8 +219,10 @@ func TestControlProtocol(t *testing.T) {
 	if _, _, changed, err := mc.Members(ctx, epoch); err != nil || changed {
 		t.Fatalf("members at the known epoch: changed=%v %v", changed, err)
 	}
-	if _, err := mc.Heartbeat(ctx, "node-1"); err != nil {
-		t.Fatal(err)
+	// The heartbeat's answer carries the TTL in force, so nodes registered
+	// under another one (an MDS restarted with a new TTL) pace themselves.
+	if hb, err := mc.Heartbeat(ctx, "node-1"); err != nil || hb.HeartbeatTTLMS != 10000 || hb.Epoch != epoch {
+		t.Fatalf("heartbeat: %+v %v; want the 10000 ms TTL at epoch %d", hb, err, epoch)
 	}
 	if _, err := mc.Heartbeat(ctx, "ghost"); wire.StatusOf(err) != wire.StatusNotFound {
 		t.Fatalf("heartbeat of a ghost: %v", err)

@@ -201,7 +201,11 @@ func (s *controlServer) do(ctx context.Context, op wire.Op, known uint64, body [
 			st, _, msg := fail(err)
 			return st, epoch, msg
 		}
-		return wire.StatusOK, epoch, nil
+		// The TTL in force, so a node registered under another one (this
+		// MDS restarted with a new heartbeat_ttl_ms) paces itself anew
+		// rather than lapsing; older nodes read past the body.
+		out, _ := json.Marshal(wire.MDSReply{Epoch: epoch, HeartbeatTTLMS: s.ttl.Milliseconds()})
+		return wire.StatusOK, epoch, out
 	case wire.OpMDSDeregister:
 		if err := wire.ValidateMemberID(req.ID); err != nil {
 			return fail(err)

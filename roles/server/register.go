@@ -146,13 +146,17 @@ func (r *registrar) run(ctx context.Context) {
 			}
 		} else {
 			hctx, cancel := context.WithTimeout(ctx, max(ttl/3, time.Second))
-			_, err := r.mds.Heartbeat(hctx, r.info.ID)
+			rep, err := r.mds.Heartbeat(hctx, r.info.ID)
 			cancel()
 			switch {
 			case err == nil:
 				if failures.failing {
 					r.log.Info("MDS heartbeats answered again", "id", r.info.ID)
 					failures.failing = false
+				}
+				if t := time.Duration(rep.HeartbeatTTLMS) * time.Millisecond; t > 0 && t != ttl {
+					r.log.Info("the MDS's heartbeat TTL changed; heartbeating at a third of it", "id", r.info.ID, "heartbeat_ttl", t.String(), "was", ttl.String())
+					ttl = t
 				}
 				r.current.Store(true)
 				wait = ttl / 3

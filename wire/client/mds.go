@@ -61,10 +61,18 @@ func (m *MDSClient) Register(ctx context.Context, info wire.MemberInfo) (wire.MD
 	return rep, err
 }
 
-// Heartbeat renews id. An error wrapping wire.StatusNotFound means the
-// directory no longer holds it: register again.
-func (m *MDSClient) Heartbeat(ctx context.Context, id string) (uint64, error) {
-	return m.call(ctx, wire.OpMDSHeartbeat, 0, wire.MDSRequest{Group: m.group, ID: id}, nil)
+// Heartbeat renews id and returns the reply: the epoch and, from an MDS
+// that says it, the heartbeat TTL now in force (an MDS restarted with
+// another TTL tells its nodes at their next heartbeat). An error wrapping
+// wire.StatusNotFound means the directory no longer holds it: register
+// again.
+func (m *MDSClient) Heartbeat(ctx context.Context, id string) (wire.MDSReply, error) {
+	var rep wire.MDSReply
+	epoch, err := m.call(ctx, wire.OpMDSHeartbeat, 0, wire.MDSRequest{Group: m.group, ID: id}, &rep)
+	if rep.Epoch == 0 {
+		rep.Epoch = epoch
+	}
+	return rep, err
 }
 
 // Deregister removes id (a node stopping gracefully).

@@ -147,29 +147,34 @@ func writeZeros(f vfs.File, off, n int64) error {
 // A torn in-place write fails the CRC and reads as a dirty epoch, a cold
 // start, never a stale one; the dirty mark is durable before Open returns,
 // as before.
+//
+// The file stays open from Open to Close, so the clean mark needs no path
+// lookup either: a disk directory whose permissions were changed under the
+// running node (or that was renamed) no longer makes the stop fail and the
+// next start cold.
 func (s *Store) writeState(st state) error {
 	path := filepath.Join(s.dir, stateName)
-	if fi, err := s.fs.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == stateSize {
-		return writeInPlace(s.fs, path, st.encode())
+	if s.state == nil {
+		made := false
+		if fi, err := s.fs.Stat(path); err != nil || !fi.Mode().IsRegular() || fi.Size() != stateSize {
+			if err := writeAtomic(s.fs, path, st.encode()); err != nil {
+				return err
+			}
+			made = true
+		}
+		f, err := s.fs.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		s.state = f
+		if made {
+			return nil
+		}
 	}
-	return writeAtomic(s.fs, path, st.encode())
-}
-
-// writeInPlace overwrites the start of the existing file at path with data
-// and fdatasyncs it.
-func writeInPlace(fs vfs.FS, path string, data []byte) error {
-	f, err := fs.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
+	if _, err := s.state.WriteAt(st.encode(), 0); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	_, err = f.WriteAt(data, 0)
-	if err == nil {
-		err = vfs.Datasync(f)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := vfs.Datasync(s.state); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil

@@ -441,6 +441,10 @@ func (s *Store) closeFiles() {
 	if s.table != nil {
 		_ = s.table.Close()
 	}
+	if s.state != nil {
+		_ = s.state.Close()
+		s.state = nil
+	}
 	if s.lock != nil {
 		_ = s.lock.Close()
 	}

@@ -83,6 +83,7 @@ type Store struct {
 	extents []vfs.File // resident descriptors, O_DIRECT while direct
 	table   vfs.File
 	lock    vfs.File // Dir itself, flocked for the life of the store
+	state   vfs.File // slab_state, kept open once made (writeState)
 	direct  bool     // fixed at Open
 	align   uint64   // O_DIRECT offset alignment for reads (<= 4096)
 

@@ -37,6 +37,12 @@ type etcdDir struct {
 
 	mu     sync.Mutex
 	epochs map[string]uint64 // group → last change revision seen
+	// heard is when this MDS last heard from each member (registration or
+	// heartbeat), for MemberInfo.LastHeartbeatUnixMS: etcd keeps liveness
+	// in the lease, and writing the time to etcd on every heartbeat would
+	// cost a write per node per TTL/3. A member heard only through
+	// another MDS keeps the time it registered.
+	heard map[string]time.Time // group + "/" + id
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -56,7 +62,7 @@ func openEtcdDir(endpoints []string, prefix string, ttl time.Duration, log *slog
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &etcdDir{cli: cli, prefix: strings.TrimSuffix(prefix, "/"), ttl: ttl, log: log,
-		epochs: map[string]uint64{}, cancel: cancel, done: make(chan struct{})}
+		epochs: map[string]uint64{}, heard: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
 	go d.watch(ctx)
 	return d, nil
 }
@@ -169,6 +175,9 @@ func (d *etcdDir) Heartbeat(ctx context.Context, group, id string) (uint64, erro
 		}
 		return 0, backendErr("heartbeat", err)
 	}
+	d.mu.Lock()
+	d.heard[group+"/"+id] = time.Now()
+	d.mu.Unlock()
 	return epoch, nil
 }
 
@@ -194,6 +203,9 @@ func (d *etcdDir) Deregister(ctx context.Context, group, id string) (uint64, err
 	if l := prev.Kvs[0].Lease; l != 0 {
 		_, _ = d.cli.Revoke(ctx, clientv3.LeaseID(l))
 	}
+	d.mu.Lock()
+	delete(d.heard, group+"/"+id)
+	d.mu.Unlock()
 	return d.noteEpoch(group, resp.Header.Revision), nil
 }
 
@@ -222,6 +234,12 @@ func (d *etcdDir) Members(ctx context.Context, group string) (uint64, []wire.Mem
 		if err := json.Unmarshal(kv.Value, &m); err != nil {
 			d.log.Warn("MDS: skipping unreadable member record in etcd", "key", string(kv.Key), "error", err.Error())
 			continue
+		}
+		d.mu.Lock()
+		t, ok := d.heard[group+"/"+m.ID]
+		d.mu.Unlock()
+		if ok && t.UnixMilli() > m.LastHeartbeatUnixMS {
+			m.LastHeartbeatUnixMS = t.UnixMilli()
 		}
 		out = append(out, m)
 		epoch = d.noteEpoch(group, kv.ModRevision)

@@ -393,6 +393,12 @@ func TestEtcdDirectorySharedByTwoMDS(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// B, which serves node-1's heartbeats, reports when it last heard
+	// from it, not when it registered (over 2 s ago by now).
+	lastEpoch, ms, _, err := b.Members(ctx, 0)
+	if err != nil || len(ms) != 1 || time.Since(time.UnixMilli(ms[0].LastHeartbeatUnixMS)) > 1500*time.Millisecond {
+		t.Fatalf("B's member list while it serves node-1's heartbeats: %+v %v; want a heartbeat in the last 1.5 s", ms, err)
+	}
 	close(stopBeat)
 	<-beatDone
 	if err := b.Deregister(ctx, "node-1"); err != nil {
@@ -418,10 +424,10 @@ func TestEtcdDirectorySharedByTwoMDS(t *testing.T) {
 		t.Fatalf("readyz with etcd down: %d", got)
 	}
 	// MEMBERS with etcd down: B answers with the last list it served
-	// (the two members of the start; it was not asked since), so a client
-	// starting now can open; readiness says the backend is down.
-	if e, ms, _, err := b.Members(ctx, 0); err != nil || e != epoch || len(ms) != 2 {
-		t.Fatalf("members with etcd down: %d members at epoch %d (want B's last list, 2 at %d): %v", len(ms), e, epoch, err)
+	// (node-1 alone, though it has left since: B was not asked again), so
+	// a client starting now can open; readiness says the backend is down.
+	if e, ms, _, err := b.Members(ctx, 0); err != nil || e != lastEpoch || len(ms) != 1 {
+		t.Fatalf("members with etcd down: %d members at epoch %d (want B's last list, 1 at %d): %v", len(ms), e, lastEpoch, err)
 	}
 	etcd.Restart(t)
 	deadline := time.Now().Add(20 * time.Second)

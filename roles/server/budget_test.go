@@ -239,3 +239,32 @@ func TestBudgetCountsPoolBuffers(t *testing.T) {
 		p.Put(b)
 	}
 }
+
+// TestValueOverMaxBlockAfterRestart: a value stored under a larger
+// max_block_bytes than the node now has (restarted with a smaller one) is
+// answered TOO_LARGE, naming the setting, and can still be read in ranges
+// within the limit; the node and the connection go on. Before, the GET
+// crashed the node (iobuf: Get size out of range), and on the slab engine
+// the restart after the crash was cold.
+func TestValueOverMaxBlockAfterRestart(t *testing.T) {
+	eng := newMemEngine()
+	big := bytes.Repeat([]byte{3}, 2*testMaxBlock)
+	eng.m[key(1)] = big // stored before the restart with a 2 MiB limit
+	n := startNode(t, eng, nil)
+	c := dial(t, n.addr)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpGet, Key: key(1)}, nil)
+	h, msg := readResp(t, c)
+	if h.Status != wire.StatusTooLarge || h.Stored != 2*testMaxBlock || !strings.Contains(string(msg), "server.max_block_bytes") {
+		t.Fatalf("GET of a value over max_block_bytes: %v stored %d %q", h.Status, h.Stored, msg)
+	}
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpGet, Key: key(1), Offset: testMaxBlock, Length: testMaxBlock}, nil)
+	if h, got := readResp(t, c); h.Status != wire.StatusOK || !bytes.Equal(got, big[testMaxBlock:]) {
+		t.Fatalf("a range within the limit: %v, %d bytes", h.Status, len(got))
+	}
+	// The engine asking for more than the pool's largest buffer (the value
+	// grew between the Lookup and the read) gets a buffer of its own.
+	cc := newConn(n.srv, nil)
+	if b := cc.Alloc(n.srv.pool.Max() + 1); len(b) != n.srv.pool.Max()+1 {
+		t.Fatalf("Alloc over the pool's largest buffer: %d bytes", len(b))
+	}
+}

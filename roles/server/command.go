@@ -398,7 +398,14 @@ func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *
 					"disk", dir, "capacity_bytes", capacity, "extent_bytes", extent)
 			}
 		}
-		return slab.Open(slab.Options{Dir: dir, CapacityBytes: capacity, ExtentBytes: extent, MaxValueBytes: min(sc.MaxBlockBytes, extent),
+		if extent < sc.MaxBlockBytes {
+			// The node would take values its disk cannot hold: the slab
+			// engine refuses them, and the RAM tier would acknowledge
+			// them and lose them at their flush.
+			return nil, fmt.Errorf("server.max_block_bytes (%s) is larger than the %s extents of this slab disk (server.slab_extent_bytes, or what the disk was formatted with), so values that large could not be stored: lower server.max_block_bytes to at most the extent size, or format the disk anew with larger extents: %w",
+				config.FormatSize(sc.MaxBlockBytes), config.FormatSize(extent), wire.StatusInvalid)
+		}
+		return slab.Open(slab.Options{Dir: dir, CapacityBytes: capacity, ExtentBytes: extent, MaxValueBytes: sc.MaxBlockBytes,
 			FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct})
 	}
 	if capacity == 0 {

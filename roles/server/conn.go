@@ -100,6 +100,13 @@ func newConn(s *Server, nc net.Conn) *conn {
 func (c *conn) Alloc(n int) []byte {
 	if c.lent != nil {
 		c.s.pool.Put(c.lent)
+		c.lent = nil
+	}
+	if n > c.s.pool.Max() {
+		// A value stored under a larger max_block_bytes, which read's
+		// Lookup did not see (it arrived meanwhile): the pool has no
+		// buffer that large, so this one read gets its own.
+		return iobuf.AlignedSlice(n)[:n]
 	}
 	if need := int64(c.s.pool.Cap(n)); need > c.budget && c.s.budget.tryAcquire(need-c.budget) {
 		c.budget = need
@@ -158,6 +165,13 @@ func (c *conn) read(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 		n := stored - offset
 		if length != 0 && length < n {
 			n = length
+		}
+		if n > c.s.opts.MaxBlockBytes {
+			// Stored under a larger max_block_bytes (the node was
+			// restarted with a smaller one): no buffer of this node's
+			// holds it, and no client of its size could take it.
+			return nil, stored, fmt.Errorf("the value of %d bytes was stored under a larger server.max_block_bytes than this node's %d: raise it to read the value, or read it in ranges of at most that: %w",
+				stored, c.s.opts.MaxBlockBytes, wire.StatusTooLarge)
 		}
 		need := int64(c.s.pool.Cap(int(n)))
 		if !c.s.budget.tryAcquire(need) {

@@ -128,3 +128,41 @@ func TestSharedFilesystemSizedTogether(t *testing.T) {
 		t.Fatalf("the retry with a capacity that fits both: %v", err)
 	}
 }
+
+// TestMaxBlockOverSlabExtentRefused: a max_block_bytes larger than a slab
+// disk's extents, whether the extents are configured or are what the disk
+// was formatted with, is refused at start naming both sizes and the
+// settings: the node would otherwise take values its disk cannot hold (and
+// the RAM tier acknowledged them and lost them at the flush).
+func TestMaxBlockOverSlabExtentRefused(t *testing.T) {
+	load := func(flags map[string][]string) config.Server {
+		t.Helper()
+		cfg, _, err := config.LoadFrom("server", "", nil, flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Server
+	}
+	open := func(sc config.Server, dir string) error {
+		st, err := openDisk(sc, dir, vfs.OS{}, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+		if err == nil {
+			st.Close()
+		}
+		return err
+	}
+	want := func(err error, what string) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "server.max_block_bytes (128MiB) is larger than the 64MiB extents") || !strings.Contains(err.Error(), "server.slab_extent_bytes") {
+			t.Fatalf("%s: %v, want a refusal naming both sizes and settings", what, err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "d0")
+	want(open(load(map[string][]string{"max-block-bytes": {"128MiB"}, "slab-extent-bytes": {"64MiB"}, "disk-capacity": {"256MiB"}}), dir), "configured extents")
+	if err := open(load(map[string][]string{"disk-capacity": {"256MiB"}}), dir); err != nil {
+		t.Fatal(err) // formatted with the default 64 MiB extents
+	}
+	want(open(load(map[string][]string{"max-block-bytes": {"128MiB"}}), dir), "a formatted disk's extents")
+	if err := open(load(nil), dir); err != nil {
+		t.Fatalf("the disk after the refusals: %v", err)
+	}
+}

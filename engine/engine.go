@@ -16,10 +16,17 @@
 package engine
 
 import (
+	"errors"
 	"time"
 
 	"github.com/dfkv/dfkv/wire"
 )
+
+// ErrFailedClosed is wrapped by every error of an engine that has failed
+// closed (a metadata I/O error left it unable to vouch for its contents):
+// it will answer so until the node restarts, so retrying is pointless and
+// writes meant for it can be refused up front.
+var ErrFailedClosed = errors.New("storage engine failed closed")
 
 // StoreEngine stores whole values under BlockKeys on one disk directory.
 // Implementations must be safe for concurrent use and must not hold a lock

@@ -1,10 +1,13 @@
 package ramtier
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -21,6 +24,12 @@ import (
 // delay is waived while the tier is past its eager threshold of dirty
 // bytes, while a Flush waits, and once the queue is stopping.
 type flushQueue struct {
+	// failedClosed is set once a flush to this queue's disk met
+	// engine.ErrFailedClosed: its values can never become durable, so new
+	// write-back PUTs for it are refused (not acknowledged and dropped a
+	// moment later) and its flushes are not retried.
+	failedClosed atomic.Bool
+
 	mu       sync.Mutex
 	cond     *sync.Cond // an item is ready, or stopping
 	items    []*entry   // items[head:] are queued, oldest first
@@ -298,6 +307,10 @@ func (t *Tier) flush(e *entry, buf []byte) {
 		}
 		if err = t.backing.Cache(e.key, buf); err == nil || permanent(err) {
 			break
+		}
+		if errors.Is(err, engine.ErrFailedClosed) {
+			t.queueOf(&e.key).failedClosed.Store(true)
+			break // it answers so until a restart: retrying only delays the drop
 		}
 	}
 

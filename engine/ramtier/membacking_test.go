@@ -19,11 +19,12 @@ type memBacking struct {
 	vals   map[wire.BlockKey][]byte
 	closed bool
 
-	cacheGate chan struct{} // nil: open; else Cache waits for it to close
-	rangeGate chan struct{}
-	failCache atomic.Bool // every Cache fails with IO_ERROR
-	refuse    atomic.Bool // every Cache fails with TOO_LARGE
-	jitter    func()      // if set, called inside Cache and Range to widen race windows
+	cacheGate    chan struct{} // nil: open; else Cache waits for it to close
+	rangeGate    chan struct{}
+	failCache    atomic.Bool // every Cache fails with IO_ERROR
+	refuse       atomic.Bool // every Cache fails with TOO_LARGE
+	failedClosed atomic.Bool // every Cache fails as a slab store that failed closed
+	jitter       func()      // if set, called inside Cache and Range to widen race windows
 
 	caches    atomic.Int64 // Cache calls (entered)
 	ranges    atomic.Int64 // Range calls (entered)
@@ -105,6 +106,9 @@ func (m *memBacking) Cache(key wire.BlockKey, value []byte) error {
 	}
 	if m.failCache.Load() {
 		return fmt.Errorf("mem backing: injected failure: %w", wire.StatusIOError)
+	}
+	if m.failedClosed.Load() {
+		return fmt.Errorf("mem backing: failed closed: %w: %w", engine.ErrFailedClosed, wire.StatusIOError)
 	}
 	if m.refuse.Load() {
 		return fmt.Errorf("mem backing: injected refusal: %w", wire.StatusTooLarge)

@@ -2,9 +2,11 @@ package ramtier
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/enginetest"
 	"github.com/dfkv/dfkv/wire"
 )
@@ -627,5 +629,33 @@ func TestCloseFlushesDirtyValues(t *testing.T) {
 	defer s2.Close()
 	for i := range n {
 		enginetest.MustEqual(t, s2, key(700+i), val(uint64(700+i), 3000+i*1000))
+	}
+}
+
+// TestFailedClosedDiskNotRetriedNorAdmitted: a flush whose disk has failed
+// closed is tried once, not flushAttempts times with pauses (a shutdown
+// with 25,000 dirty values took almost 4 minutes to drop them), and later
+// write-back PUTs for that disk are refused IO_ERROR instead of being
+// acknowledged from RAM and dropped a moment later.
+func TestFailedClosedDiskNotRetriedNorAdmitted(t *testing.T) {
+	m := newMem()
+	m.failedClosed.Store(true)
+	tr := openTier(t, smallOpts(m)) // write-back, RAM acknowledgement
+	defer tr.Close()
+	k := key(16)
+	if err := tr.Cache(k, val(16, 100)); err != nil {
+		t.Fatalf("the first PUT, before any flush met the failed disk: %v", err)
+	}
+	_ = tr.Flush()
+	if c := m.cacheCalls(k); c != 1 {
+		t.Fatalf("%d flush attempts against a failed-closed disk, want 1", c)
+	}
+	err := tr.Cache(key(17), val(17, 100))
+	enginetest.WantStatus(t, err, wire.StatusIOError, "write-back PUT for a failed-closed disk")
+	if !errors.Is(err, engine.ErrFailedClosed) {
+		t.Fatalf("the refusal does not say the disk failed closed: %v", err)
+	}
+	if s := tr.RAM(); s.FlushDropped != 1 || s.Objects != 0 {
+		t.Fatalf("after the refusal: %+v", s)
 	}
 }

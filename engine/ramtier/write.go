@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
+	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/slab"
 	"github.com/dfkv/dfkv/wire"
 )
@@ -97,6 +98,10 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 	}
 	if n > t.maxValue {
 		return nil, fmt.Errorf("ram tier: cache %s: %d-byte value exceeds the %d-byte maximum: %w", key, n, t.maxValue, wire.StatusTooLarge)
+	}
+	if t.writeBack && t.queueOf(&key).failedClosed.Load() {
+		return nil, fmt.Errorf("ram tier: cache %s: the disk it belongs to failed closed, so it could never be made durable; restart the node once the disk is fixed: %w: %w",
+			key, engine.ErrFailedClosed, wire.StatusIOError)
 	}
 	st.Lock()
 	defer st.Unlock()

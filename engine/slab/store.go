@@ -140,7 +140,7 @@ func (s *Store) enter() error {
 func (s *Store) exit() { s.closeMu.RUnlock() }
 
 func (s *Store) failedErr() error {
-	return fmt.Errorf("slab engine: %s failed closed after a metadata I/O error; restart the node (the cache will start cold): %w", s.dir, wire.StatusIOError)
+	return fmt.Errorf("slab engine: %s failed closed after a metadata I/O error; restart the node (the cache will start cold): %w: %w", s.dir, engine.ErrFailedClosed, wire.StatusIOError)
 }
 
 // fail turns the store unhealthy for good: a slot record that could not be

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -242,6 +243,11 @@ func TestServerProcessRAMTier(t *testing.T) {
 	srv.stop(t)
 	if !strings.Contains(srv.logs.String(), "RAM tier on") {
 		t.Fatalf("no RAM tier start line:\n%s", srv.logs.String())
+	}
+	// The last line counts what the disks hold after the tier's flush
+	// (it used to be taken before it: objects=0).
+	if m := regexp.MustCompile(`stopped cleanly" role=server objects=(\d+)`).FindStringSubmatch(srv.logs.String()); m == nil || m[1] == "0" {
+		t.Fatalf("the stop line does not count the flushed values:\n%s", srv.logs.String())
 	}
 	srv = startChild(t, "server", "http://"+httpAddr+"/readyz", args...)
 	for _, k := range []string{"smoke/ram/scalar-1", "smoke/ram/scalar-65537", "smoke/ram/scalar-1048579", "smoke/ram/scalar-67108864"} {

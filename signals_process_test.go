@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dfkv/dfkv/wire"
 )
 
 // TestServerProcessIgnoresSIGHUP: SIGHUP (a closed terminal, or "kill -HUP
@@ -41,5 +45,45 @@ func TestServerProcessIgnoresSIGHUP(t *testing.T) {
 	srv.stop(t)
 	if strings.Contains(srv.logs.String(), "shutdown requested\" role=server signal=hangup") {
 		t.Fatal("SIGHUP was taken as a shutdown request")
+	}
+}
+
+// TestServerProcessSecondSignalSaid: a second SIGTERM or SIGINT during a
+// drain is logged (why the process is still there, and that SIGKILL would
+// end it) instead of swallowed, and the drain goes on to a clean stop.
+func TestServerProcessSecondSignalSaid(t *testing.T) {
+	addr, httpAddr := freePort(t), freePort(t)
+	srv := startServer(t, addr, httpAddr, filepath.Join(t.TempDir(), "d0"))
+	// A PUT whose body is still arriving keeps the drain waiting.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var k wire.BlockKey
+	k.ID[0] = 1
+	body := bytes.Repeat([]byte{1}, 4096)
+	if _, err := c.Write(append(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPut, Key: k, BodyLen: uint64(len(body))}), body[:100]...)); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the node has read the header: the request is in flight.
+	waitFor(t, "the PUT in flight", 10*time.Second, func() bool {
+		_, out, _ := dfkv(t, nil, "ctl", "--members", addr, "stats", "--json")
+		return bytes.Contains(out, []byte(`"PUT": 1,`)) // ops are sorted: REMOVE follows
+	})
+	_ = srv.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, "the shutdown line", 10*time.Second, func() bool { return strings.Contains(srv.logs.String(), "shutdown requested") })
+	_ = srv.cmd.Process.Signal(syscall.SIGINT)
+	waitFor(t, "the second signal's line", 10*time.Second, func() bool { return strings.Contains(srv.logs.String(), "already shutting down") })
+	if _, err := c.Write(body[100:]); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-srv.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the node did not stop after the drained PUT:\n%s", srv.logs.String())
+	}
+	if code := srv.cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(srv.logs.String(), "stopped cleanly") {
+		t.Fatalf("exit %d after the drain:\n%s", code, srv.logs.String())
 	}
 }

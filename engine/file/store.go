@@ -150,6 +150,12 @@ func Open(opts Options) (*Store, error) {
 	if opts.Accounting == nil {
 		opts.Accounting = engine.NoAccounting{}
 	}
+	// A slab store's directory (the slab engine refuses a file engine's
+	// the same way): serving it empty would hide its blocks, and the file
+	// engine would make its own directories beside the extents.
+	if _, err := opts.FS.Stat(filepath.Join(opts.Dir, "slab_meta")); err == nil {
+		return nil, fmt.Errorf("file engine: %s holds a slab store (slab_meta): select the engine that wrote it (--store-engine=slab), or point the file engine at another directory: %w", opts.Dir, wire.StatusInvalid)
+	}
 	s := &Store{
 		dir:      opts.Dir,
 		blocks:   filepath.Join(opts.Dir, "blocks"),

@@ -755,3 +755,21 @@ func TestMissingDirWarns(t *testing.T) {
 		t.Fatalf("reopening an existing directory warned again; logs:\n%s", logs.String())
 	}
 }
+
+// TestOpenRefusesSlabStore: the file engine pointed at a slab store's
+// directory refuses it, naming the engine that wrote it, and writes
+// nothing there (it used to serve it empty and make blocks/, tmp/ and
+// trash/ beside the extents).
+func TestOpenRefusesSlabStore(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "slab_meta"), make([]byte, 64), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(Options{Dir: dir, CapacityBytes: 1 << 20})
+	if wire.StatusOf(err) != wire.StatusInvalid || !strings.Contains(err.Error(), "--store-engine=slab") {
+		t.Fatalf("Open on a slab store: %v, want INVALID naming the slab engine", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("the refused Open left %d entries, want only slab_meta", len(ents))
+	}
+}

@@ -251,7 +251,6 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if reg != nil {
 		<-reg.done
 	}
-	final := group.Stats()
 	log.Info("dfkv server stopped accepting; syncing engines")
 	if httpSrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -259,6 +258,8 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		cancel()
 	}
 	closeErr := closeGroup()
+	// After the close: a RAM tier's flush has landed on the disks by now.
+	final := group.Stats()
 	if serveErr != nil {
 		return fmt.Errorf("accept on %s: %w", ln.Addr(), serveErr)
 	}

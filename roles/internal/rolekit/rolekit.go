@@ -74,16 +74,23 @@ func SignalContext(c *cli.Context, log *slog.Logger) (ctx context.Context, stop 
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	done := make(chan struct{})
 	go func() {
+		stopping := false
 		for {
 			select {
 			case sig := <-sigs:
-				if sig == syscall.SIGHUP {
+				switch {
+				case sig == syscall.SIGHUP:
 					log.Warn("SIGHUP ignored: dfkv reads its configuration only at start; restart it (SIGTERM, then start) to apply changes")
-					continue
+				case stopping:
+					// Said, not silently swallowed: an operator pressing
+					// Ctrl-C again during a long flush learns why the
+					// process is still there and what would end it.
+					log.Warn("already shutting down; the drain and the flush go on (SIGKILL ends the process at once, losing what is not yet on disk)", "signal", sig.String())
+				default:
+					stopping = true
+					log.Info("shutdown requested", "signal", sig.String())
+					cancel(fmt.Errorf("%s received", sig))
 				}
-				log.Info("shutdown requested", "signal", sig.String())
-				cancel(fmt.Errorf("%s received", sig))
-				return
 			case <-done:
 				return
 			}

@@ -314,8 +314,35 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 	if quotas != nil {
 		g.SetQuotas(quotas)
 		log.Info("tenant quotas on", "file", sc.TenantQuotasFile, "default_quota_bytes", sc.TenantDefaultQuotaBytes)
+		warnOverQuota(log, quotas)
 	}
 	return g, nil
+}
+
+// overQuotaLines bounds the start-up lines about tenants over their quota.
+const overQuotaLines = 10
+
+// warnOverQuota says at start which tenants already hold more than their
+// quota (it was lowered, or the default set, since they stored it): their
+// new keys are refused until their own removals or evictions bring them
+// under, and nothing is evicted to meet the quota, so an operator who
+// lowered one should know it bites at once.
+func warnOverQuota(log *slog.Logger, q *engine.Quotas) {
+	over := 0
+	for tenant, used := range q.Usage() {
+		limit := q.Limit(tenant)
+		if limit == 0 || used <= int64(limit) {
+			continue
+		}
+		if over < overQuotaLines {
+			log.Warn("tenant holds more than its quota: its new keys are refused until removals or evictions bring it under (nothing is evicted to meet a quota)",
+				"tenant", fmt.Sprintf("0x%016x", tenant), "committed_bytes", used, "quota_bytes", limit)
+		}
+		over++
+	}
+	if over > overQuotaLines {
+		log.Warn("more tenants hold more than their quota", "not_listed", over-overQuotaLines)
+	}
 }
 
 // openRAMTier puts the RAM tier in front of group.

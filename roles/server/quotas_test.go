@@ -1,11 +1,14 @@
 package server
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -58,5 +61,34 @@ func TestLoadQuotas(t *testing.T) {
 	bad("[tenants\n", "q.toml")
 	if _, err := LoadQuotas(filepath.Join(dir, "missing.toml"), 0); err == nil || !strings.Contains(err.Error(), "DFKV_TENANT_QUOTAS_FILE") {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// TestWarnOverQuota: at start, each tenant already holding more than its
+// quota is named (its hash, what it holds, its quota), at most ten lines
+// and then a count; tenants within their quota or without one are not.
+func TestWarnOverQuota(t *testing.T) {
+	q := engine.NewQuotas(0, map[uint64]uint64{1: 100, 2: 100})
+	q.Committed(1, 150) // over
+	q.Committed(2, 50)  // within
+	q.Committed(3, 1e9) // no quota
+	var buf bytes.Buffer
+	warnOverQuota(slog.New(slog.NewTextHandler(&buf, nil)), q)
+	if got := buf.String(); strings.Count(got, "level=WARN") != 1 || !strings.Contains(got, "tenant=0x0000000000000001 committed_bytes=150 quota_bytes=100") {
+		t.Fatalf("warnings: %s", got)
+	}
+
+	limits := map[uint64]uint64{}
+	for i := range uint64(12) {
+		limits[i+10] = 1
+	}
+	q = engine.NewQuotas(0, limits)
+	for tenant := range limits {
+		q.Committed(tenant, 2)
+	}
+	buf.Reset()
+	warnOverQuota(slog.New(slog.NewTextHandler(&buf, nil)), q)
+	if got := buf.String(); strings.Count(got, "level=WARN") != overQuotaLines+1 || !strings.Contains(got, "not_listed=2") {
+		t.Fatalf("twelve tenants over quota: %s", got)
 	}
 }

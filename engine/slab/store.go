@@ -3,7 +3,9 @@ package slab
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -444,6 +446,7 @@ func (s *Store) Remove(key wire.BlockKey) error {
 
 // Stats implements engine.StoreEngine.
 func (s *Store) Stats() engine.Stats {
+	s.checkDirStill()
 	s.mu.Lock()
 	objects, used := s.alloc.Objects(), s.alloc.Used()
 	s.mu.Unlock()
@@ -511,4 +514,31 @@ func (s *Store) syncAll() error {
 		s.log.Warn("slab engine: slow sync at shutdown", "dir", s.dir, "took", d.String())
 	}
 	return nil
+}
+
+// checkDirStill fails the store closed when its directory was removed (or
+// replaced by another) while it runs: it would go on serving from files no
+// longer reachable by name, holding their space out of sight, and a
+// restart would find an empty directory or none. Stats runs it, so a
+// readiness probe or a metrics scrape notices within its interval; the
+// cost is two stats.
+func (s *Store) checkDirStill() {
+	if s.failed.Load() || s.enter() != nil {
+		return
+	}
+	defer s.exit()
+	locked, err := s.lock.Stat()
+	if err != nil {
+		return
+	}
+	now, err := s.fs.Stat(s.dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil || os.SameFile(locked, now):
+		return // there, or not ours to judge (a parent we cannot search)
+	}
+	if s.failed.CompareAndSwap(false, true) {
+		s.log.Error("slab engine: the disk directory was removed or replaced while the node ran; failing closed: its blocks are no longer where a restart would find them",
+			"dir", s.dir, "err", err)
+	}
 }

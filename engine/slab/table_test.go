@@ -2,6 +2,7 @@ package slab
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/enginetest"
 	"github.com/dfkv/dfkv/engine/vfs"
 )
@@ -270,5 +272,39 @@ func TestCloseWithoutPathAccess(t *testing.T) {
 			t.Fatalf("fresh=%v: restart after a stop without path access: %d objects, want 1", fresh, got)
 		}
 		mustClose(t, s)
+	}
+}
+
+// TestDirRemovedFailsClosed: a disk directory removed or replaced under a
+// running store is noticed at the next Stats (what /readyz and a metrics
+// scrape call): the store fails closed, so readiness says so and the node
+// leaves the MDS, instead of serving on from files no name reaches.
+func TestDirRemovedFailsClosed(t *testing.T) {
+	for _, how := range []string{"renamed away", "replaced"} {
+		t.Run(how, func(t *testing.T) {
+			root := t.TempDir()
+			dir := filepath.Join(root, "d0")
+			s := openT(t, smallOpts(dir))
+			mustCache(t, s, enginetest.Key(1), enginetest.Value(1, 5000))
+			if !s.Stats().Healthy {
+				t.Fatal("unhealthy before anything happened")
+			}
+			if err := os.Rename(dir, filepath.Join(root, "moved")); err != nil {
+				t.Fatal(err)
+			}
+			if how == "replaced" {
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if s.Stats().Healthy {
+				t.Fatalf("the directory was %s, and the store still reports healthy", how)
+			}
+			err := s.Cache(enginetest.Key(2), enginetest.Value(2, 5000))
+			if !errors.Is(err, engine.ErrFailedClosed) {
+				t.Fatalf("a PUT after the directory was %s: %v, want the failed-closed error", how, err)
+			}
+			s.closeFiles()
+		})
 	}
 }

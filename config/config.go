@@ -68,7 +68,7 @@ type Server struct {
 	MaxBlockBytes       uint64        // largest value a PUT may store and the largest frame body
 	MaxBatchItems       int           // items in one batch frame
 	MaxConns            int           // open data-plane connections; past it new ones are refused
-	BufferBudgetBytes   uint64        // payload buffer bytes all connections may hold; 0 = BufferBudget's automatic size
+	BufferBudgetBytes   uint64        // payload buffer bytes all connections may hold; 0 = the server's automatic size
 	SocketBufferBytes   uint64        // SO_SNDBUF/SO_RCVBUF per connection; 0 = kernel autotuning
 	FirstRequest        time.Duration // how long a new connection may take to send its first request; 0 = no limit
 	BodyTimeout         time.Duration // how long a request's body may take after its header
@@ -110,27 +110,4 @@ type MDS struct {
 type Log struct {
 	Level  string // debug, info, warn, error
 	Format string // text or json
-}
-
-// PayloadBufferBytes is the size of the pooled buffer that holds a value
-// of n bytes: n rounded up to a power of two, at least 4 KiB (package
-// iobuf's size classes).
-func PayloadBufferBytes(n uint64) uint64 {
-	b := uint64(4096)
-	for b < n {
-		b <<= 1
-	}
-	return b
-}
-
-// BufferBudget is the payload buffer budget a node runs with:
-// server.buffer_budget_bytes, or when that is 0, 1 GiB or two buffers for
-// the largest value, whichever is more. 1 GiB holds 32 connections' 4 MiB
-// values at once, far past what the benchmarks need, and bounds what a
-// flood of large PUTs or slow readers can make the node allocate.
-func (sc *Server) BufferBudget() uint64 {
-	if sc.BufferBudgetBytes != 0 {
-		return sc.BufferBudgetBytes
-	}
-	return max(1<<30, 2*PayloadBufferBytes(sc.MaxBlockBytes))
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/dfkv/dfkv/engine/iobuf"
 )
 
 // Load resolves the configuration of role ("server", "mds", "smoke", "bench"
@@ -216,7 +218,7 @@ func crossCheck(cfg *Config, bit role) []error {
 		if sameListener(sc.Listen, sc.HTTPListen) {
 			errs = append(errs, fmt.Errorf("server.http_listen (DFKV_HTTP_LISTEN) %q is server.listen (DFKV_LISTEN) too; give the metrics and health endpoints a port of their own (default 127.0.0.1:7680)", sc.HTTPListen))
 		}
-		if b, need := sc.BufferBudgetBytes, PayloadBufferBytes(sc.MaxBlockBytes); b != 0 && b < need {
+		if b, need := sc.BufferBudgetBytes, uint64(iobuf.SizeFor(int(sc.MaxBlockBytes))); b != 0 && b < need {
 			errs = append(errs, fmt.Errorf("server.buffer_budget_bytes (DFKV_BUFFER_BUDGET_BYTES) %s is less than one buffer for the largest value (server.max_block_bytes %s needs %s): raise it, or set 0 for the automatic size",
 				FormatSize(b), FormatSize(sc.MaxBlockBytes), FormatSize(need)))
 		}

@@ -92,6 +92,6 @@ func alignedSlice(size int) []byte {
 // for callers that keep one buffer for a long time.
 func AlignedSlice(size int) []byte { return alignedSlice(size) }
 
-// Cap is the size of the buffer Get(n) returns (len(B) is n): n rounded up
-// to its size class, what holding it costs in memory.
-func (p *Pool) Cap(n int) int { return 1 << (minShift + classOf(n)) }
+// SizeFor is the size of the buffer a Pool's Get(n) returns (len(B) is n):
+// n rounded up to its size class, what holding it costs in memory.
+func SizeFor(n int) int { return 1 << (minShift + classOf(n)) }

@@ -161,3 +161,18 @@ func BenchmarkGetPut(b *testing.B) {
 		})
 	}
 }
+
+// TestSizeForIsWhatGetHandsOut: SizeFor, which the server charges its
+// payload budget and the configuration check sizes it by, is the capacity
+// of the buffer Get returns: n rounded up to a power of two, at least 4 KiB.
+func TestSizeForIsWhatGetHandsOut(t *testing.T) {
+	p := NewPool(64 << 20)
+	for _, c := range []struct{ n, want int }{{0, 4096}, {1, 4096}, {4096, 4096}, {4097, 8192}, {65536, 65536},
+		{1 << 20, 1 << 20}, {1<<20 + 1, 2 << 20}, {3 << 20, 4 << 20}, {64 << 20, 64 << 20}} {
+		b := p.Get(c.n)
+		if got := cap(b.B); got != c.want || SizeFor(c.n) != c.want {
+			t.Errorf("value of %d bytes: pool buffer %d, SizeFor %d, want %d", c.n, got, SizeFor(c.n), c.want)
+		}
+		p.Put(b)
+	}
+}

@@ -21,7 +21,7 @@ import (
 // socket fills and pushes back. A connection never waits while it holds
 // budget, so waiting cannot deadlock.
 //
-// Sizes are buffer sizes (config.PayloadBufferBytes: what the pool really
+// Sizes are buffer sizes (iobuf.SizeFor: what the pool really
 // hands out), so the bound is on memory. Values the RAM tier receives into
 // or lends from its arena take no budget.
 type payloadBudget struct {

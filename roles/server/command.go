@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		BodyTimeout:     sc.BodyTimeout,
 		ShutdownTimeout: sc.ShutdownTimeout,
 		SocketBuffer:    int(sc.SocketBufferBytes),
-		BufferBudget:    sc.BufferBudget(),
+		BufferBudget:    sc.BufferBudgetBytes,
 	})
 	if err != nil {
 		_ = ln.Close()

@@ -108,7 +108,7 @@ func (c *conn) Alloc(n int) []byte {
 		// buffer that large, so this one read gets its own.
 		return iobuf.AlignedSlice(n)[:n]
 	}
-	if need := int64(c.s.pool.Cap(n)); need > c.budget && c.s.budget.tryAcquire(need-c.budget) {
+	if need := int64(iobuf.SizeFor(n)); need > c.budget && c.s.budget.tryAcquire(need-c.budget) {
 		c.budget = need
 	}
 	c.lent = c.s.pool.Get(n)
@@ -173,11 +173,9 @@ func (c *conn) read(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 			return nil, stored, fmt.Errorf("the value of %d bytes was stored under a larger server.max_block_bytes than this node's %d: raise it to read the value, or read it in ranges of at most that: %w",
 				stored, c.s.opts.MaxBlockBytes, wire.StatusTooLarge)
 		}
-		need := int64(c.s.pool.Cap(int(n)))
-		if !c.s.budget.tryAcquire(need) {
-			if !c.s.budget.acquire(c.s.stop, need, c.s.opts.WriteTimeout) {
-				return nil, stored, c.errBusy(c.s.opts.WriteTimeout)
-			}
+		need := int64(iobuf.SizeFor(int(n)))
+		if !c.s.budget.acquire(c.s.stop, need, c.s.opts.WriteTimeout) {
+			return nil, stored, c.errBusy(c.s.opts.WriteTimeout)
 		}
 		c.budget = need
 	}
@@ -457,7 +455,7 @@ func (c *conn) handleOne() error {
 				break
 			}
 		}
-		if !c.takeBudget(int64(c.s.pool.Cap(int(h.BodyLen)))) {
+		if !c.takeBudget(int64(iobuf.SizeFor(int(h.BodyLen)))) {
 			// The value is read off without a buffer; the connection
 			// stays usable.
 			if _, err := c.br.Discard(int(h.BodyLen)); err != nil {
@@ -598,7 +596,7 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 			store(i) // the other kind: the run so far lands before this item
 		}
 		if !received {
-			need := int64(c.s.pool.Cap(int(vl)))
+			need := int64(iobuf.SizeFor(int(vl)))
 			if c.s.budget.tryAcquire(need) {
 				c.budget += need
 			} else {

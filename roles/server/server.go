@@ -141,8 +141,11 @@ func New(opts Options) (*Server, error) {
 		opts.Clock = engine.SystemClock{}
 	}
 	pool := iobuf.NewPool(int(opts.MaxBlockBytes))
-	largest := uint64(pool.Cap(int(opts.MaxBlockBytes)))
+	largest := uint64(iobuf.SizeFor(int(opts.MaxBlockBytes)))
 	if opts.BufferBudget == 0 {
+		// 1 GiB holds 32 connections' 4 MiB values at once, far past what
+		// the benchmarks need, and bounds what a flood of large PUTs or
+		// slow readers can make the node allocate.
 		opts.BufferBudget = max(1<<30, 2*largest)
 	}
 	if opts.BufferBudget < largest {

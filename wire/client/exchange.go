@@ -72,8 +72,6 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 	if hold != 0 {
 		defer p.release(hold)
 	}
-	p.begin(now)
-	defer p.end()
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return connError(p.addr, err)

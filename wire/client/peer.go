@@ -33,9 +33,8 @@ type peer struct {
 	downUntil atomic.Int64 // 0 = none; even: monoNanos of a window's end; odd: a probe's hold (admit)
 	lastHold  atomic.Int64 // the latest hold handed out, so the next is unique
 
-	// Stall detection (stalled): calls in flight, and the last sign of
-	// life: a response's first byte, or the moment the node went from
-	// idle to busy.
+	// Stall detection (stalled): len(busy), and the last sign of life: a
+	// response's first byte, or the moment the node went from idle to busy.
 	inflight atomic.Int32
 	progress atomic.Int64 // monoNanos
 }
@@ -56,9 +55,8 @@ func (p *peer) stallAfter() time.Duration { return max(p.opts.Timeout/4, minStal
 // wait: a client's workers all end up blocked on the one node and its
 // throughput to the healthy ones drops to zero (seen with 4 bench workers
 // and one SIGSTOPped node: 0 ops for 10 s). Calls to a stalled node fail at
-// once instead (reads as misses); the ones in flight keep their deadlines
-// and open the back-off window when it passes, as before. A node that
-// answers anything is not stalled.
+// once instead (reads as misses), and the client's watchdog cuts the ones
+// in flight (Client.watch). A node that answers anything is not stalled.
 func (p *peer) stalled(now time.Time) (silent time.Duration, yes bool) {
 	if p.inflight.Load() == 0 {
 		return 0, false
@@ -66,17 +64,6 @@ func (p *peer) stalled(now time.Time) (silent time.Duration, yes bool) {
 	silent = time.Duration(monoNanos(now) - p.progress.Load())
 	return silent, silent > p.stallAfter()
 }
-
-// begin counts a call in flight; a node going from idle to busy starts its
-// silence now.
-func (p *peer) begin(now time.Time) {
-	if p.inflight.Add(1) == 1 {
-		p.progress.Store(monoNanos(now))
-	}
-}
-
-// end counts a call done.
-func (p *peer) end() { p.inflight.Add(-1) }
 
 // alive records a sign of life: a response byte arrived.
 func (p *peer) alive() { p.progress.Store(monoNanos(time.Now())) }
@@ -96,19 +83,26 @@ func (p *peer) cut(silent time.Duration) {
 	}
 }
 
-// track and untrack keep busy: the connections cut may end.
+// track and untrack keep busy (the connections cut may end) and inflight
+// (its size, for stalled to read without the lock). A node going from idle
+// to busy starts its silence now.
 func (p *peer) track(cc *cconn) {
 	p.mu.Lock()
 	if p.busy == nil {
 		p.busy = make(map[*cconn]struct{})
 	}
 	p.busy[cc] = struct{}{}
+	if len(p.busy) == 1 {
+		p.progress.Store(monoNanos(time.Now()))
+	}
+	p.inflight.Store(int32(len(p.busy)))
 	p.mu.Unlock()
 }
 
 func (p *peer) untrack(cc *cconn) {
 	p.mu.Lock()
 	delete(p.busy, cc)
+	p.inflight.Store(int32(len(p.busy)))
 	p.mu.Unlock()
 }
 

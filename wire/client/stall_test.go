@@ -19,12 +19,16 @@ import (
 // answer; an idle node never is.
 func TestStalledTracksSilence(t *testing.T) {
 	p := newPeer("n", &Options{Timeout: 4 * time.Second})
-	t0 := time.Now()
-	if _, yes := p.stalled(t0.Add(time.Hour)); yes {
+	if _, yes := p.stalled(time.Now().Add(time.Hour)); yes {
 		t.Fatal("an idle node is stalled")
 	}
-	p.begin(t0)
-	p.begin(t0.Add(3 * time.Second)) // a second call does not restart the silence
+	a, b := &cconn{}, &cconn{}
+	p.track(a)
+	t0 := monoTime(p.progress.Load()) // going busy started the silence
+	p.track(b)                        // a second call does not restart it
+	if p.progress.Load() != monoNanos(t0) {
+		t.Fatal("a second call in flight restarted the silence")
+	}
 	if _, yes := p.stalled(t0.Add(999 * time.Millisecond)); yes {
 		t.Fatal("stalled before a quarter of the Timeout")
 	}
@@ -35,8 +39,8 @@ func TestStalledTracksSilence(t *testing.T) {
 	if _, yes := p.stalled(time.Now()); yes {
 		t.Fatal("stalled right after an answer")
 	}
-	p.end()
-	p.end()
+	p.untrack(a)
+	p.untrack(b)
 	if _, yes := p.stalled(time.Now().Add(time.Hour)); yes {
 		t.Fatal("stalled with nothing in flight")
 	}
@@ -157,3 +161,6 @@ func (l *lockedLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// monoTime is the time.Time of a monoNanos reading (for tests).
+func monoTime(n int64) time.Time { return monoEpoch.Add(time.Duration(n)) }

@@ -151,8 +151,13 @@ func (s *Store) failedErr() error {
 // not mark the epoch clean (the next start is cold).
 func (s *Store) fail(err error) {
 	s.ioErrors.Add(1)
+	s.failClosed("metadata I/O failed", err)
+}
+
+// failClosed turns the store unhealthy for good and says why, once.
+func (s *Store) failClosed(why string, err error) {
 	if s.failed.CompareAndSwap(false, true) {
-		s.log.Error("slab engine: metadata I/O failed; failing closed: every operation now returns IO_ERROR until restart, and the next start is cold",
+		s.log.Error("slab engine: "+why+"; failing closed: every operation now returns IO_ERROR until restart, and the next start is cold",
 			"dir", s.dir, "err", err)
 	}
 }
@@ -537,8 +542,5 @@ func (s *Store) checkDirStill() {
 	case err != nil || os.SameFile(locked, now):
 		return // there, or not ours to judge (a parent we cannot search)
 	}
-	if s.failed.CompareAndSwap(false, true) {
-		s.log.Error("slab engine: the disk directory was removed or replaced while the node ran; failing closed: its blocks are no longer where a restart would find them",
-			"dir", s.dir, "err", err)
-	}
+	s.failClosed("the disk directory was removed or replaced while the node ran, so its blocks are no longer where a restart would find them", err)
 }

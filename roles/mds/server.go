@@ -285,9 +285,7 @@ type cachedReply struct {
 }
 
 func (s *controlServer) cached(group string, epoch uint64) (cachedReply, bool) {
-	s.cacheMu.Lock()
-	defer s.cacheMu.Unlock()
-	r, ok := s.replies[group]
+	r, ok := s.last(group)
 	if !ok || r.epoch != epoch || time.Since(r.at) > replyCacheAge {
 		return cachedReply{}, false
 	}

@@ -34,7 +34,8 @@ type peer struct {
 	lastHold  atomic.Int64 // the latest hold handed out, so the next is unique
 
 	// Stall detection (stalled): len(busy), and the last sign of life: a
-	// response's first byte, or the moment the node went from idle to busy.
+	// response's first byte, a piece of a large value moved either way
+	// (progressPiece), or the moment the node went from idle to busy.
 	inflight atomic.Int32
 	progress atomic.Int64 // monoNanos
 }
@@ -56,7 +57,9 @@ func (p *peer) stallAfter() time.Duration { return max(p.opts.Timeout/4, minStal
 // throughput to the healthy ones drops to zero (seen with 4 bench workers
 // and one SIGSTOPped node: 0 ops for 10 s). Calls to a stalled node fail at
 // once instead (reads as misses), and the client's watchdog cuts the ones
-// in flight (Client.watch). A node that answers anything is not stalled.
+// in flight (Client.watch). A node that answers anything is not stalled,
+// nor one that keeps taking or sending a large value, however long that
+// takes (progressPiece).
 func (p *peer) stalled(now time.Time) (silent time.Duration, yes bool) {
 	if p.inflight.Load() == 0 {
 		return 0, false
@@ -65,7 +68,8 @@ func (p *peer) stalled(now time.Time) (silent time.Duration, yes bool) {
 	return silent, silent > p.stallAfter()
 }
 
-// alive records a sign of life: a response byte arrived.
+// alive records a sign of life: a response began, or a piece of a large
+// value moved.
 func (p *peer) alive() { p.progress.Store(monoNanos(time.Now())) }
 
 // cut ends the calls in flight on a stalled node: their connections' deadline
@@ -289,16 +293,37 @@ type cconn struct {
 	cut atomic.Bool
 }
 
-// send writes wbuf and then body (if any) with one writev.
+// progressPiece is the unit in which a large value moves counts as a sign
+// of life of its node (peer.alive): a body longer than this is sent in
+// pieces of it, and a value read of at least this is noted after each read
+// that brings bytes. A transfer is then never judged stalled while it
+// moves at more than progressPiece per stallAfter (0.4 MB/s at the
+// default Timeout), however long it takes in all. Values up to it move as
+// before: one writev, one ReadFull.
+const progressPiece = 1 << 20
+
+// send writes wbuf and then body (if any) with one writev; a body longer
+// than progressPiece goes in pieces of it after the first, and each piece
+// but the first that the node takes is a sign of life: the socket buffers
+// take the first megabytes whether the node reads them or not, so only
+// later pieces prove it is reading.
 func (cc *cconn) send(body []byte) error {
 	var err error
 	if len(body) == 0 {
 		_, err = cc.nc.Write(cc.wbuf)
 	} else {
-		cc.iov[0], cc.iov[1] = cc.wbuf, body
+		first := body[:min(len(body), progressPiece)]
+		cc.iov[0], cc.iov[1] = cc.wbuf, first
 		cc.bufs = cc.iov[:]
 		_, err = cc.bufs.WriteTo(cc.nc)
 		cc.iov[0], cc.iov[1] = nil, nil
+		for rest := body[len(first):]; err == nil && len(rest) > 0; {
+			piece := rest[:min(len(rest), progressPiece)]
+			if _, err = cc.nc.Write(piece); err == nil {
+				cc.alive()
+			}
+			rest = rest[len(piece):]
+		}
 	}
 	cc.wbuf = cc.wbuf[:0]
 	if err != nil {
@@ -347,13 +372,40 @@ func (cc *cconn) refusal(sendErr error) error {
 }
 
 // readFull reads exactly len(b) bytes, marking the connection broken on
-// failure.
+// failure. A read of progressPiece or more notes each read that brings
+// bytes as a sign of life, so a long value transfer is not taken for a
+// stalled node; shorter ones complete within a read or two of the
+// response prefix, which noted one already.
 func (cc *cconn) readFull(b []byte) error {
-	if _, err := io.ReadFull(cc.br, b); err != nil {
-		cc.broken = true
-		return err
+	if len(b) < progressPiece {
+		if _, err := io.ReadFull(cc.br, b); err != nil {
+			cc.broken = true
+			return err
+		}
+		return nil
+	}
+	for len(b) > 0 {
+		n, err := cc.br.Read(b)
+		if n > 0 {
+			cc.alive()
+			b = b[n:]
+		}
+		if err != nil && len(b) > 0 {
+			cc.broken = true
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
 	}
 	return nil
+}
+
+// alive notes a sign of life of the connection's node.
+func (cc *cconn) alive() {
+	if cc.p != nil {
+		cc.p.alive()
+	}
 }
 
 // readHeader reads a response prefix. A non-OK status's message body is
@@ -386,9 +438,7 @@ func (cc *cconn) readHeaderFor(expect uint64) (wire.ResponseHeader, error) {
 		return wire.ResponseHeader{}, err
 	}
 	cc.got = true
-	if cc.p != nil {
-		cc.p.alive()
-	}
+	cc.alive()
 	if _, err := io.ReadFull(src, cc.rh[1:]); err != nil {
 		cc.broken = true
 		return wire.ResponseHeader{}, err
@@ -415,11 +465,17 @@ func (cc *cconn) readHeaderFor(expect uint64) (wire.ResponseHeader, error) {
 	return h, &wire.StatusError{Status: h.Status, Message: string(msg)}
 }
 
-// discard skips n body bytes the caller has no room for.
+// discard skips n body bytes the caller has no room for, noting each
+// progressPiece skipped as a sign of life (readFull).
 func (cc *cconn) discard(n uint64) error {
-	if _, err := cc.br.Discard(int(n)); err != nil {
-		cc.broken = true
-		return err
+	for n > 0 {
+		piece := min(n, progressPiece)
+		if _, err := cc.br.Discard(int(piece)); err != nil {
+			cc.broken = true
+			return err
+		}
+		cc.alive()
+		n -= piece
 	}
 	return nil
 }

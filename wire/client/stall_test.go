@@ -1,8 +1,10 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -164,3 +166,93 @@ func (l *lockedLog) String() string {
 
 // monoTime is the time.Time of a monoNanos reading (for tests).
 func monoTime(n int64) time.Time { return monoEpoch.Add(time.Duration(n)) }
+
+// TestSlowLargeTransfersAreNotStalls: a value that takes longer than the
+// stall threshold to move, but keeps moving, is not taken for a stalled
+// node, either way: a GET whose body trickles in after its prefix, and a
+// PUT whose body the node reads slowly before it answers. Each moves
+// 32 MiB at about 13 MB/s (2.5 s) against a threshold of 1 s (Timeout
+// 4 s), with a gap of about 10 ms between pieces; before large values
+// counted as signs of life, the watchdog cut both calls at 1 s.
+func TestSlowLargeTransfersAreNotStalls(t *testing.T) {
+	const size = 32 << 20
+	const piece = 128 << 10
+	value := make([]byte, size)
+	for i := range value {
+		value[i] = byte(i*7 + i>>16)
+	}
+	got := make(chan []byte, 1)
+	addr := fakeNode(t, func(c net.Conn) {
+		// A small, fixed receive buffer: the client's sends then move
+		// only as fast as this node reads them.
+		_ = c.(*net.TCPConn).SetReadBuffer(256 << 10)
+		for {
+			var b [wire.RequestPrefixLen]byte
+			if _, err := io.ReadFull(c, b[:]); err != nil {
+				return
+			}
+			h, err := wire.DecodeRequest(b[:], wire.Limits{MaxBlockBytes: 1 << 30, MaxBatchItems: 1 << 16})
+			if err != nil {
+				return
+			}
+			switch h.Op {
+			case wire.OpPut:
+				body := make([]byte, h.BodyLen)
+				for off := 0; off < len(body); off += piece {
+					if _, err := io.ReadFull(c, body[off:min(off+piece, len(body))]); err != nil {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				got <- body
+				reply(c, wire.ResponseHeader{Status: wire.StatusOK}, nil)
+			case wire.OpGet:
+				var rh []byte
+				rh = wire.AppendResponse(rh, &wire.ResponseHeader{Status: wire.StatusOK, Stored: size, BodyLen: size})
+				if _, err := c.Write(rh); err != nil {
+					return
+				}
+				for off := 0; off < size; off += piece {
+					if _, err := c.Write(value[off:min(off+piece, size)]); err != nil {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			default:
+				return
+			}
+		}
+	})
+	logs := &lockedLog{}
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Timeout: 4 * time.Second, DialTimeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	start := time.Now()
+	if err := cl.Put(ctx, []byte("k"), value); err != nil {
+		t.Fatalf("a slow 32 MiB PUT (%s): %v\n%s", time.Since(start), err, logs.String())
+	}
+	if body := <-got; !bytes.Equal(body, value) {
+		t.Fatal("the node received other bytes than were put")
+	}
+	t.Logf("PUT moved 32 MiB in %s", time.Since(start))
+
+	start = time.Now()
+	dst := make([]byte, size)
+	n, _, err := cl.Get(ctx, []byte("k"), dst)
+	if err != nil {
+		t.Fatalf("a slow 32 MiB GET (%s): %v\n%s", time.Since(start), err, logs.String())
+	}
+	if n != size || !bytes.Equal(dst, value) {
+		t.Fatalf("GET returned %d bytes, not the value sent", n)
+	}
+	t.Logf("GET moved 32 MiB in %s", time.Since(start))
+	if strings.Contains(logs.String(), "stopped answering") {
+		t.Fatalf("the watchdog judged a moving transfer stalled:\n%s", logs.String())
+	}
+}

@@ -50,6 +50,9 @@ func (q *Quotas) Limit(tenant uint64) uint64 {
 	return q.def
 }
 
+// Listed returns how many tenants have a limit of their own.
+func (q *Quotas) Listed() int { return len(q.limits) }
+
 // Committed implements Accounting.
 func (q *Quotas) Committed(tenant uint64, delta int64) {
 	q.counter(tenant).Add(delta)

@@ -281,6 +281,13 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
+	if sc.TenantQuotasFile != "" && (quotas == nil || quotas.Listed() == 0) {
+		// Legal (a fleet's template before any tenant is capped), but
+		// as likely the wrong file or one emptied by mistake: say so
+		// rather than run uncapped in silence.
+		log.Warn("tenant quotas file lists no tenants: only server.tenant_default_quota_bytes applies (0 = none); a file of quotas holds a [tenants] table of \"name\" = \"size\"",
+			"file", sc.TenantQuotasFile, "default_quota_bytes", sc.TenantDefaultQuotaBytes)
+	}
 	var acct engine.Accounting = engine.NoAccounting{}
 	if quotas != nil {
 		acct = quotas

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -59,4 +60,33 @@ func suggestEnv(name string) string {
 		}
 	}
 	return strings.Join(hits, " or ")
+}
+
+// notBuiltSwitches are the variables of notBuiltEnv that turn a feature on
+// rather than tune it. Set to a true value, one asks for something this
+// build cannot do, and serving without it would mislead (an operator who
+// set DFKV_RDMA=1 has clients expecting RDMA), so Load fails, as
+// DESIGN.md asks of a build without the RDMA transport; set to a false
+// value, or for the tuning variables, a warning is enough (unknownEnv).
+var notBuiltSwitches = map[string]string{
+	"DFKV_RDMA": "the RDMA transport",
+}
+
+// notBuiltAsked returns an error naming each switch of notBuiltSwitches
+// set to a true value in environ, or nil.
+func notBuiltAsked(environ []string) error {
+	var errs []error
+	for _, kv := range environ {
+		name, val, _ := strings.Cut(kv, "=")
+		feature, ok := notBuiltSwitches[name]
+		if !ok {
+			continue
+		}
+		switch strings.ToLower(strings.TrimSpace(val)) {
+		case "", "0", "false", "no", "off":
+			continue
+		}
+		errs = append(errs, fmt.Errorf("environment variable %s=%s asks for %s, which this build does not have (it is not built yet): unset %s or set it to 0 to serve over TCP", name, val, feature, name))
+	}
+	return errors.Join(errs...)
 }

@@ -55,3 +55,25 @@ func TestLoadWarnsUnknownEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestRDMASwitchRefused: DFKV_RDMA set to a true value fails the load with
+// an error that says the transport is not built and how to serve over TCP;
+// set to a false value it is only warned about, like the tuning variables.
+func TestRDMASwitchRefused(t *testing.T) {
+	for _, v := range []string{"1", "true", "on"} {
+		t.Setenv("DFKV_RDMA", v)
+		_, _, err := runRole(t, "server", nil, nil)
+		if err == nil || !strings.Contains(err.Error(), "DFKV_RDMA="+v) || !strings.Contains(err.Error(), "not built yet") ||
+			!strings.Contains(err.Error(), "serve over TCP") {
+			t.Fatalf("DFKV_RDMA=%s: %v, want a refusal naming it", v, err)
+		}
+	}
+	t.Setenv("DFKV_RDMA", "0")
+	_, r, err := runRole(t, "server", nil, nil)
+	if err != nil {
+		t.Fatalf("DFKV_RDMA=0 failed the load: %v", err)
+	}
+	if !strings.Contains(strings.Join(r.Warnings(), "\n"), "DFKV_RDMA belongs to a feature this build does not have yet") {
+		t.Fatalf("DFKV_RDMA=0: warnings %q, want the not-built warning", r.Warnings())
+	}
+}

@@ -28,7 +28,10 @@ import (
 // A group's epoch is the etcd revision of the last change under its
 // members prefix (a put, a delete, a lease expiry), learned from the
 // initial read and a watch: revisions are global and only grow, so the
-// epoch moves forward on every change whichever MDS made it.
+// epoch moves forward on every change whichever MDS made it. A member
+// list is served with the epoch of the state it shows, never another
+// (Members), since a client that holds a list at an epoch is told
+// "unchanged" while the epoch is the same.
 type etcdDir struct {
 	cli    *clientv3.Client
 	prefix string
@@ -37,6 +40,11 @@ type etcdDir struct {
 
 	mu     sync.Mutex
 	epochs map[string]uint64 // group → last change revision seen
+	// watched is the revision through which the watch has delivered
+	// every change under the prefix: the revision of its initial read,
+	// then of each event it hands on. Members trusts epochs only for a
+	// read at or below it.
+	watched uint64
 	// heard is when this MDS last heard from each member (registration or
 	// heartbeat), for MemberInfo.LastHeartbeatUnixMS: etcd keeps liveness
 	// in the lease, and writing the time to etcd on every heartbeat would
@@ -108,11 +116,24 @@ func (d *etcdDir) watch(ctx context.Context) {
 				continue
 			}
 		}
+		// Changes made while no watch ran (at start, or between a broken
+		// watch and this read: a lease expiry, say) are invisible in the
+		// read, which shows only the keys left. So every group known or
+		// seen takes this read's revision as its epoch: its clients fetch
+		// the list once more, rather than keep one the epoch no longer
+		// describes.
+		rev := uint64(resp.Header.Revision)
+		d.mu.Lock()
 		for _, kv := range resp.Kvs {
 			if g, ok := d.groupOf(string(kv.Key)); ok {
-				d.noteEpoch(g, kv.ModRevision)
+				d.epochs[g] = max(d.epochs[g], rev)
 			}
 		}
+		for g := range d.epochs {
+			d.epochs[g] = max(d.epochs[g], rev)
+		}
+		d.watched = max(d.watched, rev)
+		d.mu.Unlock()
 		wch := d.cli.Watch(clientv3.WithRequireLeader(ctx), d.prefix+"/groups/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 		for wr := range wch {
 			if wr.Err() != nil {
@@ -122,6 +143,9 @@ func (d *etcdDir) watch(ctx context.Context) {
 				if g, ok := d.groupOf(string(ev.Kv.Key)); ok {
 					d.noteEpoch(g, ev.Kv.ModRevision)
 				}
+				d.mu.Lock()
+				d.watched = max(d.watched, uint64(ev.Kv.ModRevision))
+				d.mu.Unlock()
 			}
 		}
 	}
@@ -228,27 +252,43 @@ func (d *etcdDir) Members(ctx context.Context, group string) (uint64, []wire.Mem
 		return 0, nil, backendErr("members", err)
 	}
 	out := make([]wire.MemberInfo, 0, len(resp.Kvs))
-	var epoch uint64
+	var lastPut uint64
+	d.mu.Lock()
 	for _, kv := range resp.Kvs {
+		lastPut = max(lastPut, uint64(kv.ModRevision))
 		var m wire.MemberInfo
 		if err := json.Unmarshal(kv.Value, &m); err != nil {
 			d.log.Warn("MDS: skipping unreadable member record in etcd", "key", string(kv.Key), "error", err.Error())
 			continue
 		}
-		d.mu.Lock()
-		t, ok := d.heard[group+"/"+m.ID]
-		d.mu.Unlock()
-		if ok && t.UnixMilli() > m.LastHeartbeatUnixMS {
+		if t, ok := d.heard[group+"/"+m.ID]; ok && t.UnixMilli() > m.LastHeartbeatUnixMS {
 			m.LastHeartbeatUnixMS = t.UnixMilli()
 		}
 		out = append(out, m)
-		epoch = d.noteEpoch(group, kv.ModRevision)
 	}
-	if e := d.epoch(group); e > epoch {
-		epoch = e
-	}
+	epoch := readEpoch(uint64(resp.Header.Revision), lastPut, d.epochs[group], d.watched)
+	d.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return epoch, out, nil
+}
+
+// readEpoch is the epoch of a member list read at revision read, whose
+// newest key was put at lastPut, given the group's last change revision
+// and how far the watch has delivered changes. The list is the state at
+// read; its epoch must name that state and no other. The last change at
+// or before read does, when the watch has delivered every change up to
+// read and none after it (a deletion leaves no key in the read, so only
+// the watch knows its revision). Otherwise (the watch is behind the read,
+// or already past it) read itself does: it is a revision whose state is
+// this list. The price is a client fetching an unchanged list once more,
+// never one kept past a change. (Writes to etcd outside the members
+// prefix move read but not the watch, so on an etcd shared with other
+// writers lists carry read more often.)
+func readEpoch(read, lastPut, lastChange, watched uint64) uint64 {
+	if watched >= read && lastChange <= read {
+		return max(lastChange, lastPut)
+	}
+	return read
 }
 
 func (d *etcdDir) Probe(ctx context.Context) error {

@@ -1,0 +1,97 @@
+package mds
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dfkv/dfkv/roles/testetcd"
+)
+
+// TestReadEpoch: a list read at revision read carries the group's last
+// change only when the watch has delivered every change up to read and
+// none past it; otherwise read itself.
+func TestReadEpoch(t *testing.T) {
+	for _, c := range []struct {
+		read, lastPut, lastChange, watched, want uint64
+	}{
+		{read: 10, lastPut: 7, lastChange: 9, watched: 10, want: 9},   // a delete at 9, delivered
+		{read: 10, lastPut: 7, lastChange: 7, watched: 12, want: 7},   // nothing since the put at 7
+		{read: 10, lastPut: 8, lastChange: 7, watched: 10, want: 8},   // a put the watch missed
+		{read: 10, lastPut: 7, lastChange: 7, watched: 8, want: 10},   // the watch is behind the read
+		{read: 10, lastPut: 7, lastChange: 11, watched: 11, want: 10}, // the watch is past the read
+	} {
+		if got := readEpoch(c.read, c.lastPut, c.lastChange, c.watched); got != c.want {
+			t.Errorf("readEpoch(read %d, lastPut %d, lastChange %d, watched %d) = %d, want %d",
+				c.read, c.lastPut, c.lastChange, c.watched, got, c.want)
+		}
+	}
+}
+
+// TestEtcdListsNeverShareAnEpoch: with the watch held back (as it is for
+// a few milliseconds after every change), a member whose key vanishes
+// (a lease expiry, another MDS's deregister) changes the epoch of the
+// list at once. Before, the shorter list came with the longer list's
+// epoch, and a client holding that epoch was told "unchanged" and kept
+// routing to the departed node until the watch caught up. A real etcd.
+func TestEtcdListsNeverShareAnEpoch(t *testing.T) {
+	etcd := testetcd.Start(t)
+	d, err := openEtcdDir([]string{etcd.Endpoint}, "/dfkv", 5*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	// Hold the watch back: stop it after its first read.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d.mu.Lock()
+		w := d.watched
+		d.mu.Unlock()
+		if w > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watch never made its first read")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.cancel()
+	<-d.done
+	d.done = make(chan struct{})
+	close(d.done) // Close waits on it
+
+	for i := 1; i <= 2; i++ {
+		if _, err := d.Register(ctx, "g", member(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e1, ms, err := d.Members(ctx, "g")
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("members after two registrations: %+v %v", ms, err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Delete(ctx, d.memberKey("g", member(2).ID)); err != nil {
+		t.Fatal(err)
+	}
+	e2, ms, err := d.Members(ctx, "g")
+	if err != nil || len(ms) != 1 || ms[0].ID != member(1).ID {
+		t.Fatalf("members after node-2's key went: %+v %v", ms, err)
+	}
+	if e2 == e1 {
+		t.Fatalf("the list without node-2 came with the epoch of the list with it (%d)", e1)
+	}
+	// The same state read again keeps an epoch that names it; an
+	// unchanged list may come with a new epoch (a refetch), never a
+	// changed one with an old epoch.
+	if e3, ms, err := d.Members(ctx, "g"); err != nil || len(ms) != 1 || e3 == e1 {
+		t.Fatalf("reread: %d members at epoch %d (the two-member list had %d): %v", len(ms), e3, e1, err)
+	}
+}

@@ -3,11 +3,15 @@ package mds
 import (
 	"context"
 	"log/slog"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/roles/testetcd"
 )
 
@@ -94,4 +98,67 @@ func TestEtcdListsNeverShareAnEpoch(t *testing.T) {
 	if e3, ms, err := d.Members(ctx, "g"); err != nil || len(ms) != 1 || e3 == e1 {
 		t.Fatalf("reread: %d members at epoch %d (the two-member list had %d): %v", len(ms), e3, e1, err)
 	}
+}
+
+// TestEtcdOutageLogged: an MDS on etcd logs losing it (one WARN saying what
+// it does meanwhile) and getting it back (one INFO with the outage's
+// length), with nothing scraping /readyz; its start line names etcd, not
+// the bbolt file it does not use.
+func TestEtcdOutageLogged(t *testing.T) {
+	etcd := testetcd.Start(t)
+	cfg, _, err := config.LoadFrom("mds", "", nil, map[string][]string{"etcd": {etcd.Endpoint}, "probe-cache-ms": {"0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuf{}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, Deps{Listener: ln, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("mds: %v", err)
+		}
+	}()
+	waitFor := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(logs.String(), what) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the log within 20 s:\n%s", what, logs.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("dfkv mds listening")
+	if line := logs.String(); strings.Contains(line, "db=") || !strings.Contains(line, "etcd=") {
+		t.Errorf("start line of an etcd MDS: %s", line)
+	}
+	etcd.Stop()
+	waitFor("MDS: etcd unreachable")
+	etcd.Restart(t)
+	waitFor("MDS: etcd reachable again")
+	if n := strings.Count(logs.String(), "MDS: etcd unreachable"); n != 1 {
+		t.Errorf("%d unreachable lines for one outage:\n%s", n, logs.String())
+	}
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

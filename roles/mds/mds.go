@@ -127,8 +127,15 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 			}
 		}()
 	}
-	log.Info("dfkv mds listening", "listen", ln.Addr().String(), "http", mc.HTTPListen, "backend", backend,
-		"etcd", mc.EtcdEndpoints, "db", mc.DBPath, "heartbeat_ttl", mc.HeartbeatTTL.String(), "group", cfg.Group)
+	store := []any{"db", mc.DBPath}
+	if backend == "etcd" {
+		store = []any{"etcd", mc.EtcdEndpoints, "etcd_prefix", mc.EtcdPrefix}
+	}
+	log.Info("dfkv mds listening", append([]any{"listen", ln.Addr().String(), "http", mc.HTTPListen, "backend", backend},
+		append(store, "heartbeat_ttl", mc.HeartbeatTTL.String(), "group", cfg.Group)...)...)
+	if backend == "etcd" {
+		go watchBackend(ctx, probe, backendCheckEvery, log)
+	}
 	if deps.Ready != nil {
 		deps.Ready()
 	}
@@ -140,6 +147,43 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	}
 	log.Info("dfkv mds stopped")
 	return nil
+}
+
+// backendCheckEvery is how often an MDS on etcd probes it, so that losing
+// etcd and getting it back are logged (and dfkv_mds_backend_up kept
+// fresh) even when nothing scrapes /readyz.
+const backendCheckEvery = 2 * time.Second
+
+// watchBackend probes the backend every period until ctx ends and logs
+// each change of reachability: one WARN when it is lost, with what the
+// MDS does meanwhile, and one INFO when it returns, with how long it was
+// gone.
+func watchBackend(ctx context.Context, probe *probeCache, every time.Duration, log *slog.Logger) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var downSince time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, every+etcdOpTimeout)
+		err := probe.check(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil && downSince.IsZero():
+			downSince = time.Now()
+			log.Warn("MDS: etcd unreachable; registrations and heartbeats fail and MEMBERS is answered with this MDS's last list until it returns",
+				"error", err.Error())
+		case err == nil && !downSince.IsZero():
+			log.Info("MDS: etcd reachable again", "down_for", time.Since(downSince).Round(time.Second).String())
+			downSince = time.Time{}
+		}
+	}
 }
 
 // probeCache debounces backend probes so a readiness scraper cannot turn

@@ -300,8 +300,12 @@ func TestServerProcessEndToEnd(t *testing.T) {
 	checkAll("before restart")
 
 	code, out, _ = dfkv(t, nil, "ctl", members, "stats", "--json")
-	if code != 0 || !bytes.Contains(out, []byte(`"objects"`)) {
-		t.Fatalf("ctl stats --json: %d %s", code, out)
+	var docs []struct {
+		Node  string          `json:"node"`
+		Stats json.RawMessage `json:"stats"`
+	}
+	if err := json.Unmarshal(out, &docs); code != 0 || err != nil || len(docs) != 1 || docs[0].Node == "" || !bytes.Contains(docs[0].Stats, []byte(`"objects"`)) {
+		t.Fatalf("ctl stats --json: %d %v %s; want one JSON array with the node's document", code, err, out)
 	}
 	code, out, _ = dfkv(t, nil, "ctl", members, "stats")
 	if code != 0 || !bytes.Contains(out, []byte("objects")) || !bytes.Contains(out, []byte("hits")) || bytes.Contains(out, []byte("ram tier")) {

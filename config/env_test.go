@@ -77,3 +77,35 @@ func TestRDMASwitchRefused(t *testing.T) {
 		t.Fatalf("DFKV_RDMA=0: warnings %q, want the not-built warning", r.Warnings())
 	}
 }
+
+// TestLoopbackRegistrationWarned: a node that registers a loopback
+// address with an MDS (as `--advertise-addr $(hostname -i):7600` does on
+// a host whose name resolves to 127.0.x.x) is warned, naming the setting;
+// without an MDS, or with a routable address, it is not.
+func TestLoopbackRegistrationWarned(t *testing.T) {
+	warned := func(args ...string) string {
+		t.Helper()
+		_, r, err := runRole(t, "server", args, nil)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		for _, w := range r.Warnings() {
+			if strings.Contains(w, "loopback address") {
+				return w
+			}
+		}
+		return ""
+	}
+	if w := warned("--mds", "10.0.0.1:7700", "--advertise-addr", "127.0.1.1:7600"); !strings.Contains(w, "server.advertise_addr") {
+		t.Errorf("loopback advertise address with an MDS: warning %q", w)
+	}
+	if w := warned("--mds", "10.0.0.1:7700"); !strings.Contains(w, "server.listen") {
+		t.Errorf("default loopback listen address registered with an MDS: warning %q", w)
+	}
+	if w := warned("--mds", "10.0.0.1:7700", "--advertise-addr", "10.0.0.21:7600"); w != "" {
+		t.Errorf("routable advertise address warned: %q", w)
+	}
+	if w := warned(); w != "" {
+		t.Errorf("no MDS, warned: %q", w)
+	}
+}

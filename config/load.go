@@ -201,6 +201,9 @@ func load(in input) (*Config, *Resolved, error) {
 	}
 
 	r.warnings = append(r.warnings, noEffect(cfg, r.values)...)
+	if bit&roleServer != 0 {
+		r.warnings = append(r.warnings, loopbackRegistered(&cfg.Server)...)
+	}
 	if in.environ != nil {
 		r.warnings = append(r.warnings, unknownEnv(in.environ)...)
 	}
@@ -224,6 +227,9 @@ func crossCheck(cfg *Config, bit role) []error {
 		if b, need := sc.BufferBudgetBytes, uint64(iobuf.SizeFor(int(sc.MaxBlockBytes))); b != 0 && b < need {
 			errs = append(errs, fmt.Errorf("server.buffer_budget_bytes (DFKV_BUFFER_BUDGET_BYTES) %s is less than one buffer for the largest value (server.max_block_bytes %s needs %s): raise it, or set 0 for the automatic size",
 				FormatSize(b), FormatSize(sc.MaxBlockBytes), FormatSize(need)))
+		}
+		if sc.AdvertiseAddr != "" && unspecifiedHost(sc.AdvertiseAddr) {
+			errs = append(errs, fmt.Errorf("server.advertise_addr (DFKV_ADVERTISE_ADDR) %q is not an address clients can dial: set it to this host's address on the clients' network, e.g. 10.0.0.21:7600", sc.AdvertiseAddr))
 		}
 		if len(sc.MDS) > 0 && sc.AdvertiseAddr == "" && unspecifiedHost(sc.Listen) {
 			errs = append(errs, fmt.Errorf("server.listen (DFKV_LISTEN) %q is not an address clients can dial, and the node registers with the MDS (server.mds): set server.advertise_addr (DFKV_ADVERTISE_ADDR) to the address clients should use", sc.Listen))
@@ -295,6 +301,28 @@ func sameListener(a, b string) bool {
 
 // unspecifiedHost reports a listen address on every interface ("",
 // 0.0.0.0, ::), which is not one to register for clients to dial.
+// loopbackRegistered warns when a node registers a loopback address with
+// an MDS: right for a cluster on one host, but on a fleet only the node's
+// own host could reach it (a `$(hostname -i)` that resolves to 127.0.x.x
+// does this), and clients elsewhere would route to it and miss.
+func loopbackRegistered(sc *Server) []string {
+	if len(sc.MDS) == 0 {
+		return nil
+	}
+	addr, key := sc.AdvertiseAddr, "server.advertise_addr (DFKV_ADVERTISE_ADDR)"
+	if addr == "" {
+		addr, key = sc.Listen, "server.listen (DFKV_LISTEN), registered as no server.advertise_addr is set,"
+	}
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	if ip := net.ParseIP(h); (ip != nil && ip.IsLoopback()) || h == "localhost" {
+		return []string{fmt.Sprintf("%s %q is a loopback address, registered with the MDS: only clients on this host can reach this node; set server.advertise_addr to its address on the clients' network", key, addr)}
+	}
+	return nil
+}
+
 func unspecifiedHost(addr string) bool {
 	h, _, err := net.SplitHostPort(addr)
 	if err != nil {

@@ -419,6 +419,8 @@ func TestErrors(t *testing.T) {
 		`server.http_listen (DFKV_HTTP_LISTEN) "127.0.0.1:7601" is server.listen (DFKV_LISTEN) too`)
 	f("wildcard listen registering with an MDS", in{flags: map[string][]string{"listen": {"0.0.0.0:7600"}, "mds": {"10.0.0.1:7700"}}},
 		`server.listen (DFKV_LISTEN) "0.0.0.0:7600" is not an address clients can dial`, "set server.advertise_addr")
+	f("wildcard advertise address", in{flags: map[string][]string{"advertise-addr": {"0.0.0.0:7600"}, "mds": {"10.0.0.1:7700"}}},
+		`server.advertise_addr (DFKV_ADVERTISE_ADDR) "0.0.0.0:7600" is not an address clients can dial`)
 	f("buffer budget under one buffer", in{flags: map[string][]string{"max-block-bytes": {"3MiB"}, "buffer-budget": {"3MiB"}}},
 		`server.buffer_budget_bytes (DFKV_BUFFER_BUDGET_BYTES) 3MiB is less than one buffer for the largest value (server.max_block_bytes 3MiB needs 4MiB)`)
 	f("mds http on its control port", in{role: "mds", env: map[string]string{"DFKV_MDS_LISTEN": "127.0.0.1:7700", "DFKV_MDS_HTTP_LISTEN": "127.0.0.1:7700"}},

@@ -239,6 +239,9 @@ func DecodeResponse(src []byte) (ResponseHeader, error) {
 	h.Status = Status(src[1])
 	h.Stored = binary.LittleEndian.Uint64(src[2:])
 	h.BodyLen = binary.LittleEndian.Uint64(src[10:])
+	if h.Epoch == EpochMDS {
+		return h, frameErr(StatusEpochMismatch, "response epoch %d is the MDS control protocol: this address is an MDS, not a cache node; give it as an MDS address (client.mds, --mds), not as a member", h.Epoch)
+	}
 	if h.Epoch != EpochTCP {
 		return h, frameErr(StatusEpochMismatch, "response epoch %d, this client speaks TCP epoch %d; the peer is not a dfkv node of this version", h.Epoch, EpochTCP)
 	}

@@ -167,6 +167,10 @@ func TestDecodeResponseRejects(t *testing.T) {
 	if _, err := DecodeResponse(b); !errors.Is(err, StatusEpochMismatch) {
 		t.Fatalf("foreign epoch: %v", err)
 	}
+	b[0] = EpochMDS // a member address that is an MDS: named as such
+	if _, err := DecodeResponse(b); !errors.Is(err, StatusEpochMismatch) || !strings.Contains(err.Error(), "this address is an MDS") {
+		t.Fatalf("MDS epoch: %v", err)
+	}
 	b[0], b[1] = EpochTCP, 99
 	if _, err := DecodeResponse(b); !errors.Is(err, StatusInvalid) {
 		t.Fatalf("unknown status: %v", err)

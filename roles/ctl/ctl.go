@@ -49,7 +49,7 @@ func Command() *cli.Command {
 				return cli.Exit(fmt.Sprintf("dfkv ctl: unknown verb %q; valid: put, get, exist, rm, stats, members, info", c.Args().First()), exitFailure)
 			}
 			_ = cli.ShowSubcommandHelp(c)
-			return cli.Exit("dfkv ctl: give a verb: put, get, exist, rm, stats", exitFailure)
+			return cli.Exit("dfkv ctl: give a verb: put, get, exist, rm, stats, members, info", exitFailure)
 		},
 		Subcommands: []*cli.Command{
 			putCommand(),

@@ -16,22 +16,31 @@ func statsCommand() *cli.Command {
 		Name:      "stats",
 		Usage:     "summarise every member's counters (--json for the raw documents)",
 		UsageText: "dfkv ctl [options] stats [--json]",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print each member's STATS document as JSON"}},
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json",
+			Usage: `print one JSON array of {"node": address, "stats": its STATS document}, one element per member that answered`}},
 		Action: func(c *cli.Context) error {
 			asJSON := c.Bool("json")
+			type nodeDoc struct {
+				Node  string          `json:"node"`
+				Stats json.RawMessage `json:"stats"`
+			}
+			docs := []nodeDoc{}
 			failed, err := fetchStats(c, func(addr string, raw []byte, st *nodeStats) {
 				if asJSON {
-					var out bytes.Buffer
-					if err := json.Indent(&out, raw, "", "  "); err != nil {
-						out.Write(raw)
-					}
-					fmt.Fprintf(c.App.Writer, "# %s\n%s\n", addr, out.String())
+					docs = append(docs, nodeDoc{Node: addr, Stats: bytes.Clone(raw)})
 					return
 				}
 				writeStats(c.App.Writer, addr, st)
 			})
 			if err != nil {
 				return err
+			}
+			if asJSON {
+				out, err := json.MarshalIndent(docs, "", "  ")
+				if err != nil {
+					return cli.Exit(fmt.Sprintf("dfkv ctl stats: a node's STATS document is not JSON: %v", err), exitFailure)
+				}
+				fmt.Fprintf(c.App.Writer, "%s\n", out)
 			}
 			if failed > 0 {
 				return cli.Exit("", exitFailure)

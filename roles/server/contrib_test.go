@@ -106,7 +106,10 @@ func TestSystemdUnits(t *testing.T) {
 		}
 		text := string(raw)
 		role := strings.TrimSuffix(strings.TrimPrefix(unit, "dfkv-"), ".service")
-		for _, want := range []string{"ExecStart=/usr/local/bin/dfkv " + role + " --config", "LimitNOFILE=", "NoNewPrivileges=yes", "ProtectSystem=strict"} {
+		// WorkingDirectory: the example config's relative paths must land
+		// in the unit's writable state directory, not in / (read-only
+		// under ProtectSystem=strict).
+		for _, want := range []string{"ExecStart=/usr/local/bin/dfkv " + role + " --config", "LimitNOFILE=", "NoNewPrivileges=yes", "ProtectSystem=strict", "WorkingDirectory=/var/lib/"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("%s lacks %q", unit, want)
 			}

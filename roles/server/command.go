@@ -41,8 +41,16 @@ func Command() *cli.Command {
 		Flags: config.Flags("server"),
 		Action: func(c *cli.Context) error {
 			cfg, log, done, err := rolekit.Load(c, "server")
-			if err != nil || done {
+			if err != nil {
 				return err
+			}
+			if done {
+				// --print-config checks the configuration: the quotas
+				// file it names is part of it.
+				if _, err := LoadQuotas(cfg.Server.TenantQuotasFile, cfg.Server.TenantDefaultQuotaBytes); err != nil {
+					return cli.Exit(fmt.Sprintf("dfkv server: configuration: %v", err), rolekit.ExitConfig)
+				}
+				return nil
 			}
 			file, sources := rolekit.Sources(c, "server")
 			ctx, stop := rolekit.SignalContext(c, log)

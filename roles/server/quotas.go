@@ -27,6 +27,9 @@ import (
 // returns nil: no quotas.
 func LoadQuotas(path string, def uint64) (*engine.Quotas, error) {
 	limits := map[uint64]uint64{}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("tenant quotas file %s (server.tenant_quotas_file / DFKV_TENANT_QUOTAS_FILE): "+format, append([]any{path}, args...)...)
+	}
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -35,27 +38,27 @@ func LoadQuotas(path string, def uint64) (*engine.Quotas, error) {
 		var doc map[string]any
 		_, err = toml.Decode(string(data), &doc)
 		if err != nil {
-			return nil, fmt.Errorf("tenant quotas file %s: %w", path, err)
+			return nil, bad("%w", err)
 		}
 		for k, v := range doc {
 			if k != "tenants" {
-				return nil, fmt.Errorf("tenant quotas file %s: unknown key %q; the file holds one [tenants] table of name = size", path, k)
+				return nil, bad("unknown key %q; the file holds one [tenants] table of name = size", k)
 			}
 			table, ok := v.(map[string]any)
 			if !ok {
-				return nil, fmt.Errorf("tenant quotas file %s: tenants must be a table of name = size", path)
+				return nil, bad("tenants must be a table of name = size")
 			}
 			for name, raw := range table {
 				hash, err := tenantOf(name)
 				if err != nil {
-					return nil, fmt.Errorf("tenant quotas file %s: %w", path, err)
+					return nil, bad("%w", err)
 				}
 				size, err := quotaSize(raw)
 				if err != nil {
-					return nil, fmt.Errorf("tenant quotas file %s: tenant %q: %w", path, name, err)
+					return nil, bad("tenant %q: %w", name, err)
 				}
 				if _, dup := limits[hash]; dup {
-					return nil, fmt.Errorf("tenant quotas file %s: tenant %q is listed twice (by name and by hash?)", path, name)
+					return nil, bad("tenant %q is listed twice (by name and by hash?)", name)
 				}
 				limits[hash] = size
 			}

@@ -22,6 +22,40 @@ var mdsMetricNames = map[string]bool{
 	"dfkv_mds_members": true, "dfkv_mds_epoch": true, "dfkv_mds_registrations_total": true,
 	"dfkv_mds_deregistrations_total": true, "dfkv_mds_heartbeat_expiries_total": true,
 	"dfkv_mds_backend_up": true, "dfkv_mds_first_request_timeouts_total": true,
+	"dfkv_mds_accept_errors_total": true, "dfkv_mds_stale_member_replies_total": true,
+}
+
+// TestGrafanaDashboardCoversAlerts: every metric the README's "What to
+// alert on" names is on a panel of the dashboard, as the README says.
+func TestGrafanaDashboardCoversAlerts(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	start := strings.Index(text, "**What to alert on.**")
+	end := strings.Index(text[max(start, 0):], "The Grafana dashboard has a panel for each")
+	if start < 0 || end < 0 {
+		t.Fatal(`README lost its "What to alert on" paragraph or its dashboard sentence`)
+	}
+	raw, err := os.ReadFile("../../contrib/grafana/dfkv.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`dfkv_[a-z_]+`)
+	queried := map[string]bool{}
+	for _, name := range re.FindAllString(string(raw), -1) {
+		queried[name] = true
+	}
+	named := re.FindAllString(text[start:start+end], -1)
+	if len(named) < 5 {
+		t.Fatalf("the alert paragraph names only %d metrics", len(named))
+	}
+	for _, name := range named {
+		if !queried[name] {
+			t.Errorf("the README says to alert on %s, but no dashboard panel shows it", name)
+		}
+	}
 }
 
 // TestGrafanaDashboardUsesRealMetrics: every dfkv_ metric the dashboard

@@ -25,6 +25,7 @@ const quotaStripes = 256
 type Quotas struct {
 	def    uint64            // limit of unlisted tenants; 0 = unlimited
 	limits map[uint64]uint64 // per-tenant limits; immutable after NewQuotas
+	names  map[uint64]string // tenants listed by name; immutable after SetNames
 
 	stripes [quotaStripes]sync.Mutex
 
@@ -40,6 +41,25 @@ func NewQuotas(def uint64, limits map[uint64]uint64) *Quotas {
 		l[t] = v
 	}
 	return &Quotas{def: def, limits: l, used: make(map[uint64]*atomic.Int64)}
+}
+
+// SetNames gives tenants the names an operator listed them by, for Label.
+// Call it before q is used.
+func (q *Quotas) SetNames(names map[uint64]string) {
+	q.names = make(map[uint64]string, len(names))
+	for t, n := range names {
+		q.names[t] = n
+	}
+}
+
+// Label names tenant for operators (metric labels, logs): the name it was
+// listed by, else its hash as 0x and 16 hex digits, the form the quotas
+// file also accepts.
+func (q *Quotas) Label(tenant uint64) string {
+	if n, ok := q.names[tenant]; ok {
+		return n
+	}
+	return fmt.Sprintf("0x%016x", tenant)
 }
 
 // Limit returns the byte quota of tenant; 0 means unlimited.
@@ -97,9 +117,13 @@ func (q *Quotas) Usage() map[uint64]int64 {
 
 func (q *Quotas) stripe(tenant uint64) int { return int(tenant % quotaStripes) }
 
-func quotaError(tenant uint64, used int64, need, limit uint64) error {
-	return fmt.Errorf("tenant %016x: %d bytes committed + %d new exceeds its node quota of %d bytes: %w",
-		tenant, used, need, limit, wire.StatusQuotaExceeded)
+func (q *Quotas) exceeded(tenant uint64, used int64, need, limit uint64) error {
+	who := fmt.Sprintf("0x%016x", tenant)
+	if n, ok := q.names[tenant]; ok {
+		who = fmt.Sprintf("%q (0x%016x)", n, tenant)
+	}
+	return fmt.Errorf("tenant %s: %d bytes committed + %d new exceeds its node quota of %d bytes: %w",
+		who, used, need, limit, wire.StatusQuotaExceeded)
 }
 
 // SetQuotas makes g enforce q. The engines of g must report to q through
@@ -124,7 +148,7 @@ func (g *Group) cacheWithQuota(key wire.BlockKey, value []byte) error {
 	e := g.of(key)
 	need := g.growth(e, key, uint64(len(value)))
 	if used := q.Used(key.Tenant); need > 0 && used+need > int64(limit) {
-		return quotaError(key.Tenant, used, uint64(need), limit)
+		return q.exceeded(key.Tenant, used, uint64(need), limit)
 	}
 	return e.Cache(key, value)
 }
@@ -183,7 +207,7 @@ func (g *Group) cacheBatchWithQuota(keys []wire.BlockKey, values [][]byte, errs 
 		}
 		used := q.Used(k.Tenant) + pending[k.Tenant]
 		if need > 0 && used+need > int64(limit) {
-			errs[i] = quotaError(k.Tenant, used, uint64(need), limit)
+			errs[i] = q.exceeded(k.Tenant, used, uint64(need), limit)
 			continue
 		}
 		pending[k.Tenant] += need

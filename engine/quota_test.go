@@ -3,6 +3,7 @@ package engine_test
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -109,6 +110,27 @@ func testQuotaScalar(t *testing.T) {
 		t.Fatalf("after remove tenant A uses %d, want 6000", got)
 	}
 	wantStatus(t, g.Cache(tkey(tenantA, 3), v), wire.StatusOK, "fits again after remove")
+}
+
+// TestQuotaRefusalNamesTenant: a refusal names the tenant by the name it
+// was listed by (SetNames) and its hash, or by the hash alone.
+func TestQuotaRefusalNamesTenant(t *testing.T) {
+	quotaEngine = "file"
+	q := engine.NewQuotas(100, map[uint64]uint64{tenantA: 100})
+	q.SetNames(map[uint64]string{tenantA: "acme"})
+	g := quotaGroup(t, t.TempDir(), 1<<30, q)
+	defer g.Close()
+	err := g.Cache(tkey(tenantA, 1), make([]byte, 101))
+	if want := fmt.Sprintf(`tenant "acme" (0x%016x)`, uint64(tenantA)); wire.StatusOf(err) != wire.StatusQuotaExceeded || !strings.Contains(err.Error(), want) {
+		t.Errorf("refusal of a tenant listed by name: %v; want %s", err, want)
+	}
+	err = g.Cache(tkey(tenantB, 1), make([]byte, 101))
+	if want := fmt.Sprintf("tenant 0x%016x:", uint64(tenantB)); wire.StatusOf(err) != wire.StatusQuotaExceeded || !strings.Contains(err.Error(), want) {
+		t.Errorf("refusal of an unlisted tenant: %v; want %s", err, want)
+	}
+	if got := q.Label(tenantA); got != "acme" {
+		t.Errorf("Label of a named tenant: %q", got)
+	}
 }
 
 func TestQuotaDefaultAppliesToUnlisted(t *testing.T) {

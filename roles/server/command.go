@@ -351,7 +351,7 @@ func warnOverQuota(log *slog.Logger, q *engine.Quotas) {
 		}
 		if over < overQuotaLines {
 			log.Warn("tenant holds more than its quota: its new keys are refused until removals or evictions bring it under (nothing is evicted to meet a quota)",
-				"tenant", fmt.Sprintf("0x%016x", tenant), "committed_bytes", used, "quota_bytes", limit)
+				"tenant", q.Label(tenant), "committed_bytes", used, "quota_bytes", limit)
 		}
 		over++
 	}

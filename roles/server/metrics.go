@@ -113,7 +113,7 @@ var (
 	descMisses     = prometheus.NewDesc("dfkv_engine_misses_total", "Reads that did not find their block.", diskLabels, nil)
 	descHealthy    = prometheus.NewDesc("dfkv_disk_healthy", "1 while a disk's engine serves; 0 once it failed closed.", diskLabels, nil)
 	descDirectIO   = prometheus.NewDesc("dfkv_disk_direct_io", "1 when a disk's payload I/O uses O_DIRECT.", diskLabels, nil)
-	descTenant     = prometheus.NewDesc("dfkv_tenant_committed_bytes", "Committed bytes of the tenants with the most bytes (tenant hash in hex; \"other\" sums the rest).", []string{"tenant"}, nil)
+	descTenant     = prometheus.NewDesc("dfkv_tenant_committed_bytes", "Committed bytes of the tenants with the most bytes (the name a tenant is listed by in the quotas file, else its hash in hex; \"other\" sums the rest).", []string{"tenant"}, nil)
 	descTenantQuot = prometheus.NewDesc("dfkv_tenant_quota_bytes", "Quota of the tenants listed in dfkv_tenant_committed_bytes (0 = unlimited).", []string{"tenant"}, nil)
 )
 
@@ -183,7 +183,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 				other += x.n
 				continue
 			}
-			name := fmt.Sprintf("%016x", x.t)
+			name := q.Label(x.t)
 			gauge(descTenant, float64(x.n), name)
 			gauge(descTenantQuot, float64(q.Limit(x.t)), name)
 		}

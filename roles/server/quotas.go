@@ -27,6 +27,7 @@ import (
 // returns nil: no quotas.
 func LoadQuotas(path string, def uint64) (*engine.Quotas, error) {
 	limits := map[uint64]uint64{}
+	names := map[uint64]string{}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("tenant quotas file %s (server.tenant_quotas_file / DFKV_TENANT_QUOTAS_FILE): "+format, append([]any{path}, args...)...)
 	}
@@ -61,13 +62,28 @@ func LoadQuotas(path string, def uint64) (*engine.Quotas, error) {
 					return nil, bad("tenant %q is listed twice (by name and by hash?)", name)
 				}
 				limits[hash] = size
+				if !isHashName(name) {
+					names[hash] = name
+				}
 			}
 		}
 	}
 	if len(limits) == 0 && def == 0 {
 		return nil, nil
 	}
-	return engine.NewQuotas(def, limits), nil
+	q := engine.NewQuotas(def, limits)
+	q.SetNames(names)
+	return q, nil
+}
+
+// isHashName reports a tenant given as its hash ("0x" and 16 hex digits).
+func isHashName(name string) bool {
+	h, ok := strings.CutPrefix(name, "0x")
+	if !ok || len(h) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil
 }
 
 func tenantOf(name string) (uint64, error) {

@@ -36,6 +36,15 @@ func TestLoadQuotas(t *testing.T) {
 	if got := q.Limit(12345); got != 77 {
 		t.Fatalf("default limit %d", got)
 	}
+	// Operators see a tenant by the name they listed it by (metrics,
+	// refusals), else by the hash form the file takes.
+	acme := wire.TenantHash([]byte("acme"))
+	if got := q.Label(acme); got != "acme" {
+		t.Errorf("label of a tenant listed by name: %q", got)
+	}
+	if got, other := q.Label(0xff), q.Label(12345); got != "0x00000000000000ff" || other != "0x0000000000003039" {
+		t.Errorf("labels of a tenant listed by hash and of an unlisted one: %q, %q", got, other)
+	}
 	// A canonical namespace whose tenant is "acme" maps to the same limit.
 	ns, err := wire.NamespaceDescriptor{Tenant: "acme", ModelID: "m", LayoutID: wire.LayoutLMCache, DType: "bf16",
 		BlockTokens: 16, LayerGeometry: wire.LayerGeometry{Layers: 1, KVHeads: 1, HeadDim: 1},

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
@@ -334,6 +335,21 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 	return g, nil
 }
 
+// writable refuses a disk whose directory (or, before it is made, its
+// nearest existing parent) cannot be written: a read-only filesystem (a
+// systemd unit's ProtectSystem, a mount gone read-only) or no permission.
+// Checked first, since otherwise the first symptom is a free-space or
+// preallocation error that names the wrong cause. A path that does not
+// exist on this host (a test's stand-in filesystem) is left to the engine.
+func writable(path string) error {
+	err := unix.Access(path, unix.W_OK)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	abs, _ := filepath.Abs(path)
+	return fmt.Errorf("%s is not writable (%v): a disk needs a directory this user can write on a read-write filesystem", abs, err)
+}
+
 // overQuotaLines bounds the start-up lines about tenants over their quota.
 const overQuotaLines = 10
 
@@ -414,6 +430,9 @@ const autoSlabMax = 8 << 30
 // the geometry check) and a new one is sized from its free space; the file
 // engine, which preallocates nothing, takes half the filesystem.
 func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *slog.Logger, acct engine.Accounting) (engine.StoreEngine, error) {
+	if err := writable(vfs.ExistingAncestor(fs, dir)); err != nil {
+		return nil, err
+	}
 	capacity, extent := sc.DiskCapacityBytes, slabExtent(sc)
 	if sc.StoreEngine == "slab" {
 		if capacity == 0 {

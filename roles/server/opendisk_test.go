@@ -166,3 +166,35 @@ func TestMaxBlockOverSlabExtentRefused(t *testing.T) {
 		t.Fatalf("the disk after the refusals: %v", err)
 	}
 }
+
+// TestOpenDiskReadOnlyNamed: a disk directory on a read-only filesystem
+// (here a read-only tmpfs; in production ProtectSystem=strict or a mount
+// gone read-only) is refused as not writable, naming the path and the
+// setting, on both engines and with or without a configured capacity;
+// before, the first complaint was about free space. Needs root to mount.
+func TestOpenDiskReadOnlyNamed(t *testing.T) {
+	ro := filepath.Join(t.TempDir(), "ro")
+	if err := os.Mkdir(ro, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", ro, "tmpfs", syscall.MS_RDONLY, "size=16m"); err != nil {
+		t.Skipf("cannot mount a read-only tmpfs here (%v); this test needs root", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(ro, 0) })
+	for _, c := range []map[string][]string{
+		{"disk": {ro}},
+		{"disk": {ro}, "disk-capacity": {"256MiB"}},
+		{"disk": {filepath.Join(ro, "not-yet")}},
+		{"disk": {ro}, "store-engine": {"file"}},
+	} {
+		cfg, _, err := config.LoadFrom("server", "", nil, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = OpenEngines(cfg, vfs.OS{}, engine.SystemClock{}, slog.New(slog.DiscardHandler))
+		if err == nil || !strings.Contains(err.Error(), ro+" is not writable") || !strings.Contains(err.Error(), "read-only file system") ||
+			!strings.Contains(err.Error(), "server.disks") {
+			t.Errorf("%v: %v; want a refusal naming the read-only directory", c, err)
+		}
+	}
+}

@@ -123,6 +123,12 @@ func unknownKey(path string, k toml.Key, typ string) error {
 	what, none := "key "+k.String(), "no such setting"
 	if typ == "Hash" || typ == "ArrayHash" {
 		what, none = "table ["+k.String()+"]", "no such table"
+		// Table names are short: allow one edit per three letters, so
+		// [sever] and [clinet] find theirs and [tls] is not taken for [mds].
+		if sec := Closest(k[0], sections()); len(k) == 1 && sec != "" &&
+			editDistance(strings.ToLower(k[0]), sec) <= max(1, len(k[0])/3) {
+			hint = " (did you mean [" + sec + "]?)"
+		}
 	}
 	return fmt.Errorf("config file %s: unknown %s: %s%s; valid top-level keys are %s",
 		path, what, none, hint, topLevelKeys())
@@ -136,7 +142,9 @@ func suggestKey(k toml.Key) string {
 	var hits []string
 	for i := range settings {
 		s := &settings[i]
-		if strings.EqualFold(s.key, full) || strings.EqualFold(s.leaf(), leaf) || (len(leaf) > 3 && editDistance(strings.ToLower(s.leaf()), strings.ToLower(leaf)) <= 2) {
+		l, sl := strings.ToLower(leaf), strings.ToLower(s.leaf())
+		if strings.EqualFold(s.key, full) || l == sl || (len(leaf) > 3 && editDistance(sl, l) <= 2) ||
+			(len(k) >= 2 && strings.EqualFold(s.section(), k[0]) && (strings.HasPrefix(l, sl+"_") || strings.HasPrefix(sl, l+"_"))) {
 			hits = append(hits, fmt.Sprintf("%s (%s)", s.key, s.env))
 		}
 	}

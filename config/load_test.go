@@ -353,6 +353,11 @@ func TestErrors(t *testing.T) {
 		`unknown key server.Listen in [server]`, `did you mean server.listen (DFKV_LISTEN)`)
 	f("unknown table", in{file: "[tls]\nlisten = \"x:1\"\n"},
 		`config file PATH: unknown table [tls]: no such table; valid top-level keys are`)
+	f("mistyped table", in{file: "[sever]\nlisten = \"x:1\"\n"}, `unknown table [sever]: no such table (did you mean [server]?)`)
+	f("table in the wrong case", in{file: "[Server]\nlisten = \"x:1\"\n"}, `unknown table [Server]: no such table (did you mean [server]?)`)
+	f("transposed table", in{file: "[clinet]\nmembers = [\"x:1\"]\n"}, `unknown table [clinet]: no such table (did you mean [client]?)`)
+	f("table one letter long", in{file: "[mdss]\nlisten = \"x:1\"\n"}, `unknown table [mdss]: no such table (did you mean [mds]?)`)
+	f("key with a suffix", in{file: "[server]\nlisten_addr = \"x:1\"\n"}, `unknown key server.listen_addr in [server]`, `did you mean server.listen (DFKV_LISTEN)`)
 	f("unknown nested table", in{file: "[server.tls]\ncert = \"x\"\n"},
 		`unknown key server.tls in [server]`)
 	f("quoted dotted key", in{file: "\"server.listen\" = \"x:1\"\n"},

@@ -3,7 +3,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -62,31 +65,47 @@ func suggestEnv(name string) string {
 	return strings.Join(hits, " or ")
 }
 
-// notBuiltSwitches are the variables of notBuiltEnv that turn a feature on
-// rather than tune it. Set to a true value, one asks for something this
-// build cannot do, and serving without it would mislead (an operator who
-// set DFKV_RDMA=1 has clients expecting RDMA), so Load fails, as
-// DESIGN.md asks of a build without the RDMA transport; set to a false
-// value, or for the tuning variables, a warning is enough (unknownEnv).
+// notBuiltSwitches are the variables of notBuiltEnv that turn a feature of
+// the node on rather than tune it. Set to a true value, one asks a node
+// for something this build cannot do, and serving without it would
+// mislead (clients set up for RDMA would find TCP), so a node refuses to
+// start, as DESIGN.md asks of a build without the RDMA transport. Client
+// roles (ctl, bench, smoke) and false values get unknownEnv's warning
+// only: an engine's environment may carry the variable into a shell where
+// an operator runs ctl to look around.
 var notBuiltSwitches = map[string]string{
 	"DFKV_RDMA": "the RDMA transport",
 }
 
 // notBuiltAsked returns an error naming each switch of notBuiltSwitches
-// set to a true value in environ, or nil.
-func notBuiltAsked(environ []string) error {
+// set to a true value, or to something that is not a boolean, or nil.
+func notBuiltAsked(lookup func(string) (string, bool)) error {
 	var errs []error
-	for _, kv := range environ {
-		name, val, _ := strings.Cut(kv, "=")
-		feature, ok := notBuiltSwitches[name]
+	for _, name := range slices.Sorted(maps.Keys(notBuiltSwitches)) {
+		val, ok := lookup(name)
 		if !ok {
 			continue
 		}
-		switch strings.ToLower(strings.TrimSpace(val)) {
-		case "", "0", "false", "no", "off":
-			continue
+		on, known := parseSwitch(val)
+		switch {
+		case !known:
+			errs = append(errs, fmt.Errorf("environment variable %s=%q is not a boolean (1/0, true/false, yes/no, on/off); it asks for %s, which this build does not have (it is not built yet): unset it or set it to 0", name, val, notBuiltSwitches[name]))
+		case on:
+			errs = append(errs, fmt.Errorf("environment variable %s=%s asks for %s, which this build does not have (it is not built yet): unset %s or set it to 0 to serve over TCP", name, val, notBuiltSwitches[name], name))
 		}
-		errs = append(errs, fmt.Errorf("environment variable %s=%s asks for %s, which this build does not have (it is not built yet): unset %s or set it to 0 to serve over TCP", name, val, feature, name))
 	}
 	return errors.Join(errs...)
+}
+
+// parseSwitch reads an on/off variable: strconv.ParseBool's forms, yes/no,
+// on/off, or empty for off.
+func parseSwitch(v string) (on, known bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "no", "off":
+		return false, true
+	case "yes", "on":
+		return true, true
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	return b, err == nil
 }

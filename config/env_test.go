@@ -56,25 +56,48 @@ func TestLoadWarnsUnknownEnv(t *testing.T) {
 	}
 }
 
-// TestRDMASwitchRefused: DFKV_RDMA set to a true value fails the load with
-// an error that says the transport is not built and how to serve over TCP;
-// set to a false value it is only warned about, like the tuning variables.
+// TestRDMASwitchRefused: DFKV_RDMA set to a true value stops a node with
+// an error that says the transport is not built and how to serve over TCP,
+// and so does a value that is not a boolean; a false value, and any value
+// for a client role, is only warned about, like the tuning variables.
 func TestRDMASwitchRefused(t *testing.T) {
-	for _, v := range []string{"1", "true", "on"} {
-		t.Setenv("DFKV_RDMA", v)
-		_, _, err := runRole(t, "server", nil, nil)
-		if err == nil || !strings.Contains(err.Error(), "DFKV_RDMA="+v) || !strings.Contains(err.Error(), "not built yet") ||
-			!strings.Contains(err.Error(), "serve over TCP") {
-			t.Fatalf("DFKV_RDMA=%s: %v, want a refusal naming it", v, err)
+	env := func(v string) func(string) (string, bool) {
+		return func(name string) (string, bool) {
+			if name == "DFKV_RDMA" {
+				return v, true
+			}
+			return "", false
 		}
 	}
-	t.Setenv("DFKV_RDMA", "0")
-	_, r, err := runRole(t, "server", nil, nil)
+	for _, v := range []string{"1", "true", "on", "YES"} {
+		_, _, err := runRole(t, "server", nil, env(v))
+		if err == nil || !strings.Contains(err.Error(), "DFKV_RDMA="+v) || !strings.Contains(err.Error(), "not built yet") ||
+			!strings.Contains(err.Error(), "serve over TCP") {
+			t.Errorf("server with DFKV_RDMA=%s: %v, want a refusal naming it", v, err)
+		}
+	}
+	if _, _, err := runRole(t, "server", nil, env("maybe")); err == nil || !strings.Contains(err.Error(), "is not a boolean") {
+		t.Errorf("server with DFKV_RDMA=maybe: %v, want it called not a boolean", err)
+	}
+	for _, v := range []string{"0", "false", "f", "off", ""} {
+		if _, _, err := runRole(t, "server", nil, env(v)); err != nil {
+			t.Errorf("server with DFKV_RDMA=%q: %v", v, err)
+		}
+	}
+	for _, role := range []string{"ctl", "bench", "smoke"} {
+		if _, _, err := runRole(t, role, nil, env("1")); err != nil {
+			t.Errorf("%s with DFKV_RDMA=1: %v; a client role only warns", role, err)
+		}
+	}
+	// The warning comes from the process environment, as for every
+	// unknown or not-built variable.
+	t.Setenv("DFKV_RDMA", "1")
+	_, r, err := runRole(t, "ctl", nil, nil)
 	if err != nil {
-		t.Fatalf("DFKV_RDMA=0 failed the load: %v", err)
+		t.Fatal(err)
 	}
 	if !strings.Contains(strings.Join(r.Warnings(), "\n"), "DFKV_RDMA belongs to a feature this build does not have yet") {
-		t.Fatalf("DFKV_RDMA=0: warnings %q, want the not-built warning", r.Warnings())
+		t.Fatalf("ctl with DFKV_RDMA=1: warnings %q, want the not-built warning", r.Warnings())
 	}
 }
 

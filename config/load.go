@@ -193,8 +193,10 @@ func load(in input) (*Config, *Resolved, error) {
 	if len(errs) == 0 {
 		errs = crossCheck(cfg, bit)
 	}
-	if err := notBuiltAsked(in.environ); err != nil {
-		errs = append(errs, err)
+	if bit&roleServer != 0 {
+		if err := notBuiltAsked(lookup); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, nil, errors.Join(errs...)

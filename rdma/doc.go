@@ -3,9 +3,9 @@
 // server slot, GET by the server's RDMA_WRITE into the client's
 // registered buffers, negotiated during the TCP bootstrap). It is not
 // built yet: this package has no code, clients and nodes speak only TCP,
-// and DFKV_RDMA=1 fails at start-up with an error that says so (config),
-// while the transport's tuning variables (DFKV_RDMA_DEV, …) are warned
-// about as ignored.
+// and a node started with DFKV_RDMA=1 refuses to start with an error that
+// says so (config), while client roles and the transport's tuning
+// variables (DFKV_RDMA_DEV, …) are warned about as ignored.
 //
 // When it lands, the cgo and libibverbs code goes behind the "rdma" build
 // tag, so the default build needs neither, and its logic (leases, receive

@@ -16,7 +16,8 @@ import (
 // (prefixes of any epoch, op and length, bodies of broken or hostile
 // JSON) and half-closes. Whatever arrives, the MDS answers with a
 // well-formed control response (epoch 8, a known status, a body within
-// its bound) or closes without one, and it goes on serving: a MEMBERS
+// its bound), always to a whole request at the start, or closes without
+// one, and it goes on serving: a MEMBERS
 // call from a real client succeeds after every input. A panic in a
 // connection's goroutine would end the test binary.
 func FuzzControlPort(f *testing.F) {
@@ -48,7 +49,12 @@ func FuzzControlPort(f *testing.F) {
 			_ = c.(*net.TCPConn).CloseWrite()
 		}
 		// Every reply until the MDS closes: each a well-formed prefix and
-		// its body.
+		// its body; at least one when data begins with a whole request.
+		complete := false
+		if _, _, n, err := wire.DecodeMDSRequest(data); err == nil && len(data) >= wire.RequestPrefixLen+n {
+			complete = true
+		}
+		replies := 0
 		for {
 			var hb [wire.ResponsePrefixLen]byte
 			if _, err := io.ReadFull(c, hb[:]); err != nil {
@@ -64,6 +70,10 @@ func FuzzControlPort(f *testing.F) {
 			if _, err := io.CopyN(io.Discard, c, int64(h.BodyLen)); err != nil {
 				break
 			}
+			replies++
+		}
+		if complete && replies == 0 {
+			t.Fatalf("the MDS closed without answering the whole request %x", data)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

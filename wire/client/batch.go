@@ -203,9 +203,13 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 					}
 					continue
 				}
-				if n > c.opts.MaxBlockBytes {
+				var asked uint64 // what the request asked for: all, or one byte more than dst
+				if d := dst(i); d != nil {
+					asked = uint64(len(d)) + 1
+				}
+				if n > c.opts.MaxBlockBytes || n != rangeLen(stored, 0, asked) {
 					cc.broken = true
-					return fmt.Errorf("BATCH_GET record of %d bytes exceeds max_block_bytes: %w", n, wire.StatusInvalid)
+					return fmt.Errorf("BATCH_GET record of %d bytes for a %d-byte value (asked %d, max_block_bytes %d): %w", n, stored, asked, c.opts.MaxBlockBytes, wire.StatusInvalid)
 				}
 				d := dst(i)
 				switch {

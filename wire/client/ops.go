@@ -23,7 +23,10 @@ func (c *Client) Put(ctx context.Context, key, value []byte) error {
 		if err := cc.send(value); err != nil {
 			return err
 		}
-		_, err := cc.readHeader()
+		h, err := cc.readHeader()
+		if err == nil {
+			return cc.noBody(h, wire.OpPut)
+		}
 		if wire.StatusOf(err) == wire.StatusTooLarge {
 			// Over the node's max_block_bytes, the node answers and
 			// closes the connection; pooled, it would only fail the next
@@ -76,9 +79,10 @@ func (c *Client) GetRange(ctx context.Context, key []byte, offset, length uint64
 		if err != nil {
 			return err
 		}
-		if h.BodyLen > uint64(len(dst)) {
+		if want := rangeLen(h.Stored, offset, length); h.BodyLen != want {
 			cc.broken = true
-			return fmt.Errorf("node answered %d bytes for a %d-byte read: %w", h.BodyLen, len(dst), wire.StatusInvalid)
+			return fmt.Errorf("node answered %d bytes for a %d-byte read at offset %d of a %d-byte value, not %d: %w",
+				h.BodyLen, length, offset, h.Stored, want, wire.StatusInvalid)
 		}
 		n = int(h.BodyLen)
 		return cc.readFull(dst[:n])
@@ -104,9 +108,9 @@ func (c *Client) GetAuto(ctx context.Context, key []byte) ([]byte, error) {
 		if err != nil {
 			return err
 		}
-		if h.BodyLen > c.opts.MaxBlockBytes {
+		if h.BodyLen > c.opts.MaxBlockBytes || h.BodyLen != h.Stored {
 			cc.broken = true
-			return fmt.Errorf("node answered %d bytes, more than max_block_bytes %d: %w", h.BodyLen, c.opts.MaxBlockBytes, wire.StatusInvalid)
+			return fmt.Errorf("node answered %d bytes of a %d-byte value (max_block_bytes %d): %w", h.BodyLen, h.Stored, c.opts.MaxBlockBytes, wire.StatusInvalid)
 		}
 		out = make([]byte, h.BodyLen)
 		return cc.readFull(out)
@@ -129,7 +133,10 @@ func (c *Client) Exist(ctx context.Context, key []byte) (stored uint64, err erro
 		}
 		h, err := cc.readHeader()
 		stored = h.Stored
-		return err
+		if err != nil {
+			return err
+		}
+		return cc.noBody(h, wire.OpExist)
 	})
 	return stored, err
 }
@@ -146,8 +153,11 @@ func (c *Client) Remove(ctx context.Context, key []byte) error {
 		if err := cc.send(nil); err != nil {
 			return err
 		}
-		_, err := cc.readHeader()
-		return err
+		h, err := cc.readHeader()
+		if err != nil {
+			return err
+		}
+		return cc.noBody(h, wire.OpRemove)
 	})
 }
 
@@ -159,8 +169,11 @@ func (c *Client) Ping(ctx context.Context, addr string) error {
 		if err := cc.send(nil); err != nil {
 			return err
 		}
-		_, err := cc.readHeader()
-		return err
+		h, err := cc.readHeader()
+		if err != nil {
+			return err
+		}
+		return cc.noBody(h, wire.OpPing)
 	})
 }
 
@@ -202,4 +215,27 @@ func (c *Client) peerFor(addr string) *peer {
 	p = newPeer(addr, &c.opts)
 	p.done = true // not pooled: close its connection after the call
 	return p
+}
+
+// noBody checks an OK answer to an op that carries no body. A body there
+// would be left on the connection and read as the next call's answer, so
+// the connection is broken and the call fails.
+func (cc *cconn) noBody(h wire.ResponseHeader, op wire.Op) error {
+	if h.BodyLen == 0 {
+		return nil
+	}
+	cc.broken = true
+	return fmt.Errorf("node answered %s with a %d-byte body; it carries none: %w", op, h.BodyLen, wire.StatusInvalid)
+}
+
+// rangeLen is how many bytes a node answers a read of length bytes (0:
+// to the end) at offset of a stored-byte value with.
+func rangeLen(stored, offset, length uint64) uint64 {
+	if offset >= stored {
+		return 0
+	}
+	if n := stored - offset; length == 0 || length > n {
+		return n
+	}
+	return length
 }

@@ -33,11 +33,15 @@ type peer struct {
 	downUntil atomic.Int64 // 0 = none; even: monoNanos of a window's end; odd: a probe's hold (admit)
 	lastHold  atomic.Int64 // the latest hold handed out, so the next is unique
 
-	// Stall detection (stalled): len(busy), and the last sign of life: a
-	// response's first byte, a piece of a large value moved either way
-	// (progressPiece), or the moment the node went from idle to busy.
+	// Stall detection (stalled, Client.watch): len(busy); heard, the last
+	// time the node was heard from (a response began, or a progressPiece
+	// of response bytes arrived; or the moment it went from idle to
+	// busy); and took, the last time it took a progressPiece of request
+	// bytes. Only heard proves the node alive: the socket buffers take
+	// megabytes of a request from a node that has stopped.
 	inflight atomic.Int32
-	progress atomic.Int64 // monoNanos
+	heard    atomic.Int64 // monoNanos
+	took     atomic.Int64 // monoNanos
 }
 
 // minStall is the least stallAfter: a node is never judged stalled on
@@ -48,38 +52,55 @@ const minStall = 250 * time.Millisecond
 // a quarter of the call Timeout, at least minStall.
 func (p *peer) stallAfter() time.Duration { return max(p.opts.Timeout/4, minStall) }
 
-// stalled reports a node that has calls in flight and has not answered any
-// of them for stallAfter: paused (SIGSTOP, a long GC), wedged on a disk, or
-// black-holed by the network. Its connections are open, so only the calls'
-// deadlines would notice, and until the first of those passes (a whole
-// Timeout, 10 s by default) every call the engine makes to it joins the
-// wait: a client's workers all end up blocked on the one node and its
-// throughput to the healthy ones drops to zero (seen with 4 bench workers
-// and one SIGSTOPped node: 0 ops for 10 s). Calls to a stalled node fail at
-// once instead (reads as misses), and the client's watchdog cuts the ones
-// in flight (Client.watch). A node that answers anything is not stalled,
-// nor one that keeps taking or sending a large value, however long that
-// takes (progressPiece).
+// stalled reports a node that has calls in flight and has neither
+// answered nor taken request bytes for stallAfter: paused (SIGSTOP, a long
+// GC), wedged on a disk, or black-holed by the network. Its connections
+// are open, so only the calls' deadlines would notice, and until the first
+// of those passes (a whole Timeout, 10 s by default) every call the engine
+// makes to it joins the wait: a client's workers all end up blocked on the
+// one node and its throughput to the healthy ones drops to zero (seen with
+// 4 bench workers and one SIGSTOPped node: 0 ops for 10 s). New calls to a
+// stalled node fail at once instead (reads as misses); the client's
+// watchdog cuts the calls in flight (silent, cutSilent).
 func (p *peer) stalled(now time.Time) (silent time.Duration, yes bool) {
 	if p.inflight.Load() == 0 {
 		return 0, false
 	}
-	silent = time.Duration(monoNanos(now) - p.progress.Load())
+	silent = time.Duration(monoNanos(now) - max(p.heard.Load(), p.took.Load()))
 	return silent, silent > p.stallAfter()
 }
 
-// alive records a sign of life: a response began, or a piece of a large
-// value moved.
-func (p *peer) alive() { p.progress.Store(monoNanos(time.Now())) }
+// silent reports a node with calls in flight that it has not been heard
+// from for stallAfter, however much request data it took meanwhile: the
+// watchdog then cuts those of its calls that have not moved either
+// (cutSilent).
+func (p *peer) silent(now time.Time) (silent time.Duration, yes bool) {
+	if p.inflight.Load() == 0 {
+		return 0, false
+	}
+	silent = time.Duration(monoNanos(now) - p.heard.Load())
+	return silent, silent > p.stallAfter()
+}
 
-// cut ends the calls in flight on a stalled node: their connections' deadline
-// moves into the past, so each fails now, as a timeout, and is closed.
-func (p *peer) cut(silent time.Duration) {
+// cutSilent ends the calls in flight on a silent node whose own
+// connections have moved nothing for stallAfter either: their deadline
+// moves into the past, so each fails now, as a timeout, and is closed. A
+// call still moving a large value (a slow link, a node reading a long PUT
+// at its pace) is left to run; one whose request the socket buffers took
+// and that then stood still is cut like any other, so a stopped node is
+// found within stallAfter of the last byte it took, whatever new calls
+// keep arriving.
+func (p *peer) cutSilent(now time.Time, silent time.Duration) {
+	limit := monoNanos(now) - int64(p.stallAfter())
 	p.mu.Lock()
-	n := len(p.busy)
+	n := 0
 	for cc := range p.busy {
+		if cc.progress.Load() > limit {
+			continue
+		}
 		cc.cut.Store(true)
 		_ = cc.nc.SetDeadline(time.Unix(1, 0))
+		n++
 	}
 	p.mu.Unlock()
 	if n > 0 {
@@ -87,17 +108,21 @@ func (p *peer) cut(silent time.Duration) {
 	}
 }
 
-// track and untrack keep busy (the connections cut may end) and inflight
-// (its size, for stalled to read without the lock). A node going from idle
-// to busy starts its silence now.
+// track and untrack keep busy (the connections cutSilent may end) and
+// inflight (its size, for stalled to read without the lock). A call starts
+// its connection's progress; a node going from idle to busy starts its
+// silence now.
 func (p *peer) track(cc *cconn) {
+	now := monoNanos(time.Now())
+	cc.progress.Store(now)
+	cc.sentSince, cc.readSince = 0, 0
 	p.mu.Lock()
 	if p.busy == nil {
 		p.busy = make(map[*cconn]struct{})
 	}
 	p.busy[cc] = struct{}{}
 	if len(p.busy) == 1 {
-		p.progress.Store(monoNanos(time.Now()))
+		p.heard.Store(now)
 	}
 	p.inflight.Store(int32(len(p.busy)))
 	p.mu.Unlock()
@@ -288,25 +313,58 @@ type cconn struct {
 	broken bool
 	// deadline is the socket deadline last set (exchange).
 	deadline deadline.Lazy
-	// cut is set when peer.cut ended the call in flight (its node
+	// cut is set when peer.cutSilent ended the call in flight (its node
 	// stalled); the connection is then broken.
 	cut atomic.Bool
+	// progress is when this call last moved a progressPiece either way
+	// (or began), for cutSilent; sentSince and readSince count the bytes
+	// moved since.
+	progress             atomic.Int64 // monoNanos
+	sentSince, readSince int
 }
 
-// progressPiece is the unit in which a large value moves counts as a sign
-// of life of its node (peer.alive): a body longer than this is sent in
-// pieces of it, and a value read of at least this is noted after each read
-// that brings bytes. A transfer is then never judged stalled while it
-// moves at more than progressPiece per stallAfter (0.4 MB/s at the
-// default Timeout), however long it takes in all. Values up to it move as
-// before: one writev, one ReadFull.
+// progressPiece is the unit of progress of a call's transfer: each one
+// moved either way, over one value or many (a batch), renews the call's
+// own progress (so the watchdog leaves a slow but moving call alone), and
+// each one of response bytes renews the node's (peer.heard). A body
+// longer than it is sent in pieces of it so that its progress is seen
+// while it moves. A call is then never cut while it moves more than
+// progressPiece per stallAfter (0.4 MB/s at the default Timeout), except
+// at the end of a PUT, whose last megabytes may sit unseen in socket
+// buffers while the node drains them.
 const progressPiece = 1 << 20
 
+// sent and read count a call's transfer toward its next progressPiece.
+func (cc *cconn) sent(n int) {
+	if cc.sentSince += n; cc.sentSince >= progressPiece {
+		cc.sentSince = 0
+		now := monoNanos(time.Now())
+		cc.progress.Store(now)
+		if cc.p != nil {
+			cc.p.took.Store(now)
+		}
+	}
+}
+
+func (cc *cconn) read(n int) {
+	if cc.readSince += n; cc.readSince >= progressPiece {
+		cc.readSince = 0
+		cc.heard()
+	}
+}
+
+// heard notes that the node answered on this call: a response began, or a
+// progressPiece of one arrived.
+func (cc *cconn) heard() {
+	now := monoNanos(time.Now())
+	cc.progress.Store(now)
+	if cc.p != nil {
+		cc.p.heard.Store(now)
+	}
+}
+
 // send writes wbuf and then body (if any) with one writev; a body longer
-// than progressPiece goes in pieces of it after the first, and each piece
-// but the first that the node takes is a sign of life: the socket buffers
-// take the first megabytes whether the node reads them or not, so only
-// later pieces prove it is reading.
+// than progressPiece goes in pieces of it (sent).
 func (cc *cconn) send(body []byte) error {
 	var err error
 	if len(body) == 0 {
@@ -317,10 +375,13 @@ func (cc *cconn) send(body []byte) error {
 		cc.bufs = cc.iov[:]
 		_, err = cc.bufs.WriteTo(cc.nc)
 		cc.iov[0], cc.iov[1] = nil, nil
+		if err == nil {
+			cc.sent(len(first))
+		}
 		for rest := body[len(first):]; err == nil && len(rest) > 0; {
 			piece := rest[:min(len(rest), progressPiece)]
 			if _, err = cc.nc.Write(piece); err == nil {
-				cc.alive()
+				cc.sent(len(piece))
 			}
 			rest = rest[len(piece):]
 		}
@@ -372,22 +433,22 @@ func (cc *cconn) refusal(sendErr error) error {
 }
 
 // readFull reads exactly len(b) bytes, marking the connection broken on
-// failure. A read of progressPiece or more notes each read that brings
-// bytes as a sign of life, so a long value transfer is not taken for a
-// stalled node; shorter ones complete within a read or two of the
-// response prefix, which noted one already.
+// failure, and counts them toward the call's progress (read): a value of
+// progressPiece or more read by read, so a long one shows its progress
+// while it arrives.
 func (cc *cconn) readFull(b []byte) error {
 	if len(b) < progressPiece {
 		if _, err := io.ReadFull(cc.br, b); err != nil {
 			cc.broken = true
 			return err
 		}
+		cc.read(len(b))
 		return nil
 	}
 	for len(b) > 0 {
 		n, err := cc.br.Read(b)
 		if n > 0 {
-			cc.alive()
+			cc.read(n)
 			b = b[n:]
 		}
 		if err != nil && len(b) > 0 {
@@ -399,13 +460,6 @@ func (cc *cconn) readFull(b []byte) error {
 		}
 	}
 	return nil
-}
-
-// alive notes a sign of life of the connection's node.
-func (cc *cconn) alive() {
-	if cc.p != nil {
-		cc.p.alive()
-	}
 }
 
 // readHeader reads a response prefix. A non-OK status's message body is
@@ -438,7 +492,7 @@ func (cc *cconn) readHeaderFor(expect uint64) (wire.ResponseHeader, error) {
 		return wire.ResponseHeader{}, err
 	}
 	cc.got = true
-	cc.alive()
+	cc.heard()
 	if _, err := io.ReadFull(src, cc.rh[1:]); err != nil {
 		cc.broken = true
 		return wire.ResponseHeader{}, err
@@ -465,8 +519,8 @@ func (cc *cconn) readHeaderFor(expect uint64) (wire.ResponseHeader, error) {
 	return h, &wire.StatusError{Status: h.Status, Message: string(msg)}
 }
 
-// discard skips n body bytes the caller has no room for, noting each
-// progressPiece skipped as a sign of life (readFull).
+// discard skips n body bytes the caller has no room for, in pieces that
+// count toward the call's progress (read).
 func (cc *cconn) discard(n uint64) error {
 	for n > 0 {
 		piece := min(n, progressPiece)
@@ -474,7 +528,7 @@ func (cc *cconn) discard(n uint64) error {
 			cc.broken = true
 			return err
 		}
-		cc.alive()
+		cc.read(int(piece))
 		n -= piece
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -15,20 +16,23 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
-// TestStalledTracksSilence: a node with calls in flight is stalled once
-// none of them has been answered for a quarter of the Timeout (at least
-// 250 ms), counted from when it went from idle to busy or from its last
-// answer; an idle node never is.
+// TestStalledTracksSilence: a node with calls in flight is stalled once it
+// has neither answered nor taken request bytes for a quarter of the
+// Timeout (at least 250 ms), counted from when it went from idle to busy
+// or from its last sign; it is silent once it has not answered for that
+// long, whatever it took; an idle node is neither. cutSilent cuts only the
+// calls that have not moved for that long either.
 func TestStalledTracksSilence(t *testing.T) {
-	p := newPeer("n", &Options{Timeout: 4 * time.Second})
+	p := newPeer("n", &Options{Timeout: 4 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if _, yes := p.stalled(time.Now().Add(time.Hour)); yes {
 		t.Fatal("an idle node is stalled")
 	}
-	a, b := &cconn{}, &cconn{}
+	a, b := &cconn{p: p, nc: nopConn{}}, &cconn{p: p, nc: nopConn{}}
 	p.track(a)
-	t0 := monoTime(p.progress.Load()) // going busy started the silence
-	p.track(b)                        // a second call does not restart it
-	if p.progress.Load() != monoNanos(t0) {
+	t0 := monoTime(p.heard.Load()) // going busy started the silence
+	time.Sleep(time.Millisecond)
+	p.track(b) // a second call does not restart it
+	if p.heard.Load() != monoNanos(t0) {
 		t.Fatal("a second call in flight restarted the silence")
 	}
 	if _, yes := p.stalled(t0.Add(999 * time.Millisecond)); yes {
@@ -37,9 +41,27 @@ func TestStalledTracksSilence(t *testing.T) {
 	if silent, yes := p.stalled(t0.Add(1001 * time.Millisecond)); !yes || silent != 1001*time.Millisecond {
 		t.Fatalf("after 1001 ms of silence with calls in flight: stalled %v (%s)", yes, silent)
 	}
-	p.alive() // an answer starts arriving
+	// Request bytes taken keep new calls coming, but do not vouch for
+	// the node: it is still silent, and the watchdog looks at each call.
+	b.sent(progressPiece)
+	now := time.Now()
+	if _, yes := p.stalled(now); yes {
+		t.Fatal("stalled right after the node took a piece of a request")
+	}
+	if _, yes := p.silent(now.Add(2 * time.Second)); !yes {
+		t.Fatal("a node that only took request bytes for 2 s is not silent")
+	}
+	a.progress.Store(monoNanos(now.Add(-2 * time.Second))) // a has stood still for 2 s
+	p.cutSilent(now.Add(500*time.Millisecond), time.Second)
+	if !a.cut.Load() || b.cut.Load() {
+		t.Fatalf("cutSilent 0.5 s after b moved a piece, 2.5 s after a did: cut a %v, b %v; want a only", a.cut.Load(), b.cut.Load())
+	}
+	a.heard() // an answer starts arriving
 	if _, yes := p.stalled(time.Now()); yes {
 		t.Fatal("stalled right after an answer")
+	}
+	if _, yes := p.silent(time.Now()); yes {
+		t.Fatal("silent right after an answer")
 	}
 	p.untrack(a)
 	p.untrack(b)
@@ -50,6 +72,11 @@ func TestStalledTracksSilence(t *testing.T) {
 		t.Fatalf("stallAfter with a 100 ms Timeout = %s, want the %s floor", d, minStall)
 	}
 }
+
+// nopConn is a net.Conn whose deadlines cutSilent may set.
+type nopConn struct{ net.Conn }
+
+func (nopConn) SetDeadline(time.Time) error { return nil }
 
 // TestStalledNodeFailsFastThenRecovers: a node that takes a call and then
 // stops answering (paused, wedged) has that call cut and is backed off, so
@@ -170,13 +197,15 @@ func monoTime(n int64) time.Time { return monoEpoch.Add(time.Duration(n)) }
 // TestSlowLargeTransfersAreNotStalls: a value that takes longer than the
 // stall threshold to move, but keeps moving, is not taken for a stalled
 // node, either way: a GET whose body trickles in after its prefix, and a
-// PUT whose body the node reads slowly before it answers. Each moves
-// 32 MiB at about 13 MB/s (2.5 s) against a threshold of 1 s (Timeout
-// 4 s), with a gap of about 10 ms between pieces; before large values
-// counted as signs of life, the watchdog cut both calls at 1 s.
+// PUT whose body the node reads slowly before it answers, and batches of
+// half-megabyte values both ways. Each moves 24–32 MiB at about 13 MB/s
+// (2–2.5 s) against a threshold of 1 s (Timeout 4 s), with a gap of about
+// 10 ms between pieces; before the bytes a call moves counted, the
+// watchdog cut each at 1 s.
 func TestSlowLargeTransfersAreNotStalls(t *testing.T) {
 	const size = 32 << 20
 	const piece = 128 << 10
+	const batchItems, batchValue = 48, 512 << 10
 	value := make([]byte, size)
 	for i := range value {
 		value[i] = byte(i*7 + i>>16)
@@ -218,6 +247,31 @@ func TestSlowLargeTransfersAreNotStalls(t *testing.T) {
 					}
 					time.Sleep(10 * time.Millisecond)
 				}
+			case wire.OpBatchPut, wire.OpBatchGet:
+				// Batches of half-megabyte values, at the same pace: no one
+				// value is a progressPiece, but the call moves many.
+				body := make([]byte, h.BodyLen)
+				for off := 0; off < len(body); off += piece {
+					if _, err := io.ReadFull(c, body[off:min(off+piece, len(body))]); err != nil {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				out := wire.AppendResponse(nil, &wire.ResponseHeader{Status: wire.StatusOK, Stored: h.Length})
+				for i := uint64(0); i < h.Length; i++ {
+					if h.Op == wire.OpBatchPut {
+						out = append(out, byte(wire.StatusOK))
+					} else {
+						out = wire.AppendGetRecord(out, wire.StatusOK, batchValue, batchValue)
+						out = append(out, value[:batchValue]...)
+					}
+				}
+				for off := 0; off < len(out); off += piece {
+					if _, err := c.Write(out[off:min(off+piece, len(out))]); err != nil {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
 			default:
 				return
 			}
@@ -252,7 +306,89 @@ func TestSlowLargeTransfersAreNotStalls(t *testing.T) {
 		t.Fatalf("GET returned %d bytes, not the value sent", n)
 	}
 	t.Logf("GET moved 32 MiB in %s", time.Since(start))
+
+	keys, values := make([][]byte, batchItems), make([][]byte, batchItems)
+	for i := range keys {
+		keys[i], values[i] = []byte{byte(i)}, value[:batchValue]
+	}
+	start = time.Now()
+	for i, err := range cl.PutBatch(ctx, keys, values) {
+		if err != nil {
+			t.Fatalf("a slow batch of %d half-megabyte PUTs (%s), item %d: %v\n%s", batchItems, time.Since(start), i, err, logs.String())
+		}
+	}
+	t.Logf("BATCH_PUT moved %d MiB in %s", batchItems*batchValue>>20, time.Since(start))
+	start = time.Now()
+	dsts := make([][]byte, batchItems)
+	for i := range dsts {
+		dsts[i] = make([]byte, batchValue)
+	}
+	for i, r := range cl.GetBatch(ctx, keys, dsts) {
+		if r.Err != nil || !bytes.Equal(r.Data, value[:batchValue]) {
+			t.Fatalf("a slow batch of %d half-megabyte GETs (%s), item %d: %v\n%s", batchItems, time.Since(start), i, r.Err, logs.String())
+		}
+	}
+	t.Logf("BATCH_GET moved %d MiB in %s", batchItems*batchValue>>20, time.Since(start))
 	if strings.Contains(logs.String(), "stopped answering") {
 		t.Fatalf("the watchdog judged a moving transfer stalled:\n%s", logs.String())
 	}
+}
+
+// TestStoppedNodeFoundUnderLargePuts: a node that takes connections but
+// reads nothing (stopped) is still found while large PUTs keep arriving.
+// The socket buffers take the first megabytes of each PUT whether or not
+// the node reads them; that counts for the PUT's own call, never for the
+// node, so the GET in flight is cut within about stallAfter (1 s here),
+// not at its 30 s deadline, and the PUTs stuck behind it are cut too.
+func TestStoppedNodeFoundUnderLargePuts(t *testing.T) {
+	stop := make(chan struct{})
+	addr := fakeNode(t, func(c net.Conn) { <-stop })
+	t.Cleanup(func() { close(stop) })
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Timeout: 4 * time.Second, DialTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	got := make(chan error, 1)
+	go func() {
+		_, _, err := cl.Get(ctx, []byte("g"), make([]byte, 16))
+		got <- err
+	}()
+	value := make([]byte, 4<<20)
+	var puts sync.WaitGroup
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var getErr error
+loop:
+	for {
+		select {
+		case getErr = <-got:
+			break loop
+		case <-tick.C:
+			puts.Add(1)
+			go func() {
+				defer puts.Done()
+				_ = cl.Put(ctx, []byte(fmt.Sprint(time.Now().UnixNano())), value)
+			}()
+		}
+	}
+	took := time.Since(start)
+	if !errors.Is(getErr, ErrPeerDown) {
+		t.Fatalf("the GET to a stopped node: %v, want a miss from an unreachable node", getErr)
+	}
+	if took > 10*time.Second {
+		t.Fatalf("the GET was cut after %s: the PUTs' buffered bytes kept the stopped node looking alive", took)
+	}
+	done := make(chan struct{})
+	go func() { puts.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("PUTs to the stopped node still waiting 15 s after the GET was cut")
+	}
+	t.Logf("GET cut after %s", took.Round(time.Millisecond))
 }

@@ -9,8 +9,9 @@ func (c *Client) startWatch() {
 }
 
 // watch looks at every node a quarter of stallAfter apart and cuts the
-// calls in flight to one that has stalled (peer.stalled), so they fail
-// now instead of at their deadlines. New calls to a stalled node fail at
+// calls in flight to one that has gone silent (peer.silent) that have not
+// moved either (peer.cutSilent), so they fail now instead of at their
+// deadlines. New calls to a stalled node fail at
 // once already; without the cut, the calls that reached it before the
 // verdict waited out their whole Timeout, and an engine whose threads all
 // called it in the first moments (they do: keys spread over the nodes)
@@ -28,8 +29,8 @@ func (c *Client) watch() {
 		case now := <-tick.C:
 			c.peerMu.Lock()
 			for _, p := range c.peers {
-				if silent, yes := p.stalled(now); yes {
-					p.cut(silent)
+				if silent, yes := p.silent(now); yes {
+					p.cutSilent(now, silent)
 				}
 			}
 			c.peerMu.Unlock()

@@ -224,7 +224,7 @@ func crossCheck(cfg *Config, bit role) []error {
 			errs = append(errs, errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES, --ram-tier-bytes), e.g. 8GiB"))
 		}
 		if sameListener(sc.Listen, sc.HTTPListen) {
-			errs = append(errs, fmt.Errorf("server.http_listen (DFKV_HTTP_LISTEN) %q is server.listen (DFKV_LISTEN) too; give the metrics and health endpoints a port of their own (default 127.0.0.1:7680)", sc.HTTPListen))
+			errs = append(errs, fmt.Errorf("server.http_listen (DFKV_HTTP_LISTEN) %q takes the port of server.listen (DFKV_LISTEN) %q; give the metrics and health endpoints a port of their own (default 127.0.0.1:7680)", sc.HTTPListen, sc.Listen))
 		}
 		if b, need := sc.BufferBudgetBytes, uint64(iobuf.SizeFor(int(sc.MaxBlockBytes))); b != 0 && b < need {
 			errs = append(errs, fmt.Errorf("server.buffer_budget_bytes (DFKV_BUFFER_BUDGET_BYTES) %s is less than one buffer for the largest value (server.max_block_bytes %s needs %s): raise it, or set 0 for the automatic size",
@@ -238,7 +238,7 @@ func crossCheck(cfg *Config, bit role) []error {
 		}
 	}
 	if bit&roleMDS != 0 && sameListener(cfg.MDS.Listen, cfg.MDS.HTTPListen) {
-		errs = append(errs, fmt.Errorf("mds.http_listen (DFKV_MDS_HTTP_LISTEN) %q is mds.listen (DFKV_MDS_LISTEN) too; give the HTTP endpoints a port of their own", cfg.MDS.HTTPListen))
+		errs = append(errs, fmt.Errorf("mds.http_listen (DFKV_MDS_HTTP_LISTEN) %q takes the port of mds.listen (DFKV_MDS_LISTEN) %q; give the HTTP endpoints a port of their own", cfg.MDS.HTTPListen, cfg.MDS.Listen))
 	}
 	return errs
 }
@@ -298,11 +298,11 @@ func sameListener(a, b string) bool {
 	}
 	ha, pa, errA := net.SplitHostPort(a)
 	hb, pb, errB := net.SplitHostPort(b)
-	return errA == nil && errB == nil && pa == pb && pa != "0" && ha == hb
+	// A wildcard address takes its port on every interface, so it clashes
+	// with any address on that port (0.0.0.0:7600 and 127.0.0.1:7600).
+	return errA == nil && errB == nil && pa == pb && pa != "0" && (ha == hb || unspecifiedHost(a) || unspecifiedHost(b))
 }
 
-// unspecifiedHost reports a listen address on every interface ("",
-// 0.0.0.0, ::), which is not one to register for clients to dial.
 // loopbackRegistered warns when a node registers a loopback address with
 // an MDS: right for a cluster on one host, but on a fleet only the node's
 // own host could reach it (a `$(hostname -i)` that resolves to 127.0.x.x
@@ -325,6 +325,8 @@ func loopbackRegistered(sc *Server) []string {
 	return nil
 }
 
+// unspecifiedHost reports a listen address on every interface ("",
+// 0.0.0.0, ::), which is not one to register for clients to dial.
 func unspecifiedHost(addr string) bool {
 	h, _, err := net.SplitHostPort(addr)
 	if err != nil {

@@ -421,7 +421,9 @@ func TestErrors(t *testing.T) {
 	f("ram tier without a size", in{flags: map[string][]string{"ram-tier": {"1"}}},
 		`server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES, --ram-tier-bytes)`)
 	f("http on the data port", in{flags: map[string][]string{"listen": {"127.0.0.1:7601"}, "http-listen": {"127.0.0.1:7601"}}},
-		`server.http_listen (DFKV_HTTP_LISTEN) "127.0.0.1:7601" is server.listen (DFKV_LISTEN) too`)
+		`server.http_listen (DFKV_HTTP_LISTEN) "127.0.0.1:7601" takes the port of server.listen (DFKV_LISTEN) "127.0.0.1:7601"`)
+	f("http on the data port through a wildcard", in{flags: map[string][]string{"listen": {"0.0.0.0:7601"}, "http-listen": {"127.0.0.1:7601"}}},
+		`server.http_listen (DFKV_HTTP_LISTEN) "127.0.0.1:7601" takes the port of server.listen (DFKV_LISTEN) "0.0.0.0:7601"`)
 	f("wildcard listen registering with an MDS", in{flags: map[string][]string{"listen": {"0.0.0.0:7600"}, "mds": {"10.0.0.1:7700"}}},
 		`server.listen (DFKV_LISTEN) "0.0.0.0:7600" is not an address clients can dial`, "set server.advertise_addr")
 	f("wildcard advertise address", in{flags: map[string][]string{"advertise-addr": {"0.0.0.0:7600"}, "mds": {"10.0.0.1:7700"}}},
@@ -429,7 +431,7 @@ func TestErrors(t *testing.T) {
 	f("buffer budget under one buffer", in{flags: map[string][]string{"max-block-bytes": {"3MiB"}, "buffer-budget": {"3MiB"}}},
 		`server.buffer_budget_bytes (DFKV_BUFFER_BUDGET_BYTES) 3MiB is less than one buffer for the largest value (server.max_block_bytes 3MiB needs 4MiB)`)
 	f("mds http on its control port", in{role: "mds", env: map[string]string{"DFKV_MDS_LISTEN": "127.0.0.1:7700", "DFKV_MDS_HTTP_LISTEN": "127.0.0.1:7700"}},
-		`mds.http_listen (DFKV_MDS_HTTP_LISTEN) "127.0.0.1:7700" is mds.listen (DFKV_MDS_LISTEN) too`)
+		`mds.http_listen (DFKV_MDS_HTTP_LISTEN) "127.0.0.1:7700" takes the port of mds.listen (DFKV_MDS_LISTEN) "127.0.0.1:7700"`)
 	f("empty namespace", in{role: "ctl", env: map[string]string{"DFKV_NAMESPACE": ""}},
 		`client.namespace (DFKV_NAMESPACE) from env: "" is empty; allowed 1..4096 bytes`)
 	f("long namespace", in{role: "ctl", flags: map[string][]string{"namespace": {strings.Repeat("n", 4097)}}},

@@ -108,7 +108,8 @@ type Client struct {
 	peerMu sync.Mutex
 	peers  map[string]*peer // by address, kept across ring rebuilds
 
-	watchStop, watchDone chan struct{} // the stall watchdog (watch)
+	watchStop, watchDone chan struct{}  // the stall watchdog (watch)
+	probes               sync.WaitGroup // its liveness probes, waited for by Close
 
 	closeOnce sync.Once
 }
@@ -294,6 +295,7 @@ func (c *Client) Close() error {
 		}
 		close(c.watchStop)
 		<-c.watchDone
+		c.probes.Wait()
 		c.peerMu.Lock()
 		for _, p := range c.peers {
 			p.close()

@@ -34,14 +34,16 @@ type peer struct {
 	lastHold  atomic.Int64 // the latest hold handed out, so the next is unique
 
 	// Stall detection (stalled, Client.watch): len(busy); heard, the last
-	// time the node was heard from (a response began, or a progressPiece
-	// of response bytes arrived; or the moment it went from idle to
-	// busy); and took, the last time it took a progressPiece of request
-	// bytes. Only heard proves the node alive: the socket buffers take
-	// megabytes of a request from a node that has stopped.
-	inflight atomic.Int32
-	heard    atomic.Int64 // monoNanos
-	took     atomic.Int64 // monoNanos
+	// time the node was heard from (a response began, a progressPiece of
+	// response bytes arrived, a liveness probe was answered; or the moment
+	// it went from idle to busy); and unanswered, set when a probe went
+	// unanswered and cleared when the node is heard from again. Request
+	// bytes a node takes never count: the socket buffers take megabytes of
+	// a request from a node that has stopped.
+	inflight   atomic.Int32
+	heard      atomic.Int64 // monoNanos
+	unanswered atomic.Bool
+	probing    atomic.Bool // a liveness probe (Client.watch) is out
 }
 
 // minStall is the least stallAfter: a node is never judged stalled on
@@ -52,28 +54,28 @@ const minStall = 250 * time.Millisecond
 // a quarter of the call Timeout, at least minStall.
 func (p *peer) stallAfter() time.Duration { return max(p.opts.Timeout/4, minStall) }
 
-// stalled reports a node that has calls in flight and has neither
-// answered nor taken request bytes for stallAfter: paused (SIGSTOP, a long
-// GC), wedged on a disk, or black-holed by the network. Its connections
-// are open, so only the calls' deadlines would notice, and until the first
-// of those passes (a whole Timeout, 10 s by default) every call the engine
-// makes to it joins the wait: a client's workers all end up blocked on the
-// one node and its throughput to the healthy ones drops to zero (seen with
-// 4 bench workers and one SIGSTOPped node: 0 ops for 10 s). New calls to a
-// stalled node fail at once instead (reads as misses); the client's
-// watchdog cuts the calls in flight (silent, cutSilent).
+// stalled reports a node that has calls in flight and left the last
+// liveness probe unanswered: paused (SIGSTOP, a long GC) or black-holed by
+// the network. Its connections are open, so only the calls' deadlines
+// would notice, and until the first of those passes (a whole Timeout, 10 s
+// by default) every call the engine makes to it joins the wait: a
+// client's workers all end up blocked on the one node and its throughput
+// to the healthy ones drops to zero (seen with 4 bench workers and one
+// SIGSTOPped node: 0 ops for 10 s). New calls to a stalled node fail at
+// once instead (reads as misses), and the client's watchdog cuts the
+// calls in flight (cutSilent). With nothing in flight a call goes through
+// (after any back-off window), and is how the node is heard from again.
 func (p *peer) stalled(now time.Time) (silent time.Duration, yes bool) {
-	if p.inflight.Load() == 0 {
+	if p.inflight.Load() == 0 || !p.unanswered.Load() {
 		return 0, false
 	}
-	silent = time.Duration(monoNanos(now) - max(p.heard.Load(), p.took.Load()))
-	return silent, silent > p.stallAfter()
+	return time.Duration(monoNanos(now) - p.heard.Load()), true
 }
 
 // silent reports a node with calls in flight that it has not been heard
 // from for stallAfter, however much request data it took meanwhile: the
-// watchdog then cuts those of its calls that have not moved either
-// (cutSilent).
+// watchdog then probes it, and cuts those of its calls that have not
+// moved either if it does not answer (cutSilent).
 func (p *peer) silent(now time.Time) (silent time.Duration, yes bool) {
 	if p.inflight.Load() == 0 {
 		return 0, false
@@ -82,14 +84,28 @@ func (p *peer) silent(now time.Time) (silent time.Duration, yes bool) {
 	return silent, silent > p.stallAfter()
 }
 
+// standing reports whether a call in flight on p has moved nothing for
+// stallAfter: the calls cutSilent would cut.
+func (p *peer) standing(now time.Time) bool {
+	limit := monoNanos(now) - int64(p.stallAfter())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for cc := range p.busy {
+		if cc.progress.Load() <= limit {
+			return true
+		}
+	}
+	return false
+}
+
 // cutSilent ends the calls in flight on a silent node whose own
 // connections have moved nothing for stallAfter either: their deadline
 // moves into the past, so each fails now, as a timeout, and is closed. A
 // call still moving a large value (a slow link, a node reading a long PUT
 // at its pace) is left to run; one whose request the socket buffers took
 // and that then stood still is cut like any other, so a stopped node is
-// found within stallAfter of the last byte it took, whatever new calls
-// keep arriving.
+// found whatever new calls keep arriving. The watchdog cuts only after
+// the node failed a liveness probe (probe).
 func (p *peer) cutSilent(now time.Time, silent time.Duration) {
 	limit := monoNanos(now) - int64(p.stallAfter())
 	p.mu.Lock()
@@ -106,6 +122,43 @@ func (p *peer) cutSilent(now time.Time, silent time.Duration) {
 	if n > 0 {
 		p.opts.Logger.Warn("client: node stopped answering; failing its calls in flight", "node", p.addr, "calls", n, "silent_for", silent.Round(time.Millisecond).String())
 	}
+}
+
+// probeWait is how long a liveness probe waits for its answer: half of
+// stallAfter, so a stopped node is cut within 1.5 stallAfter of its last
+// sign.
+func (p *peer) probeWait() time.Duration { return p.stallAfter() / 2 }
+
+// probe asks a silent node whether it is alive: a PING on a connection of
+// its own, answered within probeWait. Silence alone does not tell a
+// stopped node from one that is busy with what the calls asked (a PUT
+// waiting for buffer budget or a slow disk while another call streams a
+// long body to it): those calls move nothing and hear nothing, and
+// cutting them would fail a healthy node's calls and back it off. A node
+// that answers, with any status, is alive, and counts as heard from.
+func (p *peer) probe() bool {
+	wait := p.probeWait()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	nc, err := p.opts.Dialer.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(wait))
+	if _, err := nc.Write(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})); err != nil {
+		return false
+	}
+	var b [wire.ResponsePrefixLen]byte
+	if _, err := io.ReadFull(nc, b[:]); err != nil {
+		return false
+	}
+	if _, err := wire.DecodeResponse(b[:]); err != nil {
+		return false
+	}
+	p.heard.Store(monoNanos(time.Now()))
+	p.unanswered.Store(false)
+	return true
 }
 
 // track and untrack keep busy (the connections cutSilent may end) and
@@ -340,9 +393,6 @@ func (cc *cconn) sent(n int) {
 		cc.sentSince = 0
 		now := monoNanos(time.Now())
 		cc.progress.Store(now)
-		if cc.p != nil {
-			cc.p.took.Store(now)
-		}
 	}
 }
 
@@ -360,6 +410,7 @@ func (cc *cconn) heard() {
 	cc.progress.Store(now)
 	if cc.p != nil {
 		cc.p.heard.Store(now)
+		cc.p.unanswered.Store(false)
 	}
 }
 

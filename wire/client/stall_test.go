@@ -16,16 +16,17 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
-// TestStalledTracksSilence: a node with calls in flight is stalled once it
-// has neither answered nor taken request bytes for a quarter of the
-// Timeout (at least 250 ms), counted from when it went from idle to busy
-// or from its last sign; it is silent once it has not answered for that
-// long, whatever it took; an idle node is neither. cutSilent cuts only the
+// TestStalledTracksSilence: a node with calls in flight is silent once it
+// has not been heard from for a quarter of the Timeout (at least 250 ms),
+// counted from when it went from idle to busy or from its last answer,
+// whatever request bytes it took meanwhile; it is stalled (new calls fail
+// fast) only once a liveness probe went unanswered, and neither once it
+// is heard from again; an idle node is neither. cutSilent cuts only the
 // calls that have not moved for that long either.
 func TestStalledTracksSilence(t *testing.T) {
 	p := newPeer("n", &Options{Timeout: 4 * time.Second, Logger: slog.New(slog.DiscardHandler)})
-	if _, yes := p.stalled(time.Now().Add(time.Hour)); yes {
-		t.Fatal("an idle node is stalled")
+	if _, yes := p.silent(time.Now().Add(time.Hour)); yes {
+		t.Fatal("an idle node is silent")
 	}
 	a, b := &cconn{p: p, nc: nopConn{}}, &cconn{p: p, nc: nopConn{}}
 	p.track(a)
@@ -35,28 +36,30 @@ func TestStalledTracksSilence(t *testing.T) {
 	if p.heard.Load() != monoNanos(t0) {
 		t.Fatal("a second call in flight restarted the silence")
 	}
-	if _, yes := p.stalled(t0.Add(999 * time.Millisecond)); yes {
-		t.Fatal("stalled before a quarter of the Timeout")
+	if _, yes := p.silent(t0.Add(999 * time.Millisecond)); yes {
+		t.Fatal("silent before a quarter of the Timeout")
 	}
-	if silent, yes := p.stalled(t0.Add(1001 * time.Millisecond)); !yes || silent != 1001*time.Millisecond {
-		t.Fatalf("after 1001 ms of silence with calls in flight: stalled %v (%s)", yes, silent)
-	}
-	// Request bytes taken keep new calls coming, but do not vouch for
-	// the node: it is still silent, and the watchdog looks at each call.
-	b.sent(progressPiece)
+	b.sent(progressPiece) // request bytes taken: b moved, the node is not heard
 	now := time.Now()
-	if _, yes := p.stalled(now); yes {
-		t.Fatal("stalled right after the node took a piece of a request")
+	if silent, yes := p.silent(t0.Add(1001 * time.Millisecond)); !yes || silent != 1001*time.Millisecond {
+		t.Fatalf("after 1001 ms unheard with calls in flight: silent %v (%s)", yes, silent)
 	}
-	if _, yes := p.silent(now.Add(2 * time.Second)); !yes {
-		t.Fatal("a node that only took request bytes for 2 s is not silent")
+	if _, yes := p.stalled(now.Add(time.Hour)); yes {
+		t.Fatal("stalled before any probe went unanswered")
 	}
 	a.progress.Store(monoNanos(now.Add(-2 * time.Second))) // a has stood still for 2 s
+	if !p.standing(now.Add(500 * time.Millisecond)) {
+		t.Fatal("a call that stood still for 2.5 s is not standing")
+	}
 	p.cutSilent(now.Add(500*time.Millisecond), time.Second)
 	if !a.cut.Load() || b.cut.Load() {
 		t.Fatalf("cutSilent 0.5 s after b moved a piece, 2.5 s after a did: cut a %v, b %v; want a only", a.cut.Load(), b.cut.Load())
 	}
-	a.heard() // an answer starts arriving
+	p.unanswered.Store(true) // as the watchdog does when a probe fails
+	if _, yes := p.stalled(time.Now()); !yes {
+		t.Fatal("not stalled after an unanswered probe, with calls in flight")
+	}
+	b.heard() // an answer starts arriving
 	if _, yes := p.stalled(time.Now()); yes {
 		t.Fatal("stalled right after an answer")
 	}
@@ -65,8 +68,9 @@ func TestStalledTracksSilence(t *testing.T) {
 	}
 	p.untrack(a)
 	p.untrack(b)
+	p.unanswered.Store(true)
 	if _, yes := p.stalled(time.Now().Add(time.Hour)); yes {
-		t.Fatal("stalled with nothing in flight")
+		t.Fatal("stalled with nothing in flight: no call could reach the node to hear from it")
 	}
 	if d := newPeer("n", &Options{Timeout: 100 * time.Millisecond}).stallAfter(); d != minStall {
 		t.Fatalf("stallAfter with a 100 ms Timeout = %s, want the %s floor", d, minStall)
@@ -391,4 +395,73 @@ loop:
 		t.Fatal("PUTs to the stopped node still waiting 15 s after the GET was cut")
 	}
 	t.Logf("GET cut after %s", took.Round(time.Millisecond))
+}
+
+// TestBusyNodeNotCut: a node that is alive but holds one call's answer
+// while it reads another call's long body (as a node does for a PUT
+// waiting for buffer budget) hears nothing from the held call and sends
+// nothing on it; the watchdog asks the node (a PING) before cutting, and
+// the node answers, so the held PUT completes instead of being failed
+// and the node backed off.
+func TestBusyNodeNotCut(t *testing.T) {
+	bigDone := make(chan struct{})
+	addr := fakeNode(t, func(c net.Conn) {
+		_ = c.(*net.TCPConn).SetReadBuffer(256 << 10)
+		for {
+			var b [wire.RequestPrefixLen]byte
+			if _, err := io.ReadFull(c, b[:]); err != nil {
+				return
+			}
+			h, err := wire.DecodeRequest(b[:], wire.Limits{MaxBlockBytes: 1 << 30, MaxBatchItems: 1 << 16})
+			if err != nil {
+				return
+			}
+			switch {
+			case h.Op == wire.OpPing:
+			case h.Op == wire.OpPut && h.BodyLen > 1<<20: // the long body, read at about 13 MB/s
+				for left := int64(h.BodyLen); left > 0; left -= 128 << 10 {
+					if _, err := io.CopyN(io.Discard, c, min(left, 128<<10)); err != nil {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				close(bigDone)
+			case h.Op == wire.OpPut: // held until the long one is in
+				if _, err := io.CopyN(io.Discard, c, int64(h.BodyLen)); err != nil {
+					return
+				}
+				select {
+				case <-bigDone:
+				case <-time.After(20 * time.Second):
+					return
+				}
+			default:
+				return
+			}
+			reply(c, wire.ResponseHeader{Status: wire.StatusOK}, nil)
+		}
+	})
+	logs := &lockedLog{}
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Timeout: 4 * time.Second, DialTimeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	bigErr := make(chan error, 1)
+	go func() { bigErr <- cl.Put(ctx, []byte("big"), make([]byte, 32<<20)) }()
+	time.Sleep(100 * time.Millisecond) // the long PUT is under way
+	start := time.Now()
+	if err := cl.Put(ctx, []byte("small"), make([]byte, 256<<10)); err != nil {
+		t.Fatalf("the held PUT on a busy, live node (%s): %v\n%s", time.Since(start), err, logs.String())
+	}
+	if err := <-bigErr; err != nil {
+		t.Fatalf("the long PUT: %v\n%s", err, logs.String())
+	}
+	if strings.Contains(logs.String(), "stopped answering") {
+		t.Fatalf("a live node's calls were cut:\n%s", logs.String())
+	}
+	t.Logf("the held PUT completed after %s", time.Since(start).Round(time.Millisecond))
 }

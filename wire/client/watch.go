@@ -8,16 +8,17 @@ func (c *Client) startWatch() {
 	go c.watch()
 }
 
-// watch looks at every node a quarter of stallAfter apart and cuts the
-// calls in flight to one that has gone silent (peer.silent) that have not
-// moved either (peer.cutSilent), so they fail now instead of at their
-// deadlines. New calls to a stalled node fail at
-// once already; without the cut, the calls that reached it before the
-// verdict waited out their whole Timeout, and an engine whose threads all
-// called it in the first moments (they do: keys spread over the nodes)
-// had every thread blocked for the Timeout, throughput to the healthy
-// nodes included. The cut calls count as one failure of the node and open
-// its back-off window, which probes it again later.
+// watch looks at every node a quarter of stallAfter apart. One that has
+// gone silent (peer.silent) with calls that have not moved either
+// (peer.standing) is asked whether it is alive (peer.probe, in the
+// background). If it does not answer, new calls to it fail at once
+// (peer.stalled) and those standing calls are cut (peer.cutSilent), so
+// they fail now instead of at their deadlines: an engine whose threads
+// all called the node in its first moments (they do: keys spread over the
+// nodes) would otherwise have every thread blocked for the Timeout,
+// throughput to the healthy nodes included. The cut calls count as one
+// failure of the node and open its back-off window, which probes it again
+// later.
 func (c *Client) watch() {
 	defer close(c.watchDone)
 	tick := time.NewTicker(max(c.opts.Timeout/4, minStall) / 4)
@@ -29,8 +30,23 @@ func (c *Client) watch() {
 		case now := <-tick.C:
 			c.peerMu.Lock()
 			for _, p := range c.peers {
-				if silent, yes := p.silent(now); yes {
-					p.cutSilent(now, silent)
+				if _, yes := p.silent(now); yes && p.standing(now) && p.probing.CompareAndSwap(false, true) {
+					c.probes.Add(1)
+					go func(p *peer) {
+						defer c.probes.Done()
+						defer p.probing.Store(false)
+						if p.probe() {
+							return
+						}
+						// Still silent after the probe (an answer may have come
+						// on a call meanwhile): new calls fail fast, standing
+						// ones are cut.
+						now := time.Now()
+						if silent, yes := p.silent(now); yes {
+							p.unanswered.Store(true)
+							p.cutSilent(now, silent)
+						}
+					}(p)
 				}
 			}
 			c.peerMu.Unlock()

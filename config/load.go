@@ -298,9 +298,14 @@ func sameListener(a, b string) bool {
 	}
 	ha, pa, errA := net.SplitHostPort(a)
 	hb, pb, errB := net.SplitHostPort(b)
+	na, errPA := strconv.Atoi(pa)
+	nb, errPB := strconv.Atoi(pb)
+	if errA != nil || errB != nil || errPA != nil || errPB != nil {
+		return false
+	}
 	// A wildcard address takes its port on every interface, so it clashes
 	// with any address on that port (0.0.0.0:7600 and 127.0.0.1:7600).
-	return errA == nil && errB == nil && pa == pb && pa != "0" && (ha == hb || unspecifiedHost(a) || unspecifiedHost(b))
+	return na == nb && na != 0 && (ha == hb || unspecifiedHost(a) || unspecifiedHost(b))
 }
 
 // loopbackRegistered warns when a node registers a loopback address with

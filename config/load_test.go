@@ -424,6 +424,8 @@ func TestErrors(t *testing.T) {
 		`server.http_listen (DFKV_HTTP_LISTEN) "127.0.0.1:7601" takes the port of server.listen (DFKV_LISTEN) "127.0.0.1:7601"`)
 	f("http on the data port through a wildcard", in{flags: map[string][]string{"listen": {"0.0.0.0:7601"}, "http-listen": {"127.0.0.1:7601"}}},
 		`server.http_listen (DFKV_HTTP_LISTEN) "127.0.0.1:7601" takes the port of server.listen (DFKV_LISTEN) "0.0.0.0:7601"`)
+	f("http on the data port spelt with a leading zero", in{flags: map[string][]string{"listen": {"0.0.0.0:07601"}, "http-listen": {"127.0.0.1:7601"}}},
+		`server.http_listen (DFKV_HTTP_LISTEN) "127.0.0.1:7601" takes the port of server.listen (DFKV_LISTEN) "0.0.0.0:07601"`)
 	f("wildcard listen registering with an MDS", in{flags: map[string][]string{"listen": {"0.0.0.0:7600"}, "mds": {"10.0.0.1:7700"}}},
 		`server.listen (DFKV_LISTEN) "0.0.0.0:7600" is not an address clients can dial`, "set server.advertise_addr")
 	f("wildcard advertise address", in{flags: map[string][]string{"advertise-addr": {"0.0.0.0:7600"}, "mds": {"10.0.0.1:7700"}}},
@@ -614,5 +616,29 @@ func TestNoEffectWarnings(t *testing.T) {
 	}
 	if w := warnings("ctl", map[string][]string{"members": {"a:1"}, "mds": {"m:7700"}}); !strings.Contains(w, "client.members (DFKV_MEMBERS) is set from flag --members but has no effect: client.mds is set") {
 		t.Fatalf("members beside an MDS: warnings %q", w)
+	}
+}
+
+// TestSameListener: two listen addresses collide when they name one fixed
+// port, as numbers, on one host or through a wildcard; port 0 (in any
+// spelling) picks a free port each time and never collides.
+func TestSameListener(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"127.0.0.1:7600", "127.0.0.1:7600", true},
+		{"0.0.0.0:7600", "127.0.0.1:7600", true},
+		{"127.0.0.1:7600", ":7600", true},
+		{"0.0.0.0:07600", "127.0.0.1:7600", true},
+		{"127.0.0.1:7600", "127.0.0.2:7600", false},
+		{"127.0.0.1:7600", "127.0.0.1:7680", false},
+		{"127.0.0.1:0", "127.0.0.1:00", false},
+		{"127.0.0.1:7600", "", false},
+		{"not an address", "127.0.0.1:7600", false},
+	} {
+		if got := sameListener(c.a, c.b); got != c.want {
+			t.Errorf("sameListener(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
 	}
 }

@@ -42,9 +42,12 @@ type etcdDir struct {
 	epochs map[string]uint64 // group → last change revision seen
 	// watched is the revision through which the watch has delivered
 	// every change under the prefix: the revision of its initial read,
-	// then of each event it hands on. Members trusts epochs only for a
-	// read at or below it.
-	watched uint64
+	// then of each event it hands on and of each progress notice etcd
+	// sends on request (writes elsewhere in etcd move the revision but
+	// bring no event). Members trusts epochs only for a read at or below
+	// it; advanced is closed (and replaced) each time it moves.
+	watched  uint64
+	advanced chan struct{}
 	// heard is when this MDS last heard from each member (registration or
 	// heartbeat), for MemberInfo.LastHeartbeatUnixMS: etcd keeps liveness
 	// in the lease, and writing the time to etcd on every heartbeat would
@@ -70,7 +73,7 @@ func openEtcdDir(endpoints []string, prefix string, ttl time.Duration, log *slog
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &etcdDir{cli: cli, prefix: strings.TrimSuffix(prefix, "/"), ttl: ttl, log: log,
-		epochs: map[string]uint64{}, heard: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
+		epochs: map[string]uint64{}, heard: map[string]time.Time{}, cancel: cancel, done: make(chan struct{}), advanced: make(chan struct{})}
 	go d.watch(ctx)
 	return d, nil
 }
@@ -132,7 +135,7 @@ func (d *etcdDir) watch(ctx context.Context) {
 		for g := range d.epochs {
 			d.epochs[g] = max(d.epochs[g], rev)
 		}
-		d.watched = max(d.watched, rev)
+		d.advanceLocked(rev)
 		d.mu.Unlock()
 		wch := d.cli.Watch(clientv3.WithRequireLeader(ctx), d.prefix+"/groups/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 		for wr := range wch {
@@ -143,10 +146,67 @@ func (d *etcdDir) watch(ctx context.Context) {
 				if g, ok := d.groupOf(string(ev.Kv.Key)); ok {
 					d.noteEpoch(g, ev.Kv.ModRevision)
 				}
-				d.mu.Lock()
-				d.watched = max(d.watched, uint64(ev.Kv.ModRevision))
-				d.mu.Unlock()
 			}
+			d.mu.Lock()
+			switch {
+			case wr.IsProgressNotify():
+				// Every event up to the header's revision has been sent.
+				d.advanceLocked(uint64(wr.Header.Revision))
+			case len(wr.Events) > 0:
+				// Not the header's revision: while the watch catches up,
+				// an event response carries the current revision before
+				// all the events up to it have arrived.
+				d.advanceLocked(uint64(wr.Events[len(wr.Events)-1].Kv.ModRevision))
+			}
+			d.mu.Unlock()
+		}
+	}
+}
+
+// advanceLocked moves watched to rev if that is further, waking
+// catchUp's waiters. The caller holds d.mu.
+func (d *etcdDir) advanceLocked(rev uint64) {
+	if rev > d.watched {
+		d.watched = rev
+		close(d.advanced)
+		d.advanced = make(chan struct{})
+	}
+}
+
+// catchUpWait bounds how long Members waits for the watch to vouch for a
+// read; past it the read's own revision is the epoch (readEpoch).
+const catchUpWait = 200 * time.Millisecond
+
+// catchUp waits, at most catchUpWait, until the watch has delivered every
+// change up to rev, asking etcd for a progress notice so that writes
+// outside the prefix (on an etcd other applications share) do not leave
+// it behind for good. It reports whether it got there.
+func (d *etcdDir) catchUp(ctx context.Context, rev uint64) bool {
+	asked := false
+	timer := time.NewTimer(catchUpWait)
+	defer timer.Stop()
+	for {
+		d.mu.Lock()
+		if d.watched >= rev {
+			d.mu.Unlock()
+			return true
+		}
+		advanced := d.advanced
+		d.mu.Unlock()
+		if !asked {
+			asked = true
+			// The watch's stream is the one its context names
+			// (WithRequireLeader), so the request must name it too.
+			if err := d.cli.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
+				return false
+			}
+		}
+		select {
+		case <-advanced:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
 		}
 	}
 }
@@ -251,6 +311,8 @@ func (d *etcdDir) Members(ctx context.Context, group string) (uint64, []wire.Mem
 	if err != nil {
 		return 0, nil, backendErr("members", err)
 	}
+	read := uint64(resp.Header.Revision)
+	d.catchUp(ctx, read) // lets readEpoch name the last change, not the read
 	out := make([]wire.MemberInfo, 0, len(resp.Kvs))
 	var lastPut uint64
 	d.mu.Lock()
@@ -266,7 +328,7 @@ func (d *etcdDir) Members(ctx context.Context, group string) (uint64, []wire.Mem
 		}
 		out = append(out, m)
 	}
-	epoch := readEpoch(uint64(resp.Header.Revision), lastPut, d.epochs[group], d.watched)
+	epoch := readEpoch(read, lastPut, d.epochs[group], d.watched)
 	d.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return epoch, out, nil
@@ -282,8 +344,8 @@ func (d *etcdDir) Members(ctx context.Context, group string) (uint64, []wire.Mem
 // or already past it) read itself does: it is a revision whose state is
 // this list. The price is a client fetching an unchanged list once more,
 // never one kept past a change. (Writes to etcd outside the members
-// prefix move read but not the watch, so on an etcd shared with other
-// writers lists carry read more often.)
+// prefix move read but bring the watch no event; Members asks etcd for a
+// progress notice first, catchUp, so the watch vouches for the read.)
 func readEpoch(read, lastPut, lastChange, watched uint64) uint64 {
 	if watched >= read && lastChange <= read {
 		return max(lastChange, lastPut)

@@ -2,6 +2,7 @@ package mds
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -142,5 +143,53 @@ func TestEtcdOutageLogged(t *testing.T) {
 	waitFor("MDS: etcd reachable again")
 	if n := strings.Count(logs.String(), "MDS: etcd unreachable"); n != 1 {
 		t.Errorf("%d unreachable lines for one outage:\n%s", n, logs.String())
+	}
+}
+
+// TestEtcdEpochIgnoresOtherWrites: on an etcd other applications write to,
+// an unchanged member list keeps its epoch (so clients are told
+// "unchanged" and the MDS's reply cache serves them), while a change to it
+// still moves the epoch. Before the watch asked etcd for progress notices,
+// every foreign write gave the next list a new epoch: a full read and a
+// full reply on every poll.
+func TestEtcdEpochIgnoresOtherWrites(t *testing.T) {
+	etcd := testetcd.Start(t)
+	d, err := openEtcdDir([]string{etcd.Endpoint}, "/dfkv", 5*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	for i := 1; i <= 2; i++ {
+		if _, err := d.Register(ctx, "g", member(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	e1, ms, err := d.Members(ctx, "g")
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("members: %+v %v", ms, err)
+	}
+	for i := range 10 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("/other-app/key-%d", i), "x"); err != nil {
+			t.Fatal(err)
+		}
+		e, ms, err := d.Members(ctx, "g")
+		if err != nil || len(ms) != 2 {
+			t.Fatalf("members after a foreign write: %+v %v", ms, err)
+		}
+		if e != e1 {
+			t.Fatalf("after foreign write %d the unchanged list's epoch went from %d to %d", i, e1, e)
+		}
+	}
+	if _, err := cli.Delete(ctx, d.memberKey("g", member(2).ID)); err != nil {
+		t.Fatal(err)
+	}
+	if e, ms, err := d.Members(ctx, "g"); err != nil || len(ms) != 1 || e == e1 {
+		t.Fatalf("after node-2 left: %d members at epoch %d (was %d): %v", len(ms), e, e1, err)
 	}
 }

@@ -65,7 +65,12 @@ func openEtcdDir(endpoints []string, prefix string, ttl time.Duration, log *slog
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 2 * time.Second,
-		Logger:      zap.NewNop(), // dfkv logs through slog; etcd's own chatter stays out
+		// A partition that drops packets without a reset is otherwise
+		// noticed only by the calls' own timeouts; the watch, which
+		// makes none, would wait on it silently.
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
+		Logger:               zap.NewNop(), // dfkv logs through slog; etcd's own chatter stays out
 
 	})
 	if err != nil {

@@ -105,8 +105,8 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 			return fmt.Errorf("listen on %s (mds.listen / DFKV_MDS_LISTEN): %w", mc.Listen, err)
 		}
 	}
-	cs := &controlServer{dir: dir, ln: ln, log: log, ttl: mc.HeartbeatTTL, firstReq: mc.FirstRequest}
 	probe := &probeCache{dir: dir, ttl: mc.ProbeCache}
+	cs := &controlServer{dir: dir, ln: ln, log: log, ttl: mc.HeartbeatTTL, firstReq: mc.FirstRequest, backendDown: probe.down}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), &mdsCollector{cs: cs, dir: dir, group: cfg.Group, probe: probe, expiries: &expiries, backend: backend})
@@ -192,11 +192,17 @@ type probeCache struct {
 	dir Directory
 	ttl time.Duration
 
-	mu   sync.Mutex
-	at   time.Time
-	last error
-	ok   atomic.Bool
+	mu     sync.Mutex
+	at     time.Time
+	last   error
+	ok     atomic.Bool
+	failed atomic.Bool // the last probe failed; false before the first
 }
+
+// down reports that the last probe failed (false before the first). It
+// does not wait for a probe in progress (check holds mu across it, up to
+// etcd's operation timeout).
+func (p *probeCache) down() bool { return p.failed.Load() }
 
 func (p *probeCache) check(ctx context.Context) error {
 	p.mu.Lock()
@@ -207,6 +213,7 @@ func (p *probeCache) check(ctx context.Context) error {
 	p.last = p.dir.Probe(ctx)
 	p.at = time.Now()
 	p.ok.Store(p.last == nil)
+	p.failed.Store(p.last != nil)
 	return p.last
 }
 

@@ -25,6 +25,11 @@ type controlServer struct {
 	log      *slog.Logger
 	ttl      time.Duration
 	firstReq time.Duration
+	// backendDown reports the backend's last probe failed (nil: never).
+	// The directory's epoch is then only what this MDS last saw (an etcd
+	// watch cut off by a partition reports no error, it just stops), so
+	// MEMBERS skips the in-memory answers and goes to the backend.
+	backendDown func() bool
 
 	wg    sync.WaitGroup
 	mu    sync.Mutex
@@ -219,7 +224,8 @@ func (s *controlServer) do(ctx context.Context, op wire.Op, known uint64, body [
 		s.log.Info("MDS: member deregistered", "group", req.Group, "id", req.ID, "epoch", epoch)
 		return wire.StatusOK, epoch, nil
 	case wire.OpMDSMembers:
-		if e, err := s.dir.Epoch(ctx, req.Group); err == nil && e != 0 {
+		down := s.backendDown != nil && s.backendDown()
+		if e, err := s.dir.Epoch(ctx, req.Group); err == nil && e != 0 && !down {
 			if known == e {
 				return wire.StatusOK, e, nil
 			}
@@ -233,12 +239,12 @@ func (s *controlServer) do(ctx context.Context, op wire.Op, known uint64, body [
 			// MDS served is what the nodes' own heartbeats last said, and
 			// better than nothing for a client starting now (an engine
 			// restarting, a ctl run), which would otherwise fail to open.
-			// Running clients keep routing over their own last list anyway.
-			if r, ok := s.last(req.Group); ok && r.status == wire.StatusOK {
+			// A client that holds a list already is told UNAVAILABLE,
+			// not "unchanged": it then asks its next MDS, which may reach
+			// etcd and know of changes this one cannot see, and if none
+			// answers it routes over its own list, as it would anyway.
+			if r, ok := s.last(req.Group); ok && r.status == wire.StatusOK && known == 0 {
 				s.staleReplies.Add(1)
-				if known != 0 && known == r.epoch {
-					return wire.StatusOK, r.epoch, nil
-				}
 				return r.status, r.epoch, r.body
 			}
 			return fail(err)

@@ -13,12 +13,22 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
-// downDir is a directory whose backend can be taken down: Members and
-// Epoch then fail as an unreachable etcd does.
+// downDir is a directory whose backend can be taken down: Members then
+// fails as an unreachable etcd does, and Epoch too unless memEpoch is set
+// (etcd's directory answers Epoch from memory, whatever etcd does).
 type downDir struct {
 	Directory
-	down    atomic.Bool
-	members []wire.MemberInfo
+	down     atomic.Bool
+	memEpoch bool
+	epoch    uint64 // 0: 7
+	members  []wire.MemberInfo
+}
+
+func (d *downDir) at() uint64 {
+	if d.epoch == 0 {
+		return 7
+	}
+	return d.epoch
 }
 
 var errBackendDown = fmt.Errorf("directory backend unavailable: context deadline exceeded: %w", wire.StatusUnavailable)
@@ -27,21 +37,21 @@ func (d *downDir) Members(context.Context, string) (uint64, []wire.MemberInfo, e
 	if d.down.Load() {
 		return 0, nil, errBackendDown
 	}
-	return 7, d.members, nil
+	return d.at(), d.members, nil
 }
 
 func (d *downDir) Epoch(context.Context, string) (uint64, error) {
-	if d.down.Load() {
+	if d.down.Load() && !d.memEpoch {
 		return 0, errBackendDown
 	}
-	return 7, nil
+	return d.at(), nil
 }
 
 // TestMembersServedWhileBackendDown: with its backend down, the MDS
-// answers MEMBERS with the last list it served (counted), so a client
-// starting during an etcd outage can open and route, and one that knows
-// that epoch hears it is unchanged; an MDS that never served the group
-// still reports the outage.
+// answers a new client's MEMBERS with the last list it served (counted),
+// so a client starting during an etcd outage can open and route; a client
+// that holds a list is told UNAVAILABLE, so it asks another MDS; an MDS
+// that never served the group reports the outage.
 func TestMembersServedWhileBackendDown(t *testing.T) {
 	d := &downDir{members: []wire.MemberInfo{member(1), member(2)}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -68,10 +78,49 @@ func TestMembersServedWhileBackendDown(t *testing.T) {
 	if err != nil || epoch != 7 || len(ms) != 2 || !changed || ms[0].ID != "node-1" {
 		t.Fatalf("a new client's MEMBERS with the backend down: %d %v changed=%v %v; want the last list", epoch, ms, changed, err)
 	}
-	if _, _, changed, err := mdsClient(t, "default", addr).Members(context.Background(), 7); err != nil || changed {
-		t.Fatalf("MEMBERS at the known epoch with the backend down: changed=%v %v", changed, err)
+	if _, _, _, err := mdsClient(t, "default", addr).Members(context.Background(), 7); !errors.Is(err, wire.StatusUnavailable) {
+		t.Fatalf("MEMBERS at a known epoch with the backend down: %v, want UNAVAILABLE", err)
 	}
-	if n := cs.staleReplies.Load(); n != 2 {
-		t.Fatalf("stale replies counted %d, want 2", n)
+	if n := cs.staleReplies.Load(); n != 1 {
+		t.Fatalf("stale replies counted %d, want 1", n)
+	}
+}
+
+// TestPartitionedMDSSendsClientsOn: an MDS cut off from etcd by a
+// partition still knows an epoch (its watch just stopped, without an
+// error), so it used to answer every client holding that epoch
+// "unchanged" for as long as the partition lasted, while another MDS saw
+// the members change. With its backend probe failing it skips that
+// answer and says UNAVAILABLE, and a client with both MDS addresses gets
+// the other's current list.
+func TestPartitionedMDSSendsClientsOn(t *testing.T) {
+	serve := func(d Directory, down func() bool) (string, *controlServer) {
+		t.Helper()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs := &controlServer{dir: d, ln: ln, log: slog.New(slog.DiscardHandler), ttl: 10 * time.Second, backendDown: down}
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		go cs.serve(ctx)
+		return ln.Addr().String(), cs
+	}
+	cut := &downDir{members: []wire.MemberInfo{member(1), member(2)}, memEpoch: true}
+	cutAddr, _ := serve(cut, cut.down.Load)
+	ctx := context.Background()
+	if epoch, ms, _, err := mdsClient(t, "default", cutAddr).Members(ctx, 0); err != nil || epoch != 7 || len(ms) != 2 {
+		t.Fatalf("before the partition: %d %v %v", epoch, ms, err)
+	}
+	cut.down.Store(true)
+	if _, _, _, err := mdsClient(t, "default", cutAddr).Members(ctx, 7); !errors.Is(err, wire.StatusUnavailable) {
+		t.Fatalf("a client at epoch 7 asking the cut-off MDS: %v, want UNAVAILABLE, not unchanged", err)
+	}
+	healthy := &downDir{members: []wire.MemberInfo{member(1)}}
+	healthy.epoch = 9
+	healthyAddr, _ := serve(healthy, nil)
+	epoch, ms, changed, err := mdsClient(t, "default", cutAddr, healthyAddr).Members(ctx, 7)
+	if err != nil || !changed || epoch != 9 || len(ms) != 1 {
+		t.Fatalf("a client with both MDS: %d %v changed=%v %v; want the healthy MDS's list at epoch 9", epoch, ms, changed, err)
 	}
 }

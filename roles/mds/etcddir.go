@@ -67,9 +67,10 @@ func openEtcdDir(endpoints []string, prefix string, ttl time.Duration, log *slog
 		DialTimeout: 2 * time.Second,
 		// A partition that drops packets without a reset is otherwise
 		// noticed only by the calls' own timeouts; the watch, which
-		// makes none, would wait on it silently.
-		DialKeepAliveTime:    5 * time.Second,
-		DialKeepAliveTimeout: 3 * time.Second,
+		// makes none, would wait on it silently. (gRPC allows no less
+		// than 10 s between pings.)
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
 		Logger:               zap.NewNop(), // dfkv logs through slog; etcd's own chatter stays out
 
 	})
@@ -187,9 +188,11 @@ const catchUpWait = 200 * time.Millisecond
 // outside the prefix (on an etcd other applications share) do not leave
 // it behind for good. It reports whether it got there.
 func (d *etcdDir) catchUp(ctx context.Context, rev uint64) bool {
-	asked := false
-	timer := time.NewTimer(catchUpWait)
-	defer timer.Stop()
+	// Bound the request too: it blocks while the watch's stream is being
+	// reopened. The context keeps its metadata (WithRequireLeader), so
+	// the request still names the watch's stream.
+	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), catchUpWait)
+	defer cancel()
 	for {
 		d.mu.Lock()
 		if d.watched >= rev {
@@ -198,18 +201,14 @@ func (d *etcdDir) catchUp(ctx context.Context, rev uint64) bool {
 		}
 		advanced := d.advanced
 		d.mu.Unlock()
-		if !asked {
-			asked = true
-			// The watch's stream is the one its context names
-			// (WithRequireLeader), so the request must name it too.
-			if err := d.cli.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
-				return false
-			}
+		// Asked again after each advance short of rev: the notice may
+		// come from an etcd member a little behind the one that served
+		// the read.
+		if err := d.cli.RequestProgress(ctx); err != nil {
+			return false
 		}
 		select {
 		case <-advanced:
-		case <-timer.C:
-			return false
 		case <-ctx.Done():
 			return false
 		}

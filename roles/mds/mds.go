@@ -169,7 +169,7 @@ func watchBackend(ctx context.Context, probe *probeCache, every time.Duration, l
 		case <-tick.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, every+etcdOpTimeout)
-		err := probe.check(pctx)
+		err := probe.checkNow(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -204,10 +204,16 @@ type probeCache struct {
 // etcd's operation timeout).
 func (p *probeCache) down() bool { return p.failed.Load() }
 
-func (p *probeCache) check(ctx context.Context) error {
+func (p *probeCache) check(ctx context.Context) error { return p.probe(ctx, false) }
+
+// checkNow probes whatever the cache holds: the backend watcher's probe,
+// which is what keeps down current.
+func (p *probeCache) checkNow(ctx context.Context) error { return p.probe(ctx, true) }
+
+func (p *probeCache) probe(ctx context.Context, now bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ttl > 0 && !p.at.IsZero() && time.Since(p.at) < p.ttl {
+	if !now && p.ttl > 0 && !p.at.IsZero() && time.Since(p.at) < p.ttl {
 		return p.last
 	}
 	p.last = p.dir.Probe(ctx)

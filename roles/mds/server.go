@@ -225,6 +225,11 @@ func (s *controlServer) do(ctx context.Context, op wire.Op, known uint64, body [
 		return wire.StatusOK, epoch, nil
 	case wire.OpMDSMembers:
 		down := s.backendDown != nil && s.backendDown()
+		if down && known != 0 {
+			// A client that holds a list asks its next MDS (see below);
+			// no need to make it wait for the backend's timeout first.
+			return wire.StatusUnavailable, 0, []byte("this MDS cannot reach its directory backend (etcd); ask another MDS")
+		}
 		if e, err := s.dir.Epoch(ctx, req.Group); err == nil && e != 0 && !down {
 			if known == e {
 				return wire.StatusOK, e, nil

@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -464,4 +465,89 @@ func TestBusyNodeNotCut(t *testing.T) {
 		t.Fatalf("a live node's calls were cut:\n%s", logs.String())
 	}
 	t.Logf("the held PUT completed after %s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestUnansweredProbeIsRetried: a node that missed one PING (a hiccup)
+// while the calls left in flight move a body but hear nothing is probed
+// again, so new calls stop failing fast once it answers, rather than for
+// as long as the body takes.
+func TestUnansweredProbeIsRetried(t *testing.T) {
+	var pings atomic.Int32
+	bigDone := make(chan struct{})
+	addr := fakeNode(t, func(c net.Conn) {
+		_ = c.(*net.TCPConn).SetReadBuffer(256 << 10)
+		for {
+			var b [wire.RequestPrefixLen]byte
+			if _, err := io.ReadFull(c, b[:]); err != nil {
+				return
+			}
+			h, err := wire.DecodeRequest(b[:], wire.Limits{MaxBlockBytes: 1 << 30, MaxBatchItems: 1 << 16})
+			if err != nil {
+				return
+			}
+			switch {
+			case h.Op == wire.OpPing:
+				if pings.Add(1) == 1 {
+					<-bigDone // the first PING goes unanswered
+					return
+				}
+			case h.Op == wire.OpPut && h.BodyLen > 1<<20: // a long body at about 13 MB/s
+				for left := int64(h.BodyLen); left > 0; left -= 128 << 10 {
+					if _, err := io.CopyN(io.Discard, c, min(left, 128<<10)); err != nil {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				close(bigDone)
+			case h.Op == wire.OpPut && h.BodyLen == 1<<10: // held, standing, until the long one is in
+				if _, err := io.CopyN(io.Discard, c, int64(h.BodyLen)); err != nil {
+					return
+				}
+				select {
+				case <-bigDone:
+				case <-time.After(30 * time.Second):
+				}
+			case h.Op == wire.OpPut:
+				if _, err := io.CopyN(io.Discard, c, int64(h.BodyLen)); err != nil {
+					return
+				}
+			default:
+				return
+			}
+			reply(c, wire.ResponseHeader{Status: wire.StatusOK}, nil)
+		}
+	})
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Timeout: 4 * time.Second, DialTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go func() { _ = cl.Put(ctx, []byte("big"), make([]byte, 48<<20)) }()
+	time.Sleep(100 * time.Millisecond)
+	go func() { _ = cl.Put(ctx, []byte("held"), make([]byte, 1<<10)) }() // cut after the missed PING
+	for pings.Load() == 0 {                                              // the held PUT stood for 1 s; the watchdog sent its PING
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(700 * time.Millisecond) // the PING went unanswered for probeWait (0.5 s): the verdict is in
+	var ok, fast int
+	for {
+		select {
+		case <-bigDone:
+			t.Fatalf("the long PUT finished first: %d small PUTs went through, %d failed fast; want the node probed again and calls let through", ok, fast)
+		default:
+		}
+		if err := cl.Put(ctx, []byte("small"), make([]byte, 100)); err == nil {
+			ok++
+			if pings.Load() >= 2 {
+				t.Logf("after %d PINGs: %d small PUTs failed fast, then they went through", pings.Load(), fast)
+				return
+			}
+		} else {
+			fast++
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -30,11 +30,19 @@ func (c *Client) watch() {
 		case now := <-tick.C:
 			c.peerMu.Lock()
 			for _, p := range c.peers {
-				if _, yes := p.silent(now); yes && p.standing(now) && p.probing.CompareAndSwap(false, true) {
+				// Probe a silent node with calls standing, and keep probing
+				// one that left a probe unanswered while calls are in
+				// flight: its verdict makes new calls fail fast, and only a
+				// later answer lifts it (the calls still in flight may be
+				// ones moving a body, which hear nothing).
+				_, silent := p.silent(now)
+				due := silent && p.standing(now) || p.unanswered.Load() && p.inflight.Load() > 0
+				if due && p.probing.CompareAndSwap(false, true) {
 					c.probes.Add(1)
 					go func(p *peer) {
 						defer c.probes.Done()
 						defer p.probing.Store(false)
+						heard := p.heard.Load()
 						if p.probe() {
 							return
 						}
@@ -44,6 +52,9 @@ func (c *Client) watch() {
 						now := time.Now()
 						if silent, yes := p.silent(now); yes {
 							p.unanswered.Store(true)
+							if p.heard.Load() != heard {
+								p.unanswered.Store(false) // an answer came as the verdict was given
+							}
 							p.cutSilent(now, silent)
 						}
 					}(p)

@@ -3,8 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -73,25 +71,25 @@ func suggestEnv(name string) string {
 // roles (ctl, bench, smoke) and false values get unknownEnv's warning
 // only: an engine's environment may carry the variable into a shell where
 // an operator runs ctl to look around.
-var notBuiltSwitches = map[string]string{
-	"DFKV_RDMA": "the RDMA transport",
+var notBuiltSwitches = []struct{ env, feature string }{
+	{"DFKV_RDMA", "the RDMA transport"},
 }
 
 // notBuiltAsked returns an error naming each switch of notBuiltSwitches
 // set to a true value, or to something that is not a boolean, or nil.
 func notBuiltAsked(lookup func(string) (string, bool)) error {
 	var errs []error
-	for _, name := range slices.Sorted(maps.Keys(notBuiltSwitches)) {
-		val, ok := lookup(name)
+	for _, sw := range notBuiltSwitches {
+		val, ok := lookup(sw.env)
 		if !ok {
 			continue
 		}
 		on, known := parseSwitch(val)
 		switch {
 		case !known:
-			errs = append(errs, fmt.Errorf("environment variable %s=%q is not a boolean (1/0, true/false, yes/no, on/off); it asks for %s, which this build does not have (it is not built yet): unset it or set it to 0", name, val, notBuiltSwitches[name]))
+			errs = append(errs, fmt.Errorf("environment variable %s=%q is not a boolean (1/0, true/false, yes/no, on/off); it asks for %s, which this build does not have (it is not built yet): unset it or set it to 0", sw.env, val, sw.feature))
 		case on:
-			errs = append(errs, fmt.Errorf("environment variable %s=%s asks for %s, which this build does not have (it is not built yet): unset %s or set it to 0 to serve over TCP", name, val, notBuiltSwitches[name], name))
+			errs = append(errs, fmt.Errorf("environment variable %s=%s asks for %s, which this build does not have (it is not built yet): unset %s or set it to 0 to serve over TCP", sw.env, val, sw.feature, sw.env))
 		}
 	}
 	return errors.Join(errs...)

@@ -118,9 +118,9 @@ func (q *Quotas) Usage() map[uint64]int64 {
 func (q *Quotas) stripe(tenant uint64) int { return int(tenant % quotaStripes) }
 
 func (q *Quotas) exceeded(tenant uint64, used int64, need, limit uint64) error {
-	who := fmt.Sprintf("0x%016x", tenant)
-	if n, ok := q.names[tenant]; ok {
-		who = fmt.Sprintf("%q (0x%016x)", n, tenant)
+	who := q.Label(tenant)
+	if _, named := q.names[tenant]; named {
+		who = fmt.Sprintf("%q (0x%016x)", who, tenant) // the name, and the hash metrics of other nodes may show
 	}
 	return fmt.Errorf("tenant %s: %d bytes committed + %d new exceeds its node quota of %d bytes: %w",
 		who, used, need, limit, wire.StatusQuotaExceeded)

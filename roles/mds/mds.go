@@ -177,7 +177,7 @@ func watchBackend(ctx context.Context, probe *probeCache, every time.Duration, l
 		switch {
 		case err != nil && downSince.IsZero():
 			downSince = time.Now()
-			log.Warn("MDS: etcd unreachable; registrations and heartbeats fail and MEMBERS is answered with this MDS's last list until it returns",
+			log.Warn("MDS: etcd unreachable; registrations and heartbeats fail, a starting client is given this MDS's last member list, and a client that holds one is sent to its next MDS, until it returns",
 				"error", err.Error())
 		case err == nil && !downSince.IsZero():
 			log.Info("MDS: etcd reachable again", "down_for", time.Since(downSince).Round(time.Second).String())
@@ -195,7 +195,6 @@ type probeCache struct {
 	mu     sync.Mutex
 	at     time.Time
 	last   error
-	ok     atomic.Bool
 	failed atomic.Bool // the last probe failed; false before the first
 }
 
@@ -218,7 +217,6 @@ func (p *probeCache) probe(ctx context.Context, now bool) error {
 	}
 	p.last = p.dir.Probe(ctx)
 	p.at = time.Now()
-	p.ok.Store(p.last == nil)
 	p.failed.Store(p.last != nil)
 	return p.last
 }

@@ -28,7 +28,8 @@ type controlServer struct {
 	// backendDown reports the backend's last probe failed (nil: never).
 	// The directory's epoch is then only what this MDS last saw (an etcd
 	// watch cut off by a partition reports no error, it just stops), so
-	// MEMBERS skips the in-memory answers and goes to the backend.
+	// MEMBERS answers no "unchanged": a client that holds a list is sent
+	// to its next MDS, a starting one gets the backend's list or the last.
 	backendDown func() bool
 
 	wg    sync.WaitGroup

@@ -50,7 +50,7 @@ func LoadQuotas(path string, def uint64) (*engine.Quotas, error) {
 				return nil, bad("tenants must be a table of name = size")
 			}
 			for name, raw := range table {
-				hash, err := tenantOf(name)
+				hash, byHash, err := tenantOf(name)
 				if err != nil {
 					return nil, bad("%w", err)
 				}
@@ -62,7 +62,7 @@ func LoadQuotas(path string, def uint64) (*engine.Quotas, error) {
 					return nil, bad("tenant %q is listed twice (by name and by hash?)", name)
 				}
 				limits[hash] = size
-				if !isHashName(name) {
+				if !byHash {
 					names[hash] = name
 				}
 			}
@@ -76,32 +76,25 @@ func LoadQuotas(path string, def uint64) (*engine.Quotas, error) {
 	return q, nil
 }
 
-// isHashName reports a tenant given as its hash ("0x" and 16 hex digits).
-func isHashName(name string) bool {
-	h, ok := strings.CutPrefix(name, "0x")
-	if !ok || len(h) != 16 {
-		return false
-	}
-	_, err := hex.DecodeString(h)
-	return err == nil
-}
-
-func tenantOf(name string) (uint64, error) {
+// tenantOf is the tenant hash a quotas-file entry names: "0x" and 16 hex
+// digits is the hash itself (byHash), anything else a tenant name, hashed
+// as the client hashes a namespace's tenant.
+func tenantOf(name string) (hash uint64, byHash bool, err error) {
 	if name == "" {
-		return 0, errors.New("an empty tenant name")
+		return 0, false, errors.New("an empty tenant name")
 	}
 	if h, ok := strings.CutPrefix(name, "0x"); ok && len(h) == 16 {
 		b, err := hex.DecodeString(h)
 		if err != nil {
-			return 0, fmt.Errorf("tenant %q: not 16 hex digits: %v", name, err)
+			return 0, false, fmt.Errorf("tenant %q: not 16 hex digits: %v", name, err)
 		}
 		var v uint64
 		for _, c := range b {
 			v = v<<8 | uint64(c)
 		}
-		return v, nil
+		return v, true, nil
 	}
-	return wire.TenantHash([]byte(name)), nil
+	return wire.TenantHash([]byte(name)), false, nil
 }
 
 func quotaSize(raw any) (uint64, error) {

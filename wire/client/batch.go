@@ -173,13 +173,7 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 				Op: wire.OpBatchGet, Length: uint64(len(idx)), BodyLen: uint64(len(idx)) * wire.BatchGetItemLen,
 			})
 			for n, i := range idx {
-				// Ask for one byte more than dst holds so an oversized
-				// value is detected without reading all of it.
-				var length uint64
-				if d := dst(i); d != nil {
-					length = uint64(len(d)) + 1
-				}
-				cc.wbuf = wire.AppendGetItem(cc.wbuf, ks[n], 0, length)
+				cc.wbuf = wire.AppendGetItem(cc.wbuf, ks[n], 0, askFor(dst(i)))
 			}
 			if err := cc.send(nil); err != nil {
 				return err
@@ -203,10 +197,7 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 					}
 					continue
 				}
-				var asked uint64 // what the request asked for: all, or one byte more than dst
-				if d := dst(i); d != nil {
-					asked = uint64(len(d)) + 1
-				}
+				asked := askFor(dst(i))
 				if n > c.opts.MaxBlockBytes || n != rangeLen(stored, 0, asked) {
 					cc.broken = true
 					return fmt.Errorf("BATCH_GET record of %d bytes for a %d-byte value (asked %d, max_block_bytes %d): %w", n, stored, asked, c.opts.MaxBlockBytes, wire.StatusInvalid)
@@ -356,4 +347,14 @@ func statusErr(s wire.Status) error {
 		return fmt.Errorf("node sent unknown status %d: %w", uint8(s), wire.StatusInvalid)
 	}
 	return s
+}
+
+// askFor is the length a BATCH_GET item asks for into dst: the whole value
+// (0) for a nil dst, else one byte more than dst holds, so an oversized
+// value is detected without reading all of it.
+func askFor(dst []byte) uint64 {
+	if dst == nil {
+		return 0
+	}
+	return uint64(len(dst)) + 1
 }

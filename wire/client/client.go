@@ -43,9 +43,9 @@ type Options struct {
 	// changed.
 	MDSPoll time.Duration
 	// Timeout applies to a call whose context has no deadline. A quarter
-	// of it (at least 250 ms) is how long a node may leave the calls it
-	// has in flight unanswered before further calls to it fail at once
-	// (peer.stalled).
+	// of it (at least 250 ms) is how long a node may stay silent with
+	// calls in flight before the client asks it whether it is alive
+	// (peer.probe, Client.watch).
 	Timeout time.Duration
 	// DialTimeout bounds connecting to one node.
 	DialTimeout time.Duration

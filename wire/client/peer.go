@@ -50,9 +50,11 @@ type peer struct {
 // less silence than this, whatever the Timeout.
 const minStall = 250 * time.Millisecond
 
-// stallAfter is how long a node may leave its calls in flight unanswered:
-// a quarter of the call Timeout, at least minStall.
-func (p *peer) stallAfter() time.Duration { return max(p.opts.Timeout/4, minStall) }
+// stallAfter is how long a node may stay silent with calls in flight
+// before it is probed: a quarter of the call Timeout, at least minStall.
+func (p *peer) stallAfter() time.Duration { return stallAfterFor(p.opts.Timeout) }
+
+func stallAfterFor(timeout time.Duration) time.Duration { return max(timeout/4, minStall) }
 
 // stalled reports a node that has calls in flight and left the last
 // liveness probe unanswered: paused (SIGSTOP, a long GC) or black-holed by
@@ -87,16 +89,20 @@ func (p *peer) silent(now time.Time) (silent time.Duration, yes bool) {
 // standing reports whether a call in flight on p has moved nothing for
 // stallAfter: the calls cutSilent would cut.
 func (p *peer) standing(now time.Time) bool {
-	limit := monoNanos(now) - int64(p.stallAfter())
+	since := p.standingSince(now)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for cc := range p.busy {
-		if cc.progress.Load() <= limit {
+		if cc.progress.Load() <= since {
 			return true
 		}
 	}
 	return false
 }
+
+// standingSince is the progress time at or before which a call counts
+// as standing.
+func (p *peer) standingSince(now time.Time) int64 { return monoNanos(now) - int64(p.stallAfter()) }
 
 // cutSilent ends the calls in flight on a silent node whose own
 // connections have moved nothing for stallAfter either: their deadline
@@ -107,11 +113,11 @@ func (p *peer) standing(now time.Time) bool {
 // found whatever new calls keep arriving. The watchdog cuts only after
 // the node failed a liveness probe (probe).
 func (p *peer) cutSilent(now time.Time, silent time.Duration) {
-	limit := monoNanos(now) - int64(p.stallAfter())
+	since := p.standingSince(now)
 	p.mu.Lock()
 	n := 0
 	for cc := range p.busy {
-		if cc.progress.Load() > limit {
+		if cc.progress.Load() > since {
 			continue
 		}
 		cc.cut.Store(true)
@@ -352,7 +358,7 @@ func minTime(a, b time.Time) time.Time {
 
 // cconn is one client connection. It is used by one call at a time.
 type cconn struct {
-	p    *peer // its node, told when a response starts (peer.alive)
+	p    *peer // its node, told when it is heard from (cconn.heard)
 	nc   net.Conn
 	br   *bufio.Reader
 	wbuf []byte
@@ -391,8 +397,7 @@ const progressPiece = 1 << 20
 func (cc *cconn) sent(n int) {
 	if cc.sentSince += n; cc.sentSince >= progressPiece {
 		cc.sentSince = 0
-		now := monoNanos(time.Now())
-		cc.progress.Store(now)
+		cc.progress.Store(monoNanos(time.Now()))
 	}
 }
 

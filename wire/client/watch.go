@@ -21,7 +21,7 @@ func (c *Client) startWatch() {
 // later.
 func (c *Client) watch() {
 	defer close(c.watchDone)
-	tick := time.NewTicker(max(c.opts.Timeout/4, minStall) / 4)
+	tick := time.NewTicker(stallAfterFor(c.opts.Timeout) / 4)
 	defer tick.Stop()
 	for {
 		select {

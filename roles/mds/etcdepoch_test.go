@@ -42,12 +42,7 @@ func TestReadEpoch(t *testing.T) {
 // epoch, and a client holding that epoch was told "unchanged" and kept
 // routing to the departed node until the watch caught up. A real etcd.
 func TestEtcdListsNeverShareAnEpoch(t *testing.T) {
-	etcd := testetcd.Start(t)
-	d, err := openEtcdDir([]string{etcd.Endpoint}, "/dfkv", 5*time.Second, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, cli := etcdDirForTest(t)
 	ctx := context.Background()
 	// Hold the watch back: stop it after its first read.
 	deadline := time.Now().Add(10 * time.Second)
@@ -77,11 +72,6 @@ func TestEtcdListsNeverShareAnEpoch(t *testing.T) {
 	if err != nil || len(ms) != 2 {
 		t.Fatalf("members after two registrations: %+v %v", ms, err)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, DialTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
 	if _, err := cli.Delete(ctx, d.memberKey("g", member(2).ID)); err != nil {
 		t.Fatal(err)
 	}
@@ -153,23 +143,13 @@ func TestEtcdOutageLogged(t *testing.T) {
 // every foreign write gave the next list a new epoch: a full read and a
 // full reply on every poll.
 func TestEtcdEpochIgnoresOtherWrites(t *testing.T) {
-	etcd := testetcd.Start(t)
-	d, err := openEtcdDir([]string{etcd.Endpoint}, "/dfkv", 5*time.Second, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, cli := etcdDirForTest(t)
 	ctx := context.Background()
 	for i := 1; i <= 2; i++ {
 		if _, err := d.Register(ctx, "g", member(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, DialTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
 	e1, ms, err := d.Members(ctx, "g")
 	if err != nil || len(ms) != 2 {
 		t.Fatalf("members: %+v %v", ms, err)
@@ -192,4 +172,23 @@ func TestEtcdEpochIgnoresOtherWrites(t *testing.T) {
 	if e, ms, err := d.Members(ctx, "g"); err != nil || len(ms) != 1 || e == e1 {
 		t.Fatalf("after node-2 left: %d members at epoch %d (was %d): %v", len(ms), e, e1, err)
 	}
+}
+
+// etcdDirForTest opens an etcd directory under /dfkv on a real etcd of
+// its own, and a plain client of that etcd to change it behind the
+// directory's back.
+func etcdDirForTest(t *testing.T) (*etcdDir, *clientv3.Client) {
+	t.Helper()
+	etcd := testetcd.Start(t)
+	d, err := openEtcdDir([]string{etcd.Endpoint}, "/dfkv", 5*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return d, cli
 }

@@ -36,13 +36,18 @@ func fakeNode(t *testing.T, handle func(c net.Conn)) string {
 	return ln.Addr().String()
 }
 
-// readRequest reads one request prefix and its body.
-func readRequest(c net.Conn) (wire.RequestHeader, error) {
+// readPrefix reads and decodes one request prefix, leaving its body.
+func readPrefix(c net.Conn) (wire.RequestHeader, error) {
 	var b [wire.RequestPrefixLen]byte
 	if _, err := io.ReadFull(c, b[:]); err != nil {
 		return wire.RequestHeader{}, err
 	}
-	h, err := wire.DecodeRequest(b[:], wire.Limits{MaxBlockBytes: 1 << 30, MaxBatchItems: 1 << 16})
+	return wire.DecodeRequest(b[:], wire.Limits{MaxBlockBytes: 1 << 30, MaxBatchItems: 1 << 16})
+}
+
+// readRequest reads one request prefix and its body.
+func readRequest(c net.Conn) (wire.RequestHeader, error) {
+	h, err := readPrefix(c)
 	if err != nil {
 		return h, err
 	}

@@ -209,7 +209,6 @@ func monoTime(n int64) time.Time { return monoEpoch.Add(time.Duration(n)) }
 // watchdog cut each at 1 s.
 func TestSlowLargeTransfersAreNotStalls(t *testing.T) {
 	const size = 32 << 20
-	const piece = 128 << 10
 	const batchItems, batchValue = 48, 512 << 10
 	value := make([]byte, size)
 	for i := range value {
@@ -217,50 +216,31 @@ func TestSlowLargeTransfersAreNotStalls(t *testing.T) {
 	}
 	got := make(chan []byte, 1)
 	addr := fakeNode(t, func(c net.Conn) {
-		// A small, fixed receive buffer: the client's sends then move
-		// only as fast as this node reads them.
-		_ = c.(*net.TCPConn).SetReadBuffer(256 << 10)
+		slowReader(c)
 		for {
-			var b [wire.RequestPrefixLen]byte
-			if _, err := io.ReadFull(c, b[:]); err != nil {
-				return
-			}
-			h, err := wire.DecodeRequest(b[:], wire.Limits{MaxBlockBytes: 1 << 30, MaxBatchItems: 1 << 16})
+			h, err := readPrefix(c)
 			if err != nil {
 				return
 			}
 			switch h.Op {
 			case wire.OpPut:
 				body := make([]byte, h.BodyLen)
-				for off := 0; off < len(body); off += piece {
-					if _, err := io.ReadFull(c, body[off:min(off+piece, len(body))]); err != nil {
-						return
-					}
-					time.Sleep(10 * time.Millisecond)
+				if readSlowly(c, body) != nil {
+					return
 				}
 				got <- body
 				reply(c, wire.ResponseHeader{Status: wire.StatusOK}, nil)
 			case wire.OpGet:
 				var rh []byte
 				rh = wire.AppendResponse(rh, &wire.ResponseHeader{Status: wire.StatusOK, Stored: size, BodyLen: size})
-				if _, err := c.Write(rh); err != nil {
+				if _, err := c.Write(rh); err != nil || writeSlowly(c, value) != nil {
 					return
-				}
-				for off := 0; off < size; off += piece {
-					if _, err := c.Write(value[off:min(off+piece, size)]); err != nil {
-						return
-					}
-					time.Sleep(10 * time.Millisecond)
 				}
 			case wire.OpBatchPut, wire.OpBatchGet:
 				// Batches of half-megabyte values, at the same pace: no one
 				// value is a progressPiece, but the call moves many.
-				body := make([]byte, h.BodyLen)
-				for off := 0; off < len(body); off += piece {
-					if _, err := io.ReadFull(c, body[off:min(off+piece, len(body))]); err != nil {
-						return
-					}
-					time.Sleep(10 * time.Millisecond)
+				if readSlowly(c, make([]byte, h.BodyLen)) != nil {
+					return
 				}
 				out := wire.AppendResponse(nil, &wire.ResponseHeader{Status: wire.StatusOK, Stored: h.Length})
 				for i := uint64(0); i < h.Length; i++ {
@@ -271,11 +251,8 @@ func TestSlowLargeTransfersAreNotStalls(t *testing.T) {
 						out = append(out, value[:batchValue]...)
 					}
 				}
-				for off := 0; off < len(out); off += piece {
-					if _, err := c.Write(out[off:min(off+piece, len(out))]); err != nil {
-						return
-					}
-					time.Sleep(10 * time.Millisecond)
+				if writeSlowly(c, out) != nil {
+					return
 				}
 			default:
 				return
@@ -407,24 +384,17 @@ loop:
 func TestBusyNodeNotCut(t *testing.T) {
 	bigDone := make(chan struct{})
 	addr := fakeNode(t, func(c net.Conn) {
-		_ = c.(*net.TCPConn).SetReadBuffer(256 << 10)
+		slowReader(c)
 		for {
-			var b [wire.RequestPrefixLen]byte
-			if _, err := io.ReadFull(c, b[:]); err != nil {
-				return
-			}
-			h, err := wire.DecodeRequest(b[:], wire.Limits{MaxBlockBytes: 1 << 30, MaxBatchItems: 1 << 16})
+			h, err := readPrefix(c)
 			if err != nil {
 				return
 			}
 			switch {
 			case h.Op == wire.OpPing:
 			case h.Op == wire.OpPut && h.BodyLen > 1<<20: // the long body, read at about 13 MB/s
-				for left := int64(h.BodyLen); left > 0; left -= 128 << 10 {
-					if _, err := io.CopyN(io.Discard, c, min(left, 128<<10)); err != nil {
-						return
-					}
-					time.Sleep(10 * time.Millisecond)
+				if readSlowly(c, make([]byte, h.BodyLen)) != nil {
+					return
 				}
 				close(bigDone)
 			case h.Op == wire.OpPut: // held until the long one is in
@@ -475,13 +445,9 @@ func TestUnansweredProbeIsRetried(t *testing.T) {
 	var pings atomic.Int32
 	bigDone := make(chan struct{})
 	addr := fakeNode(t, func(c net.Conn) {
-		_ = c.(*net.TCPConn).SetReadBuffer(256 << 10)
+		slowReader(c)
 		for {
-			var b [wire.RequestPrefixLen]byte
-			if _, err := io.ReadFull(c, b[:]); err != nil {
-				return
-			}
-			h, err := wire.DecodeRequest(b[:], wire.Limits{MaxBlockBytes: 1 << 30, MaxBatchItems: 1 << 16})
+			h, err := readPrefix(c)
 			if err != nil {
 				return
 			}
@@ -492,11 +458,8 @@ func TestUnansweredProbeIsRetried(t *testing.T) {
 					return
 				}
 			case h.Op == wire.OpPut && h.BodyLen > 1<<20: // a long body at about 13 MB/s
-				for left := int64(h.BodyLen); left > 0; left -= 128 << 10 {
-					if _, err := io.CopyN(io.Discard, c, min(left, 128<<10)); err != nil {
-						return
-					}
-					time.Sleep(10 * time.Millisecond)
+				if readSlowly(c, make([]byte, h.BodyLen)) != nil {
+					return
 				}
 				close(bigDone)
 			case h.Op == wire.OpPut && h.BodyLen == 1<<10: // held, standing, until the long one is in
@@ -550,4 +513,37 @@ func TestUnansweredProbeIsRetried(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// slowPiece and slowGap pace the slow transfers of these tests' nodes:
+// 128 KiB every 10 ms, about 13 MB/s.
+const (
+	slowPiece = 128 << 10
+	slowGap   = 10 * time.Millisecond
+)
+
+// slowReader gives c a small, fixed receive buffer, so a client's sends
+// move only as fast as the node reads them.
+func slowReader(c net.Conn) { _ = c.(*net.TCPConn).SetReadBuffer(256 << 10) }
+
+// readSlowly fills b from c a slowPiece at a time, slowGap apart.
+func readSlowly(c net.Conn, b []byte) error {
+	for off := 0; off < len(b); off += slowPiece {
+		if _, err := io.ReadFull(c, b[off:min(off+slowPiece, len(b))]); err != nil {
+			return err
+		}
+		time.Sleep(slowGap)
+	}
+	return nil
+}
+
+// writeSlowly writes b to c a slowPiece at a time, slowGap apart.
+func writeSlowly(c net.Conn, b []byte) error {
+	for off := 0; off < len(b); off += slowPiece {
+		if _, err := c.Write(b[off:min(off+slowPiece, len(b))]); err != nil {
+			return err
+		}
+		time.Sleep(slowGap)
+	}
+	return nil
 }

@@ -435,13 +435,10 @@ func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.All
 		return nil, 0, fmt.Errorf("file engine: range %s: %w: %w", key, err, wire.StatusIOError)
 	}
 	stored := uint64(fi.Size())
-	if offset > stored {
+	n, ok := wire.RangeLen(stored, offset, length)
+	if !ok {
 		return nil, stored, fmt.Errorf("file engine: range %s: offset %d is past the stored length %d: %w",
 			key, offset, stored, wire.StatusInvalid)
-	}
-	n := stored - offset
-	if length != 0 && length < n {
-		n = length
 	}
 	if n == 0 {
 		s.hits.Add(1)

@@ -98,12 +98,9 @@ func (t *Tier) rangeRAM(s *shard, key *wire.BlockKey, offset, length uint64, all
 
 // copyOut applies the range contract to a resident value src.
 func copyOut(src []byte, stored, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
-	if offset > stored {
+	n, ok := wire.RangeLen(stored, offset, length)
+	if !ok {
 		return nil, stored, fmt.Errorf("ram tier: range: offset %d past the stored length %d: %w", offset, stored, wire.StatusInvalid)
-	}
-	n := stored - offset
-	if length != 0 && length < n {
-		n = length
 	}
 	if n == 0 {
 		return nil, stored, nil

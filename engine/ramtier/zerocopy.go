@@ -38,15 +38,12 @@ func (t *Tier) Lend(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 		return nil, 0, engine.Loan{}, false, nil
 	}
 	stored := uint64(n)
-	if offset > stored {
+	count, inRange := wire.RangeLen(stored, offset, length)
+	if !inRange {
 		t.release(s, r)
 		return nil, stored, engine.Loan{}, true, fmt.Errorf("ram tier: range %s: offset %d past the stored length %d: %w", key, offset, stored, wire.StatusInvalid)
 	}
 	t.hits.Add(1)
-	count := stored - offset
-	if length != 0 && length < count {
-		count = length
-	}
 	if count == 0 {
 		t.release(s, r)
 		return nil, stored, engine.Loan{}, true, nil

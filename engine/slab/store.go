@@ -378,12 +378,9 @@ func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.All
 	}()
 
 	stored := uint64(stored32)
-	if offset > stored {
+	n, ok := wire.RangeLen(stored, offset, length)
+	if !ok {
 		return nil, stored, fmt.Errorf("slab engine: range %s: offset %d past the stored length %d: %w", key, offset, stored, wire.StatusInvalid)
-	}
-	n := stored - offset
-	if length != 0 && length < n {
-		n = length
 	}
 	s.hits.Add(1)
 	if n == 0 {

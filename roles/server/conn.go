@@ -158,14 +158,11 @@ func (c *conn) read(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 		}
 	}
 	// Range reads into a pooled buffer (Alloc): take budget for it first,
-	// sized by the stored value. A key Lookup cannot find needs none
-	// (Range answers it, and counts the miss).
+	// sized by the stored value. A key Lookup cannot find, or a range past
+	// its end, needs none (Range answers it: the miss, or INVALID).
 	eng := c.s.opts.Engine
-	if stored, err := eng.Lookup(key); err == nil && offset <= stored {
-		n := stored - offset
-		if length != 0 && length < n {
-			n = length
-		}
+	stored, err := eng.Lookup(key)
+	if n, inRange := wire.RangeLen(stored, offset, length); err == nil && inRange {
 		if n > c.s.opts.MaxBlockBytes {
 			// Stored under a larger max_block_bytes (the node was
 			// restarted with a smaller one): no buffer of this node's

@@ -198,7 +198,7 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 					continue
 				}
 				asked := askFor(dst(i))
-				if n > c.opts.MaxBlockBytes || n != rangeLen(stored, 0, asked) {
+				if want, _ := wire.RangeLen(stored, 0, asked); n > c.opts.MaxBlockBytes || n != want {
 					cc.broken = true
 					return fmt.Errorf("BATCH_GET record of %d bytes for a %d-byte value (asked %d, max_block_bytes %d): %w", n, stored, asked, c.opts.MaxBlockBytes, wire.StatusInvalid)
 				}

@@ -79,7 +79,7 @@ func (c *Client) GetRange(ctx context.Context, key []byte, offset, length uint64
 		if err != nil {
 			return err
 		}
-		if want := rangeLen(h.Stored, offset, length); h.BodyLen != want {
+		if want, _ := wire.RangeLen(h.Stored, offset, length); h.BodyLen != want {
 			cc.broken = true
 			return fmt.Errorf("node answered %d bytes for a %d-byte read at offset %d of a %d-byte value, not %d: %w",
 				h.BodyLen, length, offset, h.Stored, want, wire.StatusInvalid)
@@ -226,16 +226,4 @@ func (cc *cconn) noBody(h wire.ResponseHeader, op wire.Op) error {
 	}
 	cc.broken = true
 	return fmt.Errorf("node answered %s with a %d-byte body; it carries none: %w", op, h.BodyLen, wire.StatusInvalid)
-}
-
-// rangeLen is how many bytes a node answers a read of length bytes (0:
-// to the end) at offset of a stored-byte value with.
-func rangeLen(stored, offset, length uint64) uint64 {
-	if offset >= stored {
-		return 0
-	}
-	if n := stored - offset; length == 0 || length > n {
-		return n
-	}
-	return length
 }

@@ -32,7 +32,12 @@
 // transfer-pin per reader copying out) and DURABLE idle (no pin, the only
 // state CLOCK may evict). REMOVE hides a key at once, cancels a queued
 // flush, and fences an active flush (the backing's Remove waits for it)
-// and a cold-read reservation (it is aborted, never published).
+// and a cold-read reservation (it is aborted, never published). A PUT
+// fences cold reads of its key where it publishes, so a read of the older
+// disk value that started during the PUT's copy cannot publish it later.
+// If the backing's Remove fails, the acknowledged value it canceled is
+// written back: the key never reads as a value an acknowledged PUT
+// replaced.
 //
 // # Writes
 //
@@ -51,7 +56,9 @@
 // watermark new keys get CACHE_FULL before admission; when every slot is
 // pinned the PUT takes the one synchronous disk path, as does every PUT of
 // a quota-limited tenant (Options.Limited), so its result is the quota
-// verdict. A flush failing every retry drops the value and turns the tier
+// verdict. That path first makes a pending generation of the key durable
+// (flushing it itself if it is still queued), so a failed synchronous
+// write leaves the key at the acknowledged value. A flush failing every retry drops the value and turns the tier
 // unhealthy. Write-around: PUTs go to the backing, a later whole-value GET
 // fills RAM.
 //

@@ -232,16 +232,20 @@ func (q *flushQueue) takeOver(old, e *entry) bool {
 	return true
 }
 
-// withdraw takes canceled e out of the queue's count; its slot is freed
-// at the head or by the next compaction, so canceled generations never
-// wait out a flush delay in the queue. The caller holds e.sh.mu.
-func (q *flushQueue) withdraw(e *entry) {
+// withdraw takes e out of the queue's count (e is canceled, or its
+// caller flushes it itself) and reports whether e was still queued; its
+// slot is freed at the head or by the next compaction, so withdrawn
+// generations never wait out a flush delay in the queue. The caller holds
+// e.sh.mu.
+func (q *flushQueue) withdraw(e *entry) bool {
 	q.mu.Lock()
-	if e.queued {
-		e.queued = false
-		q.dead++
+	defer q.mu.Unlock()
+	if !e.queued {
+		return false
 	}
-	q.mu.Unlock()
+	e.queued = false
+	q.dead++
+	return true
 }
 
 func (q *flushQueue) stop() {

@@ -21,10 +21,12 @@ type memBacking struct {
 
 	cacheGate    chan struct{} // nil: open; else Cache waits for it to close
 	rangeGate    chan struct{}
-	failCache    atomic.Bool // every Cache fails with IO_ERROR
-	refuse       atomic.Bool // every Cache fails with TOO_LARGE
-	failedClosed atomic.Bool // every Cache fails as a slab store that failed closed
-	jitter       func()      // if set, called inside Cache and Range to widen race windows
+	failCache    atomic.Bool  // every Cache fails with IO_ERROR
+	failLen      atomic.Int64 // a Cache of a value of this many bytes fails with IO_ERROR
+	failRemove   atomic.Bool  // every Remove fails with IO_ERROR, changing nothing
+	refuse       atomic.Bool  // every Cache fails with TOO_LARGE
+	failedClosed atomic.Bool  // every Cache fails as a slab store that failed closed
+	jitter       func()       // if set, called inside Cache and Range to widen race windows
 
 	caches    atomic.Int64 // Cache calls (entered)
 	ranges    atomic.Int64 // Range calls (entered)
@@ -104,7 +106,7 @@ func (m *memBacking) Cache(key wire.BlockKey, value []byte) error {
 	if m.jitter != nil {
 		m.jitter()
 	}
-	if m.failCache.Load() {
+	if m.failCache.Load() || m.failLen.Load() == int64(len(value)) {
 		return fmt.Errorf("mem backing: injected failure: %w", wire.StatusIOError)
 	}
 	if m.failedClosed.Load() {
@@ -169,6 +171,9 @@ func (m *memBacking) Lookup(key wire.BlockKey) (uint64, error) {
 }
 
 func (m *memBacking) Remove(key wire.BlockKey) error {
+	if m.failRemove.Load() {
+		return fmt.Errorf("mem backing: injected remove failure: %w", wire.StatusIOError)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.vals[key]; !ok {

@@ -266,6 +266,15 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 	s := t.shardOf(&key)
 	s.mu.Lock()
 	waitRemoval(s, &key)
+	// An acknowledged generation this Remove cancels before it reached
+	// the backing: its bytes are kept pinned until the backing's Remove
+	// returns, so a failed Remove can put them back rather than leave the
+	// key reading the older value the disk still has.
+	var keep []byte
+	var unkeep func()
+	if p := s.dirty[key]; p != nil && !p.active {
+		keep, unkeep = t.pinBytes(p)
+	}
 	found := t.unpublish(s, &key)
 	if p := s.dirty[key]; p != nil {
 		t.cancel(p, nil)
@@ -281,6 +290,18 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 		act.done.Wait()
 	}
 	err := t.backing.Remove(key)
+	if keep != nil {
+		if err != nil && wire.StatusOf(err) != wire.StatusNotFound {
+			// Still under s.removing: no PUT of key can land meanwhile.
+			if werr := t.backing.Cache(key, keep); werr != nil {
+				t.log.Error("ram tier: a Remove failed and the value it canceled could not be written back; the key may read an older value",
+					"key", key, "remove_err", err, "write_err", werr)
+			}
+		}
+		s.mu.Lock()
+		unkeep()
+		s.mu.Unlock()
+	}
 
 	s.mu.Lock()
 	delete(s.removing, key)
@@ -296,4 +317,29 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 	default:
 		return fmt.Errorf("ram tier: remove %s: backing: %w", key, err)
 	}
+}
+
+// pinBytes takes an extra pin on pending generation p's bytes, which must
+// still be key's RAM owner, and returns them with the func that drops the
+// pin (called with p.sh.mu held). It returns nil bytes when p is not the
+// owner. The caller holds p.sh.mu.
+func (t *Tier) pinBytes(p *entry) ([]byte, func()) {
+	s := p.sh
+	if p.lg != nil {
+		t.large.mu.Lock()
+		defer t.large.mu.Unlock()
+		if t.large.m[p.key] != p.lg {
+			return nil, nil
+		}
+		p.lg.refs++
+		return p.lg.mem[:p.n], func() { t.unrefLarge(p.lg) }
+	}
+	r, _, ok, err := s.alloc.Acquire(&p.key)
+	if !ok || err != nil || r != p.ref {
+		if ok && err == nil {
+			s.alloc.Release(r)
+		}
+		return nil, nil
+	}
+	return t.slotBytes(s, r, p.n), func() { s.alloc.Release(r) }
 }

@@ -189,6 +189,11 @@ type Tier struct {
 	// for them before it unmaps the arena a socket write may still read.
 	loans sync.WaitGroup
 
+	// beforePublish, set only by tests, runs in cache after the value is
+	// in RAM and before it is published, so a test can start a cold read
+	// in that window.
+	beforePublish func()
+
 	// Dirty accounting summed over the shards, updated under the key's
 	// shard lock. The watermark check reads it without the other shards'
 	// locks, so concurrent admissions on different shards may pass it

@@ -189,7 +189,6 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 			return nil, t.writeThrough(s, key, value, true)
 		}
 	}
-	fence(s, &key)
 	s.mu.Unlock()
 
 	if dst == nil && pre == nil {
@@ -207,8 +206,16 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 	if pre == nil {
 		copy(dst, value)
 	}
+	if t.beforePublish != nil {
+		t.beforePublish()
+	}
 
 	s.mu.Lock()
+	// Fence cold reads of key here, in the section that publishes, not
+	// before the copy: a GET that missed RAM during the copy started a
+	// read of the older disk value, and were it not fenced it could
+	// publish that value once this generation is flushed and evicted.
+	fence(s, &key)
 	if s.removing[key] != nil {
 		// A Remove of the key started while we copied: the PUT happened,
 		// then the Remove. Nothing becomes visible.
@@ -278,30 +285,14 @@ func (t *Tier) sameBytes(p *entry, value []byte) bool {
 	if p.n != uint64(len(value)) {
 		return false
 	}
-	var mem []byte
-	if p.lg != nil {
-		t.large.mu.Lock()
-		p.lg.refs++
-		t.large.mu.Unlock()
-		mem = p.lg.mem[:p.n]
-	} else {
-		r, _, ok, err := s.alloc.Acquire(&p.key)
-		if !ok || err != nil || r != p.ref {
-			if ok && err == nil {
-				s.alloc.Release(r)
-			}
-			return false
-		}
-		mem = t.slotBytes(s, r, p.n)
+	mem, unpin := t.pinBytes(p)
+	if mem == nil {
+		return false
 	}
 	s.mu.Unlock()
 	same := bytes.Equal(mem, value)
 	s.mu.Lock()
-	if p.lg != nil {
-		t.unrefLarge(p.lg)
-	} else {
-		s.alloc.Release(p.ref)
-	}
+	unpin()
 	return same && s.dirty[p.key] == p
 }
 
@@ -403,44 +394,51 @@ func (t *Tier) releaseFlushPin(p *entry) {
 
 // writeThrough is the synchronous disk path: write-around mode, values no
 // RAM budget can hold, quota-limited tenants, and arena exhaustion by
-// pinned slots (bypass). The key's RAM owner stays visible until the
-// backing has the new value, and a pending flush of it is canceled first
-// so it cannot land after ours. The caller holds the key's stripe; s is
-// the key's shard.
+// pinned slots (bypass). A generation of key still pending in RAM was
+// acknowledged, so it is made durable first (flushed here if it is still
+// queued, waited for if a worker has it): our write may fail, and the key
+// must then read as that generation, not as an older value on the disk.
+// The key's RAM owner stays visible until the backing has the new value.
+// The caller holds the key's stripe (no other PUT of key runs); s is the
+// key's shard.
 func (t *Tier) writeThrough(s *shard, key wire.BlockKey, value []byte, bypass bool) error {
-	w := &entry{key: key, sh: s}
-	w.done.Add(1)
 	s.mu.Lock()
-	waitRemoval(s, &key)
-	if p := s.dirty[key]; p != nil {
-		// Keep p's memory visible (we take over its flush-pin) until the
-		// backing write returns.
-		p.canceled = true
-		p.super = w
-		delete(s.dirty, key)
-		t.addDirty(p, -1)
-		if !p.active {
-			p.q.withdraw(p)
-			t.flushSkipped.Add(1)
-			p.done.Done()
-			defer t.releaseAfter(p)
+	for {
+		waitRemoval(s, &key)
+		if a := s.active[key]; a != nil {
+			// NB: a concurrent same-key write may be merged by the
+			// backing (slab followers take the leader's result), so ours
+			// starts only after the key's flush in flight returned.
+			s.mu.Unlock()
+			a.done.Wait()
+			s.mu.Lock()
+			continue
 		}
+		p := s.dirty[key]
+		if p == nil {
+			break
+		}
+		if !p.q.withdraw(p) {
+			// A worker popped it, or it is parked behind a flush: it is
+			// on its way to the backing.
+			s.mu.Unlock()
+			p.done.Wait()
+			s.mu.Lock()
+			continue
+		}
+		p.active = true
+		s.active[key] = p
+		buf := t.bytesOf(p)
+		s.mu.Unlock()
+		t.flush(p, buf) // settles p: durable, or dropped with the tier unhealthy
+		s.mu.Lock()
 	}
-	act := s.active[key]
 	fence(s, &key)
 	s.mu.Unlock()
-	if act != nil {
-		// NB: a concurrent same-key write may be merged by the backing
-		// (slab followers take the leader's result), so ours starts only
-		// after the older flush returned.
-		act.done.Wait()
-	}
 	err := t.backing.Cache(key, value)
 	s.mu.Lock()
 	t.unpublish(s, &key)
 	fence(s, &key)
-	w.err = err
-	w.done.Done()
 	s.mu.Unlock()
 	if bypass {
 		t.putBypass.Add(1)
@@ -450,10 +448,4 @@ func (t *Tier) writeThrough(s *shard, key wire.BlockKey, value []byte, bypass bo
 		return nil
 	}
 	return fmt.Errorf("ram tier: cache %s: backing write: %w", key, err)
-}
-
-func (t *Tier) releaseAfter(p *entry) {
-	p.sh.mu.Lock()
-	t.releaseFlushPin(p)
-	p.sh.mu.Unlock()
 }

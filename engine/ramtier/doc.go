@@ -58,9 +58,11 @@
 // a quota-limited tenant (Options.Limited), so its result is the quota
 // verdict. That path first makes a pending generation of the key durable
 // (flushing it itself if it is still queued), so a failed synchronous
-// write leaves the key at the acknowledged value. A flush failing every retry drops the value and turns the tier
-// unhealthy. Write-around: PUTs go to the backing, a later whole-value GET
-// fills RAM.
+// write leaves the key at the acknowledged value. A flush failing every
+// retry drops the value (and removes the key's older disk value, so the
+// key reads as a miss, not as what the dropped PUT replaced) and turns the
+// tier unhealthy. Write-around: PUTs go to the backing, a later
+// whole-value GET fills RAM.
 //
 // Every engine's Cache replaces (the conformance suite pins it), so a
 // new RAM generation of a key the disk already holds replaces the disk

@@ -317,6 +317,9 @@ func (t *Tier) flush(e *entry, buf []byte) {
 			break // it answers so until a restart: retrying only delays the drop
 		}
 	}
+	if err != nil && !errors.Is(err, engine.ErrFailedClosed) {
+		t.dropOlder(e)
+	}
 
 	s.mu.Lock()
 	if s.active[e.key] == e {
@@ -366,6 +369,25 @@ func (t *Tier) flush(e *entry, buf []byte) {
 	}
 	s.mu.Unlock()
 	e.done.Done()
+}
+
+// dropOlder removes from the backing the older value of e's key that e,
+// failed for good and about to be dropped, was acknowledged to replace:
+// the key then reads as a miss, never as the value an acknowledged PUT
+// replaced. e is still active, so no other flush or Remove of the key
+// overlaps. A disk that failed closed is skipped: it answers no read.
+func (t *Tier) dropOlder(e *entry) {
+	s := e.sh
+	s.mu.Lock()
+	canceled := e.canceled
+	s.mu.Unlock()
+	if canceled {
+		return // superseded or removed: not dropped
+	}
+	if err := t.backing.Remove(e.key); err != nil && wire.StatusOf(err) != wire.StatusNotFound {
+		t.log.Error("ram tier: a dropped value's older version could not be removed from the disk; the key may read it",
+			"key", e.key, "err", err)
+	}
 }
 
 // ownedBy reports whether e is still key's visible RAM value. The caller

@@ -562,11 +562,12 @@ func TestFlushFailureMarksUnhealthy(t *testing.T) {
 	defer func(a int, b time.Duration) { flushAttempts, flushBackoff = a, b }(flushAttempts, flushBackoff)
 	flushAttempts, flushBackoff = 3, time.Millisecond
 	m := newMem()
+	k := key(14)
+	m.vals[k] = val(114, 100) // an older value: a dropped PUT must not bring it back
 	m.failCache.Store(true)
 	o := smallOpts(m)
 	o.AckMode = AckDisk
 	tr := openTier(t, o)
-	k := key(14)
 	enginetest.WantStatus(t, tr.Cache(k, val(14, 100)), wire.StatusIOError, "disk-ack Cache with a failing backing")
 	if st := tr.Stats(); st.Healthy {
 		t.Fatal("Stats().Healthy after exhausted flush retries")
@@ -585,15 +586,17 @@ func TestFlushFailureMarksUnhealthy(t *testing.T) {
 
 // TestFlushRefusedByBackingStaysHealthy: a flush the backing refuses
 // outright (TOO_LARGE) is not retried, drops the value, and leaves the
-// tier healthy: the disks are fine.
+// tier healthy: the disks are fine. The key's older disk value goes too:
+// it reads as a miss, not as what the dropped PUT replaced.
 func TestFlushRefusedByBackingStaysHealthy(t *testing.T) {
 	m := newMem()
+	k := key(15)
+	m.vals[k] = val(115, 100) // an older value: a dropped PUT must not bring it back
 	m.refuse.Store(true)
 	o := smallOpts(m)
 	o.AckMode = AckDisk
 	tr := openTier(t, o)
 	defer tr.Close()
-	k := key(15)
 	enginetest.WantStatus(t, tr.Cache(k, val(15, 100)), wire.StatusTooLarge, "disk-ack Cache the backing refuses")
 	if c := m.cacheCalls(k); c != 1 {
 		t.Fatalf("%d attempts of a refused flush, want 1", c)

@@ -294,8 +294,10 @@ func (t *Tier) flushWorker(q *flushQueue) {
 // then settles it: committed (DURABLE: the flush-pin drops and the slot
 // becomes evictable), canceled meanwhile (not marked durable; a Remove
 // waiting for it issues the backing's Remove next), or failed for good
-// (the tier turns unhealthy and the value is dropped from RAM, since it can
-// never become durable). buf stays valid under e's flush-pin.
+// (the value is dropped from RAM, since it can never become durable, and
+// the key's older disk value with it; the tier turns unhealthy unless the
+// backing refused the value outright, which says nothing about the disk).
+// buf stays valid under e's flush-pin.
 func (t *Tier) flush(e *entry, buf []byte) {
 	s := e.sh
 	var err error

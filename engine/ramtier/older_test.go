@@ -159,3 +159,41 @@ func TestFailedRemoveKeepsAcknowledgedValue(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedRemoveDuringFlushRetryKeepsAcknowledgedValue: as above, but
+// the Remove comes while v1's flush is under way, between a failed attempt
+// and its retry: the canceled flush ends without writing v1, so the failed
+// Remove must write it back all the same.
+func TestFailedRemoveDuringFlushRetryKeepsAcknowledgedValue(t *testing.T) {
+	defer func(a int, b time.Duration) { flushAttempts, flushBackoff = a, b }(flushAttempts, flushBackoff)
+	flushAttempts, flushBackoff = 3, 200*time.Millisecond
+	m := newMem()
+	k, v0, v1 := key(60), val(60, 30000), val(61, 30000)
+	m.vals[k] = v0
+	tr := openTier(t, smallOpts(m))
+	defer tr.Close()
+	m.failCache.Store(true)
+	if err := tr.Cache(k, v1); err != nil {
+		t.Fatalf("Cache v1: %v", err)
+	}
+	eventually(t, "the first flush attempt to fail", func() bool { return m.cacheCalls(k) == 1 })
+	m.failRemove.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- tr.Remove(k) }()
+	s := tr.shardOf(&k)
+	eventually(t, "the Remove to wait for the flush", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.removing[k] != nil
+	})
+	m.failCache.Store(false)
+	enginetest.WantStatus(t, <-done, wire.StatusIOError, "Remove with the backing failing it")
+	mustGet(t, tr, k, v1)
+	if got, _ := m.get(k); !bytes.Equal(got, v1) {
+		t.Fatal("the backing does not hold v1 after the failed Remove")
+	}
+	if s := tr.RAM(); !s.Healthy {
+		t.Fatal("the tier turned unhealthy, but nothing was lost")
+	}
+	checkIdle(t, tr)
+}

@@ -266,13 +266,15 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 	s := t.shardOf(&key)
 	s.mu.Lock()
 	waitRemoval(s, &key)
-	// An acknowledged generation this Remove cancels before it reached
-	// the backing: its bytes are kept pinned until the backing's Remove
+	// An acknowledged generation this Remove cancels, queued or with its
+	// flush under way (a canceled flush may end without writing, between
+	// retries say): its bytes are kept pinned until the backing's Remove
 	// returns, so a failed Remove can put them back rather than leave the
-	// key reading the older value the disk still has.
+	// key reading the older value the disk still has. If the flush did
+	// land, the write-back rewrites the same bytes.
 	var keep []byte
 	var unkeep func()
-	if p := s.dirty[key]; p != nil && !p.active {
+	if p := s.dirty[key]; p != nil {
 		keep, unkeep = t.pinBytes(p)
 	}
 	found := t.unpublish(s, &key)

@@ -190,6 +190,12 @@ func open(opts Options) (*Store, error) {
 	}
 	ok = true
 	s.made = nil
+	for tenant, n := range s.restored {
+		if n != 0 {
+			s.acct.Committed(tenant, n)
+		}
+	}
+	s.restored = nil
 	s.log.Info("slab engine: opened", "dir", s.dir, "epoch", s.epoch, "cold", !clean,
 		"objects", s.alloc.Objects(), "used_bytes", s.alloc.Used(), "capacity_bytes", s.capacity,
 		"extents", want.extents, "extent_bytes", want.extentBytes, "classes", want.classes,
@@ -319,9 +325,14 @@ func (s *Store) openExtents(direct, cold bool) error {
 		if direct {
 			f, err = s.fs.OpenFile(path, flag|oDirect, 0o644)
 			if err != nil && directRefused(err) {
-				s.log.Warn("slab engine: O_DIRECT open refused; using buffered payload I/O", "dir", s.dir, "err", err)
+				s.log.Warn("slab engine: O_DIRECT open refused; using buffered payload I/O", "dir", s.dir, "extent", path, "err", err)
 				direct = false
 				s.align = pageAlign
+				// The extents opened before this one must not keep
+				// O_DIRECT: payload I/O follows s.direct, for all of them.
+				if err := s.reopenBuffered(); err != nil {
+					return err
+				}
 			}
 		}
 		if !direct {
@@ -354,20 +365,30 @@ func (s *Store) openExtents(direct, cold bool) error {
 		buf := iobuf.AlignedSlice(pageAlign)
 		if _, err := s.extents[0].ReadAt(buf, 0); err != nil && directRefused(err) {
 			s.log.Warn("slab engine: O_DIRECT read refused; using buffered payload I/O", "dir", s.dir, "err", err)
-			for i, f := range s.extents {
-				_ = f.Close()
-				nf, err := s.fs.OpenFile(s.extentPath(uint32(i)), os.O_RDWR, 0o644)
-				if err != nil {
-					s.extents = s.extents[:i]
-					return err
-				}
-				s.extents[i] = nf
+			if err := s.reopenBuffered(); err != nil {
+				return err
 			}
 			direct = false
 			s.align = pageAlign
 		}
 	}
 	s.direct = direct
+	return nil
+}
+
+// reopenBuffered opens every extent file opened so far again without
+// O_DIRECT. On error the files still open stay in s.extents, so the failed
+// Open closes them.
+func (s *Store) reopenBuffered() error {
+	for i, f := range s.extents {
+		_ = f.Close()
+		nf, err := s.fs.OpenFile(s.extentPath(uint32(i)), os.O_RDWR, 0o644)
+		if err != nil {
+			s.extents = append(s.extents[:i], s.extents[i+1:]...)
+			return fmt.Errorf("reopen extent %s without O_DIRECT: %w", s.extentPath(uint32(i)), err)
+		}
+		s.extents[i] = nf
+	}
 	return nil
 }
 

@@ -36,6 +36,7 @@ type rebuildStats struct {
 func (s *Store) rebuild() (rebuildStats, error) {
 	start := s.clock.Now()
 	var st rebuildStats
+	s.restored = map[uint64]int64{}
 	size := s.tableSize()
 	buf := make([]byte, scanChunk)
 	var bad []int64
@@ -146,7 +147,7 @@ func (s *Store) restoreOne(b []byte, pos int64, rec *record, bad *[]int64) error
 		}
 		_, oldLen, _ := s.alloc.Lookup(&rec.key)
 		s.alloc.Unrestore(old)
-		s.acct.Committed(rec.key.Tenant, -int64(oldLen))
+		s.restored[rec.key.Tenant] -= int64(oldLen)
 		*bad = append(*bad, recordOff(old))
 		if _, err := s.alloc.Restore(e, sl, int(rec.class), &rec.key, rec.length); err != nil {
 			*bad = append(*bad, pos)
@@ -157,6 +158,6 @@ func (s *Store) restoreOne(b []byte, pos int64, rec *record, bad *[]int64) error
 		return nil
 	}
 	s.gen = max(s.gen, rec.gen)
-	s.acct.Committed(rec.key.Tenant, int64(rec.length))
+	s.restored[rec.key.Tenant] += int64(rec.length)
 	return nil
 }

@@ -100,8 +100,13 @@ type Store struct {
 	flights map[wire.BlockKey]*flight
 	gen     uint64
 	epoch   uint64
+	// restored sums, per tenant, the bytes rebuild found; they are
+	// reported to acct once, when Open succeeds, so a failed Open leaves
+	// no charge behind.
+	restored map[uint64]int64
 
 	failed  atomic.Bool
+	failure atomic.Pointer[string] // why it failed closed, with the cause; set once, before failed
 	closeMu sync.RWMutex
 	closed  atomic.Bool
 
@@ -142,7 +147,11 @@ func (s *Store) enter() error {
 func (s *Store) exit() { s.closeMu.RUnlock() }
 
 func (s *Store) failedErr() error {
-	return fmt.Errorf("slab engine: %s failed closed after a metadata I/O error; restart the node (the cache will start cold): %w: %w", s.dir, engine.ErrFailedClosed, wire.StatusIOError)
+	why := "metadata I/O failed"
+	if p := s.failure.Load(); p != nil {
+		why = *p
+	}
+	return fmt.Errorf("slab engine: %s failed closed (%s); restart the node (the cache will start cold): %w: %w", s.dir, why, engine.ErrFailedClosed, wire.StatusIOError)
 }
 
 // fail turns the store unhealthy for good: a slot record that could not be
@@ -156,7 +165,9 @@ func (s *Store) fail(err error) {
 
 // failClosed turns the store unhealthy for good and says why, once.
 func (s *Store) failClosed(why string, err error) {
-	if s.failed.CompareAndSwap(false, true) {
+	cause := fmt.Sprintf("%s: %v", why, err)
+	if s.failure.CompareAndSwap(nil, &cause) {
+		s.failed.Store(true)
 		s.log.Error("slab engine: "+why+"; failing closed: every operation now returns IO_ERROR until restart, and the next start is cold",
 			"dir", s.dir, "err", err)
 	}
@@ -313,7 +324,14 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 			s.acct.Committed(key.Tenant, -int64(oldLen))
 			s.clearAndRelease(old)
 		}
-		s.puts.Add(1)
+		if s.failed.Load() {
+			// Clearing the replaced value's record failed the store
+			// closed: the new value cannot be read back or survive a
+			// restart, so the PUT is not acknowledged.
+			err = s.failedErr()
+		} else {
+			s.puts.Add(1)
+		}
 	} else {
 		// Failed, or a Remove of this key came in while we wrote: the
 		// slot goes back without ever being visible, and its record (ours,
@@ -382,8 +400,8 @@ func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.All
 	if !ok {
 		return nil, stored, fmt.Errorf("slab engine: range %s: offset %d past the stored length %d: %w", key, offset, stored, wire.StatusInvalid)
 	}
-	s.hits.Add(1)
 	if n == 0 {
+		s.hits.Add(1)
 		return nil, stored, nil
 	}
 	data, err := s.readPayload(e, slotOff, offset, n, alloc)
@@ -395,6 +413,7 @@ func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.All
 		return nil, stored, fmt.Errorf("slab engine: range %s: read %d bytes at %s offset %d: %w: %w",
 			key, n, s.extents[e].Name(), slotOff+offset, err, wire.StatusIOError)
 	}
+	s.hits.Add(1)
 	return data, stored, nil
 }
 

@@ -174,6 +174,20 @@ func (s *state) finish(statuses []C.int32_t, errs []error) C.int {
 }
 
 // statusSlots views and presets the statuses array.
+// storedSlots presets a batch's stored-length outputs to 0 (whenever the
+// array and n are usable, even if the statuses array is not, so no slot
+// keeps a caller's stale value) and returns them; nil when there are none.
+func storedSlots(p *C.uint64_t, n C.uint64_t) []C.uint64_t {
+	if p == nil || n == 0 || n > maxBatch {
+		return nil
+	}
+	sl := unsafe.Slice(p, int(n))
+	for i := range sl {
+		sl[i] = 0
+	}
+	return sl
+}
+
 func statusSlots(p *C.int32_t, n C.uint64_t) ([]C.int32_t, error) {
 	if err := checkN(n, maxBatch, "batch"); err != nil {
 		return nil, err
@@ -431,10 +445,10 @@ func sgParts(n C.uint64_t, bufs *unsafe.Pointer, lens *C.uint64_t) ([][]byte, er
 		case bl[i] == 0:
 			return nil, fmt.Errorf("scatter-gather buffer %d is zero-length: %w", i, wire.StatusInvalid)
 		}
-		total += uint64(bl[i])
-		if total > 1<<40 {
+		if uint64(bl[i]) > 1<<40-total { // compared before adding: a sum must not wrap
 			return nil, fmt.Errorf("scatter-gather buffers total over 1 TiB at buffer %d: %w", i, wire.StatusTooLarge)
 		}
+		total += uint64(bl[i])
 		parts[i] = unsafe.Slice((*byte)(bp[i]), int(bl[i]))
 	}
 	return parts, nil
@@ -529,13 +543,7 @@ func dfkv_put_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *
 func dfkv_get_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, bufs *unsafe.Pointer, bufLens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
 	defer guard("dfkv_get_batch", h, &rc)
 	st, stErr := statusSlots(statuses, n)
-	var sl []C.uint64_t
-	if stErr == nil && storedLens != nil && n > 0 {
-		sl = unsafe.Slice(storedLens, int(n))
-		for i := range sl {
-			sl[i] = 0
-		}
-	}
+	sl := storedSlots(storedLens, n)
 	s, err := lookup(uintptr(h))
 	if err != nil {
 		return badHandle(st, err)
@@ -586,13 +594,7 @@ func dfkv_get_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *
 func dfkv_exist_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
 	defer guard("dfkv_exist_batch", h, &rc)
 	st, stErr := statusSlots(statuses, n)
-	var sl []C.uint64_t
-	if stErr == nil && storedLens != nil && n > 0 {
-		sl = unsafe.Slice(storedLens, int(n))
-		for i := range sl {
-			sl[i] = 0
-		}
-	}
+	sl := storedSlots(storedLens, n)
 	s, err := lookup(uintptr(h))
 	if err != nil {
 		return badHandle(st, err)
@@ -716,10 +718,10 @@ func batchSGParts(n C.uint64_t, counts *C.uint64_t, bufs *unsafe.Pointer, lens *
 	}
 	var total uint64
 	for i, c := range cs {
-		total += uint64(c)
-		if total > maxBatch*16 {
+		if uint64(c) > maxBatch*16-total { // compared before adding: a sum must not wrap
 			return nil, fmt.Errorf("counts sum past %d buffers at item %d: %w", maxBatch*16, i, wire.StatusInvalid)
 		}
+		total += uint64(c)
 	}
 	bp, err := ptrs(bufs, C.uint64_t(total), "bufs")
 	if err != nil {
@@ -783,13 +785,7 @@ func dfkv_put_batch_sg(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLen
 func dfkv_get_batch_sg(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, counts *C.uint64_t, bufs *unsafe.Pointer, lens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
 	defer guard("dfkv_get_batch_sg", h, &rc)
 	st, stErr := statusSlots(statuses, n)
-	var sl []C.uint64_t
-	if stErr == nil && storedLens != nil && n > 0 {
-		sl = unsafe.Slice(storedLens, int(n))
-		for i := range sl {
-			sl[i] = 0
-		}
-	}
+	sl := storedSlots(storedLens, n)
 	s, err := lookup(uintptr(h))
 	if err != nil {
 		return badHandle(st, err)

@@ -59,21 +59,68 @@ func (c *Client) split(keys [][]byte, errs func(i int, err error)) []*group {
 
 // fanOut runs fn for every frame-sized chunk of every group, at most
 // BatchConcurrency at once. fn gets the chunk's positions in the group.
-func (c *Client) fanOut(groups []*group, fn func(g *group, lo, hi int)) {
+// A group of several frames goes one frame after another when inOrder
+// and it repeats a key (a node applies one frame's items in order, but
+// frames sent at once land in any order, so the last value would not
+// reliably win), and starts with one frame alone when its node has a
+// failure on record (the node lets one call through as its probe and
+// fails the others fast until the probe's verdict).
+func (c *Client) fanOut(groups []*group, inOrder bool, fn func(g *group, lo, hi int)) {
 	sem := make(chan struct{}, c.opts.BatchConcurrency)
 	var wg sync.WaitGroup
+	step := c.opts.MaxBatchItems
+	chunk := func(g *group, lo int) {
+		sem <- struct{}{}
+		fn(g, lo, min(lo+step, len(g.idx)))
+		<-sem
+	}
+	spawn := func(g *group, lo int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			chunk(g, lo)
+		}()
+	}
 	for _, g := range groups {
-		for lo := 0; lo < len(g.idx); lo += c.opts.MaxBatchItems {
-			hi := min(lo+c.opts.MaxBatchItems, len(g.idx))
+		switch {
+		case len(g.idx) <= step:
+			spawn(g, 0)
+		case inOrder && repeatsKey(g.keys):
 			wg.Add(1)
-			sem <- struct{}{}
-			go func(g *group, lo, hi int) {
-				defer func() { <-sem; wg.Done() }()
-				fn(g, lo, hi)
-			}(g, lo, hi)
+			go func() {
+				defer wg.Done()
+				for lo := 0; lo < len(g.idx); lo += step {
+					chunk(g, lo)
+				}
+			}()
+		case g.p.downUntil.Load() != 0:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				chunk(g, 0)
+				for lo := step; lo < len(g.idx); lo += step {
+					spawn(g, lo)
+				}
+			}()
+		default:
+			for lo := 0; lo < len(g.idx); lo += step {
+				spawn(g, lo)
+			}
 		}
 	}
 	wg.Wait()
+}
+
+// repeatsKey reports whether ks holds a key twice.
+func repeatsKey(ks []wire.BlockKey) bool {
+	seen := make(map[wire.BlockKey]struct{}, len(ks))
+	for _, k := range ks {
+		if _, ok := seen[k]; ok {
+			return true
+		}
+		seen[k] = struct{}{}
+	}
+	return false
 }
 
 // PutBatch stores values[i] under keys[i] and returns one error per item
@@ -104,7 +151,7 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
 		g.idx, g.keys = g.idx[:j], g.keys[:j]
 	}
 	deadline := c.deadline(ctx)
-	c.fanOut(groups, func(g *group, lo, hi int) {
+	c.fanOut(groups, true, func(g *group, lo, hi int) {
 		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
 		if len(idx) == 0 {
 			return
@@ -166,14 +213,14 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 	}
 	groups := c.split(keys, func(i int, err error) { res[i].Err = err })
 	deadline := c.deadline(ctx)
-	c.fanOut(groups, func(g *group, lo, hi int) {
+	c.fanOut(groups, false, func(g *group, lo, hi int) {
 		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
 		err := c.exchange(ctx, g.p, deadline, true, func(cc *cconn) error {
 			cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{
 				Op: wire.OpBatchGet, Length: uint64(len(idx)), BodyLen: uint64(len(idx)) * wire.BatchGetItemLen,
 			})
 			for n, i := range idx {
-				cc.wbuf = wire.AppendGetItem(cc.wbuf, ks[n], 0, askFor(dst(i)))
+				cc.wbuf = wire.AppendGetItem(cc.wbuf, ks[n], 0, c.askFor(dst(i)))
 			}
 			if err := cc.send(nil); err != nil {
 				return err
@@ -197,13 +244,21 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 					}
 					continue
 				}
-				asked := askFor(dst(i))
-				if want, _ := wire.RangeLen(stored, 0, asked); n > c.opts.MaxBlockBytes || n != want {
+				asked := c.askFor(dst(i))
+				if want, _ := wire.RangeLen(stored, 0, asked); n != want {
 					cc.broken = true
 					return fmt.Errorf("BATCH_GET record of %d bytes for a %d-byte value (asked %d, max_block_bytes %d): %w", n, stored, asked, c.opts.MaxBlockBytes, wire.StatusInvalid)
 				}
 				d := dst(i)
 				switch {
+				case d == nil && n > c.opts.MaxBlockBytes:
+					// Longer than this client accepts (it asked for one
+					// byte more, to tell): skipped, the stream stays in step.
+					if err := cc.discard(n); err != nil {
+						return err
+					}
+					r.Err = fmt.Errorf("BATCH_GET: the %d-byte value exceeds this client's max_block_bytes %d: %w", stored, c.opts.MaxBlockBytes, wire.StatusTooLarge)
+					continue
 				case d == nil:
 					d = make([]byte, n)
 				case n > uint64(len(d)):
@@ -237,7 +292,7 @@ func (c *Client) ExistBatch(ctx context.Context, keys [][]byte) []ExistResult {
 	res := make([]ExistResult, len(keys))
 	groups := c.split(keys, func(i int, err error) { res[i].Err = err })
 	deadline := c.deadline(ctx)
-	c.fanOut(groups, func(g *group, lo, hi int) {
+	c.fanOut(groups, false, func(g *group, lo, hi int) {
 		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
 		err := c.keyBatch(ctx, g.p, deadline, wire.OpBatchExist, ks, func(n int, st wire.Status, stored uint64) {
 			res[idx[n]] = ExistResult{Stored: stored, Err: statusErr(st)}
@@ -273,7 +328,7 @@ func (c *Client) RemoveBatch(ctx context.Context, keys [][]byte) []error {
 	errs := make([]error, len(keys))
 	groups := c.split(keys, func(i int, err error) { errs[i] = err })
 	deadline := c.deadline(ctx)
-	c.fanOut(groups, func(g *group, lo, hi int) {
+	c.fanOut(groups, true, func(g *group, lo, hi int) {
 		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
 		err := c.keyBatch(ctx, g.p, deadline, wire.OpBatchRemove, ks, func(n int, st wire.Status, _ uint64) {
 			errs[idx[n]] = statusErr(st)
@@ -349,12 +404,14 @@ func statusErr(s wire.Status) error {
 	return s
 }
 
-// askFor is the length a BATCH_GET item asks for into dst: the whole value
-// (0) for a nil dst, else one byte more than dst holds, so an oversized
-// value is detected without reading all of it.
-func askFor(dst []byte) uint64 {
+// askFor is the length a BATCH_GET item asks for into dst: one byte more
+// than dst holds, or than MaxBlockBytes for a nil dst (which gets a new
+// buffer), so a value too long for either is told without reading all of
+// it. The answer is bounded by what the caller can take, whatever the
+// node's own limit.
+func (c *Client) askFor(dst []byte) uint64 {
 	if dst == nil {
-		return 0
+		return c.opts.MaxBlockBytes + 1
 	}
 	return uint64(len(dst)) + 1
 }

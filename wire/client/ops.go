@@ -108,9 +108,13 @@ func (c *Client) GetAuto(ctx context.Context, key []byte) ([]byte, error) {
 		if err != nil {
 			return err
 		}
-		if h.BodyLen > c.opts.MaxBlockBytes || h.BodyLen != h.Stored {
+		if h.BodyLen != h.Stored {
 			cc.broken = true
-			return fmt.Errorf("node answered %d bytes of a %d-byte value (max_block_bytes %d): %w", h.BodyLen, h.Stored, c.opts.MaxBlockBytes, wire.StatusInvalid)
+			return fmt.Errorf("node answered %d bytes of a %d-byte value: %w", h.BodyLen, h.Stored, wire.StatusInvalid)
+		}
+		if h.BodyLen > c.opts.MaxBlockBytes {
+			cc.broken = true // cheaper than reading what we refuse
+			return fmt.Errorf("the %d-byte value exceeds this client's max_block_bytes %d: %w", h.Stored, c.opts.MaxBlockBytes, wire.StatusTooLarge)
 		}
 		out = make([]byte, h.BodyLen)
 		return cc.readFull(out)

@@ -313,6 +313,10 @@ static void test_sg(dfkv_client* c) {
     in_lens[1] = 0;
     CHECK_RC(dfkv_put_sg(c, key, sizeof key - 1, 3, in, in_lens), DFKV_INVALID, c);
     CHECK_RC(dfkv_put_sg(c, key, sizeof key - 1, 0, in, in_lens), DFKV_INVALID, c);
+    /* Lengths whose sum wraps around 2^64 are refused as too large, never
+     * read as a small total. */
+    uint64_t wrap_lens[2] = {1, UINT64_MAX};
+    CHECK_RC(dfkv_put_sg(c, key, sizeof key - 1, 2, in, wrap_lens), DFKV_TOO_LARGE, c);
 }
 
 
@@ -338,6 +342,22 @@ static void test_batch_sg(dfkv_client* c) {
     CHECK(st[1] == DFKV_OK && stored[1] == 4 && memcmp(d, "solo", 4) == 0, c);
     CHECK(st[2] == DFKV_NOT_FOUND && stored[2] == 0, c);
     CHECK_RC(dfkv_get_batch_sg(c, 3, keys, key_lens, NULL, out, out_lens, stored, st), DFKV_INVALID, c);
+    /* counts whose sum wraps around 2^64 fail the call as INVALID. */
+    uint64_t wrap_counts[3] = {3, UINT64_MAX - 1, 1};
+    CHECK_RC(dfkv_put_batch_sg(c, 3, keys, key_lens, wrap_counts, in, in_lens, st), DFKV_INVALID, c);
+    CHECK(st[0] == DFKV_INVALID && st[1] == DFKV_INVALID && st[2] == DFKV_INVALID, c);
+    CHECK_RC(dfkv_get_batch_sg(c, 3, keys, key_lens, wrap_counts, out, out_lens, stored, st), DFKV_INVALID, c);
+    /* Without a statuses array the stored lengths are still preset, not
+     * left at the caller's stale values. */
+    stored[0] = stored[1] = stored[2] = 99;
+    CHECK_RC(dfkv_get_batch_sg(c, 3, keys, key_lens, counts, out, out_lens, stored, NULL), DFKV_INVALID, c);
+    CHECK(stored[0] == 0 && stored[1] == 0 && stored[2] == 0, c);
+    stored[0] = stored[1] = 99;
+    const void* k2[2] = {"bsg-k0", "bsg-k1"};
+    void* o2[2] = {b, d};
+    uint64_t ol2[2] = {7, 8};
+    CHECK_RC(dfkv_get_batch(c, 2, k2, key_lens, o2, ol2, stored, NULL), DFKV_INVALID, c);
+    CHECK(stored[0] == 0 && stored[1] == 0, c);
 }
 
 static void test_stats_and_close(const char* members) {

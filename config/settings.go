@@ -243,7 +243,7 @@ var settings = []setting{
 	{
 		key: "server.buffer_budget_bytes", env: "DFKV_BUFFER_BUDGET_BYTES", flag: "buffer-budget", roles: roleServer,
 		def:   "0",
-		help:  "bytes of payload buffers all connections may hold at once (PUT bodies being received, GET values being sent from disk); past it requests wait for one. 0 = max(1GiB, twice max_block_bytes rounded up to a power of two)",
+		help:  "bytes of payload buffers all connections may hold at once (PUT bodies being received, GET values being sent from disk); past it requests wait for one (small ones may use a reserve of an eighth on top). 0 = max(1GiB, twice max_block_bytes rounded up to a power of two)",
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.BufferBudgetBytes }, min: 0, max: 1 << 50, note: "0 (automatic) or a size such as 2GiB"},
 	},
 	{

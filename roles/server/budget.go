@@ -24,48 +24,75 @@ import (
 // Sizes are buffer sizes (iobuf.SizeFor: what the pool really
 // hands out), so the bound is on memory. Values the RAM tier receives into
 // or lends from its arena take no budget.
+//
+// A reserve on top of the budget serves only small requests (up to
+// smallMax bytes each), and only when the budget cannot serve them at once:
+// clients that ask for large values and then do not read the answers can
+// hold the rest for a write timeout each, and the FIFO queue of large
+// requests behind them would otherwise hold up every 4 KiB PUT and GET of
+// the well-behaved clients too.
 type payloadBudget struct {
 	sem      *semaphore.Weighted
+	reserve  *semaphore.Weighted // nil: no reserve
+	smallMax int64
 	total    int64
 	inUse    atomic.Int64
 	waits    atomic.Uint64 // requests that found the budget spent and waited
 	timeouts atomic.Uint64 // of those, the ones that gave up
 }
 
+// newPayloadBudget makes a budget of total bytes and, on top of it, a
+// reserve of total/8 (at most 128 MiB) for requests of at most 1/8 of the
+// reserve each.
 func newPayloadBudget(total uint64) *payloadBudget {
-	return &payloadBudget{sem: semaphore.NewWeighted(int64(total)), total: int64(total)}
+	res := min(total/8, 128<<20)
+	b := &payloadBudget{sem: semaphore.NewWeighted(int64(total)), total: int64(total)}
+	if res > 0 {
+		b.reserve = semaphore.NewWeighted(int64(res))
+		b.smallMax = int64(res / 8)
+	}
+	return b
 }
 
-// tryAcquire takes n bytes if they are free now.
-func (b *payloadBudget) tryAcquire(n int64) bool {
-	if !b.sem.TryAcquire(n) {
-		return false
+// tryAcquire takes n bytes if they are free now, from the budget or, for
+// a small request, from the reserve; fromReserve says which, for release.
+func (b *payloadBudget) tryAcquire(n int64) (ok, fromReserve bool) {
+	switch {
+	case b.sem.TryAcquire(n):
+	case b.reserve != nil && n <= b.smallMax && b.reserve.TryAcquire(n):
+		fromReserve = true
+	default:
+		return false, false
 	}
 	b.inUse.Add(n)
-	return true
+	return true, fromReserve
 }
 
-// acquire takes n bytes (n ≤ total), waiting up to wait or until stop is
-// done; false if it could not.
-func (b *payloadBudget) acquire(stop context.Context, n int64, wait time.Duration) bool {
-	if b.tryAcquire(n) {
-		return true
+// acquire takes n bytes (n ≤ total) as tryAcquire does, else waits for
+// the budget up to wait or until stop is done; false if it could not.
+func (b *payloadBudget) acquire(stop context.Context, n int64, wait time.Duration) (ok, fromReserve bool) {
+	if ok, fromReserve := b.tryAcquire(n); ok {
+		return true, fromReserve
 	}
 	b.waits.Add(1)
 	ctx, cancel := context.WithTimeout(stop, wait)
 	defer cancel()
 	if err := b.sem.Acquire(ctx, n); err != nil {
 		b.timeouts.Add(1)
-		return false
+		return false, false
 	}
 	b.inUse.Add(n)
-	return true
+	return true, false
 }
 
-func (b *payloadBudget) release(n int64) {
+func (b *payloadBudget) release(n int64, fromReserve bool) {
 	if n == 0 {
 		return
 	}
 	b.inUse.Add(-n)
+	if fromReserve {
+		b.reserve.Release(n)
+		return
+	}
 	b.sem.Release(n)
 }

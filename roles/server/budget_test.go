@@ -252,3 +252,53 @@ func TestValueOverMaxBlockAfterRestart(t *testing.T) {
 		t.Fatalf("Alloc over the pool's largest buffer: %d bytes", len(b))
 	}
 }
+
+// TestSmallRequestsPassLargeWaiters: clients that ask for large values and
+// do not read them hold the whole budget, and a large PUT queues behind
+// them; small PUTs and GETs of another client are served at once from the
+// reserve instead of waiting in that queue for its timeout.
+func TestSmallRequestsPassLargeWaiters(t *testing.T) {
+	eng := newMemEngine()
+	n := startNode(t, eng, func(o *Options) {
+		o.BufferBudget = 2 * testMaxBlock // a reserve of 256 KiB, 32 KiB per request
+		o.BodyTimeout = 20 * time.Second
+		o.WriteTimeout = 20 * time.Second
+		o.SocketBuffer = 64 << 10
+	})
+	big := bytes.Repeat([]byte{9}, testMaxBlock)
+	c := dial(t, n.addr)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPut, Key: key(1)}, big)
+	small := bytes.Repeat([]byte{5}, 4096)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPut, Key: key(2)}, small)
+	for range 2 {
+		if h, msg := readResp(t, c); h.Status != wire.StatusOK {
+			t.Fatalf("PUT: %v %s", h.Status, msg)
+		}
+	}
+	for range 2 { // two GETs nobody reads hold the whole budget
+		r := dialSmallReceive(t, n.addr)
+		writeReq(t, r, wire.RequestHeader{Op: wire.OpGet, Key: key(1)}, nil)
+	}
+	waitStats(t, n, "the unread GETs holding the budget", func(st Stats) bool { return st.BufferInUse == 2*testMaxBlock }, nil)
+	waiter := dial(t, n.addr)
+	go func() {
+		_, _ = waiter.Write(append(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPut, Key: key(3), BodyLen: testMaxBlock}), big...))
+	}()
+	waitStats(t, n, "a large PUT waiting", func(st Stats) bool { return st.BufferWaits >= 1 }, nil)
+
+	start := time.Now()
+	for i := range 20 {
+		writeReq(t, c, wire.RequestHeader{Op: wire.OpPut, Key: key(byte(10 + i))}, small)
+		if h, msg := readResp(t, c); h.Status != wire.StatusOK {
+			t.Fatalf("small PUT %d behind the large waiter: %v %s", i, h.Status, msg)
+		}
+		writeReq(t, c, wire.RequestHeader{Op: wire.OpGet, Key: key(2)}, nil)
+		if h, got := readResp(t, c); h.Status != wire.StatusOK || !bytes.Equal(got, small) {
+			t.Fatalf("small GET %d behind the large waiter: %v, %d bytes", i, h.Status, len(got))
+		}
+	}
+	if st := n.srv.Stats(); st.BufferTimeouts != 0 {
+		t.Fatalf("%d requests timed out waiting for budget", st.BufferTimeouts)
+	}
+	t.Logf("40 small requests behind the large waiter took %v", time.Since(start))
+}

@@ -51,21 +51,22 @@ type conn struct {
 	raw *rawSock // nc's socket, read and written with raw system calls; nil: use nc
 	br  *bufio.Reader
 
-	wbuf   []byte      // pending response bytes
-	iov    [2][]byte   // backing array for writev
-	bufs   net.Buffers // reused writev vector
-	hdr    [wire.RequestPrefixLen]byte
-	table  []byte      // batch item table scratch
-	stat   []byte      // batch status scratch
-	lent   *iobuf.Buf  // buffer lent to the engine by Alloc
-	loan   engine.Loan // bytes the engine lent (valid while onLoan)
-	onLoan bool
-	held   []*iobuf.Buf    // BATCH_PUT values read but not yet stored
-	budget int64           // payload budget bytes this connection holds (payloadBudget)
-	loans  []engine.Loan   // BATCH_PUT values the engine received, not yet committed
-	keys   []wire.BlockKey // BATCH_PUT chunk scratch
-	vals   [][]byte
-	errs   []error
+	wbuf     []byte      // pending response bytes
+	iov      [2][]byte   // backing array for writev
+	bufs     net.Buffers // reused writev vector
+	hdr      [wire.RequestPrefixLen]byte
+	table    []byte      // batch item table scratch
+	stat     []byte      // batch status scratch
+	lent     *iobuf.Buf  // buffer lent to the engine by Alloc
+	loan     engine.Loan // bytes the engine lent (valid while onLoan)
+	onLoan   bool
+	held     []*iobuf.Buf    // BATCH_PUT values read but not yet stored
+	budget   int64           // payload budget bytes this connection holds (payloadBudget)
+	reserved int64           // and of those, the ones from the budget's small-request reserve
+	loans    []engine.Loan   // BATCH_PUT values the engine received, not yet committed
+	keys     []wire.BlockKey // BATCH_PUT chunk scratch
+	vals     [][]byte
+	errs     []error
 
 	writeDeadline deadline.Lazy // the socket's write deadline (armWrite)
 	status        wire.Status   // status of the request being answered, for metrics
@@ -108,8 +109,8 @@ func (c *conn) Alloc(n int) []byte {
 		// buffer that large, so this one read gets its own.
 		return iobuf.AlignedSlice(n)[:n]
 	}
-	if need := int64(iobuf.SizeFor(n)); need > c.budget && c.s.budget.tryAcquire(need-c.budget) {
-		c.budget = need
+	if need := int64(iobuf.SizeFor(n)); need > c.budgetHeld() {
+		c.grab(need - c.budgetHeld())
 	}
 	c.lent = c.s.pool.Get(n)
 	return c.lent.B
@@ -126,22 +127,44 @@ func (c *conn) errBusy(wait time.Duration) error {
 // still to be read, waiting at most BodyTimeout; after a wait the body's
 // read deadline starts again. The connection must hold no budget.
 func (c *conn) takeBudget(n int64) bool {
-	if c.s.budget.tryAcquire(n) {
-		c.budget += n
+	if c.grab(n) {
 		return true
 	}
-	ok := c.s.budget.acquire(c.s.stop, n, c.s.opts.BodyTimeout)
+	ok, res := c.s.budget.acquire(c.s.stop, n, c.s.opts.BodyTimeout)
 	_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(c.s.opts.BodyTimeout))
 	if ok {
-		c.budget += n
+		c.note(n, res)
 	}
 	return ok
 }
 
+// grab takes n bytes of payload budget if they are free now.
+func (c *conn) grab(n int64) bool {
+	ok, res := c.s.budget.tryAcquire(n)
+	if ok {
+		c.note(n, res)
+	}
+	return ok
+}
+
+// note records n bytes of budget taken from the main budget or the
+// reserve.
+func (c *conn) note(n int64, fromReserve bool) {
+	if fromReserve {
+		c.reserved += n
+	} else {
+		c.budget += n
+	}
+}
+
+// budgetHeld is the payload budget the connection holds.
+func (c *conn) budgetHeld() int64 { return c.budget + c.reserved }
+
 // dropBudget gives back the budget the connection holds.
 func (c *conn) dropBudget() {
-	c.s.budget.release(c.budget)
-	c.budget = 0
+	c.s.budget.release(c.budget, false)
+	c.s.budget.release(c.reserved, true)
+	c.budget, c.reserved = 0, 0
 }
 
 // read is a GET's engine read: bytes lent in place when the engine can
@@ -171,10 +194,11 @@ func (c *conn) read(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 				stored, c.s.opts.MaxBlockBytes, wire.StatusTooLarge)
 		}
 		need := int64(iobuf.SizeFor(int(n)))
-		if !c.s.budget.acquire(c.s.stop, need, c.s.opts.WriteTimeout) {
+		ok, res := c.s.budget.acquire(c.s.stop, need, c.s.opts.WriteTimeout)
+		if !ok {
 			return nil, stored, c.errBusy(c.s.opts.WriteTimeout)
 		}
-		c.budget = need
+		c.note(need, res)
 	}
 	return eng.Range(key, offset, length, c)
 }
@@ -594,9 +618,7 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 		}
 		if !received {
 			need := int64(iobuf.SizeFor(int(vl)))
-			if c.s.budget.tryAcquire(need) {
-				c.budget += need
-			} else {
+			if !c.grab(need) {
 				// Store the run so far first: its budget goes back, and
 				// a connection never waits while it holds any.
 				store(i)

@@ -152,6 +152,9 @@ func DecodeRequest(src []byte, lim Limits) (RequestHeader, error) {
 		if what := foreignProtocol(src); what != "" {
 			return h, frameErr(StatusEpochMismatch, "not a dfkv request: it looks like %s; this is dfkv's binary data port (the node's /metrics, /healthz and /readyz are on server.http_listen)", what)
 		}
+		if h.Epoch == EpochMDS {
+			return h, frameErr(StatusEpochMismatch, "request epoch %d is the MDS control protocol: this address is a cache node's data port, not an MDS; give it as a member (client.members), not as an MDS address", h.Epoch)
+		}
 		return h, frameErr(StatusEpochMismatch, "request epoch %d, this node speaks TCP epoch %d; upgrade the older side", h.Epoch, EpochTCP)
 	}
 	zeroKey := h.Key == BlockKey{}

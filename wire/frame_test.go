@@ -374,6 +374,11 @@ func TestForeignProtocolNamed(t *testing.T) {
 			b[0] = 5
 			return b
 		}(), "upgrade the older side"},
+		{"an MDS request", func() []byte {
+			b := AppendRequest(nil, &RequestHeader{Op: OpGet, Key: sampleKey(1)})
+			b[0] = EpochMDS
+			return b
+		}(), "not an MDS"},
 	} {
 		_, err := DecodeRequest(c.src, testLimits)
 		var fe *FrameError

@@ -62,7 +62,7 @@ type conn struct {
 	onLoan   bool
 	held     []*iobuf.Buf    // BATCH_PUT values read but not yet stored
 	budget   int64           // payload budget bytes this connection holds (payloadBudget)
-	reserved int64           // and of those, the ones from the budget's small-request reserve
+	reserved int64           // payload budget bytes it holds from the small-request reserve
 	loans    []engine.Loan   // BATCH_PUT values the engine received, not yet committed
 	keys     []wire.BlockKey // BATCH_PUT chunk scratch
 	vals     [][]byte
@@ -75,14 +75,20 @@ type conn struct {
 
 	mu      sync.Mutex
 	busy    bool // a request's first byte has arrived and it is being served
-	stopped bool // shutdown asked this connection to end
+	stopped bool // shutdown (or max_conns, for the longest-idle one) asked this connection to end
+	// inPrefix: the request's first bytes arrived but not its whole
+	// prefix, so the connection waits on its client as an idle one does.
+	inPrefix  bool
+	waitSince time.Time // when it last began waiting on its client (idle, or in a prefix)
+	cut       bool      // closed by closeIdlest (under the server's mu)
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{
-		s:    s,
-		nc:   nc,
-		wbuf: make([]byte, 0, flushAt+wire.ResponsePrefixLen+inlineLimit),
+		s:         s,
+		nc:        nc,
+		wbuf:      make([]byte, 0, flushAt+wire.ResponsePrefixLen+inlineLimit),
+		waitSince: s.opts.Clock.Now(),
 	}
 	if c.raw = newRawSock(nc); c.raw != nil {
 		c.br = bufio.NewReaderSize(c.raw, readBufSize)
@@ -119,6 +125,9 @@ func (c *conn) Alloc(n int) []byte {
 // errBusy answers a request that waited its whole timeout for payload
 // buffer budget.
 func (c *conn) errBusy(wait time.Duration) error {
+	if c.s.stop.Err() != nil {
+		return fmt.Errorf("dfkv node shutting down: it gave up waiting for a payload buffer; retry after its restart: %w", wire.StatusUnavailable)
+	}
 	return fmt.Errorf("dfkv node busy: its payload buffers (server.buffer_budget_bytes = %d bytes) stayed in use for %s; retry, or raise the budget: %w",
 		c.s.budget.total, wait, wire.StatusUnavailable)
 }
@@ -223,9 +232,21 @@ func (c *conn) stopIfIdle() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stopped = true
-	if !c.busy {
+	if !c.busy || c.inPrefix {
 		_ = c.nc.SetReadDeadline(time.Unix(1, 0))
 	}
+}
+
+// waitingFor reports how long the connection has waited on its client
+// (idle, or in a request prefix); false when it is serving a request or
+// already stopped. Its caller holds no conn lock.
+func (c *conn) waitingFor(now time.Time) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped || (c.busy && !c.inPrefix) {
+		return 0, false
+	}
+	return now.Sub(c.waitSince), true
 }
 
 func (c *conn) begin() bool {
@@ -242,7 +263,41 @@ func (c *conn) end() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.busy = false
+	c.waitSince = c.s.opts.Clock.Now()
 	return !c.stopped
+}
+
+// readPrefix reads a request's prefix. When it has not all arrived with
+// the first byte, the connection waits on its client as an idle one does:
+// shutdown (and max_conns) may cut it there, and a client that stops
+// mid-prefix is cut after BodyTimeout (or the first request's deadline)
+// rather than holding the connection, and Serve's drain, for ever. The
+// common case, a prefix that arrived whole, costs no deadline.
+func (c *conn) readPrefix() error {
+	if c.br.Buffered() >= len(c.hdr) {
+		_, err := io.ReadFull(c.br, c.hdr[:])
+		return err
+	}
+	c.mu.Lock()
+	c.inPrefix = true
+	c.waitSince = c.s.opts.Clock.Now()
+	armed := false
+	switch {
+	case c.stopped:
+		_ = c.nc.SetReadDeadline(time.Unix(1, 0))
+	case c.pastFirst || c.s.opts.FirstRequest == 0:
+		_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(c.s.opts.BodyTimeout))
+		armed = true
+	}
+	c.mu.Unlock()
+	_, err := io.ReadFull(c.br, c.hdr[:])
+	c.mu.Lock()
+	c.inPrefix = false
+	if armed && !c.stopped {
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
+	c.mu.Unlock()
+	return err
 }
 
 func (c *conn) serve() {
@@ -318,6 +373,9 @@ func (c *conn) onError(err error) {
 		}
 		return
 	}
+	if isTimeout(err) && c.isStopped() {
+		return // cut by shutdown, or at max_conns as the longest idle
+	}
 	if !c.pastFirst && c.s.opts.FirstRequest > 0 && isTimeout(err) {
 		// The first request's deadline (its body has it too, when set).
 		c.s.stats.firstReqTimeouts.Add(1)
@@ -326,7 +384,7 @@ func (c *conn) onError(err error) {
 		return
 	}
 	if isTimeout(err) {
-		c.s.bodyStallWarn.warn(c.s.log, time.Now(), "closing connection: a request body stalled past the body deadline",
+		c.s.bodyStallWarn.warn(c.s.log, time.Now(), "closing connection: a request (its prefix or body) stalled past the body deadline",
 			"remote", c.nc.RemoteAddr().String(), "body_timeout", c.s.opts.BodyTimeout.String())
 		return
 	}
@@ -441,7 +499,7 @@ func (c *conn) respond(st wire.Status, stored uint64, err error) {
 // connection: a *wire.FrameError is answered first, anything else is an
 // I/O failure of the connection itself.
 func (c *conn) handleOne() error {
-	if _, err := io.ReadFull(c.br, c.hdr[:]); err != nil {
+	if err := c.readPrefix(); err != nil {
 		return err
 	}
 	h, err := wire.DecodeRequest(c.hdr[:], c.s.lim)

@@ -91,6 +91,7 @@ var (
 	descConns       = prometheus.NewDesc("dfkv_open_connections", "Open data-plane connections.", nil, nil)
 	descAccepted    = prometheus.NewDesc("dfkv_connections_accepted_total", "Data-plane connections accepted.", nil, nil)
 	descRefused     = prometheus.NewDesc("dfkv_connections_refused_total", "Connections refused at max_conns or during shutdown.", nil, nil)
+	descIdleClosed  = prometheus.NewDesc("dfkv_connections_idle_closed_total", "Idle connections closed at max_conns to admit a new one.", nil, nil)
 	descBudget      = prometheus.NewDesc("dfkv_buffer_budget_bytes", "Payload buffer bytes all connections may hold at once (server.buffer_budget_bytes).", nil, nil)
 	descBudgetUsed  = prometheus.NewDesc("dfkv_buffer_in_use_bytes", "Payload buffer bytes connections hold now.", nil, nil)
 	descBudgetWaits = prometheus.NewDesc("dfkv_buffer_waits_total", "Requests that found the payload buffer budget spent and waited for it.", nil, nil)
@@ -118,7 +119,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descAccepted, descRefused, descAcceptErrs, descBudget, descBudgetUsed, descBudgetWaits, descBudgetBusy, descFirstReq, descFirstReqMS, descFrameErrors,
+	for _, d := range []*prometheus.Desc{descConns, descAccepted, descRefused, descIdleClosed, descAcceptErrs, descBudget, descBudgetUsed, descBudgetWaits, descBudgetBusy, descFirstReq, descFirstReqMS, descFrameErrors,
 		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descMoves, descIOErrors, descHits, descMisses,
 		descHealthy, descDirectIO, descTenant, descTenantQuot} {
 		ch <- d
@@ -136,6 +137,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descConns, float64(s.conns.Load()))
 	counter(descAccepted, float64(s.accepted.Load()))
 	counter(descRefused, float64(s.refused.Load()))
+	counter(descIdleClosed, float64(s.idleClosed.Load()))
 	counter(descAcceptErrs, float64(s.acceptErrors.Load()))
 	b := c.srv.budget
 	gauge(descBudget, float64(b.total))

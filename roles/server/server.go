@@ -89,10 +89,11 @@ type Server struct {
 	stats counters
 	// Per-connection warnings a flood of bad connections could repeat,
 	// logged at most once per warnEvery each (the counters count all).
-	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn rateLimitedWarn
-	metrics                                            *Metrics      // nil = not exported
-	info                                               NodeInfo      // reported by STATS
-	group                                              *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
+	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn, refusedWarn, idleCutWarn rateLimitedWarn
+	cutting                                                                      int           // connections closeIdlest closed that have not ended yet (under mu)
+	metrics                                                                      *Metrics      // nil = not exported
+	info                                                                         NodeInfo      // reported by STATS
+	group                                                                        *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
 }
 
 // counters are the server's own numbers; engine numbers come from Stats().
@@ -100,6 +101,7 @@ type counters struct {
 	conns            atomic.Int64
 	accepted         atomic.Uint64
 	refused          atomic.Uint64
+	idleClosed       atomic.Uint64
 	acceptErrors     atomic.Uint64
 	firstReqTimeouts atomic.Uint64
 	frameErrors      atomic.Uint64
@@ -234,12 +236,16 @@ func (s *Server) startConn(nc net.Conn) {
 		}
 	}
 	s.mu.Lock()
-	if s.closing || len(s.conns) >= s.opts.MaxConns {
+	if !s.closing && len(s.conns) >= s.opts.MaxConns {
+		s.closeIdlest()
+	}
+	if s.closing || len(s.conns) >= s.opts.MaxConns+s.cutting {
 		closing := s.closing
 		s.mu.Unlock()
 		s.stats.refused.Add(1)
 		if !closing {
-			s.log.Warn("refusing connection: max_conns reached", "remote", nc.RemoteAddr().String(), "max_conns", s.opts.MaxConns)
+			s.refusedWarn.warn(s.log, time.Now(), "refusing connection: max_conns reached and no connection idle for long",
+				"remote", nc.RemoteAddr().String(), "max_conns", s.opts.MaxConns)
 			// Best effort: tell the client why before closing.
 			msg := "node has max_conns open connections; retry later or raise DFKV_MAX_CONNS"
 			_ = nc.SetWriteDeadline(s.opts.Clock.Now().Add(time.Second))
@@ -258,9 +264,45 @@ func (s *Server) startConn(nc net.Conn) {
 	go c.serve()
 }
 
+// idleCutAfter is how long a connection must have waited on its client
+// before max_conns may close it to admit a new one: long enough that a
+// client's pooled connection between two calls is not churned.
+const idleCutAfter = time.Second
+
+// closeIdlest closes the connection that has waited longest on its client
+// (idle, or stalled in a request prefix), if one has waited idleCutAfter,
+// so a full node admits a new connection instead of refusing it: idle
+// connections never expire otherwise, and one client holding max_conns of
+// them would lock every other client out. A client's pooled connection
+// closed while idle is redialed on its next call. The caller holds s.mu;
+// the connection leaves s.conns when its goroutine ends, and s.cutting
+// counts it until then.
+func (s *Server) closeIdlest() {
+	now := s.opts.Clock.Now()
+	var victim *conn
+	var longest time.Duration
+	for c := range s.conns {
+		if d, ok := c.waitingFor(now); ok && d >= idleCutAfter && d > longest {
+			victim, longest = c, d
+		}
+	}
+	if victim == nil {
+		return
+	}
+	victim.stopIfIdle()
+	victim.cut = true
+	s.cutting++
+	s.stats.idleClosed.Add(1)
+	s.idleCutWarn.warn(s.log, time.Now(), "max_conns reached: closed the longest-idle connection to admit a new one",
+		"remote", victim.nc.RemoteAddr().String(), "idle", longest.Round(time.Millisecond).String(), "max_conns", s.opts.MaxConns)
+}
+
 func (s *Server) removeConn(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	if c.cut {
+		s.cutting--
+	}
 	s.mu.Unlock()
 	s.stats.conns.Add(-1)
 	s.inflight.Done()
@@ -314,6 +356,7 @@ type Stats struct {
 	OpenConns        int64             `json:"open_conns"`
 	Accepted         uint64            `json:"accepted"`
 	Refused          uint64            `json:"refused"`
+	IdleClosed       uint64            `json:"idle_closed"`
 	AcceptErrors     uint64            `json:"accept_errors"`
 	BufferInUse      int64             `json:"buffer_in_use_bytes"`
 	BufferWaits      uint64            `json:"buffer_waits"`
@@ -331,6 +374,7 @@ func (s *Server) Stats() Stats {
 		OpenConns:        s.stats.conns.Load(),
 		Accepted:         s.stats.accepted.Load(),
 		Refused:          s.stats.refused.Load(),
+		IdleClosed:       s.stats.idleClosed.Load(),
 		AcceptErrors:     s.stats.acceptErrors.Load(),
 		BufferInUse:      s.budget.inUse.Load(),
 		BufferWaits:      s.budget.waits.Load(),

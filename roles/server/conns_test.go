@@ -1,0 +1,130 @@
+package server
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// In-process tests (a node on a loopback listener, memEngine) of
+// connections that wait on their clients: idle ones at max_conns, and
+// ones stalled in the middle of a request prefix.
+
+// TestMaxConnsClosesLongestIdle: a node at max_conns closes the
+// connection idle longest (a second or more) to admit a new one, instead
+// of refusing it; one client's idle connections cannot lock others out.
+func TestMaxConnsClosesLongestIdle(t *testing.T) {
+	n := startNode(t, newMemEngine(), func(o *Options) { o.MaxConns = 2 })
+	oldest := dial(t, n.addr)
+	writeReq(t, oldest, wire.RequestHeader{Op: wire.OpPing}, nil)
+	readResp(t, oldest)
+	time.Sleep(100 * time.Millisecond)
+	newer := dial(t, n.addr)
+	writeReq(t, newer, wire.RequestHeader{Op: wire.OpPing}, nil)
+	readResp(t, newer)
+	time.Sleep(idleCutAfter + 100*time.Millisecond) // both idle past the cut
+
+	fresh := dial(t, n.addr)
+	writeReq(t, fresh, wire.RequestHeader{Op: wire.OpPing}, nil)
+	if h, msg := readResp(t, fresh); h.Status != wire.StatusOK {
+		t.Fatalf("a new connection at max_conns with idle ones open: %v %s", h.Status, msg)
+	}
+	expectClosed(t, oldest)
+	writeReq(t, newer, wire.RequestHeader{Op: wire.OpPing}, nil)
+	if h, _ := readResp(t, newer); h.Status != wire.StatusOK {
+		t.Fatal("the younger idle connection was closed instead of the oldest")
+	}
+	if st := n.srv.Stats(); st.IdleClosed != 1 || st.Refused != 0 {
+		t.Fatalf("idle closed %d, refused %d; want 1 and 0", st.IdleClosed, st.Refused)
+	}
+	// Every connection has just been used: the next is refused.
+	writeReq(t, fresh, wire.RequestHeader{Op: wire.OpPing}, nil)
+	readResp(t, fresh)
+	late := dial(t, n.addr)
+	if h, _ := readResp(t, late); h.Status != wire.StatusUnavailable {
+		t.Fatalf("a connection at max_conns with none idle for long: %v, want UNAVAILABLE", h.Status)
+	}
+}
+
+// TestHalfSentPrefixIsCut: a client that sends part of a request prefix
+// and stops is cut after the body timeout; it held its connection for
+// ever before.
+func TestHalfSentPrefixIsCut(t *testing.T) {
+	n := startNode(t, newMemEngine(), func(o *Options) { o.BodyTimeout = 300 * time.Millisecond })
+	c := dial(t, n.addr)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
+	readResp(t, c)
+	prefix := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})
+	if _, err := c.Write(prefix[:10]); err != nil {
+		t.Fatal(err)
+	}
+	expectClosed(t, c)
+}
+
+// TestHalfSentPrefixDoesNotHoldShutdown: shutdown cuts a connection
+// stalled in a request prefix at once, as it does an idle one, instead of
+// waiting for its shutdown timeout.
+func TestHalfSentPrefixDoesNotHoldShutdown(t *testing.T) {
+	rec := &logRecorder{}
+	n := startNode(t, newMemEngine(), func(o *Options) {
+		o.BodyTimeout = time.Minute
+		o.ShutdownTimeout = 3 * time.Second
+		o.Logger = slog.New(rec)
+	})
+	c := dial(t, n.addr)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
+	readResp(t, c)
+	prefix := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})
+	if _, err := c.Write(prefix[:10]); err != nil {
+		t.Fatal(err)
+	}
+	waitStats(t, n, "the prefix bytes to arrive", func(st Stats) bool { return st.Ops["PING"] == 1 }, nil)
+	time.Sleep(50 * time.Millisecond) // the partial prefix reaches the node's read
+	n.cancel()
+	if err := <-n.done; err != nil {
+		t.Fatal(err)
+	}
+	n.done <- nil
+	if rec.logged("shutdown timeout") {
+		t.Fatal("shutdown waited for a connection stalled in a request prefix until its timeout")
+	}
+	expectClosed(t, c)
+}
+
+// TestRefusalsLoggedOncePerInterval: a client connecting in a loop to a
+// full node gets every refusal counted, but the log a line per interval,
+// not one per connection (128,226 lines in 10 s before).
+func TestRefusalsLoggedOncePerInterval(t *testing.T) {
+	rec := &logRecorder{}
+	n := startNode(t, newMemEngine(), func(o *Options) {
+		o.MaxConns = 1
+		o.Logger = slog.New(rec)
+	})
+	busy := dial(t, n.addr)
+	writeReq(t, busy, wire.RequestHeader{Op: wire.OpPing}, nil)
+	readResp(t, busy)
+	for range 50 {
+		c := dial(t, n.addr)
+		if h, _ := readResp(t, c); h.Status != wire.StatusUnavailable {
+			t.Fatalf("connection past max_conns: %v", h.Status)
+		}
+		c.Close()
+	}
+	if st := n.srv.Stats(); st.Refused != 50 {
+		t.Fatalf("refused %d, want 50", st.Refused)
+	}
+	rec.mu.Lock()
+	lines := 0
+	for _, m := range rec.msgs {
+		if strings.Contains(m, "refusing connection") {
+			lines++
+		}
+	}
+	rec.mu.Unlock()
+	if lines != 1 {
+		t.Fatalf("%d log lines for 50 refusals, want 1", lines)
+	}
+}

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +128,39 @@ func TestRefusalsLoggedOncePerInterval(t *testing.T) {
 	rec.mu.Unlock()
 	if lines != 1 {
 		t.Fatalf("%d log lines for 50 refusals, want 1", lines)
+	}
+}
+
+// TestIdleConnectionsHoldNoWorkingMemory: connections that served large
+// batches and then wait for their clients give their response buffers and
+// batch tables back, so idle connections cost no working memory (345 KiB
+// each before).
+func TestIdleConnectionsHoldNoWorkingMemory(t *testing.T) {
+	n := startNode(t, newMemEngine(), nil)
+	conns := make([]net.Conn, 20)
+	for i := range conns {
+		c := dial(t, n.addr)
+		conns[i] = c
+		body := make([]byte, 0, 64*wire.BatchKeyItemLen)
+		for j := range 64 {
+			body = wire.AppendKeyItem(body, key(byte(j)))
+		}
+		writeReq(t, c, wire.RequestHeader{Op: wire.OpBatchExist, Length: 64}, body)
+		if h, _ := readResp(t, c); h.Status != wire.StatusOK || h.Stored != 64 {
+			t.Fatalf("BATCH_EXIST on connection %d: %v, %d records", i, h.Status, h.Stored)
+		}
+		if _, err := io.ReadFull(c, make([]byte, 64*wire.BatchExistRecLen)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); n.srv.scratchHeld.Load() != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle connections still hold working memory", n.srv.scratchHeld.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	writeReq(t, conns[0], wire.RequestHeader{Op: wire.OpPing}, nil)
+	if h, _ := readResp(t, conns[0]); h.Status != wire.StatusOK {
+		t.Fatal("an idle connection does not serve again")
 	}
 }

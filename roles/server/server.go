@@ -89,6 +89,7 @@ type Server struct {
 	stats counters
 	// Per-connection warnings a flood of bad connections could repeat,
 	// logged at most once per warnEvery each (the counters count all).
+	scratchHeld                                                                  atomic.Int64 // connections holding working memory (conn.takeScratch)
 	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn, refusedWarn, idleCutWarn rateLimitedWarn
 	cutting                                                                      int           // connections closeIdlest closed that have not ended yet (under mu)
 	metrics                                                                      *Metrics      // nil = not exported

@@ -41,15 +41,20 @@ type payloadBudget struct {
 	timeouts atomic.Uint64 // of those, the ones that gave up
 }
 
+// smallRequest is the largest request the reserve serves: small values
+// and pages, not the large blocks whose unread answers can fill the
+// budget.
+const smallRequest = 256 << 10
+
 // newPayloadBudget makes a budget of total bytes and, on top of it, a
-// reserve of total/8 (at most 128 MiB) for requests of at most 1/8 of the
-// reserve each.
+// reserve of total/8 (at most 128 MiB) for requests of at most
+// smallRequest bytes (and at most 1/8 of the reserve) each.
 func newPayloadBudget(total uint64) *payloadBudget {
 	res := min(total/8, 128<<20)
 	b := &payloadBudget{sem: semaphore.NewWeighted(int64(total)), total: int64(total)}
 	if res > 0 {
 		b.reserve = semaphore.NewWeighted(int64(res))
-		b.smallMax = int64(res / 8)
+		b.smallMax = min(int64(res/8), smallRequest)
 	}
 	return b
 }

@@ -302,3 +302,24 @@ func TestSmallRequestsPassLargeWaiters(t *testing.T) {
 	}
 	t.Logf("40 small requests behind the large waiter took %v", time.Since(start))
 }
+
+// TestReserveServesOnlySmallRequests: the reserve on top of the budget
+// serves requests of at most smallRequest bytes, so clients stalling on
+// values of a few MiB cannot use it up as well.
+func TestReserveServesOnlySmallRequests(t *testing.T) {
+	b := newPayloadBudget(1 << 30)
+	if ok, res := b.tryAcquire(1 << 30); !ok || res {
+		t.Fatal("the whole budget")
+	}
+	if ok, _ := b.tryAcquire(smallRequest + 1); ok {
+		t.Fatal("a request over smallRequest took the reserve")
+	}
+	if ok, res := b.tryAcquire(smallRequest); !ok || !res {
+		t.Fatal("a small request did not get the reserve")
+	}
+	b.release(smallRequest, true)
+	b.release(1<<30, false)
+	if b.inUse.Load() != 0 {
+		t.Fatalf("in use %d after releasing everything", b.inUse.Load())
+	}
+}

@@ -277,8 +277,8 @@ func (c *conn) stopIfIdle() {
 }
 
 // waitingFor reports how long the connection has waited on its client
-// (idle, or in a request prefix); false when it is serving a request or
-// already stopped. Its caller holds no conn lock.
+// (idle, in a request prefix, or sending replies it does not read); false
+// when it is serving a request or already stopped.
 func (c *conn) waitingFor(now time.Time) (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -286,6 +286,22 @@ func (c *conn) waitingFor(now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return now.Sub(c.waitSince), true
+}
+
+// cutIfWaiting ends the connection if it has waited on its client at
+// least min, checked and done under one hold of its lock (a request that
+// begins in between is never cut). Both deadlines move into the past: an
+// idle connection may be blocked writing replies its client does not
+// read.
+func (c *conn) cutIfWaiting(now time.Time, min time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped || (c.busy && !c.inPrefix) || now.Sub(c.waitSince) < min {
+		return false
+	}
+	c.stopped = true
+	_ = c.nc.SetDeadline(time.Unix(1, 0))
+	return true
 }
 
 func (c *conn) begin() bool {
@@ -317,6 +333,12 @@ func (c *conn) readPrefix() error {
 		_, err := io.ReadFull(c.br, c.hdr[:])
 		return err
 	}
+	// The replies of requests already served go out before the wait
+	// (a cut would drop them), and the working memory goes back.
+	if err := c.flush(); err != nil {
+		return err
+	}
+	c.returnScratch()
 	c.mu.Lock()
 	c.inPrefix = true
 	c.waitSince = c.s.opts.Clock.Now()
@@ -376,7 +398,6 @@ func (c *conn) serve() {
 			_ = c.flush()
 			return
 		}
-		c.takeScratch()
 		err := c.handleOne()
 		if err != nil {
 			c.onError(err)
@@ -549,6 +570,7 @@ func (c *conn) handleOne() error {
 	if err := c.readPrefix(); err != nil {
 		return err
 	}
+	c.takeScratch()
 	h, err := wire.DecodeRequest(c.hdr[:], c.s.lim)
 	if err != nil {
 		c.unread = h.BodyLen

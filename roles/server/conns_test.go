@@ -153,6 +153,15 @@ func TestIdleConnectionsHoldNoWorkingMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Connections stalled in a request prefix hold none either.
+	for range 10 {
+		c := dial(t, n.addr)
+		writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
+		readResp(t, c)
+		if _, err := c.Write(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})[:5]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for deadline := time.Now().Add(10 * time.Second); n.srv.scratchHeld.Load() != 0; {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d idle connections still hold working memory", n.srv.scratchHeld.Load())
@@ -163,4 +172,57 @@ func TestIdleConnectionsHoldNoWorkingMemory(t *testing.T) {
 	if h, _ := readResp(t, conns[0]); h.Status != wire.StatusOK {
 		t.Fatal("an idle connection does not serve again")
 	}
+}
+
+// TestRepliesSentBeforeWaitingInPrefix: the reply of a request already
+// served goes out before the node waits for the rest of the client's next
+// prefix; it waited unsent, and a cut then dropped it.
+func TestRepliesSentBeforeWaitingInPrefix(t *testing.T) {
+	n := startNode(t, newMemEngine(), nil)
+	c := dial(t, n.addr)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
+	readResp(t, c)
+	req := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPut, Key: key(1), BodyLen: 3})
+	req = append(req, "abc"...)
+	req = append(req, wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})[:5]...)
+	if _, err := c.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if h, msg := readResp(t, c); h.Status != wire.StatusOK {
+		t.Fatalf("PUT followed by part of the next prefix: %v %s", h.Status, msg)
+	}
+}
+
+// TestCutConnectionBlockedWritingEnds: a connection whose client stopped
+// reading its replies counts as waiting on the client; when max_conns cuts
+// it, its write ends too, instead of holding the socket until the write
+// timeout while another connection takes its place.
+func TestCutConnectionBlockedWritingEnds(t *testing.T) {
+	eng := newMemEngine()
+	n := startNode(t, eng, func(o *Options) {
+		o.MaxConns = 1
+		o.WriteTimeout = time.Minute // past waitStats' 30 s: only the cut can end the write in time
+		o.SocketBuffer = 16 << 10
+	})
+	v := make([]byte, 16<<10)
+	if err := eng.Cache(key(1), v); err != nil {
+		t.Fatal(err)
+	}
+	a := dialSmallReceive(t, n.addr)
+	var reqs []byte
+	for range 12 { // replies under flushAt: they go out in the flush after the last request, not inside one
+		reqs = wire.AppendRequest(reqs, &wire.RequestHeader{Op: wire.OpGet, Key: key(1)})
+	}
+	if _, err := a.Write(reqs); err != nil {
+		t.Fatal(err)
+	}
+	waitStats(t, n, "the GETs served", func(st Stats) bool { return st.Ops["GET"] == 12 }, nil)
+	time.Sleep(idleCutAfter + 200*time.Millisecond)
+	b := dial(t, n.addr)
+	writeReq(t, b, wire.RequestHeader{Op: wire.OpPing}, nil)
+	if h, _ := readResp(t, b); h.Status != wire.StatusOK {
+		t.Fatalf("new connection: %v", h.Status)
+	}
+	waitStats(t, n, "the cut connection to end", func(st Stats) bool { return st.OpenConns == 1 }, nil)
 }

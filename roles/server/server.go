@@ -237,7 +237,7 @@ func (s *Server) startConn(nc net.Conn) {
 		}
 	}
 	s.mu.Lock()
-	if !s.closing && len(s.conns) >= s.opts.MaxConns {
+	if !s.closing && len(s.conns)-s.cutting >= s.opts.MaxConns {
 		s.closeIdlest()
 	}
 	if s.closing || len(s.conns) >= s.opts.MaxConns+s.cutting {
@@ -287,10 +287,9 @@ func (s *Server) closeIdlest() {
 			victim, longest = c, d
 		}
 	}
-	if victim == nil {
+	if victim == nil || !victim.cutIfWaiting(now, idleCutAfter) {
 		return
 	}
-	victim.stopIfIdle()
 	victim.cut = true
 	s.cutting++
 	s.stats.idleClosed.Add(1)

@@ -377,7 +377,7 @@ var settings = []setting{
 	{
 		key: "mds.first_request_ms", env: "DFKV_MDS_FIRST_REQ_MS", flag: "first-request-ms", roles: roleMDS,
 		def:   "30000",
-		help:  "milliseconds a new control connection may take to send its first request; 0 waits forever",
+		help:  "milliseconds a control connection may take to send each request whole (the first, and every one after it); 0 waits forever",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.MDS.FirstRequest }, min: 0, max: hour, note: "0 = off"},
 	},
 	{

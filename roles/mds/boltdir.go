@@ -24,6 +24,15 @@ import (
 //
 // Layout: one bucket per group ("g/<group>"), holding "epoch" (u64 BE) and
 // one key per member ("m/<id>", JSON MemberInfo).
+//
+// Expiry against heartbeats and registrations: a heartbeat records itself
+// before it looks the member up, a registration records itself inside its
+// write transaction, and the sweeper deletes a member only if, inside its
+// own write transaction (bbolt runs them one at a time), the member's last
+// heartbeat is still the lapsed one it chose. So a heartbeat answered OK
+// was never followed by the sweeper dropping it, and a registration is
+// never deleted by a sweep that began before it. A heartbeat record is
+// forgotten only while nothing has refreshed it.
 type boltDir struct {
 	db    *bolt.DB
 	ttl   time.Duration
@@ -39,12 +48,25 @@ type boltDir struct {
 	expired func(n int)
 }
 
-func openBoltDir(path string, ttl time.Duration, clock engine.Clock, log *slog.Logger, expired func(int)) (*boltDir, error) {
+func openBoltDir(path string, ttl time.Duration, clock engine.Clock, log *slog.Logger, expired func(int)) (d *boltDir, err error) {
+	// bbolt panics on some corrupt pages (a failed assertion, an invalid
+	// freelist page): an MDS that cannot read its file says which file,
+	// as it does for the damage bbolt reports as an error.
+	defer func() {
+		if r := recover(); r != nil {
+			d, err = nil, fmt.Errorf("MDS database %s is corrupt (%v); move it away to start empty (members register again within one heartbeat)", path, r)
+		}
+	}()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("open MDS database %s (mds.db_path / DFKV_MDS_DB): %w; is another dfkv mds using it?", path, err)
 	}
-	d := &boltDir{db: db, ttl: ttl, clock: clock, log: log, seen: map[string]map[string]time.Time{},
+	defer func() {
+		if err != nil {
+			_ = db.Close()
+		}
+	}()
+	d = &boltDir{db: db, ttl: ttl, clock: clock, log: log, seen: map[string]map[string]time.Time{},
 		stop: make(chan struct{}), done: make(chan struct{}), expired: expired}
 	now := clock.Now()
 	err = db.View(func(tx *bolt.Tx) error {
@@ -62,7 +84,6 @@ func openBoltDir(path string, ttl time.Duration, clock engine.Clock, log *slog.L
 		})
 	})
 	if err != nil {
-		_ = db.Close()
 		return nil, fmt.Errorf("MDS database %s is not a dfkv directory: %w; move it away to start empty", path, err)
 	}
 	go d.sweep()
@@ -118,6 +139,7 @@ func (d *boltDir) Register(_ context.Context, group string, m wire.MemberInfo) (
 			return err
 		}
 		key := []byte("m/" + m.ID)
+		d.touch(group, m.ID, now) // before the commit: a sweep's transaction after ours sees it
 		if old := b.Get(key); old != nil && string(old) == string(val) {
 			epoch = epochOf(b) // same registration again: no change
 			return nil
@@ -131,11 +153,13 @@ func (d *boltDir) Register(_ context.Context, group string, m wire.MemberInfo) (
 	if err != nil {
 		return 0, backendErr("register", err)
 	}
-	d.touch(group, m.ID, now)
 	return epoch, nil
 }
 
 func (d *boltDir) Heartbeat(_ context.Context, group, id string) (uint64, error) {
+	// Recorded before the lookup: a sweep that has not yet deleted the
+	// member sees it and keeps it; one that already has, we see.
+	d.touch(group, id, d.clock.Now())
 	var epoch uint64
 	found := false
 	err := d.db.View(func(tx *bolt.Tx) error {
@@ -153,12 +177,11 @@ func (d *boltDir) Heartbeat(_ context.Context, group, id string) (uint64, error)
 	if !found {
 		return epoch, ErrUnknownMember
 	}
-	d.touch(group, id, d.clock.Now())
 	return epoch, nil
 }
 
 func (d *boltDir) Deregister(_ context.Context, group, id string) (uint64, error) {
-	epoch, removed, err := d.remove(group, []string{id})
+	epoch, removed, err := d.remove(group, []string{id}, nil)
 	if err != nil {
 		return 0, backendErr("deregister", err)
 	}
@@ -169,21 +192,35 @@ func (d *boltDir) Deregister(_ context.Context, group, id string) (uint64, error
 }
 
 // remove deletes ids from group in one transaction, bumping the epoch once
-// if anything was removed.
-func (d *boltDir) remove(group string, ids []string) (epoch uint64, removed int, err error) {
+// if anything was removed. With lapsed (the sweeper), an id is deleted
+// only if its last heartbeat is still the one lapsed holds: a heartbeat or
+// registration since keeps it. Heartbeat records are forgotten, after the
+// commit, only where nothing refreshed them meanwhile.
+func (d *boltDir) remove(group string, ids []string, lapsed map[string]time.Time) (epoch uint64, removed int, err error) {
+	last := map[string]time.Time{} // the records to forget, as they were when checked
 	err = d.db.Update(func(tx *bolt.Tx) error {
+		clear(last)
+		removed = 0
 		b := tx.Bucket(bucketName(group))
-		if b == nil {
-			return nil
-		}
+		d.mu.Lock()
 		for _, id := range ids {
+			t := d.seen[group][id]
+			if lapsed != nil && !t.Equal(lapsed[id]) {
+				continue // heartbeat or registration since the sweep chose it
+			}
+			last[id] = t
 			k := []byte("m/" + id)
-			if b.Get(k) != nil {
+			if b != nil && b.Get(k) != nil {
 				if err := b.Delete(k); err != nil {
+					d.mu.Unlock()
 					return err
 				}
 				removed++
 			}
+		}
+		d.mu.Unlock()
+		if b == nil {
+			return nil
 		}
 		if removed > 0 {
 			epoch, err = bump(b)
@@ -194,8 +231,13 @@ func (d *boltDir) remove(group string, ids []string) (epoch uint64, removed int,
 	})
 	if err == nil {
 		d.mu.Lock()
-		for _, id := range ids {
-			delete(d.seen[group], id)
+		for id, t := range last {
+			if d.seen[group][id].Equal(t) {
+				delete(d.seen[group], id)
+			}
+		}
+		if len(d.seen[group]) == 0 {
+			delete(d.seen, group)
 		}
 		d.mu.Unlock()
 	}
@@ -261,17 +303,25 @@ func (d *boltDir) sweep() {
 		}
 		now := d.clock.Now()
 		d.mu.Lock()
-		lapsed := map[string][]string{}
+		lapsed := map[string]map[string]time.Time{}
 		for g, ids := range d.seen {
 			for id, last := range ids {
 				if now.Sub(last) > d.ttl {
-					lapsed[g] = append(lapsed[g], id)
+					if lapsed[g] == nil {
+						lapsed[g] = map[string]time.Time{}
+					}
+					lapsed[g][id] = last
 				}
 			}
 		}
 		d.mu.Unlock()
-		for g, ids := range lapsed {
-			epoch, n, err := d.remove(g, ids)
+		for g, at := range lapsed {
+			ids := make([]string, 0, len(at))
+			for id := range at {
+				ids = append(ids, id)
+			}
+			sort.Strings(ids)
+			epoch, n, err := d.remove(g, ids, at)
 			if err != nil {
 				d.log.Error("MDS: cannot drop expired members", "group", g, "error", err.Error())
 				continue

@@ -122,12 +122,17 @@ func (s *controlServer) handle(ctx context.Context, c net.Conn) {
 		_ = c.Close()
 		s.wg.Done()
 	}()
-	if s.firstReq > 0 {
-		_ = c.SetReadDeadline(time.Now().Add(s.firstReq))
-	}
 	br := bufio.NewReader(c)
 	var hdr [wire.RequestPrefixLen]byte
 	for first := true; ; first = false {
+		if s.firstReq > 0 {
+			// Every request, not only the first, must arrive whole within
+			// it: clients open a connection per call, and one that sends a
+			// request and then part of another would otherwise hold a
+			// descriptor for good (enough of them stop heartbeats, which
+			// expires every node).
+			_ = c.SetReadDeadline(time.Now().Add(s.firstReq))
+		}
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			if first && errors.Is(err, os.ErrDeadlineExceeded) {
 				s.firstReqTimeouts.Add(1)
@@ -151,9 +156,6 @@ func (s *controlServer) handle(ctx context.Context, c net.Conn) {
 				s.firstReqTimeouts.Add(1)
 			}
 			return
-		}
-		if first && s.firstReq > 0 {
-			_ = c.SetReadDeadline(time.Time{})
 		}
 		st, epoch, out := s.do(ctx, op, known, body)
 		if err := s.reply(c, st, epoch, out); err != nil {
@@ -274,7 +276,9 @@ func (s *controlServer) do(ctx context.Context, op wire.Op, known uint64, body [
 				"member list of group %s is %d bytes (%d members), over the %d-byte reply cap; split the group",
 				req.Group, len(r.body), len(members), membersReplyCap))
 		}
-		s.store(req.Group, r)
+		if epoch != 0 {
+			s.store(req.Group, r) // not a group nobody registered in: asking must not grow the cache
+		}
 		return r.status, epoch, r.body
 	}
 	return wire.StatusUnsupported, 0, []byte("unknown control op")

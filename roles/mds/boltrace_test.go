@@ -1,0 +1,178 @@
+package mds
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// In-process tests of the bbolt directory's expiry against heartbeats and
+// registrations racing it, and of damaged files, each a bug a review
+// demonstrated.
+
+// TestBoltSweepSparesMemberHeartbeatingMeanwhile: the sweeper chose a
+// lapsed member but its write waited (here behind another writer); a
+// heartbeat answered OK meanwhile, so the sweep must not drop the member.
+func TestBoltSweepSparesMemberHeartbeatingMeanwhile(t *testing.T) {
+	clock := &manualClock{now: time.Unix(1_000_000, 0)}
+	const ttl = 200 * time.Millisecond
+	d, err := openBoltDir(filepath.Join(t.TempDir(), "mds.db"), ttl, clock, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	if _, err := d.Register(ctx, "g", member(1)); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	holding := make(chan struct{})
+	go d.db.Update(func(*bolt.Tx) error { close(holding); <-release; return nil })
+	<-holding
+	clock.advance(2 * ttl)
+	time.Sleep(300 * time.Millisecond) // sweeper ticks (every 50 ms): it chooses node-1 and waits to write
+	if _, err := d.Heartbeat(ctx, "g", "node-1"); err != nil {
+		t.Fatalf("heartbeat: %v", err)
+	}
+	close(release)
+	time.Sleep(300 * time.Millisecond) // the waiting sweep writes
+	if _, ms, _ := d.Members(ctx, "g"); len(ms) != 1 {
+		t.Fatalf("a member whose heartbeat was answered OK was dropped: %+v", ms)
+	}
+}
+
+// TestBoltRegisterRacingDeregisterKeepsHeartbeatRecord: whatever order a
+// registration and a deregistration of one member land in, a member that
+// is listed has a heartbeat record, so it expires if its node dies; one
+// without would stay in every client's ring for good.
+func TestBoltRegisterRacingDeregisterKeepsHeartbeatRecord(t *testing.T) {
+	d, err := openBoltDir(filepath.Join(t.TempDir(), "mds.db"), time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	for i := range 500 {
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = d.Register(ctx, "g", member(1)) })
+		wg.Go(func() { _, _ = d.Deregister(ctx, "g", "node-1") })
+		wg.Wait()
+		_, ms, err := d.Members(ctx, "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 1 && ms[0].LastHeartbeatUnixMS <= 0 {
+			t.Fatalf("iteration %d: node-1 listed with no heartbeat record", i)
+		}
+	}
+}
+
+// TestBoltCorruptFileIsAnError: a damaged page makes bbolt panic on some
+// pages; the MDS must refuse the file with an error naming it, never
+// crash.
+func TestBoltCorruptFileIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.db")
+	d, err := openBoltDir(good, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := d.Register(context.Background(), "g", member(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Close()
+	orig, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const page = 4096
+	for p := 2; p*page < len(orig); p++ {
+		b := append([]byte(nil), orig...)
+		for i := p * page; i < (p+1)*page; i++ {
+			b[i] = byte(i*7 + p)
+		}
+		path := filepath.Join(dir, "bad.db")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		d, err := openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("page %d damaged: error %q does not name the file", p, err)
+			}
+			continue
+		}
+		d.Close()
+	}
+}
+
+// TestControlConnectionBoundedAfterFirstRequest: a control connection that
+// sends one whole request and then part of another is closed after the
+// request deadline, like one that never sends a first request.
+func TestControlConnectionBoundedAfterFirstRequest(t *testing.T) {
+	ctrl, _, _ := runMDS(t, map[string][]string{"db": {filepath.Join(t.TempDir(), "m.db")}, "first-request-ms": {"200"}})
+	mc := mdsClient(t, "default", ctrl)
+	if _, _, _, err := mc.Members(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", ctrl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := []byte(`{"group":"default"}`)
+	req := append(wire.AppendMDSRequest(nil, wire.OpMDSMembers, 0, len(body)), body...)
+	if _, err := c.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var pre [wire.ResponsePrefixLen]byte
+	if _, err := io.ReadFull(c, pre[:]); err != nil {
+		t.Fatalf("first reply: %v", err)
+	}
+	if _, err := c.Write(req[:5]); err != nil {
+		t.Fatal(err)
+	}
+	// The rest of the first reply, then EOF once the deadline cuts the
+	// half-sent second request.
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Fatalf("connection not closed after a half-sent second request: %v", err)
+	}
+}
+
+// TestUnknownGroupsDoNotGrowReplyCache: MEMBERS of groups nobody
+// registered in are answered (empty, epoch 0) without a cache entry each.
+func TestUnknownGroupsDoNotGrowReplyCache(t *testing.T) {
+	d, err := openBoltDir(filepath.Join(t.TempDir(), "mds.db"), time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	cs := &controlServer{dir: d, log: slog.New(slog.DiscardHandler), ttl: time.Hour}
+	for i := range 100 {
+		st, epoch, _ := cs.do(context.Background(), wire.OpMDSMembers, 0, []byte(fmt.Sprintf(`{"group":"nobody-%d"}`, i)))
+		if st != wire.StatusOK || epoch != 0 {
+			t.Fatalf("MEMBERS of an unknown group: %v epoch %d", st, epoch)
+		}
+	}
+	cs.cacheMu.Lock()
+	defer cs.cacheMu.Unlock()
+	if len(cs.replies) != 0 {
+		t.Fatalf("%d cache entries for groups nobody registered in", len(cs.replies))
+	}
+}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -147,11 +148,16 @@ func (g *Group) cacheWithQuota(key wire.BlockKey, value []byte) error {
 	defer mu.Unlock()
 	e := g.of(key)
 	need := g.growth(e, key, uint64(len(value)))
-	if used := q.Used(key.Tenant); need > 0 && used+need > int64(limit) {
+	if used := q.Used(key.Tenant); need > 0 && used+need > capOf(limit) {
 		return q.exceeded(key.Tenant, used, uint64(need), limit)
 	}
 	return e.Cache(key, value)
 }
+
+// capOf is a quota as the signed byte counts it is compared with: a limit
+// of 2^63 bytes or more (an operator's "16EiB" for "practically
+// unlimited") is the largest, not a negative number.
+func capOf(limit uint64) int64 { return int64(min(limit, math.MaxInt64)) }
 
 // growth is how many bytes storing n bytes under key adds.
 func (g *Group) growth(e StoreEngine, key wire.BlockKey, n uint64) int64 {
@@ -206,11 +212,14 @@ func (g *Group) cacheBatchWithQuota(keys []wire.BlockKey, values [][]byte, errs 
 			need = g.growth(g.of(k), k, uint64(n))
 		}
 		used := q.Used(k.Tenant) + pending[k.Tenant]
-		if need > 0 && used+need > int64(limit) {
+		if need > 0 && used+need > capOf(limit) {
 			errs[i] = q.exceeded(k.Tenant, used, uint64(need), limit)
 			continue
 		}
-		pending[k.Tenant] += need
+		// Only growth is counted: bytes a shrinking item frees are not
+		// free until its write succeeds, and it may fail while the items
+		// admitted on its credit succeed.
+		pending[k.Tenant] += max(need, 0)
 		sizes[k] = n
 		admit = append(admit, i)
 	}

@@ -248,3 +248,72 @@ func testQuotaAccountingThroughEvictionAndRestart(t *testing.T) {
 		t.Fatal("restart rebuilt no usage")
 	}
 }
+
+// failingEngine fails Cache of one key and passes everything else on.
+type failingEngine struct {
+	engine.StoreEngine
+	fail wire.BlockKey
+}
+
+func (f *failingEngine) Cache(k wire.BlockKey, v []byte) error {
+	if k == f.fail {
+		return fmt.Errorf("injected write failure: %w", wire.StatusIOError)
+	}
+	return f.StoreEngine.Cache(k, v)
+}
+
+func (f *failingEngine) CacheBatch(ks []wire.BlockKey, vs [][]byte, errs []error) {
+	for i := range ks {
+		errs[i] = f.Cache(ks[i], vs[i])
+	}
+}
+
+// TestQuotaBatchShrinkCreditNotSpentBeforeItLands: a batch that shrinks
+// one value and adds another that fits only in the bytes freed must not
+// store the new one when the shrinking write fails: the tenant would end
+// past its quota. Freed bytes count from the next request on.
+func TestQuotaBatchShrinkCreditNotSpentBeforeItLands(t *testing.T) {
+	q := engine.NewQuotas(0, map[uint64]uint64{tenantA: 10000})
+	dir := t.TempDir()
+	e, err := file.Open(file.Options{Dir: filepath.Join(dir, "d0"), CapacityBytes: 1 << 30, Accounting: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := tkey(tenantA, 1), tkey(tenantA, 2)
+	fe := &failingEngine{StoreEngine: e, fail: a}
+	g, err := engine.NewGroup([]engine.StoreEngine{fe}, []string{"d0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetQuotas(q)
+	defer g.Close()
+	if err := e.Cache(a, make([]byte, 10000)); err != nil { // stored before the failure
+		t.Fatal(err)
+	}
+	errs := make([]error, 2)
+	g.CacheBatch([]wire.BlockKey{a, b}, [][]byte{make([]byte, 1000), make([]byte, 9000)}, errs)
+	if errs[0] == nil {
+		t.Fatal("the injected failure did not fail the shrinking item")
+	}
+	if used := q.Used(tenantA); used > 10000 {
+		t.Fatalf("tenant A uses %d bytes, past its 10000-byte quota (items: %v, %v)", used, errs[0], errs[1])
+	}
+}
+
+// TestQuotaOfExabytesIsLarge: a quota of 2^63 bytes or more (an operator's
+// "16EiB" for practically unlimited) admits PUTs; it refused every one.
+func TestQuotaOfExabytesIsLarge(t *testing.T) {
+	for _, limit := range []uint64{1 << 63, ^uint64(0)} {
+		q := engine.NewQuotas(limit, nil)
+		g := quotaGroup(t, t.TempDir(), 1<<30, q)
+		if err := g.Cache(tkey(tenantA, 1), make([]byte, 100)); err != nil {
+			t.Fatalf("quota %d: %v", limit, err)
+		}
+		errs := make([]error, 1)
+		g.CacheBatch([]wire.BlockKey{tkey(tenantA, 2)}, [][]byte{make([]byte, 100)}, errs)
+		if errs[0] != nil {
+			t.Fatalf("quota %d, batch: %v", limit, errs[0])
+		}
+		g.Close()
+	}
+}

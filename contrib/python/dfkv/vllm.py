@@ -175,6 +175,17 @@ def _in_place(piece: Any) -> bool:
     return piece.device.type == "cpu" and piece.is_contiguous()
 
 
+def _resumed(cached: Any, i: int, rid: str) -> bool:
+    """Whether cached request i (rid) resumes after preemption: vLLM says so
+    with resumed_from_preemption[i], or, in newer versions, by listing it
+    in resumed_req_ids."""
+    flags = getattr(cached, "resumed_from_preemption", None)
+    if flags is not None and i < len(flags) and flags[i]:
+        return True
+    ids = getattr(cached, "resumed_req_ids", None)
+    return ids is not None and rid in ids
+
+
 def _layer_index(name: str, fallback: int) -> int:
     m = re.search(r"\.(\d+)\.", "." + name + ".")
     return int(m.group(1)) if m else fallback
@@ -202,6 +213,12 @@ class DfkvConnector(_Base):
         self.pp = int(getattr(pc, "pipeline_parallel_size", 1) or 1)
         self.dcp = int(getattr(pc, "decode_context_parallel_size", 1) or 1)
         self.pcp = int(getattr(pc, "prefill_context_parallel_size", 1) or 1)
+        if self.pcp > 1:
+            # Each PCP rank holds a different shard of a block's tokens, and
+            # the object key has no PCP rank: ranks would overwrite each
+            # other's shards and loads would return another rank's.
+            raise ValueError(f"dfkv vLLM connector: prefill context parallel size {self.pcp} is not supported; "
+                             "run with prefill_context_parallel_size = 1")
         hf = getattr(mc, "hf_config", None)
         self.num_layers = int(getattr(hf, "num_hidden_layers", 0) or mc.get_num_layers(pc))
         self.kv_heads = 1 if self.use_mla else int(mc.get_total_num_kv_heads())
@@ -325,7 +342,14 @@ class DfkvConnector(_Base):
                     continue
                 nb = cached.new_block_ids[i] if getattr(cached, "new_block_ids", None) else None
                 if nb:
-                    st.block_ids.extend(nb[0] if isinstance(nb[0], (list, tuple)) else nb)
+                    ids = list(nb[0] if isinstance(nb[0], (list, tuple)) else nb)
+                    if _resumed(cached, i, rid):
+                        # A request resumed after preemption gets its whole
+                        # block list anew; appending it would shift every
+                        # later save onto the wrong blocks.
+                        st.block_ids = ids
+                    else:
+                        st.block_ids.extend(ids)
                 progress.append((rid, cached.num_computed_tokens[i] + scheduled.get(rid, 0)))
         for rid, done_tokens in progress:
             st = self._reqs[rid]

@@ -333,6 +333,53 @@ class VLLMTest(unittest.TestCase):
             self.assertTrue(torch.equal(kv2[n][:, 5], kv[n][:, 1]), n)
             self.assertTrue(torch.equal(kv2[n][:, 0], torch.zeros_like(kv2[n][:, 0])), "block 0 was not to be loaded")
 
+    def test_prefill_context_parallel_refused(self):
+        cfg = vllm_config("test/vllm-" + uuid.uuid4().hex)
+        cfg.parallel_config.prefill_context_parallel_size = 2
+        with self.assertRaisesRegex(ValueError, "prefill context parallel"):
+            dvl.DfkvConnector(cfg, dvl.KVConnectorRole.WORKER)
+
+    def test_resumed_request_replaces_its_blocks(self):
+        # Chunked prefill of an 8-block prompt: the first chunk gets blocks
+        # [10, 11]; the request is preempted and resumed with a whole new
+        # list [20..23], then gets [24..27]. Each save must name the blocks
+        # at the prompt positions it saves (appending the resumed list
+        # shifted every later save onto the wrong blocks).
+        cfg = vllm_config("test/vllm-" + uuid.uuid4().hex)
+        sched = dvl.DfkvConnector(cfg, dvl.KVConnectorRole.SCHEDULER)
+        self.addCleanup(sched.shutdown)
+        prompt = list(range(200, 233))  # 33 tokens: 8 whole blocks of 4
+        req = types.SimpleNamespace(request_id="p1", prompt_token_ids=prompt, block_hashes=None)
+        self.assertEqual(sched.get_num_new_matched_tokens(req, 0), (0, False))
+        sched.update_state_after_alloc(req, Blocks([]), 0)
+
+        def cached(ids, computed, resumed, **kw):
+            return types.SimpleNamespace(req_ids=["p1"], new_block_ids=[(ids,)], num_computed_tokens=[computed],
+                                         resumed_from_preemption=[resumed], **kw)
+
+        m1 = sched.build_connector_meta(types.SimpleNamespace(
+            scheduled_new_reqs=[types.SimpleNamespace(req_id="p1", prompt_token_ids=prompt, block_ids=([10, 11],),
+                                                      num_computed_tokens=0)],
+            scheduled_cached_reqs=None, num_scheduled_tokens={"p1": 8}))
+        self.assertEqual([s.block_ids for s in m1.saves], [[10, 11]])
+        m2 = sched.build_connector_meta(types.SimpleNamespace(
+            scheduled_new_reqs=[], scheduled_cached_reqs=cached([20, 21, 22, 23], 0, True),
+            num_scheduled_tokens={"p1": 16}))
+        self.assertEqual([s.block_ids for s in m2.saves], [[22, 23]])  # blocks 2-3; 0-1 were saved
+        m3 = sched.build_connector_meta(types.SimpleNamespace(
+            scheduled_new_reqs=[], scheduled_cached_reqs=cached([24, 25, 26, 27], 16, False),
+            num_scheduled_tokens={"p1": 17}))
+        self.assertEqual([s.block_ids for s in m3.saves], [[24, 25, 26, 27]])
+        # Newer vLLM names resumed requests in resumed_req_ids instead.
+        sched._reqs["p1"].block_ids = [10, 11]
+        sched._reqs["p1"].stored_upto = 2
+        m4 = sched.build_connector_meta(types.SimpleNamespace(
+            scheduled_new_reqs=[], scheduled_cached_reqs=types.SimpleNamespace(
+                req_ids=["p1"], new_block_ids=[([30, 31, 32, 33],)], num_computed_tokens=[0],
+                resumed_req_ids={"p1"}),
+            num_scheduled_tokens={"p1": 16}))
+        self.assertEqual([s.block_ids for s in m4.saves], [[32, 33]])
+
     def test_layouts_that_differ_physically_share_blocks(self):
         # FlashInfer's HND layout under vLLM: block-first shape [blocks, 2,
         # block_size, heads, head_size] over memory ordered [blocks, 2,

@@ -68,3 +68,27 @@ func ParseFilename(name string) (BlockKey, error) {
 func (k BlockKey) RouteHash() uint64 {
 	return binary.BigEndian.Uint64(k.ID[:8]) ^ k.Tenant
 }
+
+// HasDuplicate reports whether keys holds one key twice: a batch that
+// repeats a key must be applied in order so its last value wins. Short
+// batches (the common case) are compared pairwise, without a map.
+func HasDuplicate(keys []BlockKey) bool {
+	if len(keys) <= 16 {
+		for i := range keys {
+			for j := i + 1; j < len(keys); j++ {
+				if keys[i] == keys[j] {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	seen := make(map[BlockKey]struct{}, len(keys))
+	for _, k := range keys {
+		if _, ok := seen[k]; ok {
+			return true
+		}
+		seen[k] = struct{}{}
+	}
+	return false
+}

@@ -195,7 +195,7 @@ func (s *Store) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) 
 		return
 	}
 	defer s.exit()
-	if len(keys) < 2 || hasDuplicate(keys) {
+	if len(keys) < 2 || wire.HasDuplicate(keys) {
 		for i := range keys {
 			errs[i] = s.cache(keys[i], values[i])
 		}
@@ -219,27 +219,6 @@ func (s *Store) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) 
 
 // batchWorkers bounds the writes one CacheBatch has in flight.
 const batchWorkers = 8
-
-func hasDuplicate(keys []wire.BlockKey) bool {
-	if len(keys) <= 16 {
-		for i := range keys {
-			for j := i + 1; j < len(keys); j++ {
-				if keys[i] == keys[j] {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	seen := make(map[wire.BlockKey]struct{}, len(keys))
-	for _, k := range keys {
-		if _, ok := seen[k]; ok {
-			return true
-		}
-		seen[k] = struct{}{}
-	}
-	return false
-}
 
 func (s *Store) cache(key wire.BlockKey, value []byte) error {
 	n := uint64(len(value))

@@ -85,7 +85,7 @@ func (c *Client) fanOut(groups []*group, inOrder bool, fn func(g *group, lo, hi 
 		switch {
 		case len(g.idx) <= step:
 			spawn(g, 0)
-		case inOrder && repeatsKey(g.keys):
+		case inOrder && wire.HasDuplicate(g.keys):
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -109,18 +109,6 @@ func (c *Client) fanOut(groups []*group, inOrder bool, fn func(g *group, lo, hi 
 		}
 	}
 	wg.Wait()
-}
-
-// repeatsKey reports whether ks holds a key twice.
-func repeatsKey(ks []wire.BlockKey) bool {
-	seen := make(map[wire.BlockKey]struct{}, len(ks))
-	for _, k := range ks {
-		if _, ok := seen[k]; ok {
-			return true
-		}
-		seen[k] = struct{}{}
-	}
-	return false
 }
 
 // PutBatch stores values[i] under keys[i] and returns one error per item

@@ -39,15 +39,8 @@ func delayedTier(t *testing.T, m *memBacking, delay time.Duration, edit func(*Op
 // 10 s: what must never wait out an hour-long flush delay.
 func promptly(t *testing.T, what string, call func() error) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- call() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s waited for the flush delay", what)
+	if err := returnsWithin(t, what, call); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 

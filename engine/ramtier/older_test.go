@@ -34,7 +34,7 @@ func returnsWithin(t *testing.T, what string, call func() error) error {
 	case err := <-done:
 		return err
 	case <-time.After(10 * time.Second):
-		t.Fatalf("%s did not return", what)
+		t.Fatalf("%s did not return within 10 s (did it wait for the flush delay?)", what)
 		return nil
 	}
 }

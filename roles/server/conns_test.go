@@ -15,6 +15,20 @@ import (
 // connections that wait on their clients: idle ones at max_conns, and
 // ones stalled in the middle of a request prefix.
 
+// halfSentPrefix dials addr, has one PING answered (so the connection is
+// past its first request), then sends the first n bytes of the next
+// request's prefix and nothing more.
+func halfSentPrefix(t *testing.T, addr string, n int) net.Conn {
+	t.Helper()
+	c := dial(t, addr)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
+	readResp(t, c)
+	if _, err := c.Write(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})[:n]); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestMaxConnsClosesLongestIdle: a node at max_conns closes the
 // connection idle longest (a second or more) to admit a new one, instead
 // of refusing it; one client's idle connections cannot lock others out.
@@ -56,13 +70,7 @@ func TestMaxConnsClosesLongestIdle(t *testing.T) {
 // ever before.
 func TestHalfSentPrefixIsCut(t *testing.T) {
 	n := startNode(t, newMemEngine(), func(o *Options) { o.BodyTimeout = 300 * time.Millisecond })
-	c := dial(t, n.addr)
-	writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
-	readResp(t, c)
-	prefix := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})
-	if _, err := c.Write(prefix[:10]); err != nil {
-		t.Fatal(err)
-	}
+	c := halfSentPrefix(t, n.addr, 10)
 	expectClosed(t, c)
 }
 
@@ -76,14 +84,7 @@ func TestHalfSentPrefixDoesNotHoldShutdown(t *testing.T) {
 		o.ShutdownTimeout = 3 * time.Second
 		o.Logger = slog.New(rec)
 	})
-	c := dial(t, n.addr)
-	writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
-	readResp(t, c)
-	prefix := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})
-	if _, err := c.Write(prefix[:10]); err != nil {
-		t.Fatal(err)
-	}
-	waitStats(t, n, "the prefix bytes to arrive", func(st Stats) bool { return st.Ops["PING"] == 1 }, nil)
+	c := halfSentPrefix(t, n.addr, 10)
 	time.Sleep(50 * time.Millisecond) // the partial prefix reaches the node's read
 	n.cancel()
 	if err := <-n.done; err != nil {
@@ -155,12 +156,7 @@ func TestIdleConnectionsHoldNoWorkingMemory(t *testing.T) {
 	}
 	// Connections stalled in a request prefix hold none either.
 	for range 10 {
-		c := dial(t, n.addr)
-		writeReq(t, c, wire.RequestHeader{Op: wire.OpPing}, nil)
-		readResp(t, c)
-		if _, err := c.Write(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})[:5]); err != nil {
-			t.Fatal(err)
-		}
+		halfSentPrefix(t, n.addr, 5)
 	}
 	for deadline := time.Now().Add(10 * time.Second); n.srv.scratchHeld.Load() != 0; {
 		if time.Now().After(deadline) {

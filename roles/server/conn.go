@@ -234,7 +234,7 @@ func (c *conn) takeScratch() {
 		return
 	}
 	c.sc = scratchPool.Get().(*scratch)
-	c.s.scratchHeld.Add(1)
+	c.s.stats.serving.Add(1)
 	c.wbuf, c.table, c.stat = c.sc.wbuf[:0], c.sc.table, c.sc.stat
 }
 
@@ -249,7 +249,7 @@ func (c *conn) returnScratch() {
 	}
 	c.sc.table, c.sc.stat = c.table, c.stat
 	scratchPool.Put(c.sc)
-	c.s.scratchHeld.Add(-1)
+	c.s.stats.serving.Add(-1)
 	c.sc, c.wbuf, c.table, c.stat = nil, nil, nil, nil
 }
 
@@ -282,6 +282,11 @@ func (c *conn) stopIfIdle() {
 func (c *conn) waitingFor(now time.Time) (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.waitedLocked(now)
+}
+
+// waitedLocked is waitingFor with c.mu held.
+func (c *conn) waitedLocked(now time.Time) (time.Duration, bool) {
 	if c.stopped || (c.busy && !c.inPrefix) {
 		return 0, false
 	}
@@ -296,7 +301,7 @@ func (c *conn) waitingFor(now time.Time) (time.Duration, bool) {
 func (c *conn) cutIfWaiting(now time.Time, min time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.stopped || (c.busy && !c.inPrefix) || now.Sub(c.waitSince) < min {
+	if d, ok := c.waitedLocked(now); !ok || d < min {
 		return false
 	}
 	c.stopped = true

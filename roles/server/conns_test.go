@@ -158,9 +158,9 @@ func TestIdleConnectionsHoldNoWorkingMemory(t *testing.T) {
 	for range 10 {
 		halfSentPrefix(t, n.addr, 5)
 	}
-	for deadline := time.Now().Add(10 * time.Second); n.srv.scratchHeld.Load() != 0; {
+	for deadline := time.Now().Add(10 * time.Second); n.srv.Stats().Serving != 0; {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d idle connections still hold working memory", n.srv.scratchHeld.Load())
+			t.Fatalf("%d idle connections still hold working memory", n.srv.Stats().Serving)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -89,6 +89,7 @@ type nodeCollector struct {
 
 var (
 	descConns       = prometheus.NewDesc("dfkv_open_connections", "Open data-plane connections.", nil, nil)
+	descServing     = prometheus.NewDesc("dfkv_serving_connections", "Open connections serving requests now; the others wait on their clients and hold no working memory.", nil, nil)
 	descAccepted    = prometheus.NewDesc("dfkv_connections_accepted_total", "Data-plane connections accepted.", nil, nil)
 	descRefused     = prometheus.NewDesc("dfkv_connections_refused_total", "Connections refused at max_conns or during shutdown.", nil, nil)
 	descIdleClosed  = prometheus.NewDesc("dfkv_connections_idle_closed_total", "Idle connections closed at max_conns to admit a new one.", nil, nil)
@@ -119,7 +120,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descAccepted, descRefused, descIdleClosed, descAcceptErrs, descBudget, descBudgetUsed, descBudgetWaits, descBudgetBusy, descFirstReq, descFirstReqMS, descFrameErrors,
+	for _, d := range []*prometheus.Desc{descConns, descServing, descAccepted, descRefused, descIdleClosed, descAcceptErrs, descBudget, descBudgetUsed, descBudgetWaits, descBudgetBusy, descFirstReq, descFirstReqMS, descFrameErrors,
 		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descMoves, descIOErrors, descHits, descMisses,
 		descHealthy, descDirectIO, descTenant, descTenantQuot} {
 		ch <- d
@@ -135,6 +136,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
 	}
 	gauge(descConns, float64(s.conns.Load()))
+	gauge(descServing, float64(s.serving.Load()))
 	counter(descAccepted, float64(s.accepted.Load()))
 	counter(descRefused, float64(s.refused.Load()))
 	counter(descIdleClosed, float64(s.idleClosed.Load()))

@@ -89,7 +89,6 @@ type Server struct {
 	stats counters
 	// Per-connection warnings a flood of bad connections could repeat,
 	// logged at most once per warnEvery each (the counters count all).
-	scratchHeld                                                                  atomic.Int64 // connections holding working memory (conn.takeScratch)
 	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn, refusedWarn, idleCutWarn rateLimitedWarn
 	cutting                                                                      int           // connections closeIdlest closed that have not ended yet (under mu)
 	metrics                                                                      *Metrics      // nil = not exported
@@ -100,6 +99,7 @@ type Server struct {
 // counters are the server's own numbers; engine numbers come from Stats().
 type counters struct {
 	conns            atomic.Int64
+	serving          atomic.Int64 // connections holding working memory to serve requests (conn.takeScratch)
 	accepted         atomic.Uint64
 	refused          atomic.Uint64
 	idleClosed       atomic.Uint64
@@ -354,6 +354,7 @@ func (s *Server) drain() {
 // Stats is a snapshot of the server's counters.
 type Stats struct {
 	OpenConns        int64             `json:"open_conns"`
+	Serving          int64             `json:"serving_conns"`
 	Accepted         uint64            `json:"accepted"`
 	Refused          uint64            `json:"refused"`
 	IdleClosed       uint64            `json:"idle_closed"`
@@ -372,6 +373,7 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	st := Stats{
 		OpenConns:        s.stats.conns.Load(),
+		Serving:          s.stats.serving.Load(),
 		Accepted:         s.stats.accepted.Load(),
 		Refused:          s.stats.refused.Load(),
 		IdleClosed:       s.stats.idleClosed.Load(),

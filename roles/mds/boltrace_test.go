@@ -29,10 +29,7 @@ import (
 func TestBoltSweepSparesMemberHeartbeatingMeanwhile(t *testing.T) {
 	clock := &manualClock{now: time.Unix(1_000_000, 0)}
 	const ttl = 200 * time.Millisecond
-	d, err := openBoltDir(filepath.Join(t.TempDir(), "mds.db"), ttl, clock, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := mustOpenBolt(t, filepath.Join(t.TempDir(), "mds.db"), ttl, clock)
 	defer d.Close()
 	ctx := context.Background()
 	if _, err := d.Register(ctx, "g", member(1)); err != nil {
@@ -59,10 +56,7 @@ func TestBoltSweepSparesMemberHeartbeatingMeanwhile(t *testing.T) {
 // is listed has a heartbeat record, so it expires if its node dies; one
 // without would stay in every client's ring for good.
 func TestBoltRegisterRacingDeregisterKeepsHeartbeatRecord(t *testing.T) {
-	d, err := openBoltDir(filepath.Join(t.TempDir(), "mds.db"), time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := mustOpenBolt(t, filepath.Join(t.TempDir(), "mds.db"), time.Hour, engine.SystemClock{})
 	defer d.Close()
 	ctx := context.Background()
 	for i := range 500 {
@@ -86,10 +80,7 @@ func TestBoltRegisterRacingDeregisterKeepsHeartbeatRecord(t *testing.T) {
 func TestBoltCorruptFileIsAnError(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.db")
-	d, err := openBoltDir(good, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := mustOpenBolt(t, good, time.Hour, engine.SystemClock{})
 	for i := range 20 {
 		if _, err := d.Register(context.Background(), "g", member(i)); err != nil {
 			t.Fatal(err)
@@ -158,10 +149,7 @@ func TestControlConnectionBoundedAfterFirstRequest(t *testing.T) {
 // TestUnknownGroupsDoNotGrowReplyCache: MEMBERS of groups nobody
 // registered in are answered (empty, epoch 0) without a cache entry each.
 func TestUnknownGroupsDoNotGrowReplyCache(t *testing.T) {
-	d, err := openBoltDir(filepath.Join(t.TempDir(), "mds.db"), time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := mustOpenBolt(t, filepath.Join(t.TempDir(), "mds.db"), time.Hour, engine.SystemClock{})
 	defer d.Close()
 	cs := &controlServer{dir: d, log: slog.New(slog.DiscardHandler), ttl: time.Hour}
 	for i := range 100 {
@@ -175,4 +163,14 @@ func TestUnknownGroupsDoNotGrowReplyCache(t *testing.T) {
 	if len(cs.replies) != 0 {
 		t.Fatalf("%d cache entries for groups nobody registered in", len(cs.replies))
 	}
+}
+
+// mustOpenBolt opens a bbolt directory at path with a silent log.
+func mustOpenBolt(t *testing.T, path string, ttl time.Duration, clock engine.Clock) *boltDir {
+	t.Helper()
+	d, err := openBoltDir(path, ttl, clock, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -9,6 +9,8 @@
 # themselves, is stopped by PID on exit.
 #
 #   scripts/test-contrib.sh            # PYTHON=/usr/bin/python3 by default
+#   scripts/test-contrib.sh -k lmcache # only the Python tests matching a pattern
+#                                      # (arguments go to python -m unittest)
 #   DFKV_BIN=/path/to/dfkv scripts/test-contrib.sh   # test against a prebuilt server
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -87,4 +89,4 @@ fi
 cd contrib/python
 DFKV_LIBRARY="$work/lib/libdfkv.so" DFKV_BIN="$work/dfkv" DFKV_TEST_MEMBERS="$member_list" \
 	DFKV_TEST_PIDFILE="$pidfile" PYTHONPATH="$repo/contrib/python" PYTHONDONTWRITEBYTECODE=1 \
-	"$PYTHON" -m unittest discover -s tests -t . -v
+	"$PYTHON" -m unittest discover -s tests -t . -v "$@"

@@ -177,12 +177,14 @@ int dfkv_remove(dfkv_client* c, const void* key, uint64_t key_len);
 /* ---- scatter-gather (one key, several caller buffers) ---- */
 
 /* Stores the concatenation bufs[0..n) (lens[i] bytes each, every lens[i] >
- * 0) as one value. The library copies the pieces into one pooled buffer. */
+ * 0) as one value. The pieces go to the socket in place (vectored writes):
+ * the library makes no copy of them, so they must not change during the call. */
 int dfkv_put_sg(dfkv_client* c, const void* key, uint64_t key_len,
                 uint64_t n, const void* const* bufs, const uint64_t* lens);
 
 /* Reads key's value and fills bufs[0..n) in order. *stored_len (required)
- * receives the stored length. A value shorter than the buffers fills a
+ * receives the stored length. The value is read from the socket straight
+ * into the buffers (no staging copy). A value shorter than the buffers fills a
  * prefix of them and returns DFKV_OK (check *stored_len); a longer one fills
  * them all and returns DFKV_TOO_LARGE. */
 int dfkv_get_sg(dfkv_client* c, const void* key, uint64_t key_len,
@@ -236,10 +238,10 @@ int dfkv_exist_prefix(dfkv_client* c, uint64_t n,
  * bufs and lens hold counts[0] + ... + counts[n-1] entries, each buffer
  * non-NULL and non-empty). put stores each item's concatenation; get fills
  * each item's buffers in order, stored_lens[i] (required) receiving the
- * stored length, with the dfkv_get_sg rules per item. The pieces are copied
- * through pooled buffers, at most 64 MiB of them per round, so one call of
- * many large items runs as several parallel batches. Statuses and the
- * return value follow the batch rules above. */
+ * stored length, with the dfkv_get_sg rules per item. As there, the pieces
+ * move between the socket and the caller's buffers in place, with no
+ * staging copy. Statuses and the return value follow the batch rules
+ * above. */
 int dfkv_put_batch_sg(dfkv_client* c, uint64_t n,
                       const void* const* keys, const uint64_t* key_lens,
                       const uint64_t* counts, const void* const* bufs, const uint64_t* lens,

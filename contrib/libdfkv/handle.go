@@ -19,11 +19,6 @@ type state struct {
 	maxBlock uint64
 
 	lastErr errSlot
-
-	// sg holds *[]byte scratch buffers for scatter-gather calls, so a
-	// steady stream of SG puts reuses memory instead of touching new pages
-	// (DESIGN.md §10: first touch costs ~5 µs per 4 KiB here).
-	sg sync.Pool
 }
 
 func (s *state) setErr(err error) { s.lastErr.set(err.Error()) }

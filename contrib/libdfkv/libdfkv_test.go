@@ -59,27 +59,6 @@ func TestOpenValidation(t *testing.T) {
 	}
 }
 
-func TestSGRounds(t *testing.T) {
-	f := func(totals []uint64, want [][2]int) {
-		t.Helper()
-		got := sgRounds(totals)
-		if len(got) != len(want) {
-			t.Fatalf("sgRounds(%v) = %v, want %v", totals, got, want)
-		}
-		for i := range got {
-			if got[i] != want[i] {
-				t.Fatalf("sgRounds(%v) = %v, want %v", totals, got, want)
-			}
-		}
-	}
-	const M = 1 << 20
-	f(nil, nil)
-	f([]uint64{M, M}, [][2]int{{0, 2}})
-	f([]uint64{40 * M, 40 * M, 10 * M}, [][2]int{{0, 1}, {1, 3}})
-	f([]uint64{100 * M, 1}, [][2]int{{0, 1}, {1, 2}}) // an item over the round size still gets its own round
-	f([]uint64{64 * M, 0, 1}, [][2]int{{0, 2}, {2, 3}})
-}
-
 func TestStatusOf(t *testing.T) {
 	if statusOf(nil) != 0 || statusOf(errors.New("x")) != int(wire.StatusInternal) ||
 		statusOf(itemErr(3, wire.StatusTooLarge)) != int(wire.StatusTooLarge) {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -36,66 +34,16 @@ func (s *state) remove(key []byte) error {
 	return s.c.Remove(context.Background(), key)
 }
 
-// scratch returns a pooled buffer of n bytes and its release function.
-func (s *state) scratch(n uint64) ([]byte, func()) {
-	bp, _ := s.sg.Get().(*[]byte)
-	if bp == nil || uint64(cap(*bp)) < n {
-		b := make([]byte, n)
-		bp = &b
-	}
-	buf := (*bp)[:n]
-	return buf, func() { s.sg.Put(bp) }
-}
-
-// putSG stores the concatenation of parts. NB: wire/client.Put takes one
-// contiguous value, so the parts are copied into a pooled buffer; a
-// vectored Put in wire/client would remove this copy.
+// putSG stores the concatenation of parts; the Go client writes them to
+// the socket in place (vectored writes), with no staging copy.
 func (s *state) putSG(key []byte, parts [][]byte) error {
-	var total uint64
-	for _, p := range parts {
-		total += uint64(len(p))
-	}
-	if total == 0 {
-		return fmt.Errorf("scatter-gather put of zero bytes: dfkv stores only non-empty values: %w", wire.StatusInvalid)
-	}
-	if total > s.maxBlock {
-		return fmt.Errorf("scatter-gather value of %d bytes exceeds max_block_bytes %d: %w", total, s.maxBlock, wire.StatusTooLarge)
-	}
-	buf, done := s.scratch(total)
-	defer done()
-	off := 0
-	for _, p := range parts {
-		off += copy(buf[off:], p)
-	}
-	return s.put(key, buf)
+	return s.c.PutV(context.Background(), key, parts)
 }
 
-// getSG reads key's value and fills parts in order. It reads into a pooled
-// buffer and copies out (see putSG).
+// getSG reads key's value into parts in order, straight from the socket,
+// and returns the stored length.
 func (s *state) getSG(key []byte, parts [][]byte) (uint64, error) {
-	var total uint64
-	for _, p := range parts {
-		total += uint64(len(p))
-	}
-	if total == 0 {
-		return 0, fmt.Errorf("scatter-gather get into zero bytes of buffers: %w", wire.StatusInvalid)
-	}
-	if total > s.maxBlock {
-		total = s.maxBlock // no stored value can be longer
-	}
-	buf, done := s.scratch(total)
-	defer done()
-	n, stored, err := s.c.Get(context.Background(), key, buf)
-	if err != nil && !errors.Is(err, client.ErrBufferTooSmall) {
-		return stored, err
-	}
-	src := buf[:n]
-	for _, p := range parts {
-		if len(src) == 0 {
-			break
-		}
-		src = src[copy(p, src):]
-	}
+	_, stored, err := s.c.GetV(context.Background(), key, parts)
 	return stored, err
 }
 
@@ -147,109 +95,42 @@ func (s *state) stats() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// sgRoundBytes bounds the scratch memory of one round of a batch
-// scatter-gather call.
-const sgRoundBytes = 64 << 20
-
-// sgRounds splits items (with their byte totals) into consecutive rounds
-// of at most sgRoundBytes of scratch (at least one item per round).
-func sgRounds(totals []uint64) [][2]int {
-	var rounds [][2]int
-	lo := 0
-	var sum uint64
-	for i, t := range totals {
-		if i > lo && sum+t > sgRoundBytes {
-			rounds = append(rounds, [2]int{lo, i})
-			lo, sum = i, 0
+// pending lists the items of a batch that have not failed locally
+// (errs[i] == nil), so only they are sent.
+func pending(errs []error) []int {
+	idx := make([]int, 0, len(errs))
+	for i, err := range errs {
+		if err == nil {
+			idx = append(idx, i)
 		}
-		sum += t
 	}
-	if lo < len(totals) {
-		rounds = append(rounds, [2]int{lo, len(totals)})
-	}
-	return rounds
+	return idx
 }
 
-// putBatchSG stores each item's concatenated parts. errs[i] already set
-// (local failures) are kept and the item skipped.
+// putBatchSG stores each item's concatenated parts in place. errs[i]
+// already set (local failures) are kept and the item skipped.
 func (s *state) putBatchSG(keys [][]byte, parts [][][]byte, errs []error) {
-	totals := make([]uint64, len(keys))
-	for i, ps := range parts {
-		for _, p := range ps {
-			totals[i] += uint64(len(p))
-		}
-		if errs[i] == nil && totals[i] > s.maxBlock {
-			errs[i] = fmt.Errorf("scatter-gather value of %d bytes exceeds max_block_bytes %d: %w", totals[i], s.maxBlock, wire.StatusTooLarge)
-		}
+	idx := pending(errs)
+	ks, ps := make([][]byte, len(idx)), make([][][]byte, len(idx))
+	for j, i := range idx {
+		ks[j], ps[j] = keys[i], parts[i]
 	}
-	for _, r := range sgRounds(totals) {
-		var ks, vs [][]byte
-		var idx []int
-		var release []func()
-		for i := r[0]; i < r[1]; i++ {
-			if errs[i] != nil {
-				continue
-			}
-			buf, done := s.scratch(totals[i])
-			off := 0
-			for _, p := range parts[i] {
-				off += copy(buf[off:], p)
-			}
-			ks, vs, idx = append(ks, keys[i]), append(vs, buf), append(idx, i)
-			release = append(release, done)
-		}
-		if len(ks) > 0 {
-			for j, err := range s.putBatch(ks, vs) {
-				errs[idx[j]] = err
-			}
-		}
-		for _, done := range release {
-			done()
-		}
+	for j, err := range s.c.PutBatchV(context.Background(), ks, ps) {
+		errs[idx[j]] = err
 	}
 }
 
-// getBatchSG fills each item's parts in order and returns stored lengths.
+// getBatchSG fills each item's parts in order, straight from the socket,
+// and returns stored lengths. errs[i] already set are kept, as above.
 func (s *state) getBatchSG(keys [][]byte, parts [][][]byte, errs []error) []uint64 {
 	stored := make([]uint64, len(keys))
-	totals := make([]uint64, len(keys))
-	for i, ps := range parts {
-		for _, p := range ps {
-			totals[i] += uint64(len(p))
-		}
-		totals[i] = min(totals[i], s.maxBlock)
+	idx := pending(errs)
+	ks, ps := make([][]byte, len(idx)), make([][][]byte, len(idx))
+	for j, i := range idx {
+		ks[j], ps[j] = keys[i], parts[i]
 	}
-	for _, r := range sgRounds(totals) {
-		var ks, ds [][]byte
-		var idx []int
-		var release []func()
-		for i := r[0]; i < r[1]; i++ {
-			if errs[i] != nil {
-				continue
-			}
-			buf, done := s.scratch(totals[i])
-			ks, ds, idx = append(ks, keys[i]), append(ds, buf), append(idx, i)
-			release = append(release, done)
-		}
-		if len(ks) > 0 {
-			for j, res := range s.getBatch(ks, ds) {
-				i := idx[j]
-				stored[i], errs[i] = res.Stored, res.Err
-				if res.Err != nil && !errors.Is(res.Err, client.ErrBufferTooSmall) {
-					continue
-				}
-				src := res.Data
-				for _, p := range parts[i] {
-					if len(src) == 0 {
-						break
-					}
-					src = src[copy(p, src):]
-				}
-			}
-		}
-		for _, done := range release {
-			done()
-		}
+	for j, r := range s.c.GetBatchV(context.Background(), ks, ps) {
+		stored[idx[j]], errs[idx[j]] = r.Stored, r.Err
 	}
 	return stored
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -111,6 +112,37 @@ func (c *Client) fanOut(groups []*group, inOrder bool, fn func(g *group, lo, hi 
 	wg.Wait()
 }
 
+// dropFailed takes the items that already failed locally out of groups,
+// so no request carries them.
+func dropFailed(groups []*group, failed func(i int) bool) {
+	for _, g := range groups {
+		j := 0
+		for n, i := range g.idx {
+			if !failed(i) {
+				g.idx[j], g.keys[j] = i, g.keys[n]
+				j++
+			}
+		}
+		g.idx, g.keys = g.idx[:j], g.keys[:j]
+	}
+}
+
+// readPutRecords reads a BATCH_PUT answer: one status byte per item of
+// idx, in order, into errs.
+func (cc *cconn) readPutRecords(idx []int, errs []error) error {
+	if _, err := cc.readRecordsHeader(len(idx)); err != nil {
+		return err
+	}
+	var rec [1]byte
+	for _, i := range idx {
+		if err := cc.readFull(rec[:]); err != nil {
+			return err
+		}
+		errs[i] = statusErr(wire.Status(rec[0]))
+	}
+	return nil
+}
+
 // PutBatch stores values[i] under keys[i] and returns one error per item
 // (nil for success). Items are sent to their owning nodes in parallel.
 func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
@@ -127,17 +159,7 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
 		}
 	}
 	groups := c.split(keys, func(i int, err error) { errs[i] = err })
-	// Drop items already failed locally.
-	for _, g := range groups {
-		j := 0
-		for n, i := range g.idx {
-			if errs[i] == nil {
-				g.idx[j], g.keys[j] = i, g.keys[n]
-				j++
-			}
-		}
-		g.idx, g.keys = g.idx[:j], g.keys[:j]
-	}
+	dropFailed(groups, func(i int) bool { return errs[i] != nil })
 	deadline := c.deadline(ctx)
 	c.fanOut(groups, true, func(g *group, lo, hi int) {
 		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
@@ -161,17 +183,7 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
 					return err
 				}
 			}
-			if _, err := cc.readRecordsHeader(len(idx)); err != nil {
-				return err
-			}
-			var rec [1]byte
-			for _, i := range idx {
-				if err := cc.readFull(rec[:]); err != nil {
-					return err
-				}
-				errs[i] = statusErr(wire.Status(rec[0]))
-			}
-			return nil
+			return cc.readPutRecords(idx, errs)
 		})
 		if err != nil {
 			for _, i := range idx {
@@ -213,12 +225,12 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 			if err := cc.send(nil); err != nil {
 				return err
 			}
-			if _, err := cc.readRecordsHeader(len(idx)); err != nil {
+			if _, err := cc.readRecordsHeaderFor(len(idx), c.askFor(dst(idx[0]))); err != nil {
 				return err
 			}
 			var rec [wire.BatchGetRecordLen]byte
 			for _, i := range idx {
-				if err := cc.readFull(rec[:]); err != nil {
+				if err := cc.readRecordFor(rec[:], c.askFor(dst(i))); err != nil {
 					return err
 				}
 				st, stored, n := wire.DecodeGetRecord(rec[:])
@@ -259,7 +271,7 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 					r.Data, r.Err = d, ErrBufferTooSmall
 					continue
 				}
-				if err := cc.readFull(d[:n]); err != nil {
+				if err := cc.readValue(d[:n]); err != nil {
 					return err
 				}
 				r.Data = d[:n]
@@ -367,7 +379,14 @@ func (c *Client) keyBatch(ctx context.Context, p *peer, deadline time.Time, op w
 // readRecordsHeader reads a batch response prefix and checks that it
 // announces n records.
 func (cc *cconn) readRecordsHeader(n int) (wire.ResponseHeader, error) {
-	h, err := cc.readHeader()
+	return cc.readRecordsHeaderFor(n, 0)
+}
+
+// readRecordsHeaderFor is readRecordsHeader for a BATCH_GET whose first
+// record carries about expect value bytes (readHeaderFor: a large one is
+// then read from the socket into the caller's buffer, not through bufio).
+func (cc *cconn) readRecordsHeaderFor(n int, expect uint64) (wire.ResponseHeader, error) {
+	h, err := cc.readHeaderFor(expect)
 	if err != nil {
 		// A batch reply's own status is OK; any other is the node
 		// refusing the whole frame, after which it closes the connection.
@@ -379,6 +398,22 @@ func (cc *cconn) readRecordsHeader(n int) (wire.ResponseHeader, error) {
 		return h, fmt.Errorf("batch reply announces %d records (body %d), want %d: %w", h.Stored, h.BodyLen, n, wire.StatusInvalid)
 	}
 	return h, nil
+}
+
+// readRecordFor reads a batch record of fixed size into b, straight from
+// the socket when nothing is buffered and its value is expected to be
+// large (expect bytes), so the value that follows is not pulled into the
+// bufio buffer and copied out again.
+func (cc *cconn) readRecordFor(b []byte, expect uint64) error {
+	if expect < directReadMin || cc.br.Buffered() != 0 {
+		return cc.readFull(b)
+	}
+	if _, err := io.ReadFull(cc.nc, b); err != nil {
+		cc.broken = true
+		return err
+	}
+	cc.read(len(b))
+	return nil
 }
 
 // statusErr is nil for OK and the bare status otherwise.

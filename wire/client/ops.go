@@ -85,7 +85,7 @@ func (c *Client) GetRange(ctx context.Context, key []byte, offset, length uint64
 				h.BodyLen, length, offset, h.Stored, want, wire.StatusInvalid)
 		}
 		n = int(h.BodyLen)
-		return cc.readFull(dst[:n])
+		return cc.readValue(dst[:n])
 	})
 	return n, stored, err
 }

@@ -364,7 +364,11 @@ type cconn struct {
 	wbuf []byte
 	iov  [2][]byte
 	bufs net.Buffers
-	rh   [wire.ResponsePrefixLen]byte
+	// vec holds the caller's parts queued for flushv, round the pieces of
+	// one vectored write; both are kept for the connection's next call
+	// and cleared after each, so they pin no caller memory.
+	vec, round [][]byte
+	rh         [wire.ResponsePrefixLen]byte
 	// got is set once any response byte has been read on this exchange.
 	got bool
 	// broken is set when the stream is no longer aligned on a frame

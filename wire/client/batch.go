@@ -158,6 +158,23 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
 			errs[i] = err
 		}
 	}
+	return c.putBatch(ctx, keys, errs, func(i int) uint64 { return uint64(len(values[i])) },
+		func(cc *cconn, idx []int) error {
+			for _, i := range idx {
+				if err := cc.send(values[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+}
+
+// putBatch sends the items of keys not yet failed in errs as BATCH_PUT
+// frames to their nodes in parallel and fills errs. size(i) is item i's
+// value length; send writes wbuf (the frame's prefix and item table) and
+// then the values of idx, in order.
+func (c *Client) putBatch(ctx context.Context, keys [][]byte, errs []error, size func(i int) uint64,
+	send func(cc *cconn, idx []int) error) []error {
 	groups := c.split(keys, func(i int, err error) { errs[i] = err })
 	dropFailed(groups, func(i int) bool { return errs[i] != nil })
 	deadline := c.deadline(ctx)
@@ -168,7 +185,7 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
 		}
 		var body uint64
 		for _, i := range idx {
-			body += uint64(len(values[i]))
+			body += size(i)
 		}
 		err := c.exchange(ctx, g.p, deadline, false, func(cc *cconn) error {
 			cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{
@@ -176,12 +193,10 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
 				BodyLen: uint64(len(idx))*wire.BatchPutItemLen + body,
 			})
 			for n, i := range idx {
-				cc.wbuf = wire.AppendPutItem(cc.wbuf, ks[n], uint64(len(values[i])))
+				cc.wbuf = wire.AppendPutItem(cc.wbuf, ks[n], size(i))
 			}
-			for _, i := range idx {
-				if err := cc.send(values[i]); err != nil {
-					return err
-				}
+			if err := send(cc, idx); err != nil {
+				return err
 			}
 			return cc.readPutRecords(idx, errs)
 		})
@@ -211,26 +226,69 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 		}
 		return dsts[i]
 	}
+	return c.getBatch(ctx, keys, res, func(i int) uint64 { return c.askFor(dst(i)) },
+		func(cc *cconn, i int, r *GetResult, n uint64) error {
+			d := dst(i)
+			switch {
+			case d == nil && n > c.opts.MaxBlockBytes:
+				// Longer than this client accepts (it asked for one
+				// byte more, to tell): skipped, the stream stays in step.
+				if err := cc.discard(n); err != nil {
+					return err
+				}
+				r.Err = fmt.Errorf("BATCH_GET: the %d-byte value exceeds this client's max_block_bytes %d: %w", r.Stored, c.opts.MaxBlockBytes, wire.StatusTooLarge)
+				return nil
+			case d == nil:
+				d = make([]byte, n)
+			case n > uint64(len(d)):
+				if err := cc.readFull(d); err != nil {
+					return err
+				}
+				if err := cc.discard(n - uint64(len(d))); err != nil {
+					return err
+				}
+				r.Data, r.Err = d, ErrBufferTooSmall
+				return nil
+			}
+			if err := cc.readValue(d[:n]); err != nil {
+				return err
+			}
+			r.Data = d[:n]
+			return nil
+		})
+}
+
+// getBatch sends the items of keys not yet failed in res as BATCH_GET
+// frames to their nodes in parallel, asking ask(i) bytes of item i, and
+// checks every record; take reads the n value bytes of a record that
+// carries some (status OK) into r's destination, and may set r.Err.
+func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, ask func(i int) uint64,
+	take func(cc *cconn, i int, r *GetResult, n uint64) error) []GetResult {
 	groups := c.split(keys, func(i int, err error) { res[i].Err = err })
+	dropFailed(groups, func(i int) bool { return res[i].Err != nil })
 	deadline := c.deadline(ctx)
 	c.fanOut(groups, false, func(g *group, lo, hi int) {
 		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
+		if len(idx) == 0 {
+			return
+		}
 		err := c.exchange(ctx, g.p, deadline, true, func(cc *cconn) error {
 			cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{
 				Op: wire.OpBatchGet, Length: uint64(len(idx)), BodyLen: uint64(len(idx)) * wire.BatchGetItemLen,
 			})
 			for n, i := range idx {
-				cc.wbuf = wire.AppendGetItem(cc.wbuf, ks[n], 0, c.askFor(dst(i)))
+				cc.wbuf = wire.AppendGetItem(cc.wbuf, ks[n], 0, ask(i))
 			}
 			if err := cc.send(nil); err != nil {
 				return err
 			}
-			if _, err := cc.readRecordsHeaderFor(len(idx), c.askFor(dst(idx[0]))); err != nil {
+			if _, err := cc.readRecordsHeaderFor(len(idx), ask(idx[0])); err != nil {
 				return err
 			}
 			var rec [wire.BatchGetRecordLen]byte
 			for _, i := range idx {
-				if err := cc.readRecordFor(rec[:], c.askFor(dst(i))); err != nil {
+				asked := ask(i)
+				if err := cc.readRecordFor(rec[:], asked); err != nil {
 					return err
 				}
 				st, stored, n := wire.DecodeGetRecord(rec[:])
@@ -244,37 +302,13 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 					}
 					continue
 				}
-				asked := c.askFor(dst(i))
 				if want, _ := wire.RangeLen(stored, 0, asked); n != want {
 					cc.broken = true
 					return fmt.Errorf("BATCH_GET record of %d bytes for a %d-byte value (asked %d, max_block_bytes %d): %w", n, stored, asked, c.opts.MaxBlockBytes, wire.StatusInvalid)
 				}
-				d := dst(i)
-				switch {
-				case d == nil && n > c.opts.MaxBlockBytes:
-					// Longer than this client accepts (it asked for one
-					// byte more, to tell): skipped, the stream stays in step.
-					if err := cc.discard(n); err != nil {
-						return err
-					}
-					r.Err = fmt.Errorf("BATCH_GET: the %d-byte value exceeds this client's max_block_bytes %d: %w", stored, c.opts.MaxBlockBytes, wire.StatusTooLarge)
-					continue
-				case d == nil:
-					d = make([]byte, n)
-				case n > uint64(len(d)):
-					if err := cc.readFull(d); err != nil {
-						return err
-					}
-					if err := cc.discard(n - uint64(len(d))); err != nil {
-						return err
-					}
-					r.Data, r.Err = d, ErrBufferTooSmall
-					continue
-				}
-				if err := cc.readValue(d[:n]); err != nil {
+				if err := take(cc, i, r, n); err != nil {
 					return err
 				}
-				r.Data = d[:n]
 			}
 			return nil
 		})

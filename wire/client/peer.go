@@ -505,8 +505,14 @@ func (cc *cconn) readFull(b []byte) error {
 		cc.read(len(b))
 		return nil
 	}
+	return cc.readFrom(cc.br, b)
+}
+
+// readFrom fills b from r read by read, counting each toward the call's
+// progress (read), and marks the connection broken on failure.
+func (cc *cconn) readFrom(r io.Reader, b []byte) error {
 	for len(b) > 0 {
-		n, err := cc.br.Read(b)
+		n, err := r.Read(b)
 		if n > 0 {
 			cc.read(n)
 			b = b[n:]

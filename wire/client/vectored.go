@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 
 	"github.com/dfkv/dfkv/wire"
@@ -118,41 +117,13 @@ func (c *Client) PutBatchV(ctx context.Context, keys [][]byte, parts [][][]byte)
 			errs[i] = err
 		}
 	}
-	groups := c.split(keys, func(i int, err error) { errs[i] = err })
-	dropFailed(groups, func(i int) bool { return errs[i] != nil })
-	deadline := c.deadline(ctx)
-	c.fanOut(groups, true, func(g *group, lo, hi int) {
-		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
-		if len(idx) == 0 {
-			return
-		}
-		var body uint64
-		for _, i := range idx {
-			body += sumParts(parts[i])
-		}
-		err := c.exchange(ctx, g.p, deadline, false, func(cc *cconn) error {
-			cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{
-				Op: wire.OpBatchPut, Length: uint64(len(idx)),
-				BodyLen: uint64(len(idx))*wire.BatchPutItemLen + body,
-			})
-			for n, i := range idx {
-				cc.wbuf = wire.AppendPutItem(cc.wbuf, ks[n], sumParts(parts[i]))
-			}
+	return c.putBatch(ctx, keys, errs, func(i int) uint64 { return sumParts(parts[i]) },
+		func(cc *cconn, idx []int) error {
 			for _, i := range idx {
 				cc.queue(parts[i])
 			}
-			if err := cc.flushv(); err != nil {
-				return err
-			}
-			return cc.readPutRecords(idx, errs)
+			return cc.flushv()
 		})
-		if err != nil {
-			for _, i := range idx {
-				errs[i] = err
-			}
-		}
-	})
-	return errs
 }
 
 // GetBatchV reads keys[i] into parts[i] in order, straight from the
@@ -173,63 +144,16 @@ func (c *Client) GetBatchV(ctx context.Context, keys [][]byte, parts [][][]byte)
 			res[i].Err = fmt.Errorf("scatter-gather get into zero bytes of buffers: %w", wire.StatusInvalid)
 		}
 	}
-	groups := c.split(keys, func(i int, err error) { res[i].Err = err })
-	dropFailed(groups, func(i int) bool { return res[i].Err != nil })
-	deadline := c.deadline(ctx)
-	c.fanOut(groups, false, func(g *group, lo, hi int) {
-		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
-		if len(idx) == 0 {
-			return
-		}
-		err := c.exchange(ctx, g.p, deadline, true, func(cc *cconn) error {
-			cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{
-				Op: wire.OpBatchGet, Length: uint64(len(idx)), BodyLen: uint64(len(idx)) * wire.BatchGetItemLen,
-			})
-			for n, i := range idx {
-				cc.wbuf = wire.AppendGetItem(cc.wbuf, ks[n], 0, wants[i])
-			}
-			if err := cc.send(nil); err != nil {
+	return c.getBatch(ctx, keys, res, func(i int) uint64 { return wants[i] },
+		func(cc *cconn, i int, r *GetResult, n uint64) error {
+			if err := cc.readParts(parts[i], n); err != nil {
 				return err
 			}
-			if _, err := cc.readRecordsHeaderFor(len(idx), wants[idx[0]]); err != nil {
-				return err
-			}
-			var rec [wire.BatchGetRecordLen]byte
-			for _, i := range idx {
-				if err := cc.readRecordFor(rec[:], wants[i]); err != nil {
-					return err
-				}
-				st, stored, n := wire.DecodeGetRecord(rec[:])
-				r := &res[i]
-				r.Stored = stored
-				if st != wire.StatusOK {
-					r.Err = statusErr(st)
-					if n != 0 {
-						cc.broken = true
-						return fmt.Errorf("BATCH_GET record with status %s carries %d bytes: %w", st, n, wire.StatusInvalid)
-					}
-					continue
-				}
-				if exp, _ := wire.RangeLen(stored, 0, wants[i]); n != exp {
-					cc.broken = true
-					return fmt.Errorf("BATCH_GET record of %d bytes for a %d-byte value (asked %d): %w", n, stored, wants[i], wire.StatusInvalid)
-				}
-				if err := cc.readParts(parts[i], n); err != nil {
-					return err
-				}
-				if stored > wants[i] {
-					r.Err = ErrBufferTooSmall
-				}
+			if r.Stored > wants[i] {
+				r.Err = ErrBufferTooSmall
 			}
 			return nil
 		})
-		if err != nil {
-			for _, i := range idx {
-				res[i] = GetResult{Err: err}
-			}
-		}
-	})
-	return res
 }
 
 // maxKeptIovecs bounds the part lists a pooled connection keeps for reuse
@@ -334,19 +258,5 @@ func (cc *cconn) readValue(b []byte) error {
 		}
 		b = b[k:]
 	}
-	for len(b) > 0 {
-		n, err := cc.nc.Read(b)
-		if n > 0 {
-			cc.read(n)
-			b = b[n:]
-		}
-		if err != nil && len(b) > 0 {
-			cc.broken = true
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return err
-		}
-	}
-	return nil
+	return cc.readFrom(cc.nc, b)
 }

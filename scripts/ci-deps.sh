@@ -4,6 +4,8 @@
 #   python3-torch - CPU torch for Debian's /usr/bin/python3, for the
 #                   connector tests with real tensors (contrib/python)
 #   gcc           - cgo for libdfkv.so and the C test program
+#   python3-venv, python3-pip - the Python package is tested as installed
+#                   (pip install ./contrib/python into a venv)
 #   redis-server, memcached, iperf3, curl, fio - the peers, the loopback
 #                   and disk ceilings of scripts/bench-vs-peers.sh,
 #                   smoke-run by scripts/test.sh
@@ -13,6 +15,9 @@ need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+# The contrib suite installs the Python package into a virtual environment.
+/usr/bin/python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 for pair in redis-server:redis-server memcached:memcached iperf3:iperf3 curl:curl fio:fio; do
 	command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done

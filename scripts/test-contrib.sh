@@ -2,9 +2,13 @@
 # Tests contrib/: builds dfkv and libdfkv.so, starts three real `dfkv server`
 # processes on free loopback ports with temporary disks, then runs
 #   1. the C test program (contrib/libdfkv/test/dfkv_test.c, -Wall -Werror),
-#   2. the Python suite (contrib/python/tests) under Debian's own
-#      /usr/bin/python3 (the interpreter python3-torch is built for; torch
-#      tests skip with a message when torch is absent).
+#   2. the Python suite (contrib/python/tests) against the package as a
+#      user installs it: `pip install ./contrib/python` into a virtual
+#      environment of Debian's own /usr/bin/python3 (the interpreter
+#      python3-torch is built for, seen through --system-site-packages;
+#      torch tests skip with a message when torch is absent), run from a
+#      copy of the tests with no PYTHONPATH and no DFKV_LIBRARY, so the
+#      suite imports the installed dfkv and its bundled libdfkv.so.
 # Every server, including those the Python tests start and SIGKILL
 # themselves, is stopped by PID on exit.
 #
@@ -86,7 +90,12 @@ if "$PYTHON" -c 'import torch' 2>/dev/null; then
 else
 	echo "NOTE: torch is not importable by $PYTHON: tensor tests will be skipped (apt-get install python3-torch)"
 fi
-cd contrib/python
-DFKV_LIBRARY="$work/lib/libdfkv.so" DFKV_BIN="$work/dfkv" DFKV_TEST_MEMBERS="$member_list" \
-	DFKV_TEST_PIDFILE="$pidfile" PYTHONPATH="$repo/contrib/python" PYTHONDONTWRITEBYTECODE=1 \
-	"$PYTHON" -m unittest discover -s tests -t . -v "$@"
+echo "== pip install ./contrib/python into a virtual environment (offline: --no-index)"
+"$PYTHON" -m venv --system-site-packages "$work/venv"
+"$work/venv/bin/python" -m pip install --quiet --no-index --disable-pip-version-check "$repo/contrib/python"
+mkdir -p "$work/pytests"
+cp -r "$repo/contrib/python/tests" "$work/pytests/tests"
+cd "$work/pytests"
+env -u DFKV_LIBRARY -u PYTHONPATH DFKV_BIN="$work/dfkv" DFKV_TEST_MEMBERS="$member_list" \
+	DFKV_TEST_PIDFILE="$pidfile" DFKV_TEST_INSTALLED=1 DFKV_SOURCE="$repo" PYTHONDONTWRITEBYTECODE=1 \
+	"$work/venv/bin/python" -m unittest discover -s tests -t . -v "$@"

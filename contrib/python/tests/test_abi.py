@@ -1,14 +1,15 @@
 """The ctypes mirror of dfkv.h must match the header: status numbers and
 the options struct's fields, in order. Needs no server or library."""
 
-import os
 import re
 import unittest
 
 from dfkv import Status
 from dfkv._lib import ClientOptionsV2
 
-HEADER = os.path.join(os.path.dirname(__file__), "..", "..", "libdfkv", "dfkv.h")
+from ._paths import repo_file
+
+HEADER = repo_file("contrib", "libdfkv", "dfkv.h")
 
 
 class HeaderTest(unittest.TestCase):

@@ -3,12 +3,13 @@ wire/testdata/identity_golden.json must come out byte-identical here.
 Needs no server and no libdfkv.so."""
 
 import json
-import os
 import unittest
 
 from dfkv import identity as ident
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "wire", "testdata", "identity_golden.json")
+from ._paths import repo_file
+
+GOLDEN = repo_file("wire", "testdata", "identity_golden.json")
 
 
 def load():

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Dict, Optional
+
+logger = logging.getLogger("dfkv")
 
 
 class RawBuffer:
@@ -44,3 +47,78 @@ def setting(extra: Optional[Dict[str, Any]], name: str, env: Optional[str] = Non
     if env and os.environ.get(env):
         return os.environ[env]
     return default
+
+
+class Endpoints:
+    """Where a connector finds its nodes: an MDS list (the node set follows
+    the directory, so adding or replacing a node needs no engine restart)
+    or, as the fallback, a static member list. From the engine's extra
+    config (dfkv_mds, dfkv_members, dfkv_group) or the environment
+    (DFKV_MDS_ADDRS, DFKV_MEMBERS, DFKV_GROUP); an MDS wins over static
+    members when both are set, as in every dfkv role."""
+
+    __slots__ = ("mds", "members", "group")
+
+    def __init__(self, mds: Optional[str], members: Optional[str], group: Optional[str]) -> None:
+        self.mds, self.members, self.group = mds or None, members or None, group or None
+
+    @classmethod
+    def from_settings(cls, extra: Optional[Dict[str, Any]], who: str, *, members: Optional[str] = None,
+                      mds: Optional[str] = None) -> "Endpoints":
+        """members/mds given here (e.g. from a URL) come before extra and
+        the environment. Raises ValueError naming the settings when there
+        is neither, so an engine refuses to start rather than running
+        without its cache tier unnoticed."""
+        mds = mds or setting(extra, "dfkv_mds", "DFKV_MDS_ADDRS")
+        members = members or setting(extra, "dfkv_members", "DFKV_MEMBERS")
+        group = setting(extra, "dfkv_group", "DFKV_GROUP")
+        if not mds and not members:
+            raise ValueError(f"{who}: no dfkv nodes configured; set dfkv_mds (an MDS list, host:port,...) "
+                             "or dfkv_members (static nodes) in the engine's extra config, "
+                             "or DFKV_MDS_ADDRS / DFKV_MEMBERS in its environment")
+        return cls(_join(mds), _join(members), str(group) if group else None)
+
+    def client_kwargs(self) -> Dict[str, Any]:
+        """Arguments for dfkv.Client: (members, mds=..., group=...). The
+        group names an MDS group, so it goes with an MDS only (libdfkv
+        refuses a group with static members)."""
+        if self.mds:
+            return {"members": None, "mds": self.mds, "group": self.group}
+        return {"members": self.members, "mds": None, "group": None}
+
+    def static_fallback(self) -> Optional["Endpoints"]:
+        """The static members to use when the MDS cannot be reached, or
+        None when there are none (or no MDS to fall back from)."""
+        if self.mds and self.members:
+            return Endpoints(None, self.members, None)
+        return None
+
+    def open_client(self, namespace: Any, who: str, log: Optional[logging.Logger] = None, **opts: Any) -> Any:
+        """A dfkv.Client on namespace (opts go to it too): through the MDS
+        when there is one; when the MDS cannot be used and static members
+        are set, on those, with one warning (the node set is then fixed
+        until the connector opens its client again), logged on log (the
+        connector's logger). Errors are dfkv.DfkvError."""
+        from .client import Client
+        from .errors import DfkvError
+        kw = self.client_kwargs()
+        try:
+            return Client(kw["members"], namespace, mds=kw["mds"], group=kw["group"], **opts)
+        except DfkvError as err:
+            fallback = self.static_fallback()
+            if fallback is None:
+                raise
+            (log or logger).warning("%s: MDS %s could not be used (%s); falling back to the static members %s, a fixed "
+                           "node set until the connector opens its client again", who, self.mds, err, self.members)
+            return Client(fallback.members, namespace, **opts)
+
+    def __repr__(self) -> str:
+        if self.mds:
+            return f"mds={self.mds!r}" + (f" group={self.group!r}" if self.group else "")
+        return f"members={self.members!r}"
+
+
+def _join(v: Any) -> Optional[str]:
+    if v is None or v == "":
+        return None
+    return v if isinstance(v, str) else ",".join(str(x) for x in v)

@@ -1,12 +1,35 @@
-"""The vLLM KV connector against real dfkv nodes."""
+"""The vLLM KV connector against real dfkv nodes, driven as vLLM drives it.
 
+Most tests run the connector inside tests/vllm_upstream.py, a stand-in for
+vLLM's connector factory, scheduler and model runner: the connector is
+built through kv_connector_module_path, subclasses the stand-in's base
+classes, and its metadata is pickled to the workers, whose "model" checks
+every KV slot it reads. A few tests call the connector's methods directly
+where a case is easier to set up by hand.
+"""
+
+import importlib
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
 import types
 import unittest
 import uuid
+from unittest import mock
 
-from dfkv import vllm as dvl
+import dfkv.vllm
 
-from ._servers import members
+from . import _servers
+from . import vllm_upstream as up
+from ._servers import Server, members
+
+with up.installed():
+    # Under vLLM's module names the stand-in's classes are what the
+    # connector subclasses, as the real ones would be.
+    dvl = importlib.reload(dfkv.vllm)
 
 try:
     import torch
@@ -16,13 +39,294 @@ except ImportError:  # pragma: no cover
 NEEDS_TORCH = "torch is not importable by this interpreter: apt-get install python3-torch, run /usr/bin/python3"
 
 
-# ---------------------------------------------------------------- vLLM
+def extra(**kw):
+    e = {"dfkv_members": ",".join(members()), "dfkv_tenant": "pytest"}
+    e.update(kw)
+    return e
 
-def vllm_config(model, tp=1):
+
+def prompt_of(n, seed):
+    return [(seed * 7919 + i * 31) % 30000 + 1 for i in range(n)]
+
+
+class StandIn(unittest.TestCase):
+    def setUp(self):
+        cm = up.installed()
+        cm.__enter__()
+        self.addCleanup(cm.__exit__, None, None, None)
+
+    def engine(self, model, ex=None, **kw):
+        cfg, kvc = up.make_config(model, ex if ex is not None else extra(), **kw)
+        e = up.Engine(cfg, kvc, torch)
+        self.addCleanup(e.shutdown)
+        return e
+
+    def run_one(self, e, rid, prompt, max_tokens=2, **kw):
+        r = up.Request(rid, prompt, e.bs, max_tokens=max_tokens, **kw)
+        e.add_request(r)
+        e.run()
+        self.assertEqual(e.mismatches(), [], "a forward read KV that no correct run wrote")
+        self.assertEqual(e.held_blocks(), 0, "blocks still held after every transfer finished")
+        return r
+
+
+# ---------------------------------------------------------------- through the stand-in
+
+@unittest.skipIf(torch is None, NEEDS_TORCH)
+class VLLMEngineTest(StandIn):
+    def test_factory_builds_both_roles_as_vllm_does(self):
+        cfg, kvc = up.make_config("test/vllm-" + uuid.uuid4().hex, extra(), hybrid=True)
+        sched = up.create_connector(cfg, up.KVConnectorRole.SCHEDULER, kvc)
+        self.addCleanup(sched.shutdown)
+        self.assertIsInstance(sched, up.KVConnectorBase_V1)
+        self.assertTrue(up.supports_hma(type(sched)), "vLLM refuses a connector without SupportsHMA under HMA")
+        self.assertFalse(sched.requires_kv_delivery, "a cache must not make vLLM recompute preempted hand-offs")
+        self.assertIsInstance(type(sched).build_kv_connector_stats(data={"loads": 1}), up.KVConnectorStats)
+
+    def test_second_engine_loads_the_prefix_asynchronously(self):
+        model = "test/vllm-" + uuid.uuid4().hex
+        prompt = prompt_of(14, 1)  # 3 whole blocks of 4, 13 tokens may be skipped
+        a = self.engine(model)
+        self.run_one(a, "r1", prompt, max_tokens=3)
+        self.assertEqual(a.stats.data["save_blocks"], 3)
+
+        b = self.engine(model)
+        r = up.Request("r2", prompt, b.bs, max_tokens=3)
+        b.add_request(r)
+        seen = set()
+        while b.busy():
+            b.step()
+            seen.add(r.status)
+        self.assertIn(up.Status.WAITING_FOR_REMOTE_KVS, seen, "the load was not asynchronous")
+        self.assertEqual(r.num_external_computed_tokens, 12)
+        self.assertEqual(b.computed_tokens["r2"], 2 + 2, "2 prompt tokens and 2 decode steps computed")
+        self.assertEqual(b.mismatches(), [])
+        self.assertEqual(b.held_blocks(), 0)
+        red = b.stats.reduce()
+        self.assertEqual((red["loads"], red["load_blocks"], red["load_failed_blocks"]), (1, 3, 0))
+        self.assertGreater(red["load_MB"], 0)
+        self.assertGreater(red["lookup_hit_rate"], 0)
+
+    def test_synchronous_loads_and_local_prefix(self):
+        # Engine b already has block 0 in its own prefix cache: dfkv has
+        # 3 blocks, so 8 tokens load, into the blocks after the local one,
+        # in the same step (dfkv_load_async off).
+        model = "test/vllm-" + uuid.uuid4().hex
+        prompt = prompt_of(14, 2)
+        self.run_one(self.engine(model), "r1", prompt)
+        b = self.engine(model, extra(dfkv_load_async="0"))
+        self.run_one(b, "warm", prompt[:4] + prompt_of(6, 99))
+        r = self.run_one(b, "r2", prompt)
+        self.assertEqual(r.num_external_computed_tokens, 8)
+        self.assertEqual(b.computed_tokens["r2"], 2 + 1)
+
+    def test_lookup_never_blocks_the_scheduler(self):
+        model = "test/vllm-" + uuid.uuid4().hex
+        e = self.engine(model)
+        r = up.Request("r", prompt_of(20, 3), e.bs)
+        first = e.connector.get_num_new_matched_tokens(r, 0)
+        self.assertEqual(first, (None, False), "the first answer must come from the lookup thread, later")
+        for _ in range(2000):
+            got = e.connector.get_num_new_matched_tokens(r, 0)
+            if got[0] is not None:
+                break
+            time.sleep(0.001)
+        self.assertEqual(got, (0, False))
+
+    def test_hybrid_groups_save_and_load_per_group(self):
+        # Full-attention layers in group 0, sliding-window layers (window
+        # 8) in group 1, as the hybrid KV cache manager lays them out; a
+        # chunked prefill frees window blocks while the request runs.
+        model = "test/vllm-hybrid-" + uuid.uuid4().hex
+        prompt = prompt_of(30, 4)
+        a = self.engine(model, layers=4, hybrid=True, sliding=8, max_batched=8)
+        self.run_one(a, "r1", prompt)
+        self.assertEqual(a.stats.data["save_blocks"], 7)
+        b = self.engine(model, layers=4, hybrid=True, sliding=8)
+        r = self.run_one(b, "r2", prompt)
+        self.assertEqual(r.num_external_computed_tokens, 28)
+        plain = self.engine(model, layers=4)
+        r3 = self.run_one(plain, "r3", prompt)
+        self.assertEqual(r3.num_external_computed_tokens, 0, "a one-group worker must not read hybrid objects")
+
+    def test_mamba_groups_are_refused(self):
+        cfg, kvc = up.make_config("test/vllm-" + uuid.uuid4().hex, extra(), hybrid=True)
+        kvc.kv_cache_groups.append(up.KVCacheGroupSpec(["model.layers.9.mixer"], up.MambaSpec(4)))
+        with self.assertRaisesRegex(ValueError, "MambaSpec"):
+            up.create_connector(cfg, up.KVConnectorRole.WORKER, kvc)
+
+    def test_prompt_embeds_are_not_cached(self):
+        model = "test/vllm-" + uuid.uuid4().hex
+        e = self.engine(model)
+        r = self.run_one(e, "emb", None, prompt_embeds=[[0.0]] * 12)
+        self.assertEqual(r.num_external_computed_tokens, 0)
+        self.assertTrue(e.stats is None or e.stats.data["saves"] == 0, "prompt embeddings were stored")
+
+    def test_mla_rank0_writes_every_rank_reads(self):
+        model = "test/vllm-mla-" + uuid.uuid4().hex
+        prompt = prompt_of(18, 5)
+        a = self.engine(model, tp=2, use_mla=True, head_size=16)
+        puts = []
+        for w in a.workers:
+            real = w.connector.client.batch_put_sg
+            w.connector.client.batch_put_sg = (lambda real, rank: lambda keys, items: (
+                puts.append((rank, len(keys))), real(keys, items))[1])(real, w.tp_rank)
+        self.run_one(a, "r1", prompt)
+        self.assertEqual(sorted({p[0] for p in puts}), [0], "only TP rank 0 may write MLA blocks")
+        self.assertEqual(sum(p[1] for p in puts), 4)
+        b = self.engine(model, tp=2, use_mla=True, head_size=16)
+        r = self.run_one(b, "r2", prompt)
+        self.assertEqual(r.num_external_computed_tokens, 16)
+        self.assertEqual(b.stats.data["load_blocks"], 8, "both ranks load the 4 blocks")
+
+    def test_tensor_parallel_ranks_keep_their_own_heads(self):
+        model = "test/vllm-tp-" + uuid.uuid4().hex
+        prompt = prompt_of(10, 6)
+        self.run_one(self.engine(model, tp=2, kv_heads=4), "r1", prompt)
+        b = self.engine(model, tp=2, kv_heads=4)
+        r = self.run_one(b, "r2", prompt)
+        self.assertEqual(r.num_external_computed_tokens, 8)
+
+    def test_preempted_request_saves_the_right_blocks(self):
+        model = "test/vllm-pre-" + uuid.uuid4().hex
+        prompt = prompt_of(33, 7)
+        a = self.engine(model, max_batched=8)
+        req = up.Request("p1", prompt, a.bs, max_tokens=2)
+        a.add_request(req)
+        while a.busy() and req.status != up.Status.RUNNING:
+            a.step()
+        a.step()  # a second chunk computed
+        a.preempt("p1")
+        a.run()
+        self.assertEqual(a.mismatches(), [])
+        self.assertEqual(a.held_blocks(), 0)
+        b = self.engine(model)
+        r = self.run_one(b, "p2", prompt)
+        self.assertEqual(r.num_external_computed_tokens, 32)
+
+    def test_finished_request_holds_blocks_until_saved(self):
+        # The save of the last prompt blocks is still running when the
+        # request finishes: its blocks must stay allocated until a worker
+        # reports the save done.
+        model = "test/vllm-hold-" + uuid.uuid4().hex
+        e = self.engine(model)
+        w = e.workers[0].connector
+        gate = threading.Event()
+        real = w.client.batch_put_sg
+        w.client.batch_put_sg = lambda keys, items: (gate.wait(10), real(keys, items))[1]
+        r = up.Request("h", prompt_of(9, 8), e.bs, max_tokens=1)
+        e.add_request(r)
+        for _ in range(1000):
+            e.step()
+            if r.status == up.Status.FINISHED:
+                break
+            time.sleep(0.001)
+        self.assertEqual(r.status, up.Status.FINISHED)
+        self.assertGreater(e.held_blocks(), 0, "blocks were freed under a running save")
+        self.assertTrue(e.connector.has_pending_push_work())
+        gate.set()
+        e.run()
+        self.assertEqual(e.held_blocks(), 0)
+
+    def test_mds_discovery(self):
+        mds = Server(role="mds")
+        self.addCleanup(mds.close)
+        node = Server(args=["--mds", mds.addr])
+        self.addCleanup(node.close)
+        model = "test/vllm-mds-" + uuid.uuid4().hex
+        prompt = prompt_of(10, 9)
+        ex = {"dfkv_mds": mds.addr, "dfkv_tenant": "pytest"}
+        deadline = time.monotonic() + 20
+        while True:  # the node registers with the MDS shortly after it starts
+            try:
+                a = self.engine(model, ex)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        self.run_one(a, "r1", prompt)
+        self.assertEqual(a.stats.data["save_failed_blocks"], 0)
+        r = self.run_one(self.engine(model, ex), "r2", prompt)
+        self.assertEqual(r.num_external_computed_tokens, 8)
+
+    def test_mds_unreachable_falls_back_to_static_members(self):
+        model = "test/vllm-mdsfb-" + uuid.uuid4().hex
+        ex = extra(dfkv_mds=f"127.0.0.1:{_servers.free_port()}", dfkv_dial_timeout_ms=300, dfkv_timeout_ms=1000)
+        with self.assertLogs("dfkv.vllm", logging.WARNING) as logs:
+            a = self.engine(model, ex)
+        # One line per connector: the scheduler's and the worker's.
+        self.assertEqual(len([m for m in logs.output if "static members" in m]), 2, logs.output)
+        prompt = prompt_of(10, 10)
+        self.run_one(a, "r1", prompt)
+        r = self.run_one(self.engine(model, extra()), "r2", prompt)
+        self.assertEqual(r.num_external_computed_tokens, 8, "the fallback stored under the same namespace")
+
+    def test_node_killed_mid_transfer_then_back(self):
+        node = Server()
+        self.addCleanup(node.close)
+        port = int(node.addr.rsplit(":", 1)[1])
+        model = "test/vllm-kill-" + uuid.uuid4().hex
+        ex = extra(dfkv_members=node.addr, dfkv_timeout_ms=2000, dfkv_dial_timeout_ms=300)
+        prompt = prompt_of(14, 11)
+        self.run_one(self.engine(model, ex), "r1", prompt)
+
+        # The node dies between the lookup (a hit) and the load: the load
+        # fails, vLLM is told which blocks, and recomputes them.
+        b = self.engine(model, ex)
+        w = b.workers[0].connector
+        real = w.client.batch_get_sg
+        w.client.batch_get_sg = lambda keys, items: (node.kill(), real(keys, items))[1]
+        r = self.run_one(b, "r2", prompt)
+        self.assertEqual(r.num_external_computed_tokens, 0)
+        self.assertEqual(b.computed_tokens["r2"], 14 + 1)
+        self.assertEqual(b.stats.data["load_failed_blocks"], 3)
+
+        # With the node down: lookups miss, saves fail, nothing raises.
+        c = self.engine(model, ex)
+        r3 = self.run_one(c, "r3", prompt_of(14, 12))
+        self.assertEqual(r3.num_external_computed_tokens, 0)
+        self.assertEqual(c.stats.data["save_failed_blocks"], 3)
+
+        # The node comes back (empty) at the same address: once the
+        # client's back-off from the failures ends (seconds), the same
+        # clients store blocks again, and another engine finds them.
+        with mock.patch.object(_servers, "free_port", lambda: port):
+            back = Server()
+        self.addCleanup(back.close)
+        deadline = time.monotonic() + 20
+        seed = 100
+        while True:
+            failed_before = c.stats.data["save_failed_blocks"]
+            seed += 1
+            self.run_one(c, f"back-{seed}", prompt_of(14, seed))
+            if c.stats.data["save_failed_blocks"] == failed_before:
+                break
+            self.assertLess(time.monotonic(), deadline, "saves still fail 20 s after the node returned")
+            time.sleep(0.5)
+        r5 = self.run_one(self.engine(model, ex), "r5", prompt_of(14, seed) + [1, 2])
+        self.assertEqual(r5.num_external_computed_tokens, 12)
+
+    def test_layout_change_is_a_miss(self):
+        model = "test/vllm-layout-" + uuid.uuid4().hex
+        prompt = prompt_of(14, 14)
+        self.run_one(self.engine(model), "r1", prompt)
+        for kw in ({}, {"kv_heads": 4}, {"dtype": "bfloat16"}, {"block_size": 2}, {"head_size": 4}):
+            cfg, kvc = up.make_config(model, extra(dfkv_lookup_wait_ms=5000), **kw)
+            sched = up.create_connector(cfg, up.KVConnectorRole.SCHEDULER, kvc)
+            self.addCleanup(sched.shutdown)
+            r = up.Request("q", prompt, cfg.cache_config.block_size)
+            got = sched.get_num_new_matched_tokens(r, 0)
+            self.assertEqual(got, (12, True) if not kw else (0, False), kw)
+
+
+# ---------------------------------------------------------------- direct calls
+
+def vllm_config(model, tp=1, **ex):
+    e = extra(dfkv_tp_rank=0, dfkv_pp_rank=0, dfkv_lookup_wait_ms=5000, dfkv_load_async="0")
+    e.update(ex)
     return types.SimpleNamespace(
-        kv_transfer_config=types.SimpleNamespace(
-            kv_connector_extra_config={"dfkv_members": ",".join(members()), "dfkv_tenant": "pytest",
-                                       "dfkv_tp_rank": 0, "dfkv_pp_rank": 0}),
+        kv_transfer_config=types.SimpleNamespace(kv_connector_extra_config=e),
         model_config=types.SimpleNamespace(model=model, revision=None, dtype="bfloat16", use_mla=False,
                                            hf_config=types.SimpleNamespace(num_hidden_layers=2),
                                            get_total_num_kv_heads=lambda: 2, get_head_size=lambda: 8,
@@ -70,7 +374,14 @@ class VLLMTest(unittest.TestCase):
             worker.save_kv_layer(name, t, None)
         worker.wait_for_save()
         worker.clear_connector_metadata()
-        sched.request_finished(req, [3, 7, 1, 9])
+        self.assertEqual(sched.request_finished(req, [3, 7, 1, 9]), (True, None), "saved blocks must be held")
+        m = sched.build_connector_meta(types.SimpleNamespace(scheduled_new_reqs=[], scheduled_cached_reqs=None,
+                                                             num_scheduled_tokens={}))
+        self.assertEqual(m.finished_sending_wanted, ["r1"])
+        worker.bind_connector_metadata(m)
+        worker._wait_saves()
+        self.assertEqual(worker.get_finished({"r1"}), ({"r1"}, None))
+        worker.clear_connector_metadata()
 
         # A second request with the same prompt on a fresh worker whose own
         # prefix cache already has block 0 (4 tokens): dfkv has 3 blocks,
@@ -95,6 +406,21 @@ class VLLMTest(unittest.TestCase):
             self.assertTrue(torch.equal(kv2[n][:, 2], kv[n][:, 7]), n)
             self.assertTrue(torch.equal(kv2[n][:, 5], kv[n][:, 1]), n)
             self.assertTrue(torch.equal(kv2[n][:, 0], torch.zeros_like(kv2[n][:, 0])), "block 0 was not to be loaded")
+
+    def test_object_of_another_size_is_a_failed_block(self):
+        cfg = vllm_config("test/vllm-size-" + uuid.uuid4().hex)
+        worker = dvl.DfkvConnector(cfg, dvl.KVConnectorRole.WORKER)
+        self.addCleanup(worker.shutdown)
+        kv = {f"model.layers.{i}.self_attn.attn": torch.zeros(2, 10, 4, 2, 8, dtype=torch.bfloat16) for i in range(2)}
+        worker.register_kv_caches(kv)
+        hashes = dvl.token_chain_hashes(list(range(500, 508)), 4)
+        full = 2 * 2 * 4 * 2 * 8 * 2  # layers * K/V * tokens * heads * dims * bytes
+        worker.client.put(worker.object_key(hashes[0], 0, 0), b"\x01" * (full // 2))
+        worker.client.put(worker.object_key(hashes[1], 0, 0), b"\x02" * (full + 64))
+        meta = dvl.DfkvConnectorMetadata(loads=[dvl.BlockTransfer("r", hashes, [3, 4])])
+        worker.bind_connector_metadata(meta)
+        worker.start_load_kv(None)
+        self.assertEqual(worker.get_block_ids_with_load_errors(), {3, 4})
 
     def test_prefill_context_parallel_refused(self):
         cfg = vllm_config("test/vllm-" + uuid.uuid4().hex)
@@ -134,7 +460,7 @@ class VLLMTest(unittest.TestCase):
             num_scheduled_tokens={"p1": 17}))
         self.assertEqual([s.block_ids for s in m3.saves], [[24, 25, 26, 27]])
         # Newer vLLM names resumed requests in resumed_req_ids instead.
-        sched._reqs["p1"].block_ids = [10, 11]
+        sched._reqs["p1"].block_ids = [[10, 11]]
         sched._reqs["p1"].stored_upto = 2
         m4 = sched.build_connector_meta(types.SimpleNamespace(
             scheduled_new_reqs=[], scheduled_cached_reqs=types.SimpleNamespace(
@@ -169,6 +495,7 @@ class VLLMTest(unittest.TestCase):
             w.bind_connector_metadata(meta)
             w.start_load_kv(None)
             w.wait_for_save()
+            w._wait_saves()
             self.assertEqual(w.get_block_ids_with_load_errors(), set())
 
         def block(t, b):  # a block's K and V in logical order, either layout
@@ -201,6 +528,7 @@ class VLLMTest(unittest.TestCase):
         req = types.SimpleNamespace(request_id="r", prompt_token_ids=prompt, block_hashes=None)
         self.assertEqual(sched.get_num_new_matched_tokens(req, 0), (0, False))
         sched.client.put(sched.object_key(hashes[0], 1, 0), b"x")
+        sched._lookups.clear()  # a fresh question, not the last answer
         self.assertEqual(sched.get_num_new_matched_tokens(req, 0), (4, False))
 
     def test_multimodal_requests_without_engine_hashes_are_not_cached(self):
@@ -210,6 +538,19 @@ class VLLMTest(unittest.TestCase):
         req = types.SimpleNamespace(request_id="r", prompt_token_ids=list(range(20)), block_hashes=None,
                                     mm_features=[object()])
         self.assertEqual(sched.get_num_new_matched_tokens(req, 0), (0, False))
+
+
+class VLLMImportTest(unittest.TestCase):
+    def test_imports_without_vllm(self):
+        # Outside vLLM (no stand-in installed) the module still imports,
+        # with shims of the same names.
+        code = ("import dfkv.vllm as v; assert not v.VLLM_AVAILABLE; "
+                "assert hasattr(v.DfkvConnector, 'request_finished_all_groups'); "
+                "s = v.DfkvConnector.build_kv_connector_stats(data=None); s.record('save', 2, 10, 0.5); "
+                "assert s.reduce()['save_blocks'] == 2")
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(dvl.__file__))))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
 
 
 if __name__ == "__main__":

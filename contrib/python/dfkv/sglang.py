@@ -249,6 +249,8 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
         self._lock = threading.Lock()
         self._client: Optional[Client] = None
         self._open_failed_at = 0.0
+        self._opening = False
+        self._generation = 0  # bumped when the namespace may change (pool registered, close)
         self.mem_pool_host = None
         self._plans: Dict[str, _Plan] = {}
         self._stats_lock = threading.Lock()
@@ -346,26 +348,46 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
 
     @property
     def client(self) -> Client:
-        """The open client, opening it if needed. A failed open (MDS down)
-        is retried at most every dfkv_reopen_interval_s; between tries this
-        raises Unavailable-like DfkvError at once, which the I/O calls turn
-        into misses."""
+        """The open client, opening it if needed. One thread opens, outside
+        the lock (with an MDS, open is network I/O: up to the dial timeout
+        per MDS address); every other caller, meanwhile and for
+        dfkv_reopen_interval_s after a failed open (counted from when it
+        failed), gets an UNAVAILABLE DfkvError at once, which the I/O calls
+        turn into misses. So an MDS that does not answer costs the
+        controller's threads one open at a time, never a queue of them."""
         with self._lock:
-            if self._client is None:
-                now = time.monotonic()
-                if self._open_failed_at and now - self._open_failed_at < self._reopen_s:
-                    raise DfkvError("dfkv HiCache backend: not connected (a recent open failed; retrying soon)",
-                                    Status.UNAVAILABLE)
-                try:
-                    self._client = self._open()
+            if self._client is not None:
+                return self._client
+            if self._opening or (self._open_failed_at and
+                                 time.monotonic() - self._open_failed_at < self._reopen_s):
+                raise DfkvError("dfkv HiCache backend: not connected (an open is in progress or recently "
+                                "failed; retrying soon)", Status.UNAVAILABLE)
+            self._opening = True
+            generation = self._generation
+        opened: Optional[Client] = None
+        try:
+            opened = self._open()
+        except DfkvError:
+            with self._lock:
+                if generation == self._generation:
+                    self._open_failed_at = time.monotonic()
+            raise
+        finally:
+            with self._lock:
+                self._opening = False
+                if opened is not None and generation == self._generation:
+                    self._client, opened = opened, None
                     self._open_failed_at = 0.0
-                except DfkvError:
-                    self._open_failed_at = now
-                    raise
-            return self._client
+                current = self._client
+        if opened is not None:  # the pool was re-registered meanwhile: a stale namespace
+            opened.close()
+            raise DfkvError("dfkv HiCache backend: not connected (the host pool changed during open)",
+                            Status.UNAVAILABLE)
+        return current
 
     def _reset_client(self) -> None:
         with self._lock:
+            self._generation += 1
             if self._client is not None:
                 self._client.close()
                 self._client = None
@@ -637,10 +659,18 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
         return plan
 
     def _exists_v2(self, keys: List[str], pool_transfers: Any) -> Any:
+        """The usable prefix is one length L at which every pool's policy
+        holds together: all-pages pools have pages 0..L-1, trailing pools
+        the pages just before L. Each pool's own longest prefix, taken
+        apart and then the minimum, is not that: a trailing pool may hold
+        state at the end of the KV prefix only, and once another pool cuts
+        the prefix shorter, the state at the new end is missing, so SGLang
+        would be told to load KV whose companion state is not stored."""
         kv = self._plans.get(_KV) or _Plan(_KV, _NoPool(), "page", self.is_mla)
         kv_pages = self._exist_prefix(kv, keys)
         hits: Dict[Any, int] = {_KV: kv_pages} if kv_pages else {}
         final = kv_pages
+        tails: List[Tuple[int, List[bool]]] = []  # (trailing pages, present per page) per trailing pool
         for t in pool_transfers or []:
             if final == 0:
                 break
@@ -650,19 +680,19 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
                 break
             if _pool_name(getattr(t, "hit_policy", "all_pages")) == "trailing_pages":
                 # Only the last len(t.keys) pages of a prefix need this
-                # pool's state: the longest prefix whose tail has it.
+                # pool's state.
                 trailing = max(1, len(t.keys or []))
                 present = self.client.batch_exists(self._plan_keys(plan, keys[:kv_pages]))
-                boundary = 0
-                for end in range(kv_pages, 0, -1):
-                    if all(present[max(0, end - trailing):end]):
-                        boundary = end
-                        break
+                boundary = next((end for end in range(kv_pages, 0, -1)
+                                 if all(present[max(0, end - trailing):end])), 0)
+                tails.append((trailing, present))
             else:
                 boundary = self._exist_prefix(plan, keys[:kv_pages])
             if boundary:
                 hits[t.name] = boundary
             final = min(final, boundary)
+        while final > 0 and not all(all(present[max(0, final - n):final]) for n, present in tails):
+            final -= 1
         return PoolTransferResult(final, hits)
 
     def batch_exists_v2(self, keys: List[str], pool_transfers: Any = None, extra_info: Any = None) -> Any:
@@ -793,6 +823,7 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
 
     def close(self) -> None:
         with self._lock:
+            self._generation += 1
             if self._client is not None:
                 self._client.close()
                 self._client = None

@@ -25,8 +25,11 @@ draft pools, HiCacheStorageConfig.dp_rank/dp_size and the KVCC backend):
       every host pool entry (KV anchor included) is passed to
       register_mem_host_pool_v2; prefetch asks batch_exists_v2 when a
       request carries extra pools; KV-derived sidecars are read with
-      batch_get_v2 inside each KV batch, the others after the KV pages;
-      backup writes the extra pools with batch_set_v2 before the KV pages.
+      batch_get_v2 inside each KV batch, the others after the KV pages,
+      trailing-page pools re-keyed to the last pages actually hit; backup
+      writes the extra pools with batch_set_v2 before the KV pages, and on
+      MLA TP ranks other than 0 (whose KV backup is skipped) still writes
+      the TP-sharded Mamba state.
   python/sglang/srt/mem_cache/pool_host/mha.py, mla.py, mamba.py
       host pool buffers per layout (layer_first, page_first,
       page_first_direct, page_head, page_first_kv_split),
@@ -672,19 +675,57 @@ class HybridCacheController(HiCacheController):
         if op.pool_transfers and done == len(op.hash_value):
             nonkv = [t for t in op.pool_transfers if t.indices_from_pool != PoolName.KV]
             if nonkv:
+                self._sync_trailing_keys(nonkv, op.hash_value, done)
                 op.pool_hits = count_pool_hits(self.storage_backend.batch_get_v2(nonkv))
         return done
 
-    def _page_backup(self, op):
-        transfers = list(op.pool_transfers or [])
+    def _sync_trailing_keys(self, transfers, all_hashes, kv_hit_pages):
+        """Trailing-page pools read the state of the last N pages actually
+        hit, not of the N pages the request first asked about."""
+        pools = {e.name: e.host_pool for e in self.entries}
         for t in transfers:
+            if t.hit_policy != PoolHitPolicy.TRAILING_PAGES:
+                continue
+            n = len(t.keys) if t.keys else 1
+            t.keys = all_hashes[max(0, kv_hit_pages - n):kv_hit_pages]
+            if t.host_indices is not None:
+                needed = len(t.keys) * getattr(pools.get(t.name), "page_size", self.page_size)
+                t.host_indices = t.host_indices[:needed]
+
+    def should_backup(self, transfer):
+        # MLA KV and its replicated sidecars are written by TP rank 0 only;
+        # Mamba state is TP-sharded, so every rank writes its own.
+        return not self.backup_skip or transfer.name == PoolName.MAMBA
+
+    def _page_backup(self, op):
+        transfers = [t for t in op.pool_transfers or [] if self.should_backup(t)]
+        for t in op.pool_transfers or []:
             if t.indices_from_pool == PoolName.KV:
                 t.host_indices = op.host_indices
                 if t.keys is None:
                     t.keys = op.hash_value
+        results = {}
         if transfers:
-            op.pool_hits = count_pool_hits(self.storage_backend.batch_set_v2(transfers))
-        super()._page_backup(op)
+            results = self.storage_backend.batch_set_v2(transfers)
+            op.pool_hits = count_pool_hits(results)
+        if not self.backup_skip:
+            super()._page_backup(op)
+        else:
+            ok = bool(transfers) and all(
+                isinstance(results.get(t.name), (list, tuple)) and len(results[t.name]) == len(t.keys or [])
+                and all(results[t.name]) for t in transfers)
+            op.completed_tokens = len(op.hash_value) * self.page_size if ok else 0
+
+    def backup_thread_func(self):
+        # Unlike the base controller, non-zero MLA ranks still run the
+        # backup: their TP-sharded sidecars need writing.
+        while not self.stop_event.is_set():
+            try:
+                op = self.backup_queue.get(block=True, timeout=0.2)
+                self._page_backup(op)
+                op.done.set()
+            except queue.Empty:
+                continue
 
 
 # ------------------------------------------------------------- install

@@ -304,6 +304,111 @@ class HybridPoolsTest(SGLangCase):
                                                           keys=["x"])]), {up.PoolName.MAMBA: [False]})
 
 
+    def test_exists_v2_prefix_holds_for_every_pool_at_once(self):
+        kv, mamba, idx = up.KVHostPool("page_first", pages=8), up.MambaHostPool(slots=4), up.IndexerHostPool(pages=8)
+        entries = [up.PoolEntry(up.PoolName.KV, kv), up.PoolEntry(up.PoolName.MAMBA, mamba),
+                   up.PoolEntry(up.PoolName.INDEXER, idx)]
+        c = self.controller(kv, cls=up.HybridCacheController, entries=entries)
+        st = c.storage_backend
+        keys = hashes(3)
+        for p in range(3):
+            kv.fill(p, p + 1)
+        self.assertEqual(st.batch_set_v1(keys, up.page_indices([0, 1, 2], kv.page_size)), [True] * 3)
+        idx.fill(0, 4)
+        mamba.fill(0, 5)
+        # The indexer holds page 0 only; Mamba state exists at the end of
+        # page 2 only.
+        self.assertEqual(st.batch_set_v2([
+            up.PoolTransfer(up.PoolName.INDEXER, host_indices=up.page_indices([0], idx.page_size), keys=keys[:1]),
+            up.PoolTransfer(up.PoolName.MAMBA, host_indices=up.indices([0]), keys=[keys[2]])]),
+            {up.PoolName.INDEXER: [True], up.PoolName.MAMBA: [True]})
+
+        def query():
+            return [up.PoolTransfer(up.PoolName.MAMBA, keys=[keys[2]], hit_policy=up.PoolHitPolicy.TRAILING_PAGES),
+                    up.PoolTransfer(up.PoolName.INDEXER, indices_from_pool=up.PoolName.KV)]
+        for transfers in (query(), query()[::-1]):
+            self.assertEqual(st.batch_exists_v2(keys, transfers).kv_hit_pages, 0,
+                             "no prefix has both its indexer pages and Mamba state at its end")
+        hit, _ = self.prefetch(c, keys, [4, 5, 6], pool_transfers=query())
+        self.assertEqual(hit, [])
+        # With Mamba state at the end of page 0 as well, one page is usable.
+        self.assertEqual(st.batch_set_v2([up.PoolTransfer(up.PoolName.MAMBA, host_indices=up.indices([0]),
+                                                          keys=[keys[0]])]), {up.PoolName.MAMBA: [True]})
+        for transfers in (query(), query()[::-1]):
+            self.assertEqual(st.batch_exists_v2(keys, transfers).kv_hit_pages, 1)
+
+    def test_mla_ranks_share_kv_and_keep_their_own_mamba_state(self):
+        model = "test/sglang-" + uuid.uuid4().hex
+
+        def rank(r):
+            kv, mamba, idx = up.KVHostPool("page_first", pages=8, mla=True), up.MambaHostPool(slots=4), \
+                up.IndexerHostPool(pages=8)
+            entries = [up.PoolEntry(up.PoolName.KV, kv), up.PoolEntry(up.PoolName.MAMBA, mamba),
+                       up.PoolEntry(up.PoolName.INDEXER, idx)]
+            c = self.controller(kv, cls=up.HybridCacheController, entries=entries, model_name=model, is_mla=True,
+                                tp_rank=r, tp_size=2)
+            return c, kv, mamba, idx
+        c0, kv0, m0, i0 = rank(0)
+        c1, kv1, m1, i1 = rank(1)
+        keys = hashes(2)
+        for p in range(2):
+            kv0.fill(p, p + 1)
+            i0.fill(p, p + 5)
+        m0.fill(0, 50)
+        m1.fill(0, 60)  # TP-sharded state: each rank has its own
+
+        def transfers(slot):
+            return [up.PoolTransfer(up.PoolName.MAMBA, host_indices=up.indices([slot]), keys=[keys[-1]],
+                                    hit_policy=up.PoolHitPolicy.TRAILING_PAGES),
+                    up.PoolTransfer(up.PoolName.INDEXER, indices_from_pool=up.PoolName.KV)]
+        self.assertEqual(self.backup(c0, keys, [0, 1], pool_transfers=transfers(0)).pool_hits,
+                         {up.PoolName.MAMBA: 1, up.PoolName.INDEXER: 2})
+        self.assertEqual(self.backup(c1, keys, [0, 1], pool_transfers=transfers(0)).pool_hits,
+                         {up.PoolName.MAMBA: 1}, "rank 1 writes its Mamba state, not the replicated pools")
+        hit, load = self.prefetch(c1, keys, [4, 5], pool_transfers=transfers(2))
+        self.assertEqual((hit, load.completed_tokens), (keys, 2 * kv1.page_size))
+        self.assertEqual(load.pool_hits, {up.PoolName.MAMBA: 1})
+        for p in range(2):
+            self.assertEqual(kv1.page_bytes(4 + p), kv0.page_bytes(p))
+            self.assertEqual(i1.page_bytes(4 + p), i0.page_bytes(p))
+        self.assertEqual(m1.page_bytes(2), m1.page_bytes(0))
+        self.assertNotEqual(m1.page_bytes(2), m0.page_bytes(0))
+
+
+class ReopenTest(SGLangCase):
+    def test_a_slow_failing_open_stalls_no_other_caller(self):
+        extra = self.extra(dfkv_mds="127.0.0.1:1", dfkv_reopen_interval_s=0.4, dfkv_dtype="uint8",
+                           dfkv_page_size=4, dfkv_layers=2, dfkv_kv_heads=2, dfkv_head_dim=4)
+        del extra["dfkv_members"]
+        st = dsg.DfkvHiCacheStorage(types.SimpleNamespace(
+            tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1, is_mla_model=False,
+            enable_storage_metrics=False, model_name="test/sglang-" + uuid.uuid4().hex, extra_config=extra), {})
+        self.addCleanup(st.close)
+        opens = []
+
+        def slow_failing_open():  # an MDS that does not answer within the dial timeout
+            opens.append(time.monotonic())
+            time.sleep(1.0)
+            raise dfkv.DfkvError("MDS did not answer", dfkv.Status.UNAVAILABLE)
+        st._open = slow_failing_open
+        keys = hashes(2)
+        first = threading.Thread(target=st.batch_exists, args=(keys,), daemon=True)
+        first.start()
+        wait_for(lambda: opens, "the first open")
+        t0 = time.monotonic()
+        self.assertEqual(st.batch_exists(keys), 0)
+        self.assertLess(time.monotonic() - t0, 0.3, "another thread's open holds nobody up")
+        first.join(10)
+        # Just after the failed open: a miss at once, no new attempt.
+        t0 = time.monotonic()
+        self.assertEqual(st.batch_exists(keys), 0)
+        self.assertLess(time.monotonic() - t0, 0.3)
+        self.assertEqual(len(opens), 1)
+        time.sleep(0.5)
+        st.batch_exists(keys)
+        self.assertEqual(len(opens), 2, "retried once dfkv_reopen_interval_s has passed")
+
+
 class StatsAndClearTest(SGLangCase):
     def test_get_stats_reports_real_counters(self):
         pool = up.KVHostPool("page_first", pages=8)

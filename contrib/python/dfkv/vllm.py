@@ -28,9 +28,11 @@ rank) holds that rank's K and V of every layer it owns, in layer order,
 each layer's block as the engine's paged buffer has it (K then V for the
 [2, blocks, ...] layouts, the whole block for MLA or block-first layouts).
 With several KV-cache groups (the hybrid KV cache manager) each layer's
-block comes from its own group's block table. MLA KV is the same on every
-TP rank, so one rank per DCP shard (TP rank == DCP rank, rank 0 without
-DCP) writes it and every rank reads it. Device buffers, and buffers whose
+block comes from its own group's block table; such a model loads only
+with dfkv_hybrid_loads set, since vLLM's scheduler cannot take back failed
+blocks of a request with several block tables (it raises). MLA KV is the
+same on every TP rank, so one rank per DCP shard (TP rank == DCP rank,
+rank 0 without DCP) writes it and every rank reads it. Device buffers, and buffers whose
 physical order differs from their shape (FlashInfer's HND layout), go
 through row-major host copies, so what is stored is always the logical
 order. A load checks the stored length against the buffers it fills: an
@@ -53,8 +55,11 @@ there. Loads and saves run on a worker thread pool: a load the scheduler
 made asynchronous (the default) is reported through get_finished, a save
 keeps its request's blocks from being freed (request_finished returns
 True) until get_finished reports it sent. Failed loads come back from
-get_block_ids_with_load_errors, so vLLM recomputes those blocks; nothing a
-node does raises into the engine.
+get_block_ids_with_load_errors, so vLLM recomputes those blocks (and they
+are saved again); nothing a node does raises into the engine. A forward
+that read a synchronous load computes on top of it, so what it computed is
+saved only when the request finishes, once any failure is known and
+recomputed.
 """
 
 from __future__ import annotations
@@ -273,6 +278,17 @@ class _ReqState:
     hit_blocks: int = 0
     allocated: bool = False  # update_state_after_alloc ran since the last lookup
     saved_any: bool = False
+    # The last load: its first position and the block ids of each of its
+    # positions, to tell which position a failed block id stood for.
+    load_first: int = 0
+    load_ids: List[Any] = field(default_factory=list)
+    # Hits are capped here after a load failed at this position, so a
+    # request vLLM sends back to the connector does not load it again.
+    hit_cap: Optional[int] = None
+    # A load fed a forward directly (synchronous): what that forward
+    # computed is saved only when the request finishes, when vLLM has
+    # reported any failed block and recomputed what depended on it.
+    sync_loaded: bool = False
 
 
 @dataclass
@@ -391,6 +407,11 @@ class DfkvConnector(_Base, SupportsHMA):
             # vLLM finishes an asynchronous load with one block table
             # (a single KV-cache group); hybrid models load in the step.
             self.load_async = False
+        # vLLM's scheduler handles failed blocks (get_block_ids_with_load_errors)
+        # for one KV-cache group only: with several, one failed load stops
+        # the engine (its block table does not unpack). So hybrid models
+        # only save unless this is set, accepting that risk.
+        self.hybrid_loads = str(setting(self.extra, "dfkv_hybrid_loads", None, "0")).lower() in ("1", "true", "yes")
         self.lookup_wait = float(setting(self.extra, "dfkv_lookup_wait_ms", None, 0)) / 1000
         self.lookup_timeout = float(setting(self.extra, "dfkv_lookup_timeout_ms", None, 2000)) / 1000
         self.lookup_ttl = float(setting(self.extra, "dfkv_lookup_ttl_ms", None, 1000)) / 1000
@@ -418,6 +439,10 @@ class DfkvConnector(_Base, SupportsHMA):
         self._load_jobs: Dict[str, List[Future]] = {}
         self._save_jobs: Dict[str, List[Future]] = {}
         self._want_sent: Set[str] = set()
+        # This step's saves, until wait_for_save starts them: get_finished
+        # may run first (vLLM defers wait_for_save past it for speculative
+        # decoding), and must not report their requests sent before.
+        self._unstarted: List[BlockTransfer] = []
 
     # -- setup -----------------------------------------------------------
 
@@ -581,6 +606,8 @@ class DfkvConnector(_Base, SupportsHMA):
         st.allocated = False
         # Leave at least one prompt token to compute.
         usable = min(len(hashes), (prompt_len - 1) // self.block_size)
+        if self.num_groups > 1 and not self.hybrid_loads:
+            usable = 0  # saved for engines that load them; nothing to load here
         if usable <= 0:
             st.hit_blocks = 0
             return 0, False
@@ -599,8 +626,8 @@ class DfkvConnector(_Base, SupportsHMA):
                 st.hit_blocks = 0
                 return 0, False
             return None, False
-        st.hit_blocks = lk.hit_blocks
-        need = lk.hit_blocks * self.block_size - num_computed_tokens
+        st.hit_blocks = lk.hit_blocks if st.hit_cap is None else min(lk.hit_blocks, st.hit_cap)
+        need = st.hit_blocks * self.block_size - num_computed_tokens
         if need <= 0:
             return 0, False
         return need, self.load_async
@@ -623,10 +650,13 @@ class DfkvConnector(_Base, SupportsHMA):
         positions = self._positions(st.block_ids, first, last)
         if len(positions) < last - first:
             return  # cannot happen with vLLM's allocator; loading nothing is safe
+        st.load_first, st.load_ids = first, positions
         self._pending_loads.append(BlockTransfer(request.request_id, st.hashes[first:last], positions,
                                                  is_async=self.load_async))
         if self.load_async:
             self._loading.add(request.request_id)
+        else:
+            st.sync_loaded = True
 
     def _positions(self, groups: List[List[int]], first: int, last: int, stop_at_null: bool = False) -> List[Any]:
         """Block ids of positions [first, last) in every group: an int with
@@ -667,6 +697,10 @@ class DfkvConnector(_Base, SupportsHMA):
                                      preempted_req_ids=sorted(getattr(scheduler_output, "preempted_req_ids", None)
                                                               or ()))
         self._pending_loads, self._pending_saves, self._sends_to_announce = [], [], []
+        for rid in meta.preempted_req_ids:
+            st = self._reqs.get(rid)
+            if st is not None:
+                st.load_ids = []  # freed: a failure reported for them is another request's
         scheduled = getattr(scheduler_output, "num_scheduled_tokens", {}) or {}
         progress: List[Tuple[str, int]] = []
         for new in getattr(scheduler_output, "scheduled_new_reqs", []) or []:
@@ -696,16 +730,41 @@ class DfkvConnector(_Base, SupportsHMA):
                             g.extend(extra)
                 progress.append((rid, cached.num_computed_tokens[i] + scheduled.get(rid, 0)))
         for rid, done_tokens in progress:
-            tr = self._save_upto(self._reqs[rid], done_tokens)
+            st = self._reqs[rid]
+            if st.sync_loaded:
+                # The forward that read a synchronous load computed on top
+                # of it: if a loaded block was bad, so is what came after.
+                # Whether it was is known for sure only at request_finished.
+                continue
+            tr = self._save_upto(st, done_tokens)
             if tr is not None:
                 meta.saves.append(tr)
         return meta
 
     def update_connector_output(self, connector_output: Any) -> None:
+        bad = set(getattr(connector_output, "invalid_block_ids", None) or ())
+        if bad:
+            self._note_failed_loads(bad)
         for rid in getattr(connector_output, "finished_recving", None) or ():
             self._loading.discard(rid)
+            st = self._reqs.get(rid)
+            if st is not None:
+                st.load_ids = []  # its failed blocks came no later than this
         for rid in getattr(connector_output, "finished_sending", None) or ():
             self._awaiting_sent.discard(rid)
+
+    def _note_failed_loads(self, bad: Set[int]) -> None:
+        """A load failed at some position: vLLM recomputes from there, so
+        those blocks are saved again (replacing a bad object), and a request
+        vLLM asks about again (every block failed) does not load them again
+        (the same object would fail the same way, for ever)."""
+        for st in self._reqs.values():
+            for i, ids in enumerate(st.load_ids):
+                if set(self._real_ids(ids)) & bad:
+                    pos = st.load_first + i
+                    st.stored_upto = min(st.stored_upto, pos)
+                    st.hit_cap = pos if st.hit_cap is None else min(st.hit_cap, pos)
+                    break
 
     def has_pending_push_work(self) -> bool:
         # Keep the engine stepping while blocks wait on our transfers, or a
@@ -876,6 +935,21 @@ class DfkvConnector(_Base, SupportsHMA):
         else:
             self._wait_saves(getattr(connector_metadata, "preempted_req_ids", None) or ())
         self._want_sent.update(getattr(connector_metadata, "finished_sending_wanted", None) or ())
+        self._unstarted = [tr for tr in getattr(connector_metadata, "saves", None) or () if tr.hashes] \
+            if self.writes else []
+
+    def clear_connector_metadata(self) -> None:
+        # A step without a forward may skip wait_for_save (older vLLM):
+        # its saves read blocks no forward changed and vLLM still holds.
+        self._start_saves()
+        super().clear_connector_metadata()
+
+    def _start_saves(self) -> None:
+        trs, self._unstarted = self._unstarted, []
+        for tr in trs:
+            fut = self._pool().submit(self._save, tr)
+            with self._jobs_lock:
+                self._save_jobs.setdefault(tr.req_id, []).append(fut)
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
@@ -899,15 +973,8 @@ class DfkvConnector(_Base, SupportsHMA):
         does not touch the saved blocks again before get_finished reports
         the request (blocks of finished requests are held, preempted ones
         wait in handle_preemptions)."""
-        meta = self._get_connector_metadata()
-        if not self.writes:
-            return
-        for tr in meta.saves:
-            if not tr.hashes:
-                continue
-            fut = self._pool().submit(self._save, tr)
-            with self._jobs_lock:
-                self._save_jobs.setdefault(tr.req_id, []).append(fut)
+        self._get_connector_metadata()
+        self._start_saves()
 
     def get_finished(self, finished_req_ids: set):
         sending, recving = set(), set()
@@ -924,8 +991,9 @@ class DfkvConnector(_Base, SupportsHMA):
                     self._save_jobs[rid] = left
                 else:
                     del self._save_jobs[rid]
+            unstarted = {tr.req_id for tr in self._unstarted}
             for rid in list(self._want_sent):
-                if rid not in self._save_jobs:
+                if rid not in self._save_jobs and rid not in unstarted:
                     self._want_sent.discard(rid)
                     sending.add(rid)
         return sending or None, recving or None

@@ -142,12 +142,105 @@ class VLLMEngineTest(StandIn):
         a = self.engine(model, layers=4, hybrid=True, sliding=8, max_batched=8)
         self.run_one(a, "r1", prompt)
         self.assertEqual(a.stats.data["save_blocks"], 7)
-        b = self.engine(model, layers=4, hybrid=True, sliding=8)
+        off = self.engine(model, layers=4, hybrid=True, sliding=8)
+        self.assertEqual(self.run_one(off, "r0", prompt).num_external_computed_tokens, 0,
+                         "hybrid loads are opt-in: vLLM cannot recompute a failed one")
+        b = self.engine(model, extra(dfkv_hybrid_loads="1"), layers=4, hybrid=True, sliding=8)
         r = self.run_one(b, "r2", prompt)
         self.assertEqual(r.num_external_computed_tokens, 28)
         plain = self.engine(model, layers=4)
         r3 = self.run_one(plain, "r3", prompt)
         self.assertEqual(r3.num_external_computed_tokens, 0, "a one-group worker must not read hybrid objects")
+
+    def test_hybrid_load_failure_does_not_stop_the_engine(self):
+        # vLLM's scheduler unpacks one block table per request when a
+        # worker reports failed blocks: with two KV-cache groups that
+        # raises in the engine core. A hybrid model must never get there.
+        model = "test/vllm-hybridfail-" + uuid.uuid4().hex
+        prompt = prompt_of(30, 16)
+        self.run_one(self.engine(model, layers=4, hybrid=True, sliding=8), "r1", prompt)
+        b = self.engine(model, layers=4, hybrid=True, sliding=8)
+        w = b.workers[0].connector
+        w.client.batch_get_sg = lambda keys, items: ([dvl.Status.IO_ERROR] * len(keys), [0] * len(keys))
+        r = self.run_one(b, "r2", prompt)
+        self.assertEqual(r.num_external_computed_tokens, 0)
+
+    def test_failed_sync_load_never_stores_kv_computed_on_it(self):
+        # dfkv has blocks 0-2 of a 22-token prompt. Engine b loads them in
+        # the step (synchronously) and block 1 arrives wrong: that step's
+        # forward computes blocks 3 and 4 on top of it, so they are wrong
+        # too, until vLLM recomputes them. Engine c must find correct KV.
+        model = "test/vllm-syncfail-" + uuid.uuid4().hex
+        prompt = prompt_of(22, 15)
+        self.run_one(self.engine(model), "r1", prompt[:14])
+        b = self.engine(model, extra(dfkv_load_async="0"))
+        w = b.workers[0].connector
+        real = w.client.batch_get_sg
+
+        def second_block_broken(keys, items):
+            st, n = real(keys, items)
+            if len(keys) == 3:
+                for p in items[1]:
+                    p.fill_(7.0)
+                st[1] = dvl.Status.IO_ERROR
+            return st, n
+
+        w.client.batch_get_sg = second_block_broken
+        r = self.run_one(b, "r2", prompt)
+        self.assertEqual(r.num_external_computed_tokens, 4, "only block 0 counts as loaded")
+        self.assertEqual(b.computed_tokens["r2"], 22 - 12 + 22 - 4 + 1)
+        c = self.engine(model)
+        r3 = self.run_one(c, "r3", prompt)  # checks every slot it reads
+        self.assertEqual(r3.num_external_computed_tokens, 20, "b stored the recomputed blocks")
+
+    def test_block_that_never_loads_is_not_loaded_again(self):
+        # Block 0 is stored with the wrong size: every load of it fails.
+        # vLLM sends a request whose first block failed back to
+        # get_num_new_matched_tokens; answering the same hit again would
+        # load and fail for ever, and the request would never run.
+        model = "test/vllm-badobj-" + uuid.uuid4().hex
+        prompt = prompt_of(14, 17)
+        a = self.engine(model)
+        self.run_one(a, "r1", prompt)
+        h0 = up.Request("x", prompt, a.bs).block_hashes[0].hex()
+        a.connector.client.put(a.connector.object_key(h0, 0, 0), b"\x00" * 24)
+        b = self.engine(model)
+        r = self.run_one(b, "r2", prompt)
+        self.assertEqual(r.num_external_computed_tokens, 0)
+        self.assertEqual(b.stats.data["load_failed_blocks"], 1)
+        r3 = self.run_one(self.engine(model), "r3", prompt)
+        self.assertEqual(r3.num_external_computed_tokens, 12, "the recomputed block replaced the bad object")
+
+    def test_deferred_finalize_holds_blocks_until_saved(self):
+        # Under speculative decoding vLLM asks get_finished before
+        # wait_for_save. A finished request's last save is in that step's
+        # metadata: its blocks must stay held until the save has ended.
+        model = "test/vllm-defer-" + uuid.uuid4().hex
+        prompt = prompt_of(22, 18)
+        self.run_one(self.engine(model), "r1", prompt[:14])
+        b = self.engine(model, extra(dfkv_load_async="0"))
+        b.defer_finalize = True
+        w = b.workers[0].connector
+        gate = threading.Event()
+        self.addCleanup(gate.set)
+        real = w.client.batch_put_sg
+        w.client.batch_put_sg = lambda keys, items: (gate.wait(10), real(keys, items))[1]
+        r = up.Request("d", prompt, b.bs, max_tokens=1)
+        b.add_request(r)
+        for _ in range(1000):
+            b.step()
+            if r.status == up.Status.FINISHED:
+                break
+        for _ in range(5):
+            b.step()
+        self.assertEqual(r.status, up.Status.FINISHED)
+        self.assertGreater(b.held_blocks(), 0, "blocks were freed before their save started")
+        gate.set()
+        b.run()
+        self.assertEqual(b.mismatches(), [])
+        self.assertEqual(b.held_blocks(), 0)
+        r3 = self.run_one(self.engine(model), "r3", prompt)
+        self.assertEqual(r3.num_external_computed_tokens, 20)
 
     def test_mamba_groups_are_refused(self):
         cfg, kvc = up.make_config("test/vllm-" + uuid.uuid4().hex, extra(), hybrid=True)
@@ -421,6 +514,31 @@ class VLLMTest(unittest.TestCase):
         worker.bind_connector_metadata(meta)
         worker.start_load_kv(None)
         self.assertEqual(worker.get_block_ids_with_load_errors(), {3, 4})
+
+    def test_request_is_not_sent_before_its_save_starts(self):
+        # get_finished before wait_for_save (speculative decoding), and a
+        # step without a forward that skips wait_for_save (older vLLM):
+        # either way the request is reported sent only once its blocks
+        # are stored.
+        for i, calls_wait in enumerate((True, False)):
+            cfg = vllm_config("test/vllm-order-" + uuid.uuid4().hex)
+            worker = dvl.DfkvConnector(cfg, dvl.KVConnectorRole.WORKER)
+            self.addCleanup(worker.shutdown)
+            kv = {f"model.layers.{n}.self_attn.attn": torch.randn(2, 10, 4, 2, 8, dtype=torch.bfloat16)
+                  for n in range(2)}
+            worker.register_kv_caches(kv)
+            hashes = dvl.token_chain_hashes(list(range(700 + i * 50, 708 + i * 50)), 4)
+            worker.bind_connector_metadata(dvl.DfkvConnectorMetadata(
+                saves=[dvl.BlockTransfer("r", hashes, [3, 4])], finished_sending_wanted=["r"]))
+            worker.start_load_kv(None)
+            self.assertEqual(worker.get_finished({"r"}), (None, None), "sent before its save started")
+            if calls_wait:
+                worker.wait_for_save()
+            worker.clear_connector_metadata()
+            worker._wait_saves()
+            self.assertEqual(worker.get_finished(set()), ({"r"}, None))
+            st, _ = worker.client.batch_exist(worker._keys(hashes))
+            self.assertEqual(st, [dvl.Status.OK] * 2, calls_wait)
 
     def test_prefill_context_parallel_refused(self):
         cfg = vllm_config("test/vllm-" + uuid.uuid4().hex)

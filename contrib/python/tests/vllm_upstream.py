@@ -39,6 +39,8 @@ vllm-project/vllm versions found in the code index:
   handle_preemptions, bind_connector_metadata, start_load_kv before the
   forward when the step has synchronous loads (else after it launches),
   wait_for_layer_load / save_kv_layer per layer, wait_for_save, get_finished
+  (before wait_for_save with Engine.defer_finalize, as under speculative
+  decoding)
   with the step's finished_req_ids (that mixin asks get_transfer_results,
   a newer base method we could only read about; its default is taken to
   wrap get_finished, which is what is called here), get_block_ids_with_load_errors,
@@ -49,7 +51,9 @@ vllm-project/vllm versions found in the code index:
 The block pool keeps block 0 as the null block, as vLLM's does. The "model"
 writes into each computed token's slot a value derived from the layer, the
 head and the whole token prefix, and before every forward checks every slot
-the request reads: KV that came from the wrong place is caught.
+the request reads: KV that came from the wrong place is caught. A forward
+that read a wrong slot writes wrong values, as a model attending to wrong
+KV does.
 
 Use: ``with installed(): ...`` puts the modules under their vLLM names in
 sys.modules (dfkv.vllm then subclasses these classes); Engine runs a
@@ -589,6 +593,7 @@ class Worker:
         if so.has_sync_kv_loads:
             c.start_load_kv(None)
         bs = self.engine.config.cache_config.block_size
+        bad = set()  # requests whose forward read wrong KV somewhere
         for name in self.kv:
             c.wait_for_layer_load(name)
             g = self.layer_group[name]
@@ -602,20 +607,36 @@ class Worker:
                     ek, ev = self._expected(name, toks, pos)
                     if not (self.engine.torch.equal(k, ek) and (v is None or self.engine.torch.equal(v, ev))):
                         self.mismatches.append((rid, name, pos))
+                        bad.add(rid)
+        for name in self.kv:
+            g = self.layer_group[name]
+            for rid, n in so.num_scheduled_tokens.items():
+                table, toks, start = self.tables[rid][g], self.tokens[rid], computed[rid]
                 for pos in range(start, start + n):  # what the forward writes
                     k, v = self._slot(name, table[pos // bs], pos % bs)
                     ek, ev = self._expected(name, toks, pos)
+                    if rid in bad:
+                        # As a real model's: KV computed while attending to
+                        # wrong KV is wrong too (and, through the hidden
+                        # state, in every later layer).
+                        ek = ek + 4096.0
+                        ev = ev - 4096.0 if ev is not None else None
                     k.copy_(ek)
                     if v is not None:
                         v.copy_(ev)
             c.save_kv_layer(name, self.kv[name], None)
         if not so.has_sync_kv_loads:
             c.start_load_kv(None)
-        c.wait_for_save()
+        if not self.engine.defer_finalize:
+            c.wait_for_save()
         sending, recving = c.get_finished(so.finished_req_ids)
         out = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
                                 invalid_block_ids=c.get_block_ids_with_load_errors(),
                                 kv_connector_stats=c.get_kv_connector_stats())
+        if self.engine.defer_finalize:
+            # Speculative decoding: vLLM finalizes (wait_for_save, then
+            # clear) after the draft model's forward, past get_finished.
+            c.wait_for_save()
         c.clear_connector_metadata()
         for rid in so.finished_req_ids:
             self.tables.pop(rid, None)
@@ -651,6 +672,8 @@ class Engine:
         self.stats = None
         self.steps = 0
         self.max_batched = config.scheduler_config.max_num_batched_tokens
+        # The model runner's defer_finalize (set while speculative decoding).
+        self.defer_finalize = False
 
     # block pool
     def _alloc(self):

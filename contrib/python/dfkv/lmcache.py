@@ -93,7 +93,7 @@ from urllib.parse import parse_qs
 
 from ._common import Endpoints, dtype_name, escape_key_part, setting
 from .client import Client
-from .errors import DfkvError, Status
+from .errors import DfkvError, InvalidArgument, Status
 from .identity import LAYOUT_LMCACHE, LayerGeometry, NamespaceDescriptor, ObjectKey, TopologySizes, layout_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -429,6 +429,19 @@ def _payload(obj: Any) -> memoryview:
     return b[:n] if 0 < n < len(b) else b
 
 
+def _hold(objs: List[Any]) -> List[Any]:
+    """Take a reference to each MemoryObj; returns those taken."""
+    held = []
+    for o in objs:
+        if o is not None and callable(getattr(o, "ref_count_up", None)):
+            try:
+                o.ref_count_up()
+                held.append(o)
+            except Exception:  # the write still runs; only its reference is missing
+                logger.exception("dfkv LMCache connector: taking a reference to a MemoryObj failed")
+    return held
+
+
 def _release(objs: Any) -> None:
     for o in objs if isinstance(objs, (list, tuple)) else (objs,):
         if o is not None and callable(getattr(o, "ref_count_down", None)):
@@ -486,8 +499,13 @@ class DfkvConnector(_RemoteConnectorBase):
         self.members = self.endpoints.members
         self._client: Optional[Client] = None
         self._client_layout: Any = None
+        # _lock guards the client and is held while one is opened (an MDS
+        # lookup, seconds when it is down); _pool_lock guards only the
+        # executor, so the event-loop thread never waits on an open.
         self._lock = threading.Lock()
+        self._pool_lock = threading.Lock()
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._closed = False
         self._pin_noted = False
 
     def _settings(self, config: Any, plugin_name: Optional[str], url: Optional[str]) -> Dict[str, Any]:
@@ -558,6 +576,10 @@ class DfkvConnector(_RemoteConnectorBase):
         if c is not None and layout == self._client_layout:
             return c
         with self._lock:
+            if self._closed:
+                # A read still running when LMCache closed the connector
+                # must not open a client nobody will close.
+                raise InvalidArgument("dfkv LMCache connector is closed")
             if self._client is None or layout != self._client_layout:
                 old, self._client = self._client, None
                 if old is not None:
@@ -592,7 +614,7 @@ class DfkvConnector(_RemoteConnectorBase):
 
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._executor is None:
-            with self._lock:
+            with self._pool_lock:
                 if self._executor is None:
                     self._executor = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="dfkv-lmcache")
         return self._executor
@@ -653,10 +675,32 @@ class DfkvConnector(_RemoteConnectorBase):
                            len(bad), len(okeys), bad[0][0], bad[0][1].name)
 
     async def put(self, key: Any, memory_obj: Any) -> None:
-        await self._run(self._put_many, [key], [memory_obj])
+        await self._write([key], [memory_obj])
 
     async def batched_put(self, keys: List[Any], memory_objs: List[Any]) -> None:
-        await self._run(self._put_many, list(keys), list(memory_objs))
+        await self._write(list(keys), list(memory_objs))
+
+    async def _write(self, keys: List[Any], objs: List[Any]) -> None:
+        """_put_many on the connector's threads, holding a reference to
+        every MemoryObj until it is done. LMCache drops its own reference
+        as soon as put returns, and also when put is cancelled, while the
+        thread may still be sending from the buffer (libdfkv writes the
+        pieces to the socket in place): without this reference the
+        allocator could hand the buffer to another chunk mid-send and the
+        store would keep that chunk's bytes under this key."""
+        held = _hold(objs)
+        try:
+            fut = asyncio.get_running_loop().run_in_executor(self._pool(), self._put_held, keys, objs, held)
+        except BaseException:
+            _release(held)
+            raise
+        await asyncio.shield(fut)
+
+    def _put_held(self, keys: List[Any], objs: List[Any], held: List[Any]) -> None:
+        try:
+            self._put_many(keys, objs)
+        finally:
+            _release(held)
 
     # -- reads ------------------------------------------------------------
 
@@ -964,8 +1008,22 @@ class DfkvConnector(_RemoteConnectorBase):
         return []
 
     async def close(self) -> None:
+        """Close the client off the event-loop thread: waiting for a
+        client being opened (it holds the lock) and libdfkv's close both
+        block."""
+        self._closed = True
+        try:
+            fut = asyncio.get_running_loop().run_in_executor(None, self._close_sync)
+        except RuntimeError:  # the loop's default executor is already shut down
+            self._close_sync()
+            return
+        await fut
+
+    def _close_sync(self) -> None:
         with self._lock:
+            self._closed = True
             c, self._client = self._client, None
+        with self._pool_lock:
             ex, self._executor = self._executor, None
         if c is not None:
             c.close()

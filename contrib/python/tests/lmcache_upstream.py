@@ -18,8 +18,11 @@ early 2026):
   plugin_name), ConnectorManager loading remote_storage_plugins adapters
   from extra_config "remote_storage_plugin.<name>.module_path" and
   ".class_name", the first adapter whose can_parse(url) is true wins,
-  CreateConnector wrapping the result (InstrumentedRemoteConnector, a
-  pass-through here).
+  CreateConnector wrapping the result in InstrumentedRemoteConnector.
+- connector/instrumented_connector.py: put and batched_put release the
+  MemoryObjs in a finally once the connector's call ends (the reference
+  the naive serializer took), batched_put logs instead of raising; the
+  rest passes through (metrics left out).
 - storage_backend/__init__.py: one RemoteBackend per remote_storage_plugins
   entry, with plugin_name; the backend then asks for "plugin://<name>".
 - remote_backend.py (the plugin_name version): which connector methods it
@@ -41,7 +44,9 @@ early 2026):
 - lmcache/v1/protocol.py: init_remote_metadata_info(num_groups).
 - naive_serde: CreateSerde(serde_type, metadata, config); naive and kivi
   pass the MemoryObj through (kivi is a TODO upstream), cachegen turns it
-  into a BytesBufferMemoryObj of compressed bytes. The cachegen codec here
+  into a BytesBufferMemoryObj of compressed bytes. The naive serializer
+  takes a reference (ref_count_up) that InstrumentedRemoteConnector drops;
+  a BytesBufferMemoryObj is not reference counted. The cachegen codec here
   is zlib with a token count, not CacheGen's GPU coder: what matters to a
   connector is that the stored bytes are opaque and of another length.
 
@@ -323,11 +328,11 @@ class BytesBufferMemoryObj(MemoryObj):
     def tensor(self):
         return None
 
-    def ref_count_up(self):
-        self.meta.ref_count += 1
+    def ref_count_up(self):  # upstream: not reference counted
+        pass
 
     def ref_count_down(self):
-        self.meta.ref_count -= 1
+        pass
 
 
 # ------------------------------------ storage_backend.local_cpu_backend
@@ -532,13 +537,36 @@ class ConnectorAdapter(abc.ABC):
 
 
 class InstrumentedRemoteConnector:
-    """Upstream wraps every connector for metrics; a pass-through here."""
+    """Upstream wraps every connector for metrics (instrumented_connector.py).
+    Metrics aside it passes calls through, except that put and batched_put
+    release the MemoryObjs they were given when the connector's call ends,
+    also when it raised or was cancelled (the reference the serializer
+    took), and batched_put logs an exception instead of raising it unless
+    the connector requires put completion."""
 
     def __init__(self, connector):
         self._connector = connector
 
     def __getattr__(self, name):
         return getattr(self._connector, name)
+
+    async def put(self, key, memory_obj):
+        try:
+            await self._connector.put(key, memory_obj)
+        finally:
+            memory_obj.ref_count_down()
+
+    async def batched_put(self, keys, memory_objs):
+        try:
+            await self._connector.batched_put(keys, memory_objs)
+        except Exception as e:
+            logger.warning("batched put error: %s", e)
+            requires = getattr(self._connector, "requires_put_completion", None)
+            if callable(requires) and requires():
+                raise
+        finally:
+            for memory_obj in memory_objs:
+                memory_obj.ref_count_down()
 
 
 class ConnectorManager:
@@ -586,6 +614,9 @@ def CreateConnector(url, loop, local_cpu_backend, config=None, metadata=None, pl
 
 class NaiveSerializer:
     def serialize(self, memory_obj):
+        # Upstream takes a reference here; InstrumentedRemoteConnector.put
+        # drops it when the connector's put ends.
+        memory_obj.ref_count_up()
         return memory_obj
 
 
@@ -757,7 +788,12 @@ class RemoteBackend:
         if memory_obj is None:
             self._get_blocking_failed_count += 1
             return None
-        return self.deserializer.deserialize(memory_obj)
+        try:
+            return self.deserializer.deserialize(memory_obj)
+        except Exception as e:
+            logger.warning("Remote object deserialization failed: %s", e)
+            self._get_blocking_failed_count += 1
+            return None
 
     def batched_get_blocking(self, keys):
         if self.local_cpu_backend is None or self.connection is None:
@@ -773,7 +809,14 @@ class RemoteBackend:
                 memory_objs = [None] * len(keys)
         else:
             memory_objs = [self.get_blocking(k) for k in keys]
-        return [None if o is None else self.deserializer.deserialize(o) for o in memory_objs]
+        out = []
+        for o in memory_objs:
+            try:
+                out.append(None if o is None else self.deserializer.deserialize(o))
+            except Exception as e:
+                logger.warning("Remote object deserialization failed: %s", e)
+                out.append(None)
+        return out
 
     async def batched_async_contains(self, lookup_id, keys, pin=False):
         if self.connection is None:

@@ -2,11 +2,13 @@
 the stand-in in lmcache_upstream.py), against real dfkv nodes."""
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
 import subprocess
 import threading
+import time
 import types
 import unittest
 import uuid
@@ -278,6 +280,98 @@ class PluginRouteTest(unittest.TestCase):
         self.assertEqual(len(got), 2, "the prefix the CPU backend had room for")
         s.release(got)
         self.assertEqual(s.cpu.live, set())
+
+    def test_cancelled_put_keeps_its_buffer_until_sent(self):
+        # LMCache's InstrumentedRemoteConnector releases the MemoryObj when
+        # put ends, also when put is cancelled; the send on the connector's
+        # thread still reads that buffer, so the connector must keep it.
+        s = self.stand()
+        k = s.key(0x5e1d)
+        started, go, seen = threading.Event(), threading.Event(), []
+        self.addCleanup(go.set)
+        put_many = s.conn._put_many
+
+        def slow(keys, objs):
+            started.set()
+            go.wait(30)
+            seen.append([id(o) in s.cpu.live for o in objs])
+            put_many(keys, objs)
+
+        s.conn._put_many = slow
+        src = s.chunk(6)
+        want = data(src)
+        fut = s.backend.submit_put_task(k, src)
+        s.release([src])  # the engine's own reference
+        self.assertTrue(started.wait(10))
+        fut.cancel()
+        deadline = time.monotonic() + 10
+        while src.get_ref_count() > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertLessEqual(src.get_ref_count(), 1, "the cancellation reached InstrumentedRemoteConnector.put")
+        alive = id(src) in s.cpu.live
+        go.set()
+        while id(src) in s.cpu.live and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertTrue(alive, "the buffer was freed while the send was still reading it")
+        self.assertEqual(seen, [[True]])
+        self.assertNotIn(id(src), s.cpu.live, "released once the send is done")
+        got = s.backend.get_blocking(k)
+        self.assertEqual(data(got), want)
+        s.release([got])
+        self.assertEqual(s.cpu.live, set())
+
+    def test_event_loop_never_waits_for_a_client_being_opened(self):
+        # Opening a client (an MDS lookup, seconds when the MDS is down)
+        # holds the connector's lock; LMCache's event-loop thread serves
+        # every backend and must not stall behind it.
+        s = self.stand()
+        k = s.key(0x10)
+        gate, opening = threading.Event(), threading.Event()
+        self.addCleanup(gate.set)
+        open_client = s.conn._open
+
+        def slow_open(ns):
+            opening.set()
+            gate.wait(30)
+            return open_client(ns)
+
+        s.conn._open = slow_open
+
+        def loop_answers():
+            try:
+                asyncio.run_coroutine_threadsafe(asyncio.sleep(0), s.lt.loop).result(2)
+                return True
+            except concurrent.futures.TimeoutError:
+                return False
+
+        # The first call, from an LMCache worker thread, opens the client;
+        # the first coroutine on the loop starts the connector's executor.
+        t = threading.Thread(target=s.backend.batched_contains, args=([k],))
+        t.start()
+        self.assertTrue(opening.wait(10))
+        exists = asyncio.run_coroutine_threadsafe(s.backend.connection.exists(k), s.lt.loop)
+        answered = loop_answers()
+        gate.set()
+        t.join(30)
+        self.assertFalse(exists.result(30))
+        self.assertTrue(answered, "the event loop waited for the client to open (first executor use)")
+
+        # close() while a client is being opened again (the layout changed).
+        s.meta.kv_layer_groups_manager.kv_layer_groups = [up.KVLayerGroup(2, 8, up.float16)]
+        gate.clear()
+        opening.clear()
+        t = threading.Thread(target=s.backend.batched_contains, args=([k],))
+        t.start()
+        self.assertTrue(opening.wait(10))
+        closing = asyncio.run_coroutine_threadsafe(s.backend.connection.close(), s.lt.loop)
+        answered = loop_answers()
+        gate.set()
+        t.join(30)
+        closing.result(30)
+        self.assertTrue(answered, "the event loop waited for the client to open (close)")
+        self.assertIsNone(s.conn._client, "a client opened while closing is closed too")
+        self.assertFalse(s.conn.exists_sync(k), "a closed connector answers a miss")
+        self.assertIsNone(s.conn._client, "and opens no client")
 
     def test_mds_discovery_and_static_fallback(self):
         mds = Server(role="mds")

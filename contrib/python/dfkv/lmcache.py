@@ -658,15 +658,17 @@ class DfkvConnector(_RemoteConnectorBase):
                 logger.warning("dfkv LMCache connector: chunk %s not stored: %s", k, e)
         if not okeys:
             return
+        # Any failure here (a node, the namespace, the client) only loses
+        # cache entries: it is logged and never reaches LMCache's threads.
         if len(okeys) == 1:
             try:
                 self.client.put_sg(okeys[0], items[0])
-            except (DfkvError, OSError) as e:
+            except Exception as e:
                 self._warn(f"put of {names[0]}", e)
             return
         try:
             st = self.client.batch_put_sg(okeys, items)
-        except (DfkvError, OSError) as e:
+        except Exception as e:
             self._warn(f"batched put of {len(okeys)} chunks", e)
             return
         bad = [(k, s) for k, s in zip(names, st) if s != Status.OK]

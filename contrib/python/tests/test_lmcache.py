@@ -12,6 +12,7 @@ import time
 import types
 import unittest
 import uuid
+from unittest import mock
 
 from dfkv import lmcache as dlm
 
@@ -280,6 +281,21 @@ class PluginRouteTest(unittest.TestCase):
         self.assertEqual(len(got), 2, "the prefix the CPU backend had room for")
         s.release(got)
         self.assertEqual(s.cpu.live, set())
+
+    def test_put_failing_outside_the_node_never_raises(self):
+        # A client that cannot be had (here: a namespace the descriptor
+        # refuses) loses the write, logged, and raises nothing into
+        # LMCache's put path.
+        s = self.stand()
+        src = [s.chunk(1)]
+        broken = mock.PropertyMock(side_effect=ValueError("namespace refused"))
+        with mock.patch.object(type(s.conn), "client", broken), \
+                self.assertLogs("dfkv.lmcache", "WARNING") as logs:
+            s.run(s.conn.put(s.key(0x400), src[0]))
+        self.assertIn("namespace refused", "\n".join(logs.output))
+        s.release(src)
+        self.assertFalse(s.conn.exists_sync(s.key(0x400)))
+        self.assertEqual(s.cpu.live, set(), "the chunk's references were all given back")
 
     def test_cancelled_put_keeps_its_buffer_until_sent(self):
         # LMCache's InstrumentedRemoteConnector releases the MemoryObj when

@@ -8,7 +8,9 @@
 #      python3-torch is built for, seen through --system-site-packages;
 #      torch tests skip with a message when torch is absent), run from a
 #      copy of the tests with no PYTHONPATH and no DFKV_LIBRARY, so the
-#      suite imports the installed dfkv and its bundled libdfkv.so.
+#      suite imports the installed dfkv and its bundled libdfkv.so;
+#   3. with no arguments, contrib/python/bench_restore.py on a tiny model,
+#      so each connector's restore path and the benchmark keep working.
 # Every server, including those the Python tests start and SIGKILL
 # themselves, is stopped by PID on exit.
 #
@@ -99,3 +101,12 @@ cd "$work/pytests"
 env -u DFKV_LIBRARY -u PYTHONPATH DFKV_BIN="$work/dfkv" DFKV_TEST_MEMBERS="$member_list" \
 	DFKV_TEST_PIDFILE="$pidfile" DFKV_TEST_INSTALLED=1 DFKV_SOURCE="$repo" PYTHONDONTWRITEBYTECODE=1 \
 	"$work/venv/bin/python" -m unittest discover -s tests -t . -v "$@"
+
+if [ $# -eq 0 ] && "$work/venv/bin/python" -c 'import torch' 2>/dev/null; then
+	echo "== contrib/python/bench_restore.py on a tiny model: each connector's restore path end to end (no figure asserted)"
+	(cd "$repo" && go build -o "$work/getbatch" ./contrib/bench/getbatch)
+	DFKV_LIBRARY="$work/lib/libdfkv.so" "$work/venv/bin/python" "$repo/contrib/python/bench_restore.py" \
+		--members "${members[0]}" --layers 2 --kv-heads 2 --head-dim 8 --page-tokens 4 --pages 4 \
+		--rounds 1 --seconds 0.2 --go-bench "$work/getbatch" >"$work/restore.json"
+	"$work/venv/bin/python" -c 'import json, sys; d = json.load(open(sys.argv[1])); print({n: c["gb_per_s"] for n, c in d["connectors"].items()}, "go", d["go_getbatch_gb_per_s"])' "$work/restore.json"
+fi

@@ -340,13 +340,17 @@ class BytesBufferMemoryObj(MemoryObj):
 class LocalCPUBackend:
     """allocate() as upstream's; counts what is out (live) so a test sees
     every MemoryObj a connector kept or lost. capacity limits how many
-    may be out at once (None when full, as upstream's pool does)."""
+    may be out at once (None when full, as upstream's pool does).
+    reuse=True hands freed memory out again, as upstream's preallocated
+    pool does (a benchmark needs that: new memory's first touch would
+    cost more than a transfer); tests keep every allocation fresh."""
 
-    def __init__(self, config, metadata, capacity=None):
+    def __init__(self, config, metadata, capacity=None, reuse=False):
         self.config, self.metadata, self.capacity = config, metadata, capacity
         self.live = set()
         self.allocations = 0
         self._lock = threading.Lock()
+        self.reuse, self._spare = reuse, {}
 
     def allocate(self, shapes, dtypes, fmt=None, eviction=True, busy_loop=True):
         if not isinstance(shapes, list):
@@ -358,7 +362,11 @@ class LocalCPUBackend:
             if self.capacity is not None and len(self.live) >= self.capacity:
                 return None
             n = get_size_bytes(shapes, dtypes)
-            raw = torch.zeros(n, dtype=torch.uint8) if torch is not None else memoryview(bytearray(n))
+            spare = self._spare.get(n)
+            if spare:
+                raw = spare.pop()
+            else:
+                raw = torch.zeros(n, dtype=torch.uint8) if torch is not None else memoryview(bytearray(n))
             meta = MemoryObjMetadata(Size(shapes[0]), dtypes[0], 0, n, 1, fmt=fmt,
                                      shapes=[Size(s) for s in shapes], dtypes=list(dtypes))
             obj = TensorMemoryObj(raw, meta, self)
@@ -369,6 +377,9 @@ class LocalCPUBackend:
     def free(self, obj):
         with self._lock:
             self.live.discard(id(obj))
+            if self.reuse and isinstance(obj, TensorMemoryObj):
+                raw = obj.raw_data
+                self._spare.setdefault(len(raw) if torch is None else raw.numel(), []).append(raw)
 
     def get_full_chunk_size_bytes(self):
         return get_size_bytes(self.metadata.get_shapes(), self.metadata.get_dtypes())

@@ -169,6 +169,19 @@ def _as_int(v: Any) -> int:
     return int(v.item() if hasattr(v, "item") else v)
 
 
+# The longest a StorageMetrics series grows between two get_stats calls.
+_MAX_SERIES = 100000
+
+
+def _whole_page(status: Status, stored: int, want: int, wrong: List[Tuple[int, int]]) -> bool:
+    """Whether a read gave a whole page of exactly want bytes. A stored
+    value of another size (read short, or too large for the page) is noted
+    in wrong as (stored, want): it is refused as a miss, never used."""
+    if (status == Status.OK and stored != want) or status == Status.TOO_LARGE:
+        wrong.append((stored, want))
+    return status == Status.OK and stored == want
+
+
 def _nbytes(t: Any) -> int:
     n = getattr(t, "nbytes", None)
     if n is not None:
@@ -229,6 +242,11 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
         self.storage_config = storage_config
         self.extra = dict(getattr(storage_config, "extra_config", None) or {})
         self.endpoints = Endpoints.from_settings(self.extra, "dfkv HiCache backend")
+        if not (getattr(storage_config, "model_name", None) or setting(self.extra, "dfkv_model_id")):
+            # The model is part of every page's identity: without it two
+            # models of the same geometry would read each other's KV.
+            raise ValueError("dfkv HiCache backend: SGLang passed no model_name; set dfkv_model_id in "
+                             "--hicache-storage-backend-extra-config")
         self.is_mla = bool(getattr(storage_config, "is_mla_model", False))
         c = storage_config
         tp_size, tp_rank = int(getattr(c, "tp_size", 1) or 1), int(getattr(c, "tp_rank", 0) or 0)
@@ -495,14 +513,15 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
                 m.pages_written += ok
                 m.write_failures += pages - ok
                 m.bytes_written += nbytes
-            if self._metrics_on and pages and len(m.prefetch_pgs) < 100000:
+            if self._metrics_on and pages:
+                # Each series is emptied by get_stats; until it is called
+                # they stop at _MAX_SERIES, so a backend nobody reads
+                # metrics from holds bounded memory.
                 bw = nbytes / _GB / seconds if seconds > 0 else 0.0
-                if read:
-                    m.prefetch_pgs.append(pages)
-                    m.prefetch_bandwidth.append(bw)
-                else:
-                    m.backup_pgs.append(pages)
-                    m.backup_bandwidth.append(bw)
+                pgs, bws = (m.prefetch_pgs, m.prefetch_bandwidth) if read else (m.backup_pgs, m.backup_bandwidth)
+                if len(pgs) < _MAX_SERIES:
+                    pgs.append(pages)
+                    bws.append(bw)
 
     def _track(self, okeys: Sequence[bytes], ok: Sequence[bool]) -> None:
         with self._stats_lock:
@@ -558,9 +577,7 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
             st, stored = self.client.batch_get_sg(okeys, items)
             for s, n, it in zip(st, stored, items):
                 want = sum(b.nbytes for b in it)
-                good = s == Status.OK and n == want
-                if (s == Status.OK and n != want) or s == Status.TOO_LARGE:
-                    wrong.append((n, want))
+                good = _whole_page(s, n, want, wrong)
                 out.append(good)
                 nbytes += want if good else 0
         else:
@@ -569,9 +586,7 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
             st, stored = self.client.batch_get_into(okeys, pages)
             for i, (s, n, page) in enumerate(zip(st, stored, pages)):
                 want = _nbytes(page)
-                good = s == Status.OK and n == want
-                if (s == Status.OK and n != want) or s == Status.TOO_LARGE:
-                    wrong.append((n, want))
+                good = _whole_page(s, n, want, wrong)
                 if good:
                     pool.set_from_flat_data_page(self._page_index(plan, host_indices, i), page)
                     nbytes += want

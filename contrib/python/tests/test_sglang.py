@@ -245,6 +245,15 @@ class IdentityTest(SGLangCase):
         self.assertIn("dfkv_members", str(cm.exception))
         self.assertIn("dfkv_mds", str(cm.exception))
 
+    def test_no_model_name_is_a_clear_error(self):
+        # The model is part of the identity: without one, two models of
+        # the same geometry would share pages.
+        with self.assertRaises(ValueError) as cm:
+            dsg.DfkvHiCacheStorage(self.config(model_name=None), {})
+        self.assertIn("dfkv_model_id", str(cm.exception))
+        named = dsg.DfkvHiCacheStorage(self.config(model_name=None, extra_config=self.extra(dfkv_model_id="m")), {})
+        named.close()
+
     def test_imports_without_sglang(self):
         code = ("import sys, dfkv.sglang as m; assert 'sglang' not in sys.modules; "
                 "assert not m.SGLANG_AVAILABLE; print(m.DfkvStorageMetrics().hits)")
@@ -431,6 +440,19 @@ class StatsAndClearTest(SGLangCase):
         again = st.get_stats()
         self.assertEqual((again.prefetch_pgs, again.backup_pgs), ([], []), "lists are handed over once")
         self.assertEqual(again.hits, 3, "counters run on")
+
+    def test_metric_series_stay_bounded_without_get_stats(self):
+        pool = up.KVHostPool("page_first", pages=8)
+        c = self.controller(pool, enable_storage_metrics=True)
+        st = c.storage_backend
+        keys = hashes(1)
+        with mock.patch.object(dsg, "_MAX_SERIES", 3):
+            for _ in range(5):
+                self.assertEqual(st.batch_set_v1(keys, up.page_indices([0], pool.page_size)), [True])
+                self.assertEqual(st.batch_get_v1(keys, up.page_indices([1], pool.page_size)), [True])
+        m = st.get_stats()
+        self.assertEqual((len(m.backup_pgs), len(m.prefetch_pgs)), (3, 3), "each series stops at its cap")
+        self.assertEqual((m.pages_written, m.hits), (5, 5), "the counters still count every call")
 
     def test_clear_removes_what_this_backend_wrote(self):
         model = "test/sglang-" + uuid.uuid4().hex

@@ -14,6 +14,7 @@ import unittest
 import uuid
 from unittest import mock
 
+import dfkv
 from dfkv import lmcache as dlm
 
 from . import lmcache_upstream as up
@@ -415,6 +416,51 @@ class PluginRouteTest(unittest.TestCase):
             self.assertFalse(f.backend.contains(f.key(1)))
         self.assertEqual(len(logs.output), 1)
         self.assertIn("static members", logs.output[0])
+
+
+class NodeSetTest(unittest.TestCase):
+    def test_a_node_joining_through_the_mds_is_used_without_a_restart(self):
+        mds = Server(role="mds", args=["--heartbeat-ttl-ms", "2000"])
+        self.addCleanup(mds.close)
+        a = Server(args=["--mds", mds.addr])
+        self.addCleanup(a.close)
+        s = self.enterContext(Stand(self.enterContext(up.installed()), *engine(
+            extra={"remote_storage_plugin.dfkv.mds": mds.addr, "remote_storage_plugin.dfkv.members": ""},
+            nodes=" ")))
+        def members():
+            try:
+                return sorted(s.conn.client.stats())
+            except dfkv.DfkvError:  # no member registered yet
+                return []
+
+        def wait_members(want):
+            for _ in range(150):
+                if members() == sorted(want):
+                    return
+                threading.Event().wait(0.1)
+            self.assertEqual(members(), sorted(want), "the connector follows the directory")
+
+        wait_members([a.addr])
+        b = Server(args=["--mds", mds.addr])
+        self.addCleanup(b.close)
+        wait_members([a.addr, b.addr])
+        keys = [s.key(0x500 + i) for i in range(16)]
+        src = [s.chunk(i) for i in range(16)]
+        want = [data(o) for o in src]
+        s.put(keys, src)
+        s.release(src)
+        got = s.backend.batched_get_blocking(keys)
+        self.assertEqual([data(o) if o is not None else None for o in got], want)
+        s.release(got)
+        with dfkv.Client(b.addr, s.conn.namespace()) as only_b:
+            on_b = [k for k in keys if only_b.exists(s.conn.object_key(k))]
+        self.assertTrue(0 < len(on_b) < 16, f"{len(on_b)} of 16 chunks on the new node")
+        b.kill()
+        got = s.backend.batched_get_blocking(keys)
+        self.assertEqual([o is not None for o in got], [k not in on_b for k in keys],
+                         "the killed node's chunks miss, the others still hit")
+        s.release(got)
+        self.assertEqual(s.cpu.live, set())
 
 
 def up_free_port():

@@ -20,6 +20,7 @@ import unittest
 import uuid
 from unittest import mock
 
+import dfkv
 import dfkv.vllm
 
 from . import _servers
@@ -342,6 +343,44 @@ class VLLMEngineTest(StandIn):
         self.assertEqual(a.stats.data["save_failed_blocks"], 0)
         r = self.run_one(self.engine(model, ex), "r2", prompt)
         self.assertEqual(r.num_external_computed_tokens, 8)
+
+    def test_node_joining_through_the_mds_is_used_without_a_restart(self):
+        mds = Server(role="mds", args=["--heartbeat-ttl-ms", "2000"])
+        self.addCleanup(mds.close)
+        a_node = Server(args=["--mds", mds.addr])
+        self.addCleanup(a_node.close)
+        model = "test/vllm-join-" + uuid.uuid4().hex
+        ex = {"dfkv_mds": mds.addr, "dfkv_tenant": "pytest", "dfkv_timeout_ms": 2000}
+        deadline = time.monotonic() + 20
+        while True:  # the node registers with the MDS shortly after it starts
+            try:
+                a = self.engine(model, ex)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        b_node = Server(args=["--mds", mds.addr])
+        self.addCleanup(b_node.close)
+        clients = [a.connector.client] + [w.connector.client for w in a.workers]
+        want = sorted([a_node.addr, b_node.addr])
+        deadline = time.monotonic() + 20
+        while any(sorted(c.stats()) != want for c in clients):
+            self.assertLess(time.monotonic(), deadline, "the connectors did not follow the directory to node B")
+            time.sleep(0.1)
+        prompts = [prompt_of(18, 40 + i) for i in range(6)]  # 4 whole blocks each
+        for i, p in enumerate(prompts):
+            self.run_one(a, f"w{i}", p)
+        self.assertEqual(a.stats.data["save_failed_blocks"], 0)
+        b = self.engine(model, ex)
+        worker = b.workers[0].connector
+        with dfkv.Client(b_node.addr, worker.namespace()) as only_b:
+            hashes = [h.hex() for p in prompts for h in up.Request("h", p, b.bs).block_hashes]
+            on_b = sum(only_b.exists(worker.object_key(h, 0, 0)) for h in hashes)
+        self.assertTrue(0 < on_b < len(hashes), f"{on_b} of {len(hashes)} blocks on the joined node")
+        for i, p in enumerate(prompts):
+            r = self.run_one(b, f"r{i}", p)
+            self.assertEqual(r.num_external_computed_tokens, 16, "every block loads, from either node")
 
     def test_mds_unreachable_falls_back_to_static_members(self):
         model = "test/vllm-mdsfb-" + uuid.uuid4().hex

@@ -252,6 +252,24 @@ int dfkv_get_batch_sg(dfkv_client* c, uint64_t n,
                       const uint64_t* counts, void* const* bufs, const uint64_t* lens,
                       uint64_t* stored_lens, int32_t* statuses);
 
+/* dfkv_get_batch_sg reading a byte range of each value: item i's buffers
+ * (laid out as there) are filled from byte offsets[i] (required, n entries)
+ * of its value, so an item reads lens' total from there, not the whole
+ * value (one layer of a block stored layer after layer, say).
+ * stored_lens[i] (required) receives the full stored length whatever the
+ * range. The range rules of dfkv_get_range apply per item: the bytes read
+ * are min(stored_lens[i] - offsets[i], the item's total) and a value that
+ * ends inside the range fills a prefix of the buffers with DFKV_OK (check
+ * stored_lens[i]); offsets[i] == stored length reads 0 bytes with DFKV_OK;
+ * offsets[i] past it is DFKV_INVALID for that item alone. An item's total
+ * past max_block_bytes is DFKV_TOO_LARGE. Buffers are filled in place, as
+ * there; statuses and the return value follow the batch rules above. */
+int dfkv_get_batch_range_sg(dfkv_client* c, uint64_t n,
+                            const void* const* keys, const uint64_t* key_lens,
+                            const uint64_t* offsets,
+                            const uint64_t* counts, void* const* bufs, const uint64_t* lens,
+                            uint64_t* stored_lens, int32_t* statuses);
+
 /* ---- introspection ---- */
 
 /* Writes a JSON object {"<member>": <that node's STATS document> |

@@ -810,3 +810,41 @@ func dfkv_get_batch_sg(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLen
 	}
 	return s.finish(st, local)
 }
+
+//export dfkv_get_batch_range_sg
+func dfkv_get_batch_range_sg(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, offsets *C.uint64_t, counts *C.uint64_t, bufs *unsafe.Pointer, lens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
+	defer guard("dfkv_get_batch_range_sg", h, &rc)
+	st, stErr := statusSlots(statuses, n)
+	sl := storedSlots(storedLens, n)
+	s, err := lookup(uintptr(h))
+	if err != nil {
+		return badHandle(st, err)
+	}
+	if stErr != nil {
+		return s.ret(fmt.Errorf("dfkv_get_batch_range_sg: %w", stErr))
+	}
+	if storedLens == nil && n > 0 {
+		return s.badCall(st, fmt.Errorf("dfkv_get_batch_range_sg: stored_lens is NULL: %w", wire.StatusInvalid))
+	}
+	ks, local, err := batchKeys(n, keys, keyLens)
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_get_batch_range_sg: %w", err))
+	}
+	offs, err := u64s(offsets, n, "offsets")
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_get_batch_range_sg: %w", err))
+	}
+	parts, err := batchSGParts(n, counts, bufs, lens, local)
+	if err != nil {
+		return s.badCall(st, fmt.Errorf("dfkv_get_batch_range_sg: %w", err))
+	}
+	at := make([]uint64, len(offs))
+	for i, o := range offs {
+		at[i] = uint64(o)
+	}
+	stored := s.getBatchRangeSG(ks, at, parts, local)
+	for i := range sl {
+		sl[i] = C.uint64_t(stored[i])
+	}
+	return s.finish(st, local)
+}

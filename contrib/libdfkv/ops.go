@@ -134,3 +134,18 @@ func (s *state) getBatchSG(keys [][]byte, parts [][][]byte, errs []error) []uint
 	}
 	return stored
 }
+
+// getBatchRangeSG is getBatchSG reading each item's parts from byte
+// offsets[i] of its value. errs[i] already set are kept, as there.
+func (s *state) getBatchRangeSG(keys [][]byte, offsets []uint64, parts [][][]byte, errs []error) []uint64 {
+	stored := make([]uint64, len(keys))
+	idx := pending(errs)
+	ks, offs, ps := make([][]byte, len(idx)), make([]uint64, len(idx)), make([][][]byte, len(idx))
+	for j, i := range idx {
+		ks[j], offs[j], ps[j] = keys[i], offsets[i], parts[i]
+	}
+	for j, r := range s.c.GetBatchRangeV(context.Background(), ks, offs, ps) {
+		stored[idx[j]], errs[idx[j]] = r.Stored, r.Err
+	}
+	return stored
+}

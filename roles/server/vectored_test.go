@@ -228,3 +228,105 @@ func BenchmarkGetBatchV(b *testing.B) {
 	}
 	b.ReportMetric(float64(staged.Load())/float64(b.N), "staged-B/op")
 }
+
+// GetBatchRangeV reads a byte range of each value into its parts: the
+// middle, the tail, a range running past a short value, the empty range at
+// the very end, a range past the end (INVALID for that item alone), and
+// missing keys, all in one call to one node.
+func TestVectoredBatchRange(t *testing.T) {
+	n := startNode(t, newMemEngine(), func(o *Options) { o.MaxBlockBytes = 8 << 20 })
+	cl := openClient(t, n.addr, func(o *client.Options) { o.MaxBlockBytes = 4 << 20 })
+	ctx := context.Background()
+	big := enginetest.Value(1, 3<<20+100) // past directReadMin, so parts are read from the socket
+	small := enginetest.Value(2, 100)
+	if errs := cl.PutBatchV(ctx, [][]byte{[]byte("big"), []byte("small")}, [][][]byte{split(big, 1<<20), {small}}); errs[0] != nil || errs[1] != nil {
+		t.Fatalf("PutBatchV: %v", errs)
+	}
+	type item struct {
+		name   string
+		key    string
+		off    uint64
+		sizes  []int  // the parts' sizes
+		want   []byte // the bytes expected at the front of the parts
+		stored uint64
+		err    error
+	}
+	items := []item{
+		{"middle of a large value", "big", 1<<20 - 3, []int{5, 2 << 20, 0, 9}, big[1<<20-3 : 1<<20-3+5+2<<20+9], uint64(len(big)), nil},
+		{"tail of a large value", "big", uint64(len(big)) - 11, []int{4, 7}, big[len(big)-11:], uint64(len(big)), nil},
+		{"middle of a small value", "small", 10, []int{20, 30}, small[10:60], 100, nil},
+		{"range past a short value", "small", 90, []int{8, 8}, small[90:], 100, nil},
+		{"offset at the stored length", "small", 100, []int{16}, nil, 100, nil},
+		{"offset past the stored length", "small", 101, []int{16}, nil, 100, wire.StatusInvalid},
+		{"missing key", "nope", 0, []int{16}, nil, 0, wire.StatusNotFound},
+		{"missing key at an offset", "nope2", 50, []int{16}, nil, 0, wire.StatusNotFound},
+		{"from the start, after the failures", "small", 0, []int{100}, small, 100, nil},
+	}
+	keys := make([][]byte, len(items))
+	offs := make([]uint64, len(items))
+	parts := make([][][]byte, len(items))
+	for i, it := range items {
+		keys[i], offs[i] = []byte(it.key), it.off
+		for _, sz := range it.sizes {
+			p := make([]byte, sz)
+			for j := range p {
+				p[j] = 0xEE // bytes the read must not touch stay so
+			}
+			parts[i] = append(parts[i], p)
+		}
+	}
+	res := cl.GetBatchRangeV(ctx, keys, offs, parts)
+	for i, it := range items {
+		r := res[i]
+		if it.err != nil {
+			if !errors.Is(r.Err, it.err) || r.Stored != it.stored {
+				t.Errorf("%s: err %v stored %d, want %v stored %d", it.name, r.Err, r.Stored, it.err, it.stored)
+			}
+			continue
+		}
+		got := bytes.Join(parts[i], nil)
+		if r.Err != nil || r.Stored != it.stored || r.Data != nil || !bytes.Equal(got[:len(it.want)], it.want) {
+			t.Errorf("%s: err %v stored %d, want stored %d; bytes equal %v", it.name, r.Err, r.Stored, it.stored, bytes.Equal(got[:len(it.want)], it.want))
+			continue
+		}
+		for _, b := range got[len(it.want):] {
+			if b != 0xEE {
+				t.Errorf("%s: a byte past the value's end was written", it.name)
+				break
+			}
+		}
+	}
+	// The connection stays in step: a whole read after all of it.
+	whole := make([]byte, len(big))
+	if r := cl.GetBatchV(ctx, [][]byte{[]byte("big")}, [][][]byte{{whole}}); r[0].Err != nil || !bytes.Equal(whole, big) {
+		t.Fatalf("GetBatchV after ranged reads: %v", r[0].Err)
+	}
+}
+
+// GetBatchRangeV refuses, item by item and without sending it, what no
+// node could answer as asked.
+func TestVectoredBatchRangeRefusals(t *testing.T) {
+	n := startNode(t, newMemEngine(), nil)
+	cl := openClient(t, n.addr, func(o *client.Options) { o.MaxBlockBytes = 1 << 10 })
+	ctx := context.Background()
+	if err := cl.Put(ctx, []byte("k"), []byte("value")); err != nil {
+		t.Fatal(err)
+	}
+	keys := [][]byte{[]byte("k"), []byte("k"), []byte("k"), nil}
+	parts := [][][]byte{nil, {{}, {}}, {make([]byte, 1000), make([]byte, 25)}, {make([]byte, 1)}}
+	res := cl.GetBatchRangeV(ctx, keys, []uint64{0, 0, 0, 0}, parts)
+	for i, want := range []error{wire.StatusInvalid, wire.StatusInvalid, wire.StatusTooLarge, wire.StatusInvalid} {
+		if !errors.Is(res[i].Err, want) {
+			t.Errorf("item %d: %v, want %v", i, res[i].Err, want)
+		}
+	}
+	for _, r := range cl.GetBatchRangeV(ctx, keys, []uint64{0}, parts) {
+		if !errors.Is(r.Err, wire.StatusInvalid) {
+			t.Fatalf("GetBatchRangeV with fewer offsets than keys: %v", r.Err)
+		}
+	}
+	one := [][]byte{make([]byte, 3)}
+	if r := cl.GetBatchRangeV(ctx, keys[:1], []uint64{2}, [][][]byte{one}); r[0].Err != nil || string(one[0]) != "lue" || r[0].Stored != 5 {
+		t.Fatalf("a plain range after the refusals: %v %q stored %d", r[0].Err, one[0], r[0].Stored)
+	}
+}

@@ -226,7 +226,7 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 		}
 		return dsts[i]
 	}
-	return c.getBatch(ctx, keys, res, func(i int) uint64 { return c.askFor(dst(i)) },
+	return c.getBatch(ctx, keys, res, atStart, func(i int) uint64 { return c.askFor(dst(i)) },
 		func(cc *cconn, i int, r *GetResult, n uint64) error {
 			d := dst(i)
 			switch {
@@ -258,11 +258,18 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 		})
 }
 
+// atStart is getBatch's offset for calls that read values from their
+// first byte.
+func atStart(int) uint64 { return 0 }
+
 // getBatch sends the items of keys not yet failed in res as BATCH_GET
-// frames to their nodes in parallel, asking ask(i) bytes of item i, and
-// checks every record; take reads the n value bytes of a record that
-// carries some (status OK) into r's destination, and may set r.Err.
-func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, ask func(i int) uint64,
+// frames to their nodes in parallel, asking ask(i) bytes of item i from
+// its byte at(i), and checks every record against the range contract;
+// take reads the n value bytes of a record that carries some (status OK)
+// into r's destination, and may set r.Err. An offset is per item because
+// a ranged caller (a layer of each of many blocks) reads a different
+// place in each value.
+func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, at, ask func(i int) uint64,
 	take func(cc *cconn, i int, r *GetResult, n uint64) error) []GetResult {
 	groups := c.split(keys, func(i int, err error) { res[i].Err = err })
 	dropFailed(groups, func(i int) bool { return res[i].Err != nil })
@@ -277,7 +284,7 @@ func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, a
 				Op: wire.OpBatchGet, Length: uint64(len(idx)), BodyLen: uint64(len(idx)) * wire.BatchGetItemLen,
 			})
 			for n, i := range idx {
-				cc.wbuf = wire.AppendGetItem(cc.wbuf, ks[n], 0, ask(i))
+				cc.wbuf = wire.AppendGetItem(cc.wbuf, ks[n], at(i), ask(i))
 			}
 			if err := cc.send(nil); err != nil {
 				return err
@@ -302,9 +309,11 @@ func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, a
 					}
 					continue
 				}
-				if want, _ := wire.RangeLen(stored, 0, asked); n != want {
+				// An OK record for an offset past the value breaks the
+				// contract as surely as a wrong length: RangeLen's ok.
+				if want, ok := wire.RangeLen(stored, at(i), asked); !ok || n != want {
 					cc.broken = true
-					return fmt.Errorf("BATCH_GET record of %d bytes for a %d-byte value (asked %d, max_block_bytes %d): %w", n, stored, asked, c.opts.MaxBlockBytes, wire.StatusInvalid)
+					return fmt.Errorf("BATCH_GET record of %d bytes for %d bytes at offset %d of a %d-byte value (max_block_bytes %d): %w", n, asked, at(i), stored, c.opts.MaxBlockBytes, wire.StatusInvalid)
 				}
 				if err := take(cc, i, r, n); err != nil {
 					return err

@@ -144,7 +144,7 @@ func (c *Client) GetBatchV(ctx context.Context, keys [][]byte, parts [][][]byte)
 			res[i].Err = fmt.Errorf("scatter-gather get into zero bytes of buffers: %w", wire.StatusInvalid)
 		}
 	}
-	return c.getBatch(ctx, keys, res, func(i int) uint64 { return wants[i] },
+	return c.getBatch(ctx, keys, res, atStart, func(i int) uint64 { return wants[i] },
 		func(cc *cconn, i int, r *GetResult, n uint64) error {
 			if err := cc.readParts(parts[i], n); err != nil {
 				return err
@@ -153,6 +153,41 @@ func (c *Client) GetBatchV(ctx context.Context, keys [][]byte, parts [][][]byte)
 				r.Err = ErrBufferTooSmall
 			}
 			return nil
+		})
+}
+
+// GetBatchRangeV reads, for each item, the total length of parts[i] from
+// keys[i]'s value starting at byte offsets[i], into parts[i] in order,
+// straight from the connection: one layer's slice of many blocks stored
+// layer after layer, say, without reading the rest of each block. Each
+// result's Stored is the whole stored length (so a caller can tell a
+// value of the wrong size from the first range it reads) and Data is nil.
+// The bytes read are min(Stored-offsets[i], total length of parts[i]): a
+// value that ends inside the range fills a prefix of the parts, and an
+// offset equal to the stored length reads nothing, both without error; an
+// offset past it fails that item with INVALID. Parts totalling zero bytes
+// are refused (a zero length would read to the end of the value), as are
+// parts longer than max_block_bytes (no single read can return them).
+func (c *Client) GetBatchRangeV(ctx context.Context, keys [][]byte, offsets []uint64, parts [][][]byte) []GetResult {
+	res := make([]GetResult, len(keys))
+	if len(parts) != len(keys) || len(offsets) != len(keys) {
+		for i := range res {
+			res[i].Err = fmt.Errorf("GetBatchRangeV: %d keys, %d offsets and %d part lists: %w", len(keys), len(offsets), len(parts), wire.StatusInvalid)
+		}
+		return res
+	}
+	wants := make([]uint64, len(keys))
+	for i, ps := range parts {
+		switch wants[i] = sumParts(ps); {
+		case wants[i] == 0:
+			res[i].Err = fmt.Errorf("ranged scatter-gather get into zero bytes of buffers: %w", wire.StatusInvalid)
+		case wants[i] > c.opts.MaxBlockBytes:
+			res[i].Err = fmt.Errorf("ranged scatter-gather get of %d bytes exceeds max_block_bytes %d: %w", wants[i], c.opts.MaxBlockBytes, wire.StatusTooLarge)
+		}
+	}
+	return c.getBatch(ctx, keys, res, func(i int) uint64 { return offsets[i] }, func(i int) uint64 { return wants[i] },
+		func(cc *cconn, i int, r *GetResult, n uint64) error {
+			return cc.readParts(parts[i], n)
 		})
 }
 

@@ -358,6 +358,28 @@ static void test_batch_sg(dfkv_client* c) {
     uint64_t ol2[2] = {7, 8};
     CHECK_RC(dfkv_get_batch(c, 2, k2, key_lens, o2, ol2, stored, NULL), DFKV_INVALID, c);
     CHECK(stored[0] == 0 && stored[1] == 0, c);
+
+    /* Ranged: "lo w" from the middle of "hello world" into two buffers;
+     * a range running past the end of "solo" fills a prefix; offset ==
+     * stored length reads nothing; past it fails that item alone. */
+    const void* rk[4] = {"bsg-k0", "bsg-k1", "bsg-k1", "bsg-k1"};
+    uint64_t rkl[4] = {6, 6, 6, 6};
+    uint64_t roffs[4] = {3, 2, 4, 5};
+    uint64_t rcounts[4] = {2, 1, 1, 1};
+    char r0[2], r1[2], r2[8], r3[1] = {'#'}, r4[1];
+    memset(r2, '#', sizeof r2);
+    void* rout[5] = {r0, r1, r2, r3, r4};
+    uint64_t rlens[5] = {2, 2, 8, 1, 1};
+    uint64_t rstored[4];
+    int32_t rst[4];
+    CHECK_RC(dfkv_get_batch_range_sg(c, 4, rk, rkl, roffs, rcounts, rout, rlens, rstored, rst), DFKV_INVALID, c);
+    CHECK(rst[0] == DFKV_OK && rstored[0] == 11 && memcmp(r0, "lo", 2) == 0 && memcmp(r1, " w", 2) == 0, c);
+    CHECK(rst[1] == DFKV_OK && rstored[1] == 4 && memcmp(r2, "lo######", 8) == 0, c);
+    CHECK(rst[2] == DFKV_OK && rstored[2] == 4 && r3[0] == '#', c);
+    CHECK(rst[3] == DFKV_INVALID && rstored[3] == 4, c);
+    /* A NULL offsets array fails the call. */
+    CHECK_RC(dfkv_get_batch_range_sg(c, 4, rk, rkl, NULL, rcounts, rout, rlens, rstored, rst), DFKV_INVALID, c);
+    CHECK(rst[0] == DFKV_INVALID && rst[3] == DFKV_INVALID, c);
 }
 
 static void test_stats_and_close(const char* members) {

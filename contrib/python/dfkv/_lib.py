@@ -66,6 +66,7 @@ def _declare(lib):
         "dfkv_exist_prefix": (i, [vp, u64, pvp, pu64, pu64]),
         "dfkv_put_batch_sg": (i, [vp, u64, pvp, pu64, pu64, pvp, pu64, pi32]),
         "dfkv_get_batch_sg": (i, [vp, u64, pvp, pu64, pu64, pvp, pu64, pu64, pi32]),
+        "dfkv_get_batch_range_sg": (i, [vp, u64, pvp, pu64, pu64, pu64, pvp, pu64, pu64, pi32]),
         "dfkv_stats": (i, [vp, c_char_p, u64, pu64]),
     }
     for name, (res, args) in sig.items():

@@ -355,6 +355,33 @@ class Client:
             self._lib.dfkv_get_batch_sg(h, n, karr, klens, counts, addrs, lens, stored, st)
         return [Status(s) for s in st], list(stored)
 
+    def batch_get_range_sg(self, keys: Sequence[Key], offsets: Sequence[int],
+                           items: Sequence[Sequence[Any]]) -> Tuple[List[Status], List[int]]:
+        """Fill, per key, its buffers (items[i]) in order from byte
+        offsets[i] of its value: a byte range of each value, e.g. one
+        layer of blocks stored layer after layer. Returns (statuses,
+        stored_lengths), the whole stored length of each value. The bytes
+        read are min(stored - offset, the buffers' total): a value ending
+        inside the range fills a prefix with OK (check the stored length),
+        an offset equal to the stored length reads nothing with OK, and an
+        offset past it is INVALID for that item."""
+        if len(keys) != len(items) or len(keys) != len(offsets):
+            raise InvalidArgument(f"batch_get_range_sg: {len(keys)} keys, {len(offsets)} offsets "
+                                  f"and {len(items)} buffer lists")
+        h = self._handle()
+        n, karr, klens, keep = _key_arrays(keys)
+        st = (c_int32 * n)()
+        stored = (c_uint64 * n)()
+        for i, o in enumerate(offsets):
+            # ctypes would wrap a negative offset around silently.
+            if not isinstance(o, int) or not 0 <= o < 1 << 64:
+                raise InvalidArgument(f"batch_get_range_sg: offset {i} is {o!r}, not an integer in [0, 2**64)")
+        offs = (c_uint64 * n)(*offsets)
+        with Pinned() as p:
+            counts, addrs, lens = self._batch_sg_arrays(items, True, p)
+            self._lib.dfkv_get_batch_range_sg(h, n, karr, klens, offs, counts, addrs, lens, stored, st)
+        return [Status(s) for s in st], list(stored)
+
     def batch_remove(self, keys: Sequence[Key]) -> List[Status]:
         h = self._handle()
         n, karr, klens, keep = _key_arrays(keys)

@@ -190,6 +190,26 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(stored[:2], [4, 1])
         self.assertEqual(bytes(x + y + z), b"abcde")
 
+    def test_batch_range_scatter_gather(self):
+        c = self.c
+        keys = [b"brsg/0", b"brsg/1"]
+        self.assertEqual(c.batch_put_sg(keys, [[b"0123", b"456789"], [b"abc"]]), [Status.OK, Status.OK])
+        mid_a, mid_b = bytearray(2), bytearray(3)
+        past = bytearray(b"#" * 4)
+        at_end, beyond, missing = bytearray(b"#"), bytearray(1), bytearray(1)
+        st, stored = c.batch_get_range_sg(
+            keys + [keys[1], keys[1], b"brsg/missing"], [3, 1, 3, 4, 0],
+            [[mid_a, mid_b], [past], [at_end], [beyond], [missing]])
+        self.assertEqual(st, [Status.OK, Status.OK, Status.OK, Status.INVALID, Status.NOT_FOUND])
+        self.assertEqual(stored, [10, 3, 3, 3, 0])
+        self.assertEqual(bytes(mid_a + mid_b), b"34567")
+        self.assertEqual(bytes(past), b"bc##")   # a prefix, the rest untouched
+        self.assertEqual(bytes(at_end), b"#")    # offset == stored: nothing read
+        with self.assertRaises(dfkv.InvalidArgument):
+            c.batch_get_range_sg(keys, [0], [[bytearray(1)], [bytearray(1)]])
+        with self.assertRaises(dfkv.InvalidArgument):
+            c.batch_get_range_sg(keys[:1], [-1], [[bytearray(1)]])
+
     def test_range(self):
         self.c.put(b"range", b"0123456789")
         buf = bytearray(4)

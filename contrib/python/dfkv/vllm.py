@@ -60,6 +60,19 @@ are saved again); nothing a node does raises into the engine. A forward
 that read a synchronous load computes on top of it, so what it computed is
 saved only when the request finishes, once any failure is known and
 recomputed.
+
+Synchronous loads (dfkv_load_async=0, hybrid models) go layer by layer:
+a block's object holds its layers one after another, so start_load_kv
+submits one ranged batch read per layer (that layer's bytes of every block
+of the step, in layer order, on threads of their own so queued saves do not
+delay them) and returns, and wait_for_layer_load(layer) waits only for that
+layer's bytes: the forward computes layer 0 while later layers arrive. The
+wait before the last layer waits for all of them. The first read of a block
+tells its stored length, so an object of another size is a failed block as
+before, and so is a block any of whose layers fails to load (its earlier
+layers are then recomputed too). Staged pieces (device buffers, HND
+layouts) are copied into place layer by layer. A layout whose per-layer
+sizes are not known loads whole blocks in start_load_kv.
 """
 
 from __future__ import annotations
@@ -292,6 +305,25 @@ class _ReqState:
 
 
 @dataclass
+class _LayerLoads:
+    """A step's synchronous loads in flight, one ranged read per layer.
+
+    Blocks are the positions of every transfer, in order; a layer's job
+    sets events[layer] once its bytes of every block are in (or failed)."""
+
+    trs: List[BlockTransfer]
+    keys: List[bytes]
+    block_ids: List[Any]
+    events: Dict[str, threading.Event]
+    last: str  # the last layer in layer order: waiting for it waits for all
+    t0: float
+    futures: List[Future] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    dead: Set[int] = field(default_factory=set)  # blocks (indexes) that failed some layer
+    end: float = 0.0
+
+
+@dataclass
 class _Lookup:
     keys_per_block: List[List[bytes]]
     hashes: Tuple[str, ...]
@@ -435,6 +467,14 @@ class DfkvConnector(_Base, SupportsHMA):
         self._load_errors: set = set()
         self._io: Optional[ThreadPoolExecutor] = None
         self._io_threads = int(setting(self.extra, "dfkv_io_threads", None, 4))
+        # Synchronous layer-wise loads run on threads of their own: behind
+        # the saves queued on _io they would hold the forward back.
+        self._layer_io: Optional[ThreadPoolExecutor] = None
+        self._layer_loads: Optional[_LayerLoads] = None
+        # Per layer (register_kv_caches): the byte offset and length of its
+        # pieces in a block's object; None where a layout's are unknown.
+        self._layer_offsets: Optional[List[int]] = None
+        self._layer_bytes: Optional[List[int]] = None
         self._jobs_lock = threading.Lock()
         self._load_jobs: Dict[str, List[Future]] = {}
         self._save_jobs: Dict[str, List[Future]] = {}
@@ -811,26 +851,50 @@ class DfkvConnector(_Base, SupportsHMA):
         [blocks, ...] (MLA / block-first)."""
         named = sorted(kv_caches.items(), key=lambda kv: (_layer_index(kv[0], 0), kv[0]))
         self._layers = [(n, t, self._layer_group.get(n, 0)) for n, t in named]
+        self._layer_offsets, self._layer_bytes = None, None
+        try:
+            sizes = [self._layer_size(t) for _, t, _ in self._layers]
+        except Exception:  # a buffer that is not a tensor as we know them
+            sizes = [None]
+        if self._layers and all(n is not None and n > 0 for n in sizes):
+            self._layer_bytes = [int(n) for n in sizes]  # type: ignore[arg-type]
+            self._layer_offsets = [sum(self._layer_bytes[:i]) for i in range(len(sizes))]
+
+    def _planes(self, t: Any) -> bool:
+        """Whether a paged buffer is [2, blocks, ...]: a block is a K and a V piece."""
+        return not self.use_mla and t.dim() >= 4 and t.shape[0] == 2
+
+    def _layer_size(self, t: Any) -> Optional[int]:
+        """The bytes of one block's pieces of layer buffer t (what _pieces
+        takes from it), or None for a buffer of fewer than two dimensions,
+        which holds no block per index."""
+        if self._planes(t):
+            dims = [2] + list(t.shape[2:])
+        elif t.dim() >= 2:
+            dims = list(t.shape[1:])
+        else:
+            return None
+        n = int(t.element_size())
+        for d in dims:
+            n *= int(d)
+        return n
+
+    def _layer_pieces(self, ids: Any, li: int, throwaway_null: bool = False) -> List[Any]:
+        """Layer li's pieces of one position: ids is the position's block
+        (an int) or one block per group (a tuple). With throwaway_null, a
+        group holding no block at a position of several groups (out of its
+        window) gets host buffers to take a load's bytes instead."""
+        per_group = ids if isinstance(ids, (tuple, list)) else (ids,)
+        _, t, g = self._layers[li]
+        b = per_group[g] if g < len(per_group) else per_group[0]
+        ps = [t[0, b], t[1, b]] if self._planes(t) else [t[b]]
+        if throwaway_null and len(per_group) > 1 and b == NULL_BLOCK:
+            ps = [p.new_empty(p.shape, device="cpu") for p in ps]
+        return ps
 
     def _pieces(self, ids: Any) -> List[Any]:
-        """The block pieces of one position, in layer order: ids is the
-        position's block (an int) or one block per group (a tuple)."""
-        per_group = ids if isinstance(ids, (tuple, list)) else (ids,)
-        out = []
-        for _, t, g in self._layers:
-            b = per_group[g] if g < len(per_group) else per_group[0]
-            if not self.use_mla and t.dim() >= 4 and t.shape[0] == 2:
-                out += [t[0, b], t[1, b]]
-            else:
-                out.append(t[b])
-        return out
-
-    def _piece_groups(self) -> List[int]:
-        """The KV-cache group of each piece _pieces returns."""
-        out: List[int] = []
-        for _, t, g in self._layers:
-            out += [g] * (2 if (not self.use_mla and t.dim() >= 4 and t.shape[0] == 2) else 1)
-        return out
+        """The block pieces of one position, in layer order."""
+        return [p for li in range(len(self._layers)) for p in self._layer_pieces(ids, li)]
 
     def _keys(self, hashes: List[str]) -> List[bytes]:
         return [self.object_key(h, self.tp_rank, self.pp_rank, self.dcp_rank) for h in hashes]
@@ -855,13 +919,7 @@ class DfkvConnector(_Base, SupportsHMA):
         try:
             items, staged = [], []
             for ids in tr.block_ids:
-                it = self._pieces(ids)
-                per_group = ids if isinstance(ids, (tuple, list)) else (ids,)
-                if len(per_group) > 1 and NULL_BLOCK in per_group:
-                    # A group holding no block here (a position out of its
-                    # window) still takes its bytes: into a throwaway.
-                    it = [p.new_empty(p.shape, device="cpu") if per_group[g] == NULL_BLOCK else p
-                          for p, g in zip(it, self._piece_groups())]
+                it = [p for li in range(len(self._layers)) for p in self._layer_pieces(ids, li, throwaway_null=True)]
                 items.append(it)
                 staged.append([p if _in_place(p) else p.new_empty(p.shape, device="cpu") for p in it])
             want = [sum(int(p.numel()) * p.element_size() for p in it) for it in items]
@@ -886,6 +944,99 @@ class DfkvConnector(_Base, SupportsHMA):
         with self._stats_lock:
             self._stats.record("load", len(tr.block_ids), nbytes, time.monotonic() - t0, nfailed)
         return failed
+
+    def _start_layer_loads(self, trs: List[BlockTransfer]) -> None:
+        """Starts trs (synchronous loads) as one ranged batch read per
+        layer, in layer order; wait_for_layer_load waits for each. Never
+        raises: what cannot start is failed blocks."""
+        ld = None
+        try:
+            names = [n for n, _, _ in self._layers]
+            ld = _LayerLoads(trs, [k for tr in trs for k in self._keys(tr.hashes)],
+                             [ids for tr in trs for ids in tr.block_ids],
+                             {n: threading.Event() for n in names}, names[-1], time.monotonic())
+            self._layer_loads = ld
+            if self._layer_io is None:
+                self._layer_io = ThreadPoolExecutor(max_workers=max(1, self._io_threads),
+                                                    thread_name_prefix="dfkv-vllm-layer")
+            for li in range(len(names)):
+                ld.futures.append(self._layer_io.submit(self._load_layer, ld, li))
+        except Exception as e:
+            logger.warning("dfkv vLLM connector: layer-wise load for %d requests could not start: %s", len(trs), e)
+            if ld is None:
+                for tr in trs:
+                    for ids in tr.block_ids:
+                        self._load_errors.update(self._real_ids(ids))
+                return
+            with ld.lock:
+                ld.dead.update(range(len(ld.block_ids)))
+            for ev in ld.events.values():
+                ev.set()  # a job that did start sets its own again; the rest never run
+
+    def _load_layer(self, ld: _LayerLoads, li: int) -> None:
+        """Reads layer li of every block of ld still alive into the paged
+        buffers, then sets the layer's event. A block whose read fails, or
+        whose stored length is not the whole block's, is dead. Never raises."""
+        alive: List[int] = []
+        try:
+            with ld.lock:
+                alive = [j for j in range(len(ld.keys)) if j not in ld.dead]
+            if not alive:
+                return
+            offsets, sizes = self._layer_offsets or [], self._layer_bytes or []
+            whole = offsets[-1] + sizes[-1]
+            targets = [self._layer_pieces(ld.block_ids[j], li, throwaway_null=True) for j in alive]
+            staged = [[p if _in_place(p) else p.new_empty(p.shape, device="cpu") for p in it] for it in targets]
+            st, stored = self.client.batch_get_range_sg([ld.keys[j] for j in alive], [offsets[li]] * len(alive),
+                                                        staged)
+            bad = []
+            for j, s, n, it, sit in zip(alive, st, stored, targets, staged):
+                if s != Status.OK or n != whole:
+                    bad.append(j)
+                    continue
+                for p, sp in zip(it, sit):
+                    if sp is not p:
+                        p.copy_(sp)
+            with ld.lock:
+                ld.dead.update(bad)
+        except Exception as e:
+            logger.warning("dfkv vLLM connector: load of layer %s of %d blocks failed: %s",
+                           self._layers[li][0], len(alive), e)
+            with ld.lock:
+                ld.dead.update(alive)
+        finally:
+            with ld.lock:
+                ld.end = max(ld.end, time.monotonic())
+            ld.events[self._layers[li][0]].set()
+
+    def _finish_layer_loads(self) -> None:
+        """Waits for the synchronous layer-wise loads in flight, if any,
+        and takes their failed blocks into _load_errors, as _load's are."""
+        ld, self._layer_loads = self._layer_loads, None
+        if ld is None:
+            return
+        try:
+            for ev in ld.events.values():
+                ev.wait()
+            with ld.lock:
+                dead, end = set(ld.dead), ld.end or time.monotonic()
+            for j in dead:
+                self._load_errors.update(self._real_ids(ld.block_ids[j]))
+            whole = sum(self._layer_bytes or ())
+            first = 0
+            for tr in ld.trs:
+                n = len(tr.block_ids)
+                nfailed = sum(1 for j in range(first, first + n) if j in dead)
+                first += n
+                if nfailed:
+                    logger.info("dfkv vLLM connector: %d of %d blocks of request %s did not load; "
+                                "vLLM recomputes them", nfailed, n, tr.req_id)
+                with self._stats_lock:
+                    self._stats.record("load", n, (n - nfailed) * whole, end - ld.t0, nfailed)
+        except Exception as e:
+            logger.warning("dfkv vLLM connector: finishing a layer-wise load failed: %s", e)
+            for ids in ld.block_ids:
+                self._load_errors.update(self._real_ids(ids))
 
     def _save(self, tr: BlockTransfer) -> int:
         """Writes tr's blocks; returns how many failed. Never raises: a
@@ -924,9 +1075,13 @@ class DfkvConnector(_Base, SupportsHMA):
         blocks (it passes the preempted ids, or this step's metadata)."""
         ids = preempted if isinstance(preempted, (set, frozenset, list, tuple)) else \
             getattr(preempted, "preempted_req_ids", None) or ()
+        self._finish_layer_loads()
         self._wait_saves(ids)
 
     def bind_connector_metadata(self, connector_metadata: Any) -> None:
+        # A forward that never waited for its last layer (it failed, or
+        # skipped a layer) leaves its loads to end here, before new ones.
+        self._finish_layer_loads()
         super().bind_connector_metadata(connector_metadata)
         if self._frees_while_running:
             # Sliding-window groups free a running request's blocks that
@@ -941,6 +1096,7 @@ class DfkvConnector(_Base, SupportsHMA):
     def clear_connector_metadata(self) -> None:
         # A step without a forward may skip wait_for_save (older vLLM):
         # its saves read blocks no forward changed and vLLM still holds.
+        self._finish_layer_loads()
         self._start_saves()
         super().clear_connector_metadata()
 
@@ -953,17 +1109,39 @@ class DfkvConnector(_Base, SupportsHMA):
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
+        self._finish_layer_loads()
+        sync: List[BlockTransfer] = []
         for tr in meta.loads:
             if tr.is_async:
                 fut = self._pool().submit(self._load, tr)
                 with self._jobs_lock:
                     self._load_jobs.setdefault(tr.req_id, []).append(fut)
             elif tr.hashes:
-                # A load this very step's forward reads: done before it.
+                sync.append(tr)
+        if not sync:
+            return
+        if self._layer_offsets is None:
+            # Layer sizes unknown: whole blocks, done before the forward.
+            for tr in sync:
                 self._load_errors |= self._load(tr)
+        else:
+            # This step's forward reads them: wait_for_layer_load holds
+            # each layer back until its bytes are in.
+            self._start_layer_loads(sync)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return  # start_load_kv loads every layer of a block at once
+        """Waits until layer_name's bytes of this step's synchronous loads
+        are in its paged buffer; before the last layer, until every layer's
+        are and their failed blocks are known. Other names return at once."""
+        ld = self._layer_loads
+        if ld is None:
+            return
+        if layer_name == ld.last:
+            self._finish_layer_loads()
+            return
+        ev = ld.events.get(layer_name)
+        if ev is not None:
+            ev.wait()
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
         return  # whole blocks (all layers) are written after the forward
@@ -974,9 +1152,11 @@ class DfkvConnector(_Base, SupportsHMA):
         the request (blocks of finished requests are held, preempted ones
         wait in handle_preemptions)."""
         self._get_connector_metadata()
+        self._finish_layer_loads()
         self._start_saves()
 
     def get_finished(self, finished_req_ids: set):
+        self._finish_layer_loads()
         sending, recving = set(), set()
         with self._jobs_lock:
             for rid, futs in list(self._load_jobs.items()):
@@ -999,6 +1179,7 @@ class DfkvConnector(_Base, SupportsHMA):
         return sending or None, recving or None
 
     def get_block_ids_with_load_errors(self) -> set:
+        self._finish_layer_loads()
         errs, self._load_errors = self._load_errors, set()
         return errs
 
@@ -1018,6 +1199,9 @@ class DfkvConnector(_Base, SupportsHMA):
             self._lk_cv.notify_all()
         if self._lk_thread is not None:
             self._lk_thread.join(timeout=30)
+        self._finish_layer_loads()
+        if self._layer_io is not None:
+            self._layer_io.shutdown(wait=True)
         if self._io is not None:
             self._io.shutdown(wait=True)
         self.client.close()

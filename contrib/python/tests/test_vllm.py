@@ -168,31 +168,110 @@ class VLLMEngineTest(StandIn):
 
     def test_failed_sync_load_never_stores_kv_computed_on_it(self):
         # dfkv has blocks 0-2 of a 22-token prompt. Engine b loads them in
-        # the step (synchronously) and block 1 arrives wrong: that step's
-        # forward computes blocks 3 and 4 on top of it, so they are wrong
-        # too, until vLLM recomputes them. Engine c must find correct KV.
+        # the step (synchronously, layer by layer) and block 1's last layer
+        # arrives wrong after its first loaded well: that step's forward
+        # computes blocks 3 and 4 on top of it, so they are wrong too,
+        # until vLLM recomputes them. Engine c must find correct KV.
         model = "test/vllm-syncfail-" + uuid.uuid4().hex
         prompt = prompt_of(22, 15)
         self.run_one(self.engine(model), "r1", prompt[:14])
         b = self.engine(model, extra(dfkv_load_async="0"))
         w = b.workers[0].connector
-        real = w.client.batch_get_sg
+        real = w.client.batch_get_range_sg
+        last = w._layer_offsets[-1]
+        self.assertGreater(last, 0, "two layers: the last one's bytes follow the first's")
 
-        def second_block_broken(keys, items):
-            st, n = real(keys, items)
-            if len(keys) == 3:
+        def second_block_broken(keys, offsets, items):
+            st, n = real(keys, offsets, items)
+            if len(keys) == 3 and offsets[1] == last:
                 for p in items[1]:
                     p.fill_(7.0)
                 st[1] = dvl.Status.IO_ERROR
             return st, n
 
-        w.client.batch_get_sg = second_block_broken
+        w.client.batch_get_range_sg = second_block_broken
         r = self.run_one(b, "r2", prompt)
         self.assertEqual(r.num_external_computed_tokens, 4, "only block 0 counts as loaded")
         self.assertEqual(b.computed_tokens["r2"], 22 - 12 + 22 - 4 + 1)
         c = self.engine(model)
         r3 = self.run_one(c, "r3", prompt)  # checks every slot it reads
         self.assertEqual(r3.num_external_computed_tokens, 20, "b stored the recomputed blocks")
+
+    def test_sync_load_feeds_layer_0_while_the_last_layer_is_held_back(self):
+        # The read of the last layer's bytes waits until the model has
+        # passed wait_for_layer_load of layer 0 (and read its KV, which the
+        # stand-in checks slot by slot): a load that waited for every layer
+        # first would hold the gate shut until it timed out.
+        model = "test/vllm-layers-" + uuid.uuid4().hex
+        prompt = prompt_of(14, 21)
+        self.run_one(self.engine(model, layers=4), "r1", prompt)
+        b = self.engine(model, extra(dfkv_load_async="0"), layers=4)
+        w = b.workers[0].connector
+        last = w._layer_offsets[-1]
+        real_read, real_wait = w.client.batch_get_range_sg, w.wait_for_layer_load
+        gate, log, reads = threading.Event(), [], []
+
+        def read(keys, offsets, items):
+            reads.append(offsets[0])
+            if offsets[0] == last and not gate.wait(30):
+                log.append("gate timed out")
+            out = real_read(keys, offsets, items)
+            if offsets[0] == last:
+                log.append("last layer read")
+            return out
+
+        def wait(name):
+            # Steps without a load (the lookup is pending) wait for no
+            # layer: only the step that loads opens the gate.
+            loading = w._layer_loads is not None
+            real_wait(name)
+            if name == "model.layers.0.self_attn.attn" and loading and not gate.is_set():
+                log.append("layer 0 ready")
+                gate.set()
+
+        w.client.batch_get_range_sg = read
+        w.wait_for_layer_load = wait
+        r = self.run_one(b, "r2", prompt)
+        self.assertEqual(r.num_external_computed_tokens, 12)
+        self.assertEqual(log, ["layer 0 ready", "last layer read"])
+        self.assertEqual(sorted(reads), w._layer_offsets, "one ranged read per layer")
+        red = b.stats.reduce()
+        self.assertEqual((red["loads"], red["load_blocks"], red["load_failed_blocks"]), (1, 3, 0))
+
+    def test_node_killed_between_layers_fails_blocks(self):
+        # The node dies once the first layers of every block are in: the
+        # last layer's read fails, so every block fails (not raises), and
+        # vLLM recomputes the prompt.
+        node = Server()
+        self.addCleanup(node.close)
+        model = "test/vllm-killlayer-" + uuid.uuid4().hex
+        ex = extra(dfkv_members=node.addr, dfkv_timeout_ms=2000, dfkv_dial_timeout_ms=300, dfkv_load_async="0")
+        prompt = prompt_of(14, 22)
+        self.run_one(self.engine(model, ex, layers=3), "r1", prompt)
+        b = self.engine(model, ex, layers=3)
+        w = b.workers[0].connector
+        last = w._layer_offsets[-1]
+        real = w.client.batch_get_range_sg
+        cv, earlier = threading.Condition(), []
+
+        def read(keys, offsets, items):
+            if offsets[0] != last:
+                st, n = real(keys, offsets, items)
+                with cv:
+                    earlier.append(list(st))
+                    cv.notify_all()
+                return st, n
+            with cv:
+                self.assertTrue(cv.wait_for(lambda: len(earlier) == 2, 30), "the first layers were never read")
+            node.kill()
+            return real(keys, offsets, items)
+
+        w.client.batch_get_range_sg = read
+        r = self.run_one(b, "r2", prompt)
+        self.assertEqual(earlier, [[dvl.Status.OK] * 3] * 2, "the first two layers loaded")
+        self.assertEqual(r.num_external_computed_tokens, 0)
+        self.assertEqual(b.computed_tokens["r2"], 14 - 12 + 14 + 1, "a forward on the load, then all recomputed")
+        self.assertEqual(b.stats.data["load_failed_blocks"], 3)
 
     def test_block_that_never_loads_is_not_loaded_again(self):
         # Block 0 is stored with the wrong size: every load of it fails.
@@ -553,6 +632,56 @@ class VLLMTest(unittest.TestCase):
         worker.bind_connector_metadata(meta)
         worker.start_load_kv(None)
         self.assertEqual(worker.get_block_ids_with_load_errors(), {3, 4})
+
+    def test_wait_for_layer_load_waits_only_for_its_layer(self):
+        cfg = vllm_config("test/vllm-layerwait-" + uuid.uuid4().hex)
+        names = [f"model.layers.{i}.self_attn.attn" for i in range(2)]
+        kv = {n: torch.randn(2, 10, 4, 2, 8, dtype=torch.bfloat16) for n in names}
+        hashes = dvl.token_chain_hashes(list(range(700, 712)), 4)
+        saver = dvl.DfkvConnector(cfg, dvl.KVConnectorRole.WORKER)
+        self.addCleanup(saver.shutdown)
+        saver.register_kv_caches(kv)
+        saver.bind_connector_metadata(dvl.DfkvConnectorMetadata(saves=[dvl.BlockTransfer("s", hashes, [1, 2, 3])]))
+        saver.wait_for_save()
+        saver._wait_saves()
+
+        w = dvl.DfkvConnector(cfg, dvl.KVConnectorRole.WORKER)
+        self.addCleanup(w.shutdown)
+        kv2 = {n: torch.zeros_like(t) for n, t in kv.items()}
+        w.register_kv_caches(kv2)
+        self.assertEqual(w._layer_offsets, [0, 2 * 4 * 2 * 8 * 2])
+        real = w.client.batch_get_range_sg
+        gate, held = threading.Event(), threading.Event()
+
+        def read(keys, offsets, items):
+            if offsets[0] == w._layer_offsets[1]:
+                held.set()
+                gate.wait(30)
+            return real(keys, offsets, items)
+
+        w.client.batch_get_range_sg = read
+        # Block 7 holds an object of another size: it fails at its first
+        # read of a layer, whichever that is.
+        w.client.put(w.object_key(hashes[2], 0, 0), b"\x01" * 40)
+        w.bind_connector_metadata(dvl.DfkvConnectorMetadata(loads=[dvl.BlockTransfer("r", hashes, [4, 6, 7])]))
+        w.start_load_kv(None)
+        w.wait_for_layer_load("model.layers.9.unknown")  # not a layer of this worker: at once
+        waiter = threading.Thread(target=w.wait_for_layer_load, args=(names[0],))
+        waiter.start()
+        waiter.join(30)
+        self.assertFalse(waiter.is_alive(), "layer 0's wait waited for the held-back last layer")
+        self.assertTrue(held.wait(30), "the last layer's read never started")
+        self.assertTrue(torch.equal(kv2[names[0]][:, 4], kv[names[0]][:, 1]))
+        self.assertTrue(torch.equal(kv2[names[0]][:, 6], kv[names[0]][:, 2]))
+        self.assertFalse(kv2[names[1]].any(), "the last layer was read while held back: the reads are not per layer")
+        gate.set()
+        w.wait_for_layer_load(names[1])
+        self.assertEqual(w.get_block_ids_with_load_errors(), {7})
+        for n in names:
+            self.assertTrue(torch.equal(kv2[n][:, 4], kv[n][:, 1]), n)
+            self.assertTrue(torch.equal(kv2[n][:, 6], kv[n][:, 2]), n)
+        w.wait_for_save()
+        w.clear_connector_metadata()
 
     def test_request_is_not_sent_before_its_save_starts(self):
         # get_finished before wait_for_save (speculative decoding), and a

@@ -784,36 +784,20 @@ func dfkv_put_batch_sg(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLen
 //export dfkv_get_batch_sg
 func dfkv_get_batch_sg(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, counts *C.uint64_t, bufs *unsafe.Pointer, lens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
 	defer guard("dfkv_get_batch_sg", h, &rc)
-	st, stErr := statusSlots(statuses, n)
-	sl := storedSlots(storedLens, n)
-	s, err := lookup(uintptr(h))
-	if err != nil {
-		return badHandle(st, err)
-	}
-	if stErr != nil {
-		return s.ret(fmt.Errorf("dfkv_get_batch_sg: %w", stErr))
-	}
-	if storedLens == nil && n > 0 {
-		return s.badCall(st, fmt.Errorf("dfkv_get_batch_sg: stored_lens is NULL: %w", wire.StatusInvalid))
-	}
-	ks, local, err := batchKeys(n, keys, keyLens)
-	if err != nil {
-		return s.badCall(st, fmt.Errorf("dfkv_get_batch_sg: %w", err))
-	}
-	parts, err := batchSGParts(n, counts, bufs, lens, local)
-	if err != nil {
-		return s.badCall(st, fmt.Errorf("dfkv_get_batch_sg: %w", err))
-	}
-	stored := s.getBatchSG(ks, parts, local)
-	for i := range sl {
-		sl[i] = C.uint64_t(stored[i])
-	}
-	return s.finish(st, local)
+	return getBatchSG("dfkv_get_batch_sg", h, n, keys, keyLens, false, nil, counts, bufs, lens, storedLens, statuses)
 }
 
 //export dfkv_get_batch_range_sg
 func dfkv_get_batch_range_sg(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, offsets *C.uint64_t, counts *C.uint64_t, bufs *unsafe.Pointer, lens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
 	defer guard("dfkv_get_batch_range_sg", h, &rc)
+	return getBatchSG("dfkv_get_batch_range_sg", h, n, keys, keyLens, true, offsets, counts, bufs, lens, storedLens, statuses)
+}
+
+// getBatchSG is the body of dfkv_get_batch_sg and, ranged (with an
+// offsets array, required), of dfkv_get_batch_range_sg; name is the
+// export, for messages. The caller's deferred guard turns a panic here
+// into a status.
+func getBatchSG(name string, h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, ranged bool, offsets *C.uint64_t, counts *C.uint64_t, bufs *unsafe.Pointer, lens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t) C.int {
 	st, stErr := statusSlots(statuses, n)
 	sl := storedSlots(storedLens, n)
 	s, err := lookup(uintptr(h))
@@ -821,28 +805,31 @@ func dfkv_get_batch_range_sg(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, 
 		return badHandle(st, err)
 	}
 	if stErr != nil {
-		return s.ret(fmt.Errorf("dfkv_get_batch_range_sg: %w", stErr))
+		return s.ret(fmt.Errorf("%s: %w", name, stErr))
 	}
 	if storedLens == nil && n > 0 {
-		return s.badCall(st, fmt.Errorf("dfkv_get_batch_range_sg: stored_lens is NULL: %w", wire.StatusInvalid))
+		return s.badCall(st, fmt.Errorf("%s: stored_lens is NULL: %w", name, wire.StatusInvalid))
 	}
 	ks, local, err := batchKeys(n, keys, keyLens)
 	if err != nil {
-		return s.badCall(st, fmt.Errorf("dfkv_get_batch_range_sg: %w", err))
+		return s.badCall(st, fmt.Errorf("%s: %w", name, err))
 	}
-	offs, err := u64s(offsets, n, "offsets")
-	if err != nil {
-		return s.badCall(st, fmt.Errorf("dfkv_get_batch_range_sg: %w", err))
+	var at []uint64
+	if ranged {
+		offs, err := u64s(offsets, n, "offsets")
+		if err != nil {
+			return s.badCall(st, fmt.Errorf("%s: %w", name, err))
+		}
+		at = make([]uint64, len(offs))
+		for i, o := range offs {
+			at[i] = uint64(o)
+		}
 	}
 	parts, err := batchSGParts(n, counts, bufs, lens, local)
 	if err != nil {
-		return s.badCall(st, fmt.Errorf("dfkv_get_batch_range_sg: %w", err))
+		return s.badCall(st, fmt.Errorf("%s: %w", name, err))
 	}
-	at := make([]uint64, len(offs))
-	for i, o := range offs {
-		at[i] = uint64(o)
-	}
-	stored := s.getBatchRangeSG(ks, at, parts, local)
+	stored := s.getBatchSG(ks, at, parts, local)
 	for i := range sl {
 		sl[i] = C.uint64_t(stored[i])
 	}

@@ -121,30 +121,27 @@ func (s *state) putBatchSG(keys [][]byte, parts [][][]byte, errs []error) {
 }
 
 // getBatchSG fills each item's parts in order, straight from the socket,
-// and returns stored lengths. errs[i] already set are kept, as above.
-func (s *state) getBatchSG(keys [][]byte, parts [][][]byte, errs []error) []uint64 {
+// and returns stored lengths. With offsets (nil: from the first byte) item
+// i is read from byte offsets[i] of its value. errs[i] already set are
+// kept, as in putBatchSG.
+func (s *state) getBatchSG(keys [][]byte, offsets []uint64, parts [][][]byte, errs []error) []uint64 {
 	stored := make([]uint64, len(keys))
 	idx := pending(errs)
 	ks, ps := make([][]byte, len(idx)), make([][][]byte, len(idx))
 	for j, i := range idx {
 		ks[j], ps[j] = keys[i], parts[i]
 	}
-	for j, r := range s.c.GetBatchV(context.Background(), ks, ps) {
-		stored[idx[j]], errs[idx[j]] = r.Stored, r.Err
+	var res []client.GetResult
+	if offsets == nil {
+		res = s.c.GetBatchV(context.Background(), ks, ps)
+	} else {
+		offs := make([]uint64, len(idx))
+		for j, i := range idx {
+			offs[j] = offsets[i]
+		}
+		res = s.c.GetBatchRangeV(context.Background(), ks, offs, ps)
 	}
-	return stored
-}
-
-// getBatchRangeSG is getBatchSG reading each item's parts from byte
-// offsets[i] of its value. errs[i] already set are kept, as there.
-func (s *state) getBatchRangeSG(keys [][]byte, offsets []uint64, parts [][][]byte, errs []error) []uint64 {
-	stored := make([]uint64, len(keys))
-	idx := pending(errs)
-	ks, offs, ps := make([][]byte, len(idx)), make([]uint64, len(idx)), make([][][]byte, len(idx))
-	for j, i := range idx {
-		ks[j], offs[j], ps[j] = keys[i], offsets[i], parts[i]
-	}
-	for j, r := range s.c.GetBatchRangeV(context.Background(), ks, offs, ps) {
+	for j, r := range res {
 		stored[idx[j]], errs[idx[j]] = r.Stored, r.Err
 	}
 	return stored

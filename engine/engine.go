@@ -140,8 +140,14 @@ type Stats struct {
 	// another, each evicting the values the extent held (slab engine).
 	ExtentMoves uint64 `json:"extent_moves"`
 	IOErrors    uint64 `json:"io_errors"`
-	DirectIO    bool   `json:"direct_io"` // payload I/O uses O_DIRECT (false after a fallback)
-	Healthy     bool   `json:"healthy"`   // false once the engine failed closed
+	// ChecksumFailures counts reads from disk whose value failed its
+	// payload checksum; the value was dropped and the read answered as a
+	// miss, never served (slab engine). A value is dropped on its first
+	// failed read, so this is one per corrupt value, unless reads of it
+	// overlapped.
+	ChecksumFailures uint64 `json:"checksum_failures"`
+	DirectIO         bool   `json:"direct_io"` // payload I/O uses O_DIRECT (false after a fallback)
+	Healthy          bool   `json:"healthy"`   // false once the engine failed closed
 	// DiskFull is true while the disk's filesystem refuses writes even
 	// after eviction (a filesystem shared with other data filled up).
 	DiskFull bool `json:"disk_full"`
@@ -161,6 +167,7 @@ func (s *Stats) Add(o Stats) {
 	s.Evictions += o.Evictions
 	s.ExtentMoves += o.ExtentMoves
 	s.IOErrors += o.IOErrors
+	s.ChecksumFailures += o.ChecksumFailures
 	s.DirectIO = s.DirectIO && o.DirectIO
 	s.Healthy = s.Healthy && o.Healthy
 	s.DiskFull = s.DiskFull || o.DiskFull

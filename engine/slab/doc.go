@@ -30,7 +30,7 @@
 // unmounted disk's mount point.
 //
 // These constants are part of the on-disk format and must not be changed
-// without bumping the format version (3). All integers are little-endian;
+// without bumping the format version (4). All integers are little-endian;
 // CRCs are CRC-32C (Castagnoli).
 //
 // # slab_meta (64 bytes)
@@ -39,7 +39,7 @@
 //	| offset | size | field                                             |
 //	+--------+------+---------------------------------------------------+
 //	|      0 |    8 | magic "DFKVSLAB"                                  |
-//	|      8 |    4 | format version (3: tenant-scoped records)         |
+//	|      8 |    4 | format version (4: records carry payload CRCs)    |
 //	|     12 |    4 | record size (64)                                  |
 //	|     16 |    8 | capacity bytes (as configured)                    |
 //	|     24 |    8 | extent bytes                                      |
@@ -56,7 +56,7 @@
 //
 //	+--------+------+---------------------------------------------------+
 //	|      0 |    8 | magic "DFKVSTAT"                                  |
-//	|      8 |    4 | format version (3)                                |
+//	|      8 |    4 | format version (4)                                |
 //	|     12 |    4 | flags: 1 = clean (the epoch ended with Close)     |
 //	|     16 |    8 | epoch (incremented at every Open)                 |
 //	|     24 |    4 | zero                                              |
@@ -81,7 +81,7 @@
 //	 0       2   3   4               8              12              16
 //	+-------+---+---+---------------+---------------+---------------+
 //	| magic |ver|cls|    extent     |     slot      |  value length |
-//	|0xDF5B | 3 |   |     u32       |     u32       |      u32      |
+//	|0xDF5B | 4 |   |     u32       |     u32       |      u32      |
 //	+-------+---+---+---------------+---------------+---------------+
 //	16                              24
 //	+-------------------------------+-------------------------------+
@@ -91,16 +91,24 @@
 //	+-------------------------------+-------------------------------+
 //	|        object id [8:16]       |   generation u64 (per store)  |
 //	+-------------------------------+-------------------------------+
-//	48                                              60              64
-//	+-----------------------------------------------+---------------+
-//	|                  zero (12 bytes)              | CRC-32C 0..59 |
-//	+-----------------------------------------------+---------------+
+//	48              52                              60              64
+//	+---------------+-------------------------------+---------------+
+//	|  payload sum  |           zero (8 bytes)      | CRC-32C 0..59 |
+//	+---------------+-------------------------------+---------------+
 //
 // An all-zero record is an empty slot (never written, cleared, or an
 // unwritten part of the preallocated file). Extent and slot repeat what the offset says, so a record
 // written to the wrong place, or a shifted page, is detected. The
 // generation is a store-wide sequence number: of two valid records for one
 // key, the higher wins at rebuild.
+//
+// The payload sum is the CRC-32C of the value's bytes, its register seeded
+// with the CRC-32C of the value's identity, 36 bytes: tenant u64, object
+// id (16 bytes), extent u32, slot u32, value length u32. A payload that is
+// intact but in the wrong place (extent files swapped, a file copied from
+// another disk) therefore fails like a flipped bit. Format 3 had no
+// payload sum; Open refuses a format 3 directory like any other format
+// difference, naming it and the fix (empty the directory: a cold start).
 //
 // Restart after a clean stop walks only the written ranges of slots.tbl
 // (lseek SEEK_DATA/SEEK_HOLE, which report preallocated but never written
@@ -114,6 +122,31 @@
 // reported to Options.Accounting. No file is opened per value and no
 // syscall is made per record.
 //
+// # Payload verification
+//
+// A PUT computes the sum before any payload byte is written: while it
+// copies the value into the O_DIRECT bounce buffer, 32 KiB at a time from
+// cache, or in one pass before a write that copies nothing (an aligned
+// value, or buffered I/O). Every published slot's sum is also kept in
+// memory (4 bytes per carved slot), so a read checks without reading its
+// record. Every read from the extents verifies the whole value before any
+// byte leaves the engine: a whole-value read checks the caller's buffer; a
+// range (offset/length) reads the whole value too, in 4 MiB pieces through
+// a pooled buffer, checks it and copies out only the range (a sum covers
+// the value, so a range of it cannot be vouched for alone; ranged reads
+// thus cost a whole value's I/O). A value that fails is never served: the
+// read is a miss (NOT_FOUND), the value is dropped as a REMOVE drops it
+// (unpublished, its record cleared, its slot freed, its tenant credited),
+// Stats.ChecksumFailures counts it (dfkv_disk_checksum_failures_total),
+// and a warning names the disk, key, extent file and slot, at most one a
+// second per disk with a count of those suppressed (swapped extent files
+// fail every value they hold). The store stays healthy: the other values
+// are verified on their own reads. The RAM tier promotes cold reads
+// through Range, so it only ever holds verified bytes. Lookup reports a
+// length without reading the payload and so does not verify; nor does a
+// restart, which would otherwise read the whole disk: each value is
+// checked when it is first read.
+//
 // # Allocator
 //
 // The Allocator (allocator.go) is media-agnostic: it works on (extent,
@@ -125,8 +158,9 @@
 // floor(ExtentBytes/class) slots. Per slot the allocator keeps one 32-byte
 // slotMeta (key, length, pins, heat, state; no pointers); the key→slot map
 // is an open-addressing table of 4-byte slot numbers that compares against
-// the key in the slot, so a live key is stored once (about 41 bytes of heap
-// per block at 1M blocks, measured by BenchmarkRebuild1M).
+// the key in the slot, so a live key is stored once. The disk store adds
+// a 4-byte payload sum per slot beside it (about 45 bytes of heap per
+// block at 1M blocks in all, measured by BenchmarkRebuild1M).
 //
 // When a class has no free slot and no extent is unbound, CLOCK runs over
 // the class's slots: read heat (incremented per read, capped at 63) is

@@ -13,7 +13,12 @@ import (
 // without bumping formatVersion (which deliberately cold-starts every node:
 // the store refuses the old directory).
 const (
-	formatVersion = 3 // v3: tenant-scoped records (seed: "the v3 tenant-scoped on-disk format")
+	// formatVersion 4 adds the payload checksum to every slot record
+	// (v3: tenant-scoped records without one).
+	formatVersion = 4
+	// sumsFormat is the first format whose records carry payload
+	// checksums.
+	sumsFormat = 4
 
 	metaMagic  = "DFKVSLAB"
 	metaSize   = 64
@@ -23,6 +28,7 @@ const (
 	// RecordSize is the size of one slots.tbl record.
 	RecordSize = 64
 	recMagic   = 0xDF5B
+	recSumOff  = 48 // payload checksum (payloadSum)
 	recCRCOff  = 60
 
 	maxExtentBytes = 1 << 30 // value lengths are u32 in records; keep well inside
@@ -54,6 +60,7 @@ type record struct {
 	length uint32
 	key    wire.BlockKey
 	gen    uint64
+	sum    uint32 // payloadSum of the value in the slot
 }
 
 // encode writes r into b (RecordSize bytes).
@@ -69,6 +76,7 @@ func (r *record) encode(b []byte) {
 	binary.LittleEndian.PutUint64(b[16:], r.key.Tenant)
 	copy(b[24:40], r.key.ID[:])
 	binary.LittleEndian.PutUint64(b[40:], r.gen)
+	binary.LittleEndian.PutUint32(b[recSumOff:], r.sum)
 	binary.LittleEndian.PutUint32(b[recCRCOff:], crc32.Checksum(b[:recCRCOff], castagnoli))
 }
 
@@ -100,6 +108,7 @@ func (r *record) decode(b []byte) error {
 	r.key.Tenant = binary.LittleEndian.Uint64(b[16:])
 	copy(r.key.ID[:], b[24:40])
 	r.gen = binary.LittleEndian.Uint64(b[40:])
+	r.sum = binary.LittleEndian.Uint32(b[recSumOff:])
 	return nil
 }
 
@@ -171,6 +180,18 @@ func (g geometry) diff(want geometry) []string {
 	f("lattice growth shift", uint64(g.growth), uint64(want.growth))
 	f("lattice classes", uint64(g.classes), uint64(want.classes))
 	return d
+}
+
+// formatNote says what sets an on-disk format version apart from this
+// one, for the refusal of a store in another format.
+func formatNote(v uint32) string {
+	switch {
+	case v < sumsFormat:
+		return "its slot records carry no payload checksum, so its values cannot be verified and are not served"
+	case v > formatVersion:
+		return "written by a newer dfkv"
+	}
+	return "unknown format"
 }
 
 // state is slab_state: the running epoch and whether it ended cleanly.

@@ -3,6 +3,7 @@ package slab
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -27,35 +28,37 @@ func isAligned(p []byte) bool {
 	return len(p) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(p)))&(pageAlign-1) == 0
 }
 
-// writePayload writes value at byte off of extent e. Through O_DIRECT the
-// transfer must be aligned in memory, offset and length: a value that is
-// already aligned goes straight to the kernel, anything else is copied into
-// a pooled aligned buffer (at most chunkBytes at a time) whose tail is
-// zero-padded to 4 KiB. The padding lands inside the slot (classes are 4 KiB
-// multiples) and is never part of the value: the length lives in the record.
-func (s *Store) writePayload(e uint32, off uint64, value []byte) error {
+// writePayload writes value at byte off of extent e and returns its
+// payload checksum, extended from seed, computed before any byte reaches
+// the file. Through O_DIRECT the transfer must be aligned in memory,
+// offset and length: a value that is already aligned goes straight to the
+// kernel, anything else is copied into a pooled aligned buffer (at most
+// chunkBytes at a time) whose tail is zero-padded to 4 KiB, and checksummed
+// as it is copied. The padding lands inside the slot (classes are 4 KiB
+// multiples) and is never part of the value: the length lives in the
+// record.
+func (s *Store) writePayload(e uint32, off uint64, value []byte, seed uint32) (uint32, error) {
 	f := s.extents[e]
 	n := uint64(len(value))
-	if !s.direct {
+	if !s.direct || isAligned(value) && n%pageAlign == 0 {
+		sum := crc32.Update(seed, castagnoli, value)
 		_, err := f.WriteAt(value, int64(off))
-		return err
-	}
-	if isAligned(value) && n%pageAlign == 0 {
-		_, err := f.WriteAt(value, int64(off))
-		return err
+		return sum, err
 	}
 	buf := s.pool.Get(int(min(alignUp(n, pageAlign), chunkBytes)))
 	defer s.pool.Put(buf)
+	sum := seed
 	for pos := uint64(0); pos < n; {
-		c := uint64(copy(buf.B, value[pos:]))
-		w := alignUp(c, pageAlign)
+		var c int
+		c, sum = copySum(buf.B, value[pos:], sum)
+		w := alignUp(uint64(c), pageAlign)
 		clear(buf.B[c:w])
 		if _, err := f.WriteAt(buf.B[:w], int64(off+pos)); err != nil {
-			return err
+			return 0, err
 		}
-		pos += c
+		pos += uint64(c)
 	}
-	return nil
+	return sum, nil
 }
 
 // readPayload reads [off, off+n) of the value in the slot at slotOff of

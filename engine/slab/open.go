@@ -96,6 +96,7 @@ func open(opts Options) (*Store, error) {
 		log:      opts.Logger,
 		acct:     opts.Accounting,
 		pool:     iobuf.NewPool(chunkBytes),
+		sums:     make(sumTable, count),
 		flights:  map[wire.BlockKey]*flight{},
 		align:    pageAlign,
 	}
@@ -254,6 +255,10 @@ func (s *Store) checkDir(want geometry) (fresh, missing bool, err error) {
 	have, err := decodeGeometry(b)
 	if err != nil {
 		return false, false, invalid("%s: %v; this is not a slab store this version can open: point the engine at an empty directory", metaPath, err)
+	}
+	if have.version != want.version {
+		return false, false, invalid("%s was written in another on-disk format (format version: on disk %d, this dfkv reads %d; %s); nothing was changed: remove the directory's contents, or point the engine at an empty directory, to start cold, or run the dfkv release that wrote it",
+			metaPath, have.version, want.version, formatNote(have.version))
 	}
 	if d := have.diff(want); len(d) > 0 {
 		return false, false, invalid("%s was written with another format or geometry (%s); nothing was changed: point the engine at an empty directory (the cache starts cold) or restore the settings it was created with",

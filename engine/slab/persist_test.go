@@ -311,7 +311,7 @@ func TestMismatchRefusesAndWritesNothing(t *testing.T) {
 	os.WriteFile(metaPath, old, 0o644)
 	os.Chtimes(metaPath, mt, mt)
 	before = snapshotDir(t, dir)
-	refuse(opts, "format version: on disk 2, configured 3")
+	refuse(opts, "format version: on disk 2, this dfkv reads 4", "start cold")
 	os.WriteFile(metaPath, meta, 0o644)
 	os.Chtimes(metaPath, mt, mt)
 

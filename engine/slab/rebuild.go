@@ -157,6 +157,7 @@ func (s *Store) restoreOne(b []byte, pos int64, rec *record, bad *[]int64) error
 		*bad = append(*bad, pos)
 		return nil
 	}
+	s.sums.set(e, sl, s.alloc.Lattice().Slots(int(rec.class)), rec.sum)
 	s.gen = max(s.gen, rec.gen)
 	s.restored[rec.key.Tenant] += int64(rec.length)
 	return nil

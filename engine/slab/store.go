@@ -97,6 +97,7 @@ type Store struct {
 	// generation counter. No payload I/O happens under it.
 	mu      sync.Mutex
 	alloc   *Allocator
+	sums    sumTable
 	flights map[wire.BlockKey]*flight
 	gen     uint64
 	epoch   uint64
@@ -117,6 +118,9 @@ type Store struct {
 	evictions atomic.Uint64
 	moves     atomic.Uint64 // extents moved to another class
 	ioErrors  atomic.Uint64
+
+	checksumFailures atomic.Uint64
+	corruptLog       logLimiter
 }
 
 // flight is a same-key PUT in progress: the leader writes, followers wait
@@ -281,7 +285,7 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 	s.mu.Unlock()
 	s.account(victims)
 
-	err = s.writePayload(rec.extent, off, value)
+	rec.sum, err = s.writePayload(rec.extent, off, value, sumSeed(&key, rec.extent, rec.slot, rec.length))
 	if err != nil {
 		s.ioErrors.Add(1)
 		err = fmt.Errorf("slab engine: cache %s: write %d bytes at %s offset %d: %w: %w",
@@ -296,6 +300,7 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 		delete(s.flights, key)
 	}
 	if err == nil && !f.fenced && !s.failed.Load() {
+		s.sums.set(rec.extent, rec.slot, s.alloc.Lattice().Slots(int(rec.class)), rec.sum)
 		old, oldLen, replaced := s.alloc.Publish(r, &key)
 		s.mu.Unlock()
 		s.acct.Committed(key.Tenant, int64(n))
@@ -349,7 +354,10 @@ func (s *Store) clearAndRelease(r SlotRef) {
 	s.mu.Unlock()
 }
 
-// Range implements engine.StoreEngine.
+// Range implements engine.StoreEngine. No byte leaves it unverified: the
+// whole value is checked against its payload checksum, even for a range
+// (which therefore reads the whole value), and a value that fails is
+// dropped and answered as a miss (dropCorrupt), never served.
 func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
 	if err := s.enter(); err != nil {
 		return nil, 0, err
@@ -365,8 +373,9 @@ func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.All
 		s.misses.Add(1)
 		return nil, 0, wire.StatusNotFound
 	}
-	e, _ := s.alloc.Split(r)
+	e, sl := s.alloc.Split(r)
 	slotOff := s.alloc.Offset(r)
+	want := s.sums.get(e, sl)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -383,7 +392,10 @@ func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.All
 		s.hits.Add(1)
 		return nil, stored, nil
 	}
-	data, err := s.readPayload(e, slotOff, offset, n, alloc)
+	data, ok, err := s.readVerified(e, slotOff, stored, offset, n, sumSeed(&key, e, sl, stored32), want, alloc)
+	if err == nil && !ok {
+		return nil, 0, s.dropCorrupt(key, r, stored)
+	}
 	if err != nil {
 		if _, ok := errors.AsType[wire.Status](err); ok {
 			return nil, stored, err
@@ -451,20 +463,21 @@ func (s *Store) Stats() engine.Stats {
 	objects, used := s.alloc.Objects(), s.alloc.Used()
 	s.mu.Unlock()
 	return engine.Stats{
-		Engine:        Name,
-		Path:          s.dir,
-		CapacityBytes: s.capacity,
-		UsedBytes:     used,
-		Objects:       objects,
-		Hits:          s.hits.Load(),
-		Misses:        s.misses.Load(),
-		Puts:          s.puts.Load(),
-		Removes:       s.removes.Load(),
-		Evictions:     s.evictions.Load(),
-		ExtentMoves:   s.moves.Load(),
-		IOErrors:      s.ioErrors.Load(),
-		DirectIO:      s.direct,
-		Healthy:       !s.failed.Load() && !s.closed.Load(),
+		Engine:           Name,
+		Path:             s.dir,
+		CapacityBytes:    s.capacity,
+		UsedBytes:        used,
+		Objects:          objects,
+		Hits:             s.hits.Load(),
+		Misses:           s.misses.Load(),
+		Puts:             s.puts.Load(),
+		Removes:          s.removes.Load(),
+		Evictions:        s.evictions.Load(),
+		ExtentMoves:      s.moves.Load(),
+		IOErrors:         s.ioErrors.Load(),
+		ChecksumFailures: s.checksumFailures.Load(),
+		DirectIO:         s.direct,
+		Healthy:          !s.failed.Load() && !s.closed.Load(),
 	}
 }
 

@@ -64,6 +64,9 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 		hit = 100 * float64(e.Hits) / float64(reads)
 	}
 	fmt.Fprintf(w, "  reads        %d (%.1f%% hits), %d puts, %d removes, %d evictions, %d I/O errors\n", reads, hit, e.Puts, e.Removes, e.Evictions, e.IOErrors)
+	if e.ChecksumFailures > 0 {
+		fmt.Fprintf(w, "  corruption   %d values failed their checksum on read (dropped, answered as misses): check the disks\n", e.ChecksumFailures)
+	}
 	if e.ExtentMoves > 0 {
 		fmt.Fprintf(w, "  extents      %d moved to another value size (each evicts what it held)\n", e.ExtentMoves)
 	}

@@ -94,6 +94,7 @@ func TestMetricsScrapeLiveNode(t *testing.T) {
 		"dfkv_disk_evictions_total":         dto.MetricType_COUNTER,
 		"dfkv_disk_extent_moves_total":      dto.MetricType_COUNTER,
 		"dfkv_disk_io_errors_total":         dto.MetricType_COUNTER,
+		"dfkv_disk_checksum_failures_total": dto.MetricType_COUNTER,
 		"dfkv_engine_hits_total":            dto.MetricType_COUNTER,
 		"dfkv_engine_misses_total":          dto.MetricType_COUNTER,
 		"dfkv_build_info":                   dto.MetricType_GAUGE,

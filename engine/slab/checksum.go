@@ -1,0 +1,203 @@
+package slab
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync/atomic"
+	"time"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// ErrPayloadChecksum is wrapped by the error of a read whose value failed
+// its payload checksum; the value was dropped and the read is a miss.
+var ErrPayloadChecksum = errors.New("payload checksum mismatch")
+
+// verifyPayloads turns payload verification on reads off. Only the
+// benchmark that measures what verification costs clears it; a store
+// never serves unverified bytes otherwise.
+var verifyPayloads = true
+
+const (
+	// sumPiece is how much of a value the PUT path copies into its
+	// O_DIRECT bounce buffer before checksumming that piece, small enough
+	// that the checksum reads bytes the copy just left in cache.
+	sumPiece = 32 << 10
+	// corruptLogEvery bounds checksum warnings to one per interval per
+	// disk: swapped or overwritten extent files fail every value they
+	// hold, each on its first read, and a line per value would bury
+	// everything else. The counter stays exact; the next line says how
+	// many were not logged.
+	corruptLogEvery = time.Second
+)
+
+// sumSeed is the CRC-32C of a value's identity: its key, the slot it was
+// written to and its length. Every payload checksum starts from it, so
+// bytes that are intact but in the wrong place (extent files swapped or
+// copied from another disk, a slot still holding another key's value)
+// fail as surely as flipped bits: the same payload under another identity
+// has another checksum.
+func sumSeed(key *wire.BlockKey, e, slot, length uint32) uint32 {
+	var b [36]byte
+	binary.LittleEndian.PutUint64(b[0:], key.Tenant)
+	copy(b[8:24], key.ID[:])
+	binary.LittleEndian.PutUint32(b[24:], e)
+	binary.LittleEndian.PutUint32(b[28:], slot)
+	binary.LittleEndian.PutUint32(b[32:], length)
+	return crc32.Checksum(b[:], castagnoli)
+}
+
+// payloadSum is the checksum a record carries for value written under
+// key into slot slot of extent e.
+func payloadSum(key *wire.BlockKey, e, slot uint32, value []byte) uint32 {
+	return crc32.Update(sumSeed(key, e, slot, uint32(len(value))), castagnoli, value)
+}
+
+// copySum copies src into dst (as copy does) and extends sum over the
+// copied bytes a sumPiece at a time, so checksumming a value the PUT path
+// copies anyway costs no second pass over it in memory.
+func copySum(dst, src []byte, sum uint32) (int, uint32) {
+	n := min(len(dst), len(src))
+	for pos := 0; pos < n; {
+		c := copy(dst[pos:min(n, pos+sumPiece)], src[pos:])
+		sum = crc32.Update(sum, castagnoli, dst[pos:pos+c])
+		pos += c
+	}
+	return n, sum
+}
+
+// sumTable holds the payload checksum of every published slot, per extent
+// and slot, so a read verifies without reading its record again. It lives
+// beside the allocator rather than in its 32-byte slotMeta because the RAM
+// tier shares the allocator and has no use for it; the disk store pays 4
+// bytes per slot of the extents it has carved. Guarded by Store.mu.
+type sumTable [][]uint32
+
+// set records sum for slot slot of extent e, whose class carves it into
+// slots slots; an extent's slice grows when it is carved finer.
+func (t sumTable) set(e, slot, slots, sum uint32) {
+	if uint32(len(t[e])) < slots {
+		grown := make([]uint32, slots)
+		copy(grown, t[e])
+		t[e] = grown
+	}
+	t[e][slot] = sum
+}
+
+func (t sumTable) get(e, slot uint32) uint32 { return t[e][slot] }
+
+// logLimiter lets one log line through per interval and counts the rest.
+type logLimiter struct {
+	next       atomic.Int64 // unix nanoseconds before which lines are suppressed
+	suppressed atomic.Uint64
+}
+
+// allow reports whether a line may be logged now and, if so, how many
+// were suppressed since the last one.
+func (l *logLimiter) allow(now time.Time, every time.Duration) (bool, uint64) {
+	t := now.UnixNano()
+	next := l.next.Load()
+	if t < next || !l.next.CompareAndSwap(next, t+int64(every)) {
+		l.suppressed.Add(1)
+		return false, 0
+	}
+	return true, l.suppressed.Swap(0)
+}
+
+// readVerified reads [off, off+n) of the stored-byte value in slot slotOff
+// of extent e and checks the whole value against want, the checksum
+// seeded with seed. ok is false when the bytes do not match; then no byte
+// is returned.
+//
+// A checksum covers the whole value, so a range is vouched for only by
+// reading the rest of the value too: a ranged read costs the I/O of a
+// whole-value read (values are at most an extent). A whole-value read goes
+// straight into the caller's buffer; a range streams the value through a
+// pooled buffer and copies out only the bytes asked for.
+func (s *Store) readVerified(e uint32, slotOff, stored, off, n uint64, seed, want uint32, alloc engine.Allocator) ([]byte, bool, error) {
+	if !verifyPayloads {
+		data, err := s.readPayload(e, slotOff, off, n, alloc)
+		return data, err == nil, err
+	}
+	if off != 0 || n != stored {
+		return s.readRangeVerified(e, slotOff, stored, off, n, seed, want, alloc)
+	}
+	data, err := s.readPayload(e, slotOff, 0, stored, alloc)
+	if err != nil {
+		return nil, false, err
+	}
+	if crc32.Update(seed, castagnoli, data) != want {
+		return nil, false, nil
+	}
+	return data, true, nil
+}
+
+// readRangeVerified is readVerified for a strict sub-range: it reads the
+// whole value chunkBytes at a time (aligned for O_DIRECT; the padding stays
+// inside the slot, whose size is a 4 KiB multiple), checksums every byte
+// and copies the overlap with [off, off+n) into a buffer from alloc.
+func (s *Store) readRangeVerified(e uint32, slotOff, stored, off, n uint64, seed, want uint32, alloc engine.Allocator) ([]byte, bool, error) {
+	f := s.extents[e]
+	buf := s.pool.Get(int(min(alignUp(stored, pageAlign), chunkBytes)))
+	defer s.pool.Put(buf)
+	dst := alloc.Alloc(int(n))[:n:n]
+	sum := seed
+	for pos := uint64(0); pos < stored; {
+		c := min(uint64(len(buf.B)), stored-pos)
+		w := c
+		if s.direct {
+			w = alignUp(c, s.align)
+		}
+		got, err := f.ReadAt(buf.B[:w], int64(slotOff+pos))
+		if uint64(got) < c {
+			if err == nil {
+				err = fmt.Errorf("short read: %d of %d bytes", got, w)
+			}
+			return nil, false, err
+		}
+		sum = crc32.Update(sum, castagnoli, buf.B[:c])
+		if lo, hi := max(pos, off), min(pos+c, off+n); lo < hi {
+			copy(dst[lo-off:], buf.B[lo-pos:hi-pos])
+		}
+		pos += c
+	}
+	if sum != want {
+		return nil, false, nil
+	}
+	return dst, true, nil
+}
+
+// dropCorrupt handles a read of key from slot r whose bytes failed their
+// checksum: the value is dropped as a Remove would drop it (unpublished,
+// its record cleared in slots.tbl, its slot freed once unpinned, its
+// tenant credited), counted, and logged (rate-limited), and the read is a
+// miss. A PUT that replaced the key meanwhile is left alone: its bytes are
+// another value's. The store stays healthy: one bad value says nothing
+// about the others, which are verified on their own reads.
+func (s *Store) dropCorrupt(key wire.BlockKey, r SlotRef, stored uint64) error {
+	s.checksumFailures.Add(1)
+	s.misses.Add(1)
+	s.mu.Lock()
+	cur, _, ok := s.alloc.Lookup(&key)
+	var n uint32
+	if ok && cur == r {
+		_, n, _ = s.alloc.Remove(&key)
+	}
+	s.mu.Unlock()
+	if ok && cur == r {
+		s.acct.Committed(key.Tenant, -int64(n))
+		s.clearAndRelease(r)
+	}
+	e, sl := s.alloc.Split(r)
+	path := s.extents[e].Name()
+	if yes, suppressed := s.corruptLog.allow(s.clock.Now(), corruptLogEvery); yes {
+		s.log.Warn("slab engine: a value read from disk failed its payload checksum; dropped it and answered a miss (the disk, or something writing to its extent files, corrupts data: check the device and dfkv_disk_checksum_failures_total)",
+			"dir", s.dir, "key", key.String(), "extent", path, "slot", sl, "bytes", stored,
+			"suppressed_since_last", suppressed)
+	}
+	return fmt.Errorf("slab engine: range %s: %w in slot %d of %s; the value was dropped: %w",
+		key, ErrPayloadChecksum, sl, path, wire.StatusNotFound)
+}

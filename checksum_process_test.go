@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,19 +13,7 @@ import (
 // (the one disk's), as text.
 func diskMetric(t *testing.T, httpAddr, name string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if strings.HasPrefix(line, name+"{") {
-			return line[strings.LastIndexByte(line, ' ')+1:]
-		}
-	}
-	t.Fatalf("no %s in /metrics", name)
-	return ""
+	return scrapeSample(t, httpAddr, name+"{")
 }
 
 // TestServerProcessCorruptedExtent is the operator's view of a payload

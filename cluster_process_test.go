@@ -342,6 +342,19 @@ func TestServerProcessRAMTierSIGKILL(t *testing.T) {
 // scrapeGauge reads one unlabelled gauge from a node's /metrics.
 func scrapeGauge(t *testing.T, httpAddr, name string) float64 {
 	t.Helper()
+	v := scrapeSample(t, httpAddr, name+" ")
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		t.Fatalf("%s %s: %v", name, v, err)
+	}
+	return f
+}
+
+// scrapeSample returns, as text, the value of the first sample of a
+// node's /metrics whose line starts with prefix: a name and a space for
+// an unlabelled series, a name and "{" for a labelled one.
+func scrapeSample(t *testing.T, httpAddr, prefix string) string {
+	t.Helper()
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -349,14 +362,10 @@ func scrapeGauge(t *testing.T, httpAddr, name string) float64 {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for line := range strings.SplitSeq(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return f
+		if strings.HasPrefix(line, prefix) {
+			return strings.TrimSpace(line[strings.LastIndexByte(line, ' ')+1:])
 		}
 	}
-	t.Fatalf("no %s in /metrics", name)
-	return 0
+	t.Fatalf("no %s sample in /metrics", strings.TrimSpace(prefix))
+	return ""
 }

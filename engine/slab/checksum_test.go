@@ -28,17 +28,8 @@ func (c fixedClock) Now() time.Time { return c.t }
 // there is one.
 func recordOf(t *testing.T, dir string, key wire.BlockKey) (record, bool) {
 	t.Helper()
-	tbl, err := os.ReadFile(filepath.Join(dir, tableName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec record
-	for off := 0; off+RecordSize <= len(tbl); off += RecordSize {
-		if !isZero(tbl[off:off+RecordSize]) && rec.decode(tbl[off:off+RecordSize]) == nil && rec.key == key {
-			return rec, true
-		}
-	}
-	return record{}, false
+	rec, _, ok := scanRecords(t, dir, key)
+	return rec, ok
 }
 
 // payloadAt is the extent file and byte offset of key's value in the

@@ -169,6 +169,17 @@ func TestUncleanRestartIsCold(t *testing.T) {
 // findRecord returns the slots.tbl offset of key's record.
 func findRecord(t *testing.T, dir string, key wire.BlockKey) int64 {
 	t.Helper()
+	_, off, ok := scanRecords(t, dir, key)
+	if !ok {
+		t.Fatalf("no record for %s", key)
+	}
+	return off
+}
+
+// scanRecords finds key's valid record in the slots.tbl of the closed
+// store in dir: the record, its offset, and whether there is one.
+func scanRecords(t *testing.T, dir string, key wire.BlockKey) (record, int64, bool) {
+	t.Helper()
 	tbl, err := os.ReadFile(filepath.Join(dir, tableName))
 	if err != nil {
 		t.Fatal(err)
@@ -176,11 +187,10 @@ func findRecord(t *testing.T, dir string, key wire.BlockKey) int64 {
 	var rec record
 	for off := 0; off+RecordSize <= len(tbl); off += RecordSize {
 		if !isZero(tbl[off:off+RecordSize]) && rec.decode(tbl[off:off+RecordSize]) == nil && rec.key == key {
-			return int64(off)
+			return rec, int64(off), true
 		}
 	}
-	t.Fatalf("no record for %s", key)
-	return 0
+	return record{}, 0, false
 }
 
 // TestFlippedByteDropsOneRecord: a flipped byte in slots.tbl drops exactly

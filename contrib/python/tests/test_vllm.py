@@ -401,6 +401,18 @@ class VLLMEngineTest(StandIn):
         e.run()
         self.assertEqual(e.held_blocks(), 0)
 
+    def engine_once_registered(self, model, ex):
+        """An engine opened through the MDS in ex, retried while the node
+        that was just started has not registered with it yet."""
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                return self.engine(model, ex)
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
     def test_mds_discovery(self):
         mds = Server(role="mds")
         self.addCleanup(mds.close)
@@ -409,15 +421,7 @@ class VLLMEngineTest(StandIn):
         model = "test/vllm-mds-" + uuid.uuid4().hex
         prompt = prompt_of(10, 9)
         ex = {"dfkv_mds": mds.addr, "dfkv_tenant": "pytest"}
-        deadline = time.monotonic() + 20
-        while True:  # the node registers with the MDS shortly after it starts
-            try:
-                a = self.engine(model, ex)
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        a = self.engine_once_registered(model, ex)
         self.run_one(a, "r1", prompt)
         self.assertEqual(a.stats.data["save_failed_blocks"], 0)
         r = self.run_one(self.engine(model, ex), "r2", prompt)
@@ -430,15 +434,7 @@ class VLLMEngineTest(StandIn):
         self.addCleanup(a_node.close)
         model = "test/vllm-join-" + uuid.uuid4().hex
         ex = {"dfkv_mds": mds.addr, "dfkv_tenant": "pytest", "dfkv_timeout_ms": 2000}
-        deadline = time.monotonic() + 20
-        while True:  # the node registers with the MDS shortly after it starts
-            try:
-                a = self.engine(model, ex)
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        a = self.engine_once_registered(model, ex)
         b_node = Server(args=["--mds", mds.addr])
         self.addCleanup(b_node.close)
         clients = [a.connector.client] + [w.connector.client for w in a.workers]

@@ -16,6 +16,24 @@ func diskMetric(t *testing.T, httpAddr, name string) string {
 	return scrapeSample(t, httpAddr, name+"{")
 }
 
+// extentHolding returns the extent file of the slab disk dir that holds
+// needle, and where.
+func extentHolding(t *testing.T, dir string, needle []byte) (string, int64) {
+	t.Helper()
+	paths, _ := filepath.Glob(filepath.Join(dir, "extents", "*.ext"))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.Index(b, needle); i >= 0 {
+			return p, int64(i)
+		}
+	}
+	t.Fatal("the value's bytes are in no extent file")
+	return "", 0
+}
+
 // TestServerProcessCorruptedExtent is the operator's view of a payload
 // checksum: a byte flipped in an extent file while the node is stopped
 // (dd conv=notrunc) makes `ctl get` of that block a miss (exit 1), never
@@ -38,29 +56,20 @@ func TestServerProcessCorruptedExtent(t *testing.T) {
 	}
 	srv.stop(t)
 
-	paths, _ := filepath.Glob(filepath.Join(d0, "extents", "*.ext"))
-	flipped := false
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i := bytes.Index(b, bad[:4096]); i >= 0 {
-			f, err := os.OpenFile(p, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = f.WriteAt([]byte{b[i+12345] ^ 0x20}, int64(i+12345))
-			f.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			flipped = true
-			break
-		}
+	p, i := extentHolding(t, d0, bad[:4096])
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !flipped {
-		t.Fatal("the value's bytes are in no extent file")
+	var b [1]byte
+	if _, err := f.ReadAt(b[:], i+12345); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x20
+	_, err = f.WriteAt(b[:], i+12345)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	srv = startServer(t, addr, httpAddr, d0)
@@ -80,5 +89,60 @@ func TestServerProcessCorruptedExtent(t *testing.T) {
 	srv.stop(t)
 	if logs := srv.logs.String(); !strings.Contains(logs, "failed its payload checksum") || !strings.Contains(logs, d0) {
 		t.Fatalf("no checksum warning naming the disk in the node's log:\n%s", logs)
+	}
+}
+
+// TestServerProcessDamagedFilesStillStart: files lost under a stopped node
+// no longer keep it from starting. A removed extent file costs only the
+// blocks it held (the other block serves); a slab_meta overwritten with
+// garbage starts the disk cold, with one ERROR naming it, and the node
+// serves new blocks.
+func TestServerProcessDamagedFilesStillStart(t *testing.T) {
+	dir := t.TempDir()
+	addr, httpAddr := freePort(t), freePort(t)
+	d0 := filepath.Join(dir, "d0")
+	srv := startServer(t, addr, httpAddr, d0)
+	members := "--members=" + addr
+	small, large := bytes.Repeat([]byte("s"), 5000), bytes.Repeat([]byte("L"), 3<<20)
+	for k, v := range map[string][]byte{"small": small, "large": large} {
+		if code, _, errs := dfkv(t, v, "ctl", members, "put", k); code != 0 {
+			t.Fatalf("ctl put %s: %d %s", k, code, errs)
+		}
+	}
+	srv.stop(t)
+
+	// The two sizes are in two extents: remove the large one's.
+	p, _ := extentHolding(t, d0, large[:4096])
+	if b, err := os.ReadFile(p); err != nil || bytes.Contains(b, small) {
+		t.Fatalf("both values in one extent file (%v)", err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	srv = startServer(t, addr, httpAddr, d0)
+	if code, out, errs := dfkv(t, nil, "ctl", members, "get", "small"); code != 0 || !bytes.Equal(out, small) {
+		t.Fatalf("ctl get of the block in the remaining extent: exit %d, %d bytes: %s", code, len(out), errs)
+	}
+	if code, out, errs := dfkv(t, nil, "ctl", members, "get", "large"); code != 1 || len(out) != 0 || !strings.Contains(errs, "not found") {
+		t.Fatalf("ctl get of the block in the removed extent: exit %d, %d bytes, %q; want a miss", code, len(out), errs)
+	}
+	srv.stop(t)
+	if logs := srv.logs.String(); !strings.Contains(logs, "extent files missing") {
+		t.Fatalf("no warning about the removed extent:\n%s", logs)
+	}
+
+	if err := os.WriteFile(filepath.Join(d0, "slab_meta"), bytes.Repeat([]byte{0xee}, 64), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv = startServer(t, addr, httpAddr, d0)
+	if code, _, _ := dfkv(t, nil, "ctl", members, "get", "small"); code != 1 {
+		t.Fatalf("ctl get after slab_meta was damaged: exit %d, want a miss (the disk starts cold)", code)
+	}
+	if code, _, errs := dfkv(t, small, "ctl", members, "put", "again"); code != 0 {
+		t.Fatalf("ctl put after the cold start: %d %s", code, errs)
+	}
+	srv.stop(t)
+	if logs := srv.logs.String(); strings.Count(logs, "level=ERROR") != 1 || !strings.Contains(logs, "slab_meta is damaged") {
+		t.Fatalf("want exactly one ERROR, naming slab_meta:\n%s", logs)
 	}
 }

@@ -264,16 +264,13 @@ func TestServerProcessRAMTier(t *testing.T) {
 // the RAM tier (write-back), SIGKILL, restart without the tier, and count
 // what came back.
 //
-//   - put_ack_mode = disk over the file engine (which keeps every
-//     committed file across a process crash): every acknowledged PUT is
-//     there with its bytes.
-//   - put_ack_mode = ram over the file engine: what is missing is at most
-//     what was still dirty (dfkv_ram_dirty_bytes scraped after the last
-//     PUT, before the kill; it only shrinks meanwhile), and nothing comes
-//     back with wrong bytes.
-//   - the slab engine cold-resets after an unclean stop (DESIGN.md §4:
-//     back cold, never with wrong bytes), whatever the ack mode: nothing
-//     comes back, and it starts serving again.
+//   - put_ack_mode = disk, over either engine (both keep what they wrote
+//     across a process crash: the file engine its committed files, the slab
+//     engine every record that validates): every acknowledged PUT is there
+//     with its bytes.
+//   - put_ack_mode = ram: what is missing is at most what was still dirty
+//     (dfkv_ram_dirty_bytes scraped after the last PUT, before the kill;
+//     it only shrinks meanwhile), and nothing comes back with wrong bytes.
 func TestServerProcessRAMTierSIGKILL(t *testing.T) {
 	for _, c := range []struct {
 		name, engine, ack string
@@ -281,6 +278,7 @@ func TestServerProcessRAMTierSIGKILL(t *testing.T) {
 		{"file/disk-ack", "file", "disk"},
 		{"file/ram-ack", "file", "ram"},
 		{"slab/disk-ack", "slab", "disk"},
+		{"slab/ram-ack", "slab", "ram"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -325,11 +323,9 @@ func TestServerProcessRAMTierSIGKILL(t *testing.T) {
 			}
 			t.Logf("%s: %d of %d acknowledged PUTs missing after SIGKILL (%v dirty bytes at the kill)", c.name, missing, n, dirty)
 			switch {
-			case c.engine == "slab" && missing != n:
-				t.Fatalf("slab after an unclean stop: %d blocks came back, want a cold start", n-missing)
-			case c.engine == "file" && c.ack == "disk" && missing != 0:
+			case c.ack == "disk" && missing != 0:
 				t.Fatalf("disk acknowledgement lost %d acknowledged PUTs", missing)
-			case c.engine == "file" && float64(missing*size) > dirty:
+			case float64(missing*size) > dirty:
 				t.Fatalf("RAM acknowledgement lost %d × %d bytes, more than the %v dirty at the kill", missing, size, dirty)
 			}
 			if err := cl.Put(context.Background(), []byte("after"), value(1)); err != nil {

@@ -250,6 +250,11 @@ var ramTierOnly = map[string]bool{
 	"server.ram_tier_numa": true, "server.ram_tier_large_reserve_bytes": true, "server.read_coalesce": true,
 }
 
+// slabOnly are the server settings that only the slab engine reads.
+var slabOnly = map[string]bool{
+	"server.slab_extent_bytes": true, "server.scrub_bytes_per_second": true, "server.scrub_interval_hours": true,
+}
+
 // noEffect warns about settings given (not defaults) that the rest of the
 // configuration makes moot, so an operator who set one learns it does
 // nothing rather than trusting it: the RAM tier's settings with the tier
@@ -272,6 +277,8 @@ func noEffect(cfg *Config, values []resolvedValue) []string {
 		switch {
 		case ramTierOnly[rv.s.key] && cfg.Server.RAMTier != 1:
 			warns = append(warns, fmt.Sprintf("%s (%s) is set from %s but has no effect: server.ram_tier is 0 (the RAM tier is off)", rv.s.key, rv.s.env, rv.src))
+		case slabOnly[rv.s.key] && cfg.Server.StoreEngine != "slab":
+			warns = append(warns, fmt.Sprintf("%s (%s) is set from %s but has no effect: server.store_engine is %q (only the slab engine has it)", rv.s.key, rv.s.env, rv.src, cfg.Server.StoreEngine))
 		case rv.s.key == "client.members" && len(cfg.Client.MDS) > 0:
 			warns = append(warns, fmt.Sprintf("client.members (%s) is set from %s but has no effect: client.mds is set, and members come from the MDS", rv.s.env, rv.src))
 		}

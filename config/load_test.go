@@ -24,6 +24,8 @@ func TestDefaults(t *testing.T) {
 			Disks:               []string{"./dfkv-data/disk0"},
 			DiskCapacityBytes:   0,
 			StoreEngine:         "slab",
+			ScrubBytesPerSecond: 64 << 20,
+			ScrubIntervalHours:  168,
 			RAMWriteMode:        "writeback",
 			PutAckMode:          "ram",
 			RAMTierShards:       8,
@@ -346,7 +348,7 @@ func TestErrors(t *testing.T) {
 		`config file PATH: unknown key listen: no such setting (did you mean server.listen (DFKV_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?); valid top-level keys are group, [server], [client], [mds], [log]`)
 	f("unknown key in section", in{file: "[server]\nlistn = \"x:1\"\n"},
 		`config file PATH: unknown key server.listn in [server]: no such setting (did you mean server.listen (DFKV_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?)`,
-		`valid keys in [server] are id, listen, http_listen, advertise_addr, weight, mds, disks, disk_capacity_bytes, store_engine, slab_extent_bytes, ram_tier, ram_tier_bytes, ram_write_mode, put_ack_mode, ram_flush_threads, ram_flush_delay_ms, ram_tier_shards, ram_tier_large_reserve_bytes, ram_tier_numa, read_coalesce, max_block_bytes, max_batch_items, max_conns, buffer_budget_bytes, socket_buffer_bytes, first_request_ms, body_timeout_ms, metrics_first_request_ms, shutdown_timeout_ms, tenant_quotas_file, tenant_default_quota_bytes`)
+		`valid keys in [server] are id, listen, http_listen, advertise_addr, weight, mds, disks, disk_capacity_bytes, store_engine, slab_extent_bytes, scrub_bytes_per_second, scrub_interval_hours, ram_tier, ram_tier_bytes, ram_write_mode, put_ack_mode, ram_flush_threads, ram_flush_delay_ms, ram_tier_shards, ram_tier_large_reserve_bytes, ram_tier_numa, read_coalesce, max_block_bytes, max_batch_items, max_conns, buffer_budget_bytes, socket_buffer_bytes, first_request_ms, body_timeout_ms, metrics_first_request_ms, shutdown_timeout_ms, tenant_quotas_file, tenant_default_quota_bytes`)
 	f("key in the wrong section", in{file: "[client]\nlisten = \"x:1\"\n"},
 		`unknown key client.listen in [client]`, `did you mean server.listen (DFKV_LISTEN)`, `valid keys in [client] are members, mds, mds_poll_ms, namespace`)
 	f("key in the wrong case", in{file: "[server]\nListen = \"x:1\"\n"},
@@ -586,6 +588,11 @@ func TestNoEffectWarnings(t *testing.T) {
 			t.Fatalf("ramTierOnly names %q, which is not a setting", key)
 		}
 	}
+	for key := range slabOnly {
+		if lookupKey(key) == nil {
+			t.Fatalf("slabOnly names %q, which is not a setting", key)
+		}
+	}
 	warnings := func(role string, flags map[string][]string) string {
 		t.Helper()
 		_, res, err := LoadFrom(role, "", nil, flags)
@@ -613,6 +620,12 @@ func TestNoEffectWarnings(t *testing.T) {
 	// starting from it must not warn about them.
 	if _, res, err := LoadFrom("server", "../dfkv.example.toml", nil, nil); err != nil || len(res.Warnings()) != 0 {
 		t.Fatalf("dfkv.example.toml: %v, warnings %q, want none", err, res.Warnings())
+	}
+	if w := warnings("server", map[string][]string{"store-engine": {"file"}, "scrub-rate": {"1GiB"}}); !strings.Contains(w, `server.scrub_bytes_per_second (DFKV_SCRUB_BYTES_PER_SECOND) is set from flag --scrub-rate but has no effect: server.store_engine is "file"`) {
+		t.Fatalf("a scrub rate with the file engine: warnings %q", w)
+	}
+	if w := warnings("server", map[string][]string{"scrub-rate": {"1GiB"}, "scrub-interval-hours": {"0"}}); w != "" {
+		t.Fatalf("scrub settings with the slab engine: warnings %q, want none", w)
 	}
 	if w := warnings("ctl", map[string][]string{"members": {"a:1"}, "mds": {"m:7700"}}); !strings.Contains(w, "client.members (DFKV_MEMBERS) is set from flag --members but has no effect: client.mds is set") {
 		t.Fatalf("members beside an MDS: warnings %q", w)

@@ -153,7 +153,7 @@ var settings = []setting{
 	{
 		key: "server.store_engine", env: "DFKV_STORE_ENGINE", flag: "store-engine", roles: roleServer,
 		def:   "slab",
-		help:  "storage engine: slab (production: preallocated extents, crash-safe restart) or file (diagnostic: one file per block)",
+		help:  "storage engine: slab (production: preallocated extents, checksummed values, warm restart even after a crash) or file (diagnostic: one file per block)",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.StoreEngine }, ok: oneOf("file", "slab"), text: "file, slab"},
 	},
 	{
@@ -161,6 +161,18 @@ var settings = []setting{
 		def:   "0",
 		help:  "slab engine extent size; 0 = max(64MiB, max_block_bytes). Part of the on-disk geometry: changing it needs an empty disk",
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.SlabExtentBytes }, min: 0, max: 1 << 34, note: "0 (automatic) or a multiple of 1MiB such as 64MiB"},
+	},
+	{
+		key: "server.scrub_bytes_per_second", env: "DFKV_SCRUB_BYTES_PER_SECOND", flag: "scrub-rate", roles: roleServer,
+		def:   "64MiB",
+		help:  "slab engine: the background scrub's read rate per disk (it verifies every value's checksum and drops the corrupt); 0 turns it off",
+		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.ScrubBytesPerSecond }, min: 0, max: 1 << 40, note: "0 (off) or a rate such as 64MiB"},
+	},
+	{
+		key: "server.scrub_interval_hours", env: "DFKV_SCRUB_INTERVAL_HOURS", flag: "scrub-interval-hours", roles: roleServer,
+		def:   "168",
+		help:  "slab engine: hours from the start of one full scrub pass over a disk to the next; 0 scrubs only after an unclean stop (which always starts a pass)",
+		value: intValue{field: func(c *Config) *int { return &c.Server.ScrubIntervalHours }, min: 0, max: 8760},
 	},
 	{
 		key: "server.ram_tier", env: "DFKV_RAM_TIER", flag: "ram-tier", roles: roleServer,

@@ -146,8 +146,13 @@ type Stats struct {
 	// failed read, so this is one per corrupt value, unless reads of it
 	// overlapped.
 	ChecksumFailures uint64 `json:"checksum_failures"`
-	DirectIO         bool   `json:"direct_io"` // payload I/O uses O_DIRECT (false after a fallback)
-	Healthy          bool   `json:"healthy"`   // false once the engine failed closed
+	// ScrubbedBytes counts the slot bytes the background scrub read and
+	// verified; ScrubPasses its completed passes over the whole disk (slab
+	// engine). Values it finds corrupt count in ChecksumFailures.
+	ScrubbedBytes uint64 `json:"scrubbed_bytes"`
+	ScrubPasses   uint64 `json:"scrub_passes"`
+	DirectIO      bool   `json:"direct_io"` // payload I/O uses O_DIRECT (false after a fallback)
+	Healthy       bool   `json:"healthy"`   // false once the engine failed closed
 	// DiskFull is true while the disk's filesystem refuses writes even
 	// after eviction (a filesystem shared with other data filled up).
 	DiskFull bool `json:"disk_full"`
@@ -168,6 +173,8 @@ func (s *Stats) Add(o Stats) {
 	s.ExtentMoves += o.ExtentMoves
 	s.IOErrors += o.IOErrors
 	s.ChecksumFailures += o.ChecksumFailures
+	s.ScrubbedBytes += o.ScrubbedBytes
+	s.ScrubPasses += o.ScrubPasses
 	s.DirectIO = s.DirectIO && o.DirectIO
 	s.Healthy = s.Healthy && o.Healthy
 	s.DiskFull = s.DiskFull || o.DiskFull

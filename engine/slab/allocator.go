@@ -222,6 +222,32 @@ func (a *Allocator) Acquire(key *wire.BlockKey) (SlotRef, uint32, bool, error) {
 	return r, sm.length, true, nil
 }
 
+// AcquireNext pins the first live value in a slot at or after from,
+// looking at most budget slots (unbound extents count as one), without
+// warming it: the scrub walks the disk with it, and its reads say nothing
+// about what the cache should keep. When none is found, next is where to
+// go on from.
+func (a *Allocator) AcquireNext(from SlotRef, budget int) (r SlotRef, key wire.BlockKey, length uint32, next SlotRef, ok bool) {
+	e, s := a.Split(from)
+	for ; budget > 0 && int(e) < len(a.ext); budget-- {
+		em := &a.ext[e]
+		if em.class < 0 || s >= uint32(len(em.slots)) {
+			e, s = e+1, 0
+			continue
+		}
+		sm := &em.slots[s]
+		if sm.state == stLive && sm.pins < maxReadPins {
+			if sm.pins == 0 {
+				em.busy++
+			}
+			sm.pins++
+			return a.Ref(e, s), sm.key, sm.length, 0, true
+		}
+		s++
+	}
+	return 0, key, 0, a.Ref(e, s), false
+}
+
 // Release drops one pin. A dead slot whose last pin drops becomes free.
 func (a *Allocator) Release(r SlotRef) {
 	e, s := a.Split(r)

@@ -136,14 +136,27 @@ func (s *Store) readVerified(e uint32, slotOff, stored, off, n uint64, seed, wan
 }
 
 // readRangeVerified is readVerified for a strict sub-range: it reads the
-// whole value chunkBytes at a time (aligned for O_DIRECT; the padding stays
-// inside the slot, whose size is a 4 KiB multiple), checksums every byte
-// and copies the overlap with [off, off+n) into a buffer from alloc.
+// whole value (sumValue), checksums every byte and copies the overlap with
+// [off, off+n) into a buffer from alloc.
 func (s *Store) readRangeVerified(e uint32, slotOff, stored, off, n uint64, seed, want uint32, alloc engine.Allocator) ([]byte, bool, error) {
+	dst := alloc.Alloc(int(n))[:n:n]
+	sum, err := s.sumValue(e, slotOff, stored, seed, off, dst)
+	if err != nil || sum != want {
+		return nil, false, err
+	}
+	return dst, true, nil
+}
+
+// sumValue reads the stored-byte value in slot slotOff of extent e
+// chunkBytes at a time through a pooled buffer (aligned for O_DIRECT; the
+// padding stays inside the slot, whose size is a 4 KiB multiple) and
+// returns its checksum extended from seed, copying the bytes from off on
+// into dst as they pass (dst may be empty).
+func (s *Store) sumValue(e uint32, slotOff, stored uint64, seed uint32, off uint64, dst []byte) (uint32, error) {
 	f := s.extents[e]
 	buf := s.pool.Get(int(min(alignUp(stored, pageAlign), chunkBytes)))
 	defer s.pool.Put(buf)
-	dst := alloc.Alloc(int(n))[:n:n]
+	n := uint64(len(dst))
 	sum := seed
 	for pos := uint64(0); pos < stored; {
 		c := min(uint64(len(buf.B)), stored-pos)
@@ -156,7 +169,7 @@ func (s *Store) readRangeVerified(e uint32, slotOff, stored, off, n uint64, seed
 			if err == nil {
 				err = fmt.Errorf("short read: %d of %d bytes", got, w)
 			}
-			return nil, false, err
+			return 0, err
 		}
 		sum = crc32.Update(sum, castagnoli, buf.B[:c])
 		if lo, hi := max(pos, off), min(pos+c, off+n); lo < hi {
@@ -164,22 +177,19 @@ func (s *Store) readRangeVerified(e uint32, slotOff, stored, off, n uint64, seed
 		}
 		pos += c
 	}
-	if sum != want {
-		return nil, false, nil
-	}
-	return dst, true, nil
+	return sum, nil
 }
 
-// dropCorrupt handles a read of key from slot r whose bytes failed their
-// checksum: the value is dropped as a Remove would drop it (unpublished,
-// its record cleared in slots.tbl, its slot freed once unpinned, its
-// tenant credited), counted, and logged (rate-limited), and the read is a
-// miss. A PUT that replaced the key meanwhile is left alone: its bytes are
+// dropCorrupt handles a read of key from slot r (pinned by the caller;
+// by says who read it, for the log) whose bytes failed their checksum: the
+// value is dropped as a Remove would drop it (unpublished, its record
+// cleared in slots.tbl, its slot freed once unpinned, its tenant
+// credited), counted, and logged (rate-limited); the error is the miss a
+// read answers. A PUT that replaced the key meanwhile is left alone: its bytes are
 // another value's. The store stays healthy: one bad value says nothing
 // about the others, which are verified on their own reads.
-func (s *Store) dropCorrupt(key wire.BlockKey, r SlotRef, stored uint64) error {
+func (s *Store) dropCorrupt(key wire.BlockKey, r SlotRef, stored uint64, by string) error {
 	s.checksumFailures.Add(1)
-	s.misses.Add(1)
 	s.mu.Lock()
 	cur, _, ok := s.alloc.Lookup(&key)
 	var n uint32
@@ -194,8 +204,8 @@ func (s *Store) dropCorrupt(key wire.BlockKey, r SlotRef, stored uint64) error {
 	e, sl := s.alloc.Split(r)
 	path := s.extents[e].Name()
 	if yes, suppressed := s.corruptLog.allow(s.clock.Now(), corruptLogEvery); yes {
-		s.log.Warn("slab engine: a value read from disk failed its payload checksum; dropped it and answered a miss (the disk, or something writing to its extent files, corrupts data: check the device and dfkv_disk_checksum_failures_total)",
-			"dir", s.dir, "key", key.String(), "extent", path, "slot", sl, "bytes", stored,
+		s.log.Warn("slab engine: a value read from disk failed its payload checksum; dropped it, never served it (the disk, or something writing to its extent files, corrupts data: check the device and dfkv_disk_checksum_failures_total)",
+			"dir", s.dir, "key", key.String(), "extent", path, "slot", sl, "bytes", stored, "found_by", by,
 			"suppressed_since_last", suppressed)
 	}
 	return fmt.Errorf("slab engine: range %s: %w in slot %d of %s; the value was dropped: %w",

@@ -251,7 +251,10 @@ func TestEvictionSkipsPinned(t *testing.T) {
 // GET must return, byte for byte, one value ever written for that key.
 // Run it with -race.
 func TestConcurrentChurn(t *testing.T) {
-	opts := Options{Dir: t.TempDir(), CapacityBytes: 4 << 20, ExtentBytes: 256 << 10, DirectIO: true}
+	opts := Options{Dir: t.TempDir(), CapacityBytes: 4 << 20, ExtentBytes: 256 << 10, DirectIO: true,
+		// A scrub running pass after pass through all of it: it pins what
+		// it verifies, so it must never see a value being rewritten.
+		Scrub: ScrubOptions{BytesPerSecond: 1 << 40, Interval: time.Microsecond}}
 	s := openT(t, opts)
 	defer mustClose(t, s)
 	const nkeys = 64
@@ -319,6 +322,9 @@ func TestConcurrentChurn(t *testing.T) {
 	st := s.Stats()
 	if st.Evictions == 0 {
 		t.Fatal("no evictions: the test did not churn")
+	}
+	if st.ScrubbedBytes == 0 || st.ChecksumFailures != 0 {
+		t.Fatalf("scrub beside the churn: %d bytes verified, %d checksum failures; want some, none", st.ScrubbedBytes, st.ChecksumFailures)
 	}
 	var objects, used uint64
 	for _, k := range keys {

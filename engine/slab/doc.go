@@ -1,9 +1,11 @@
 // Package slab is the production storage engine ("slab", DiskSlabStore in
-// the original dfkv; DESIGN.md §4, issue 3): per disk a fixed pool of
-// preallocated extent files, carved by a deterministic size-class lattice
-// into uniform slots, with one CRC-protected 64-byte record per published
-// slot in a preallocated slot table, so a restart rebuilds millions of blocks in
-// well under a second and a crash restarts cold instead of serving guesses.
+// the original dfkv): per disk a fixed pool of preallocated extent files,
+// carved by a deterministic size-class lattice into uniform slots, with one
+// CRC-protected 64-byte record per published slot in a preallocated slot
+// table, so a restart rebuilds millions of blocks in well under a second.
+// Every record carries a checksum of its value's bytes, checked on every
+// read, so a restart after a crash keeps what the disk holds (see Crashes
+// and power cuts) and a corrupt value is a miss, never wrong bytes.
 //
 // # Layout
 //
@@ -16,7 +18,11 @@
 // Open refuses a non-empty directory without slab_meta (for example a file
 // engine's blocks/), and a slab_meta whose format or geometry differs from
 // the options, naming every differing field (on-disk and configured value)
-// and the fix; it writes nothing before these checks pass. Before it
+// and the fix; it writes nothing before these checks pass. A slab_meta that
+// is damaged (torn, garbage, cut short) or missing beside the store's own
+// files is different: nothing on the disk can be placed without it, so
+// Open logs one ERROR naming it, removes the store's files and formats the
+// directory anew (the disk starts cold, the node serves). Before it
 // preallocates extents it checks the filesystem's free space (statfs
 // f_bavail, plus what the extents already hold) against the pool and the
 // slot table (64 bytes per possible slot, 1/64 of the pool with 4 KiB
@@ -63,18 +69,20 @@
 //	|     28 |    4 | CRC-32C of bytes 0..27                            |
 //	+--------+------+---------------------------------------------------+
 //
+// Flags: 1 = clean (the epoch ended with Close), 2 = failed closed.
 // A new store writes it temp file, fsync, rename, fsync directory; later
 // updates rewrite its 32 bytes in place and fdatasync (no new block, so a
 // full filesystem cannot keep a graceful stop from marking it clean; a torn
 // write fails the CRC and reads as dirty). Open marks the new epoch dirty
 // before it returns; Close marks it clean only after every extent and
-// slots.tbl are fdatasynced. Open of a dirty, missing or torn slab_state is
-// a cold reset: slots.tbl is truncated to zero and preallocated again (all
-// records empty), one warning says the previous run did not shut down
-// cleanly, and the cache starts empty. This is what makes the
-// PUT path safe without an fsync per PUT: payload and record writes are
-// ordered (payload first) but not synced, and only a graceful stop vouches
-// for them.
+// slots.tbl are fdatasynced. Open of a dirty, missing or torn slab_state
+// says once that the previous run did not shut down cleanly, keeps every
+// record that validates, and starts a scrub pass (see Crashes and power
+// cuts). A store that failed closed marks its state failed (best effort):
+// its slot table may no longer describe the extents (a record clear that
+// failed would bring a removed value back), so the next Open is a cold
+// reset: slots.tbl is truncated to zero and preallocated again, and the
+// cache starts empty.
 //
 // # slots.tbl records (64 bytes, at a fixed offset per slot)
 //
@@ -110,7 +118,7 @@
 // payload sum; Open refuses a format 3 directory like any other format
 // difference, naming it and the fix (empty the directory: a cold start).
 //
-// Restart after a clean stop walks only the written ranges of slots.tbl
+// Restart walks only the written ranges of slots.tbl
 // (lseek SEEK_DATA/SEEK_HOLE, which report preallocated but never written
 // space as a hole on ext4, xfs and tmpfs; a bounded chunked scan of the whole table
 // where the filesystem cannot say), reading 1 MiB per pread, and validates
@@ -120,7 +128,11 @@
 // dropped, zeroed and the table fdatasynced, with one warning. The
 // allocator is restored in one pass and per-tenant committed bytes are
 // reported to Options.Accounting. No file is opened per value and no
-// syscall is made per record.
+// syscall is made per record. Missing files are survivable: an extent file
+// that is missing or cut short is made whole again and the records of the
+// values it no longer holds are dropped (one warning names the files); a
+// slots.tbl of the wrong size keeps the records it still has; a missing
+// slots.tbl is made anew, empty (the values cannot be found without it).
 //
 // # Payload verification
 //
@@ -145,7 +157,40 @@
 // through Range, so it only ever holds verified bytes. Lookup reports a
 // length without reading the payload and so does not verify; nor does a
 // restart, which would otherwise read the whole disk: each value is
-// checked when it is first read.
+// checked when it is first read, and by the scrub.
+//
+// The scrub (Options.Scrub, server.scrub_*) walks every live slot in order
+// in the background, at a capped byte rate, verifies it like a read (the
+// slot pinned, not warmed) and drops what fails, logging a line when a
+// pass starts and one (a warning if it found anything) when it ends. It
+// runs a pass at once after an unclean stop and then every Interval.
+//
+// # Crashes and power cuts
+//
+// A PUT writes the payload (O_DIRECT: on the device, or in its volatile
+// write cache, when the write returns), then the record (a buffered pwrite
+// into the page cache), then publishes and acknowledges; a REMOVE clears
+// the record (buffered) before it returns. Nothing is fsynced per
+// operation.
+//
+//   - SIGKILL, an OOM kill, a panic: the kernel keeps every write the
+//     process made, so the next Open finds every acknowledged PUT and
+//     REMOVE. A PUT in flight is either there (its record was written) or
+//     not; a replaced value's record may still be there beside its
+//     successor's, and the higher generation wins. A slot reused for
+//     another value whose record was not yet written still carries the old
+//     record: its payload checksum (seeded with the key and slot) fails on
+//     first read or scrub, and the read is a miss. The RAM tier's
+//     put_ack_mode = disk acknowledges after this engine's Cache returns,
+//     so it too keeps every acknowledged PUT across a SIGKILL.
+//   - A power cut or kernel crash: records and clears still in the page
+//     cache, and O_DIRECT payloads still in a volatile device cache, may
+//     be lost, in any order. A lost record loses its value (a miss); a
+//     record that reached the disk without its payload fails its checksum
+//     (a miss); a lost clear brings a REMOVEd value back, with its own
+//     key's bytes (verified like any other). No key is ever served another
+//     key's bytes or torn bytes. After a graceful stop (slab_state clean)
+//     everything was synced first.
 //
 // # Allocator
 //
@@ -201,7 +246,8 @@
 // still in flight, which then does not publish (nor survive a restart). A
 // record write or clear that fails means slots.tbl no longer describes the
 // extents: the store fails closed (every operation IO_ERROR, Stats.Healthy
-// false, one error log) and is left dirty, so the next start is cold.
+// false, one error log) and marks its state failed, so the next start is
+// cold.
 //
 // # O_DIRECT
 //

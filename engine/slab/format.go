@@ -38,7 +38,8 @@ const (
 	tableName  = "slots.tbl"
 	extentsDir = "extents"
 
-	stateClean = 1
+	stateClean  = 1
+	stateFailed = 2
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -194,19 +195,26 @@ func formatNote(v uint32) string {
 	return "unknown format"
 }
 
-// state is slab_state: the running epoch and whether it ended cleanly.
+// state is slab_state: the running epoch, whether it ended cleanly, and
+// whether the store failed closed in it.
 type state struct {
-	epoch uint64
-	clean bool
+	epoch  uint64
+	clean  bool
+	failed bool
 }
 
 func (s state) encode() []byte {
 	b := make([]byte, stateSize)
 	copy(b, stateMagic)
 	binary.LittleEndian.PutUint32(b[8:], formatVersion)
+	var flags uint32
 	if s.clean {
-		binary.LittleEndian.PutUint32(b[12:], stateClean)
+		flags |= stateClean
 	}
+	if s.failed {
+		flags |= stateFailed
+	}
+	binary.LittleEndian.PutUint32(b[12:], flags)
 	binary.LittleEndian.PutUint64(b[16:], s.epoch)
 	binary.LittleEndian.PutUint32(b[28:], crc32.Checksum(b[:28], castagnoli))
 	return b
@@ -222,8 +230,10 @@ func decodeState(b []byte) (state, error) {
 	if v := binary.LittleEndian.Uint32(b[8:]); v != formatVersion {
 		return state{}, fmt.Errorf("slab_state format version %d, want %d", v, formatVersion)
 	}
+	flags := binary.LittleEndian.Uint32(b[12:])
 	return state{
-		clean: binary.LittleEndian.Uint32(b[12:]) == stateClean,
-		epoch: binary.LittleEndian.Uint64(b[16:]),
+		clean:  flags&stateClean != 0,
+		failed: flags&stateFailed != 0,
+		epoch:  binary.LittleEndian.Uint64(b[16:]),
 	}, nil
 }

@@ -17,6 +17,7 @@ import (
 var (
 	errNoSeekData = errors.New("SEEK_DATA not supported")
 	errLocked     = errors.New("directory locked")
+	errTooLarge   = errors.New("larger than its format allows")
 )
 
 const pageAlign = engine.IOAlign
@@ -96,8 +97,9 @@ func (s *Store) readPayload(e uint32, slotOff, off, n uint64, alloc engine.Alloc
 // recordOff is the fixed slots.tbl offset of r's record.
 func recordOff(r SlotRef) int64 { return int64(r) * RecordSize }
 
-// writeRecord writes r's record (buffered, not synced: a crash is a cold
-// reset, a graceful stop syncs slots.tbl before marking clean).
+// writeRecord writes r's record (buffered, not synced: a SIGKILL leaves it
+// in the page cache, a power cut may lose it, which loses its value; a
+// graceful stop syncs slots.tbl before marking clean).
 func (s *Store) writeRecord(r SlotRef, rec *record) error {
 	var b [RecordSize]byte
 	rec.encode(b[:])
@@ -146,15 +148,13 @@ func writeZeros(f vfs.File, off, n int64) error {
 // place, one 32-byte write into the block the file already owns and an
 // fdatasync, so a filesystem that filled up meanwhile (a shared root disk
 // full of logs) cannot stop a graceful stop from marking the epoch clean:
-// the temp file needs a new block, and without one every restart was cold.
-// A torn in-place write fails the CRC and reads as a dirty epoch, a cold
-// start, never a stale one; the dirty mark is durable before Open returns,
-// as before.
+// the temp file needs a new block. A torn in-place write fails the CRC and
+// reads as a dirty epoch, never a clean one; the dirty mark is durable
+// before Open returns.
 //
 // The file stays open from Open to Close, so the clean mark needs no path
 // lookup either: a disk directory whose permissions were changed under the
-// running node (or that was renamed) no longer makes the stop fail and the
-// next start cold.
+// running node (or that was renamed) does not make the stop fail.
 func (s *Store) writeState(st state) error {
 	path := filepath.Join(s.dir, stateName)
 	if s.state == nil {
@@ -221,7 +221,7 @@ func readSmall(fs vfs.FS, path string, limit int) ([]byte, error) {
 	b := make([]byte, limit+1)
 	n, err := f.ReadAt(b, 0)
 	if n == len(b) {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
+		return nil, fmt.Errorf("%s: %w (%d bytes)", path, errTooLarge, limit)
 	}
 	if err != nil && n == 0 {
 		if errors.Is(err, io.EOF) {

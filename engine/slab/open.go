@@ -18,8 +18,10 @@ import (
 // Open opens the slab store in opts.Dir, creating it if the directory is
 // empty or missing (a missing one with a warning: it may be an unmounted
 // disk). On an existing store it checks the format and geometry (refusing,
-// without writing anything, if they differ), then either rebuilds the index
-// from slots.tbl (the last run closed cleanly) or starts cold (it did not).
+// without writing anything, if they differ), then rebuilds the index from
+// slots.tbl, after a clean stop or not (it starts cold only when the last
+// run failed closed, or slab_meta or slots.tbl is gone), and starts the
+// scrub.
 // Before preallocating it checks that the filesystem has the space,
 // refusing without writing anything if not; if Open fails after all, it
 // removes whatever it created. The epoch is marked dirty before Open
@@ -104,7 +106,7 @@ func open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, invalid("%s: %v", opts.Dir, err)
 	}
-	fresh, missing, err := s.checkDir(want)
+	fresh, missing, damaged, err := s.checkDir(want)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +120,7 @@ func open(opts Options) (*Store, error) {
 	if missing {
 		// Sized against the filesystem the directory would be made on,
 		// so a refusal leaves not even the directory behind.
-		if err := s.checkSpace(vfs.ExistingAncestor(s.fs, s.dir)); err != nil {
+		if err := s.checkSpace(vfs.ExistingAncestor(s.fs, s.dir), true); err != nil {
 			return nil, err
 		}
 		if err := s.mkdirs(); err != nil {
@@ -140,14 +142,26 @@ func open(opts Options) (*Store, error) {
 		}
 		return nil, err
 	}
-	prev, clean, err := s.readState(fresh)
+	if damaged != "" {
+		// The store's own files without a geometry to read them by:
+		// nothing in them can be placed, so they go and the disk is
+		// formatted anew, cold, rather than the node refusing to start.
+		s.log.Error("slab engine: "+damaged+"; the disk starts cold: its extent files, slot table and state were removed and the disk formatted again with the configured geometry",
+			"dir", s.dir, "file", filepath.Join(s.dir, metaName))
+		if err := s.removeStore(); err != nil {
+			return nil, err
+		}
+		fresh = true
+	}
+	prev, clean, failedBefore, err := s.readState(fresh)
 	if err != nil {
 		return nil, err
 	}
-	if !clean && !missing {
+	cold := fresh || failedBefore
+	if !missing {
 		// Checked under the lock, so a store another process is
 		// formatting reads as in use, not as short of space.
-		if err := s.checkSpace(s.dir); err != nil {
+		if err := s.checkSpace(s.dir, cold); err != nil {
 			return nil, err
 		}
 	}
@@ -162,28 +176,28 @@ func open(opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	if err := s.openExtents(opts.DirectIO, !clean); err != nil {
+	if err := s.openExtents(opts.DirectIO, cold); err != nil {
 		return nil, err
 	}
-	if err := s.openTable(!clean); err != nil {
+	tableCold, err := s.openTable(cold)
+	if err != nil {
 		return nil, err
 	}
-	if !clean {
-		// Files may have been created: make their names durable before
-		// this epoch can ever be marked clean.
-		for _, d := range []string{filepath.Join(s.dir, extentsDir), s.dir} {
-			if err := s.fs.SyncDir(d); err != nil {
-				return nil, err
-			}
+	// Files may have been created: make their names durable before this
+	// epoch can ever be marked clean.
+	for _, d := range []string{filepath.Join(s.dir, extentsDir), s.dir} {
+		if err := s.fs.SyncDir(d); err != nil {
+			return nil, err
 		}
 	}
 	stats := rebuildStats{}
-	if clean {
+	if !tableCold {
 		stats, err = s.rebuild()
 		if err != nil {
 			return nil, err
 		}
 	}
+	s.lost = nil
 	s.epoch = prev + 1
 	s.noteNew(filepath.Join(s.dir, stateName))
 	if err := s.writeState(state{epoch: s.epoch}); err != nil {
@@ -197,10 +211,11 @@ func open(opts Options) (*Store, error) {
 		}
 	}
 	s.restored = nil
-	s.log.Info("slab engine: opened", "dir", s.dir, "epoch", s.epoch, "cold", !clean,
+	s.log.Info("slab engine: opened", "dir", s.dir, "epoch", s.epoch, "cold", tableCold, "after_unclean_stop", !clean && !fresh,
 		"objects", s.alloc.Objects(), "used_bytes", s.alloc.Used(), "capacity_bytes", s.capacity,
 		"extents", want.extents, "extent_bytes", want.extentBytes, "classes", want.classes,
 		"direct_io", s.direct, "dropped_records", stats.dropped, "rebuild", stats.took.String())
+	s.startScrub(opts.Scrub, !clean && !tableCold)
 	if want.extents < want.classes {
 		// Each size class takes whole extents: with more distinct value
 		// sizes in use than extents, a write of a size with no extent and
@@ -213,17 +228,19 @@ func open(opts Options) (*Store, error) {
 }
 
 // checkDir decides whether Dir is a fresh directory (fresh; missing too if
-// it does not exist yet) or a slab store of this geometry. Anything else is
-// refused. It writes nothing.
-func (s *Store) checkDir(want geometry) (fresh, missing bool, err error) {
+// it does not exist yet) or a slab store of this geometry. A store whose
+// slab_meta is missing or unreadable while its other files are there is
+// damaged (the reason, for the log): Open formats it anew. Anything else
+// is refused. It writes nothing.
+func (s *Store) checkDir(want geometry) (fresh, missing bool, damaged string, err error) {
 	ents, err := s.fs.ReadDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return true, true, nil
+		return true, true, "", nil
 	}
 	if err != nil {
-		return false, false, err
+		return false, false, "", err
 	}
-	var foreign []string
+	var foreign, ours []string
 	hasMeta := false
 	for _, e := range ents {
 		switch e.Name() {
@@ -233,75 +250,122 @@ func (s *Store) checkDir(want geometry) (fresh, missing bool, err error) {
 			// a crash during an atomic write; harmless
 		case "lost+found":
 			// the root of a fresh ext4 filesystem used as the disk dir
+		case stateName, tableName, extentsDir:
+			ours = append(ours, e.Name())
 		default:
 			foreign = append(foreign, e.Name())
 		}
 	}
 	if !hasMeta {
-		if len(foreign) == 0 {
-			return true, false, nil
+		switch {
+		case len(foreign) == 0 && len(ours) == 0:
+			return true, false, "", nil
+		case len(foreign) == 0:
+			return false, false, metaName + " is missing though the store's other files (" + strings.Join(ours, ", ") + ") are there", nil
 		}
+		foreign = append(foreign, ours...)
 		if len(foreign) > 5 {
 			foreign = append(foreign[:5], "...")
 		}
-		return false, false, invalid("%s is not a slab store (no %s; it holds %s) and is not empty; point the slab engine at an empty directory, or select the engine that wrote it (e.g. --store-engine=file for a blocks/ directory)",
+		return false, false, "", invalid("%s is not a slab store (no %s; it holds %s) and is not empty; point the slab engine at an empty directory, or select the engine that wrote it (e.g. --store-engine=file for a blocks/ directory)",
 			s.dir, metaName, strings.Join(foreign, ", "))
 	}
 	metaPath := filepath.Join(s.dir, metaName)
 	b, err := readSmall(s.fs, metaPath, metaSize)
+	if err != nil && !errors.Is(err, errTooLarge) {
+		return false, false, "", fmt.Errorf("read %s: %w", metaPath, err)
+	}
 	if err != nil {
-		return false, false, fmt.Errorf("read %s: %w", metaPath, err)
+		return false, false, fmt.Sprintf("%s is damaged (%v)", metaName, err), nil
 	}
 	have, err := decodeGeometry(b)
 	if err != nil {
-		return false, false, invalid("%s: %v; this is not a slab store this version can open: point the engine at an empty directory", metaPath, err)
+		return false, false, fmt.Sprintf("%s is damaged (%v)", metaName, err), nil
 	}
 	if have.version != want.version {
-		return false, false, invalid("%s was written in another on-disk format (format version: on disk %d, this dfkv reads %d; %s); nothing was changed: remove the directory's contents, or point the engine at an empty directory, to start cold, or run the dfkv release that wrote it",
+		return false, false, "", invalid("%s was written in another on-disk format (format version: on disk %d, this dfkv reads %d; %s); nothing was changed: remove the directory's contents, or point the engine at an empty directory, to start cold, or run the dfkv release that wrote it",
 			metaPath, have.version, want.version, formatNote(have.version))
 	}
 	if d := have.diff(want); len(d) > 0 {
-		return false, false, invalid("%s was written with another format or geometry (%s); nothing was changed: point the engine at an empty directory (the cache starts cold) or restore the settings it was created with",
+		return false, false, "", invalid("%s was written with another format or geometry (%s); nothing was changed: point the engine at an empty directory (the cache starts cold) or restore the settings it was created with",
 			metaPath, strings.Join(d, "; "))
 	}
-	return false, false, nil
+	return false, false, "", nil
+}
+
+// removeStore removes the files of a store whose slab_meta is damaged
+// (slab_state, slots.tbl and every extent file), so Open can format the
+// directory as new. Only names the store itself makes are removed.
+func (s *Store) removeStore() error {
+	dir := filepath.Join(s.dir, extentsDir)
+	ents, err := s.fs.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	paths := []string{filepath.Join(s.dir, stateName), filepath.Join(s.dir, tableName), filepath.Join(s.dir, metaName)}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".ext") {
+			paths = append(paths, filepath.Join(dir, e.Name()))
+		}
+	}
+	for _, p := range paths {
+		if err := s.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s of a store with a damaged %s: %w; remove the directory's contents by hand", p, metaName, err)
+		}
+	}
+	return nil
 }
 
 // readState reads slab_state. clean is true only if the last run marked
 // its epoch clean; anything else (no state, a torn or foreign state file, a
-// dirty epoch) means the previous run did not shut down cleanly.
-func (s *Store) readState(fresh bool) (epoch uint64, clean bool, err error) {
+// dirty epoch) means the previous run did not shut down cleanly. That no
+// longer costs the cache: every record that validates is kept, and each
+// value is verified against its payload checksum before it is served.
+//
+// failed is true when the previous run failed closed: then its slot table
+// may not describe the extents, and the cache starts empty.
+func (s *Store) readState(fresh bool) (epoch uint64, clean, failed bool, err error) {
+	if fresh {
+		return 0, false, false, nil
+	}
+	const kept = "keeping every slot record that validates: each value is verified against its payload checksum when first read, and the scrub verifies the rest"
 	path := filepath.Join(s.dir, stateName)
 	b, err := readSmall(s.fs, path, stateSize)
 	if errors.Is(err, fs.ErrNotExist) {
-		if !fresh {
-			s.log.Warn("slab engine: no slab_state (creation was interrupted); the cache starts empty", "dir", s.dir)
-		}
-		return 0, false, nil
+		s.log.Warn("slab engine: no slab_state (creation was interrupted, or it was removed); "+kept, "dir", s.dir)
+		return 0, false, false, nil
 	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read %s: %w", path, err)
+	if err != nil && !errors.Is(err, errTooLarge) {
+		return 0, false, false, fmt.Errorf("read %s: %w", path, err)
 	}
 	st, derr := decodeState(b)
-	if derr != nil {
-		s.log.Warn("slab engine: unreadable slab_state; the previous run did not shut down cleanly, the cache starts empty", "dir", s.dir, "err", derr)
-		return 0, false, nil
+	if err != nil || derr != nil {
+		s.log.Warn("slab engine: unreadable slab_state; the previous run did not shut down cleanly; "+kept, "dir", s.dir, "err", errors.Join(err, derr))
+		return 0, false, false, nil
+	}
+	if st.failed {
+		s.log.Warn("slab engine: the previous run failed closed (its slot table may not describe the extents); the cache starts empty",
+			"dir", s.dir, "epoch", st.epoch)
+		return st.epoch, false, true, nil
 	}
 	if !st.clean {
-		s.log.Warn("slab engine: the previous run did not shut down cleanly (epoch still dirty); the cache starts empty rather than risk stale data",
+		s.log.Warn("slab engine: the previous run did not shut down cleanly (epoch still dirty); "+kept,
 			"dir", s.dir, "epoch", st.epoch)
 	}
-	return st.epoch, st.clean, nil
+	return st.epoch, st.clean, false, nil
 }
 
 func (s *Store) extentPath(e uint32) string {
 	return filepath.Join(s.dir, extentsDir, fmt.Sprintf("%05d.ext", e))
 }
 
-// openExtents opens (creating and preallocating when cold) the extent pool
-// and keeps the descriptors for the life of the store. With direct it opens
-// them O_DIRECT; if the filesystem refuses a direct open it says so once and
-// uses buffered I/O.
+// openExtents opens the extent pool, creating and preallocating what is
+// missing, and keeps the descriptors for the life of the store. With direct
+// it opens them O_DIRECT; if the filesystem refuses a direct open it says
+// so once and uses buffered I/O. On a store that is not cold, an extent
+// file that is missing or not at its size is made whole again and noted in
+// s.lost, so rebuild drops the records of the values it no longer holds
+// (the rest of the disk serves); one warning names them.
 func (s *Store) openExtents(direct, cold bool) error {
 	s.noteNew(filepath.Join(s.dir, extentsDir))
 	if err := s.fs.MkdirAll(filepath.Join(s.dir, extentsDir), 0o755); err != nil {
@@ -318,12 +382,19 @@ func (s *Store) openExtents(direct, cold bool) error {
 	}
 	size := int64(s.geo.extentBytes)
 	s.extents = make([]vfs.File, 0, s.geo.extents)
+	var damaged []string
 	for e := range s.geo.extents {
 		path := s.extentPath(e)
 		flag := os.O_RDWR
-		if cold {
+		_, serr := s.fs.Stat(path)
+		isNew := errors.Is(serr, fs.ErrNotExist)
+		if isNew {
 			flag |= os.O_CREATE
-			s.noteNew(path)
+			s.made = append(s.made, path)
+			if !cold {
+				s.loseExtent(e, 0)
+				damaged = append(damaged, filepath.Base(path)+" missing")
+			}
 		}
 		var f vfs.File
 		var err error
@@ -344,9 +415,6 @@ func (s *Store) openExtents(direct, cold bool) error {
 			f, err = s.fs.OpenFile(path, flag, 0o644)
 		}
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("extent %s is missing from a cleanly closed store; restore it, or point the engine at an empty directory: %w", path, wire.StatusInvalid)
-			}
 			return err
 		}
 		s.extents = append(s.extents, f)
@@ -354,15 +422,28 @@ func (s *Store) openExtents(direct, cold bool) error {
 		if err != nil {
 			return err
 		}
+		if fi.Size() > size {
+			if err := f.Truncate(size); err != nil {
+				return fmt.Errorf("extent %s is %d bytes, want %d; cutting it to size failed: %w", path, fi.Size(), size, err)
+			}
+		}
 		if fi.Size() != size {
-			if !cold {
-				return fmt.Errorf("extent %s is %d bytes, want %d, in a cleanly closed store; restore it or point the engine at an empty directory: %w",
-					path, fi.Size(), size, wire.StatusInvalid)
+			if !cold && !isNew {
+				s.loseExtent(e, uint64(min(fi.Size(), size)))
+				damaged = append(damaged, fmt.Sprintf("%s %d bytes", filepath.Base(path), fi.Size()))
 			}
 			if err := fallocateFn(f, size); err != nil {
 				return fmt.Errorf("preallocate extent %s (%d bytes): %w; the slab engine needs a filesystem with fallocate (ext4, xfs) and the space for its capacity", path, size, err)
 			}
 		}
+	}
+	if len(damaged) > 0 {
+		list := damaged
+		if len(list) > 8 {
+			list = append(list[:8:8], "...")
+		}
+		s.log.Warn("slab engine: extent files missing or not at their size; made them whole again: the values they held are misses, the rest of the disk serves (check what removed or cut them)",
+			"dir", s.dir, "extents", len(damaged), "extent_bytes", size, "found", strings.Join(list, "; "))
 	}
 	if direct && len(s.extents) > 0 {
 		// Probe: a direct read of the first page. (tmpfs accepts the
@@ -404,43 +485,59 @@ func (s *Store) tableSize() int64 {
 
 // openTable opens slots.tbl. Cold, it empties it (truncate to 0) and
 // preallocates it again, then syncs that, so no record of an earlier epoch
-// can be read again. The table owns its disk space from the start, as the
-// extents do: sparse, it grew a block at a time as records were written,
-// and a filesystem filled meanwhile (by the capacity Open itself suggests,
-// or by a neighbour) failed the store closed on the first record write
-// that needed a block. Its preallocated parts are unwritten extents, which
-// SEEK_DATA skips as holes (ext4, xfs, tmpfs), so a restart still reads
-// only the records ever written.
-func (s *Store) openTable(cold bool) error {
+// can be read again. A table missing from a formatted store is made the
+// same way, with a warning: without it the extents' values cannot be
+// found, so the disk starts empty (cold is then true). A table of the
+// wrong size keeps the records it still has and is set to its size. The
+// table owns its disk space from the start, as the extents do: sparse, it
+// grew a block at a time as records were written, and a filesystem filled
+// meanwhile (by the capacity Open itself suggests, or by a neighbour)
+// failed the store closed on the first record write that needed a block.
+// Its preallocated parts are unwritten extents, which SEEK_DATA skips as
+// holes (ext4, xfs, tmpfs), so a restart still reads only the records ever
+// written.
+func (s *Store) openTable(cold bool) (bool, error) {
 	path := filepath.Join(s.dir, tableName)
 	flag := os.O_RDWR
-	if cold {
+	if _, err := s.fs.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		flag |= os.O_CREATE
-		s.noteNew(path)
+		s.made = append(s.made, path)
+		if !cold {
+			s.log.Warn("slab engine: the slot table is missing; the values in the extents cannot be found without it, so this disk starts empty (check what removed it)",
+				"dir", s.dir, "table", path)
+			cold = true
+		}
 	}
 	f, err := s.fs.OpenFile(path, flag, 0o644)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%s is missing from a cleanly closed store; point the engine at an empty directory: %w", path, wire.StatusInvalid)
-		}
-		return err
+		return cold, err
 	}
 	s.table = f
 	if cold {
 		if err := f.Truncate(0); err != nil {
-			return err
+			return cold, err
 		}
 		if err := fallocateFn(f, s.tableSize()); err != nil {
-			return fmt.Errorf("preallocate the slot table %s (%d bytes): %w; free space on that filesystem", path, s.tableSize(), err)
+			return cold, fmt.Errorf("preallocate the slot table %s (%d bytes): %w; free space on that filesystem", path, s.tableSize(), err)
 		}
-		return vfs.Datasync(f)
+		return cold, vfs.Datasync(f)
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		return err
+		return cold, err
 	}
 	if fi.Size() != s.tableSize() {
-		return fmt.Errorf("%s is %d bytes, want %d for this geometry; point the engine at an empty directory: %w", path, fi.Size(), s.tableSize(), wire.StatusInvalid)
+		// Cut or grown by something else: the records it still holds
+		// at their offsets are as good as ever (each names its slot and
+		// carries its CRC), the rest are gone.
+		s.log.Warn("slab engine: the slot table is not at its size; keeping the records it still holds (values whose records were cut off are misses)",
+			"dir", s.dir, "table", path, "bytes", fi.Size(), "want_bytes", s.tableSize())
+		if err := f.Truncate(s.tableSize()); err != nil {
+			return cold, fmt.Errorf("set %s to its size (%d bytes): %w", path, s.tableSize(), err)
+		}
+		if fi, err = f.Stat(); err != nil {
+			return cold, err
+		}
 	}
 	if got := allocated(fi); got < uint64(s.tableSize()) {
 		// A table written sparse by an earlier version, or with holes
@@ -452,7 +549,7 @@ func (s *Store) openTable(cold bool) error {
 				"dir", s.dir, "table", path, "allocated_bytes", got, "table_bytes", s.tableSize(), "err", err)
 		}
 	}
-	return nil
+	return cold, nil
 }
 
 // fallocateFn is fallocate, replaceable by tests (a filesystem that
@@ -542,4 +639,13 @@ func (s *Store) removeMade() {
 	}
 	s.log.Info("slab engine: open failed; removed what it had created", "dir", s.dir, "removed", removed, "left", left)
 	s.made = nil
+}
+
+// loseExtent notes that only the first valid bytes of extent e still hold
+// what its records describe (see Store.lost).
+func (s *Store) loseExtent(e uint32, valid uint64) {
+	if s.lost == nil {
+		s.lost = map[uint32]uint64{}
+	}
+	s.lost[e] = valid
 }

@@ -23,7 +23,9 @@ type rebuildStats struct {
 	took    time.Duration
 }
 
-// rebuild restores the allocator from slots.tbl after a clean shutdown. It
+// rebuild restores the allocator from slots.tbl, after a clean shutdown or
+// not (an unclean one may leave records whose payloads were never written
+// or were overwritten since; their checksums catch them when read). It
 // visits only the allocated ranges of the sparse table (SEEK_DATA /
 // SEEK_HOLE; the whole table in scanChunk pieces where the filesystem
 // cannot say), reads them scanChunk bytes per syscall, and validates every
@@ -128,6 +130,15 @@ func (s *Store) restoreOne(b []byte, pos int64, rec *record, bad *[]int64) error
 		s.log.Debug("slab engine: invalid slot record", "table", s.table.Name(), "offset", pos, "err", ErrRecordPlace)
 		*bad = append(*bad, pos)
 		return nil
+	}
+	if valid, lost := s.lost[e]; lost {
+		// The extent file was missing or cut short: a value whose bytes
+		// lay past what is left of it is gone.
+		lat := s.alloc.Lattice()
+		if int(rec.class) >= lat.Len() || uint64(sl)*lat.Size(int(rec.class))+uint64(rec.length) > valid {
+			*bad = append(*bad, pos)
+			return nil
+		}
 	}
 	old, err := s.alloc.Restore(e, sl, int(rec.class), &rec.key, rec.length)
 	switch {

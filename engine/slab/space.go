@@ -17,9 +17,10 @@ const capacitySetting = "server.disk_capacity_bytes (--disk-capacity, DFKV_DISK_
 // preallocation runs until the filesystem is full (on a shared root disk,
 // full for everyone) before it fails.
 // statDir is the directory whose filesystem is asked: Dir, or its nearest
-// existing ancestor when Dir is still to be made.
-func (s *Store) checkSpace(statDir string) error {
-	extentNeed, tableNeed, err := s.preallocNeed()
+// existing ancestor when Dir is still to be made. coldTable says the slot
+// table will be emptied and preallocated again.
+func (s *Store) checkSpace(statDir string, coldTable bool) error {
+	extentNeed, tableNeed, err := s.preallocNeed(coldTable)
 	need := extentNeed + tableNeed
 	if err != nil || need == 0 {
 		return err
@@ -50,7 +51,7 @@ func (s *Store) checkSpace(statDir string) error {
 	case extentNeed < pool:
 		// A formatted store missing extents: its geometry is fixed, so a
 		// lower capacity would be refused as another geometry.
-		lower = fmt.Sprintf("the store's extents are partly missing, and its capacity (%s) cannot change on a formatted store: restore the extents", capacitySetting)
+		lower = fmt.Sprintf("the store's extents are partly missing or cut short, and its capacity (%s) cannot change on a formatted store: free space for them, or restore them", capacitySetting)
 	case fit == 0:
 		lower = fmt.Sprintf("not even one %d-byte extent with its %d bytes of slot table fits, so lowering %s alone will not do", eb, perExtent-eb, capacitySetting)
 	}
@@ -64,8 +65,9 @@ func (s *Store) checkSpace(statDir string) error {
 // extent already at full size is not preallocated again, so a formatted
 // store, even one with punched holes, needs nothing. For the slot table,
 // which a cold Open empties and preallocates again: its size less what it
-// holds now.
-func (s *Store) preallocNeed() (extentNeed, tableNeed uint64, err error) {
+// holds now; a table that is kept (coldTable false) needs nothing unless it
+// is missing.
+func (s *Store) preallocNeed(coldTable bool) (extentNeed, tableNeed uint64, err error) {
 	eb := s.geo.extentBytes
 	dir := filepath.Join(s.dir, extentsDir)
 	ents, err := s.fs.ReadDir(dir)
@@ -88,9 +90,13 @@ func (s *Store) preallocNeed() (extentNeed, tableNeed uint64, err error) {
 		extentNeed += eb - have[filepath.Base(s.extentPath(e))]
 	}
 	table := uint64(s.tableSize())
-	tableNeed = table
-	if fi, err := s.fs.Stat(filepath.Join(s.dir, tableName)); err == nil && fi.Mode().IsRegular() {
-		tableNeed -= min(allocated(fi), table)
+	fi, serr := s.fs.Stat(filepath.Join(s.dir, tableName))
+	switch {
+	case serr == nil && !coldTable:
+	case serr == nil && fi.Mode().IsRegular():
+		tableNeed = table - min(allocated(fi), table)
+	default:
+		tableNeed = table
 	}
 	return extentNeed, tableNeed, nil
 }

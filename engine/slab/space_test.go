@@ -301,14 +301,14 @@ func TestFailedOpenKeepsExistingStore(t *testing.T) {
 }
 
 // TestSpaceCheckCountsWhatIsAllocated: the check asks only for what is
-// still to preallocate. A formatted store reopens cold on a full
+// still to preallocate. A formatted store reopens after a crash on a full
 // filesystem (its extents already hold their space); one missing an
 // extent is refused when even that extent does not fit, saying "more".
 func TestSpaceCheckCountsWhatIsAllocated(t *testing.T) {
 	dir := t.TempDir()
 	opts := smallOpts(dir)
 	s := openT(t, opts)
-	s.closeFiles() // crash: the reopen is cold
+	s.closeFiles() // crash
 	ffs := &freeFS{FS: vfs.OS{}, free: 0}
 	opts.FS = ffs
 	s = openT(t, opts)
@@ -329,7 +329,7 @@ func TestSpaceCheckCountsWhatIsAllocated(t *testing.T) {
 	_, err := Open(opts)
 	wantSpaceRefusal(t, err, dir, 16<<20, 1<<20)
 	// Not "lower the capacity": a formatted store's geometry is fixed.
-	if !strings.Contains(err.Error(), "needs 1572864 more bytes") || !strings.Contains(err.Error(), "restore the extents") || strings.Contains(err.Error(), "would fit") {
+	if !strings.Contains(err.Error(), "needs 1572864 more bytes") || !strings.Contains(err.Error(), "free space for them, or restore them") || strings.Contains(err.Error(), "would fit") {
 		t.Fatalf("refusal does not count what the extents already hold: %v", err)
 	}
 	sameSnapshot(t, before, snapshotDir(t, dir))

@@ -24,7 +24,7 @@ const (
 	// DefaultExtentBytes is the extent size when Options leave it 0.
 	DefaultExtentBytes = 64 << 20
 	// DefaultMaxValueBytes is the largest value when Options leave it 0
-	// (DESIGN.md §9 max_block_bytes).
+	// (the server's max_block_bytes default).
 	DefaultMaxValueBytes = 64 << 20
 	// chunkBytes bounds the bounce buffer of an O_DIRECT write; larger
 	// unaligned values are written in pieces of it.
@@ -57,7 +57,7 @@ type Options struct {
 	// Clock times syncs for the slow-sync warning; nil means the system
 	// clock.
 	Clock engine.Clock
-	// Logger receives operator events (startup summary, cold reset,
+	// Logger receives operator events (startup summary, unclean restart,
 	// dropped records, the O_DIRECT fallback, failing closed); nil
 	// discards them.
 	Logger *slog.Logger
@@ -67,6 +67,9 @@ type Options struct {
 	// Accounting is told every change of committed bytes per tenant; nil
 	// means engine.NoAccounting{}.
 	Accounting engine.Accounting
+	// Scrub configures the background verification of every value; the
+	// zero value turns it off.
+	Scrub ScrubOptions
 }
 
 // Store is a slab engine on one disk directory. It implements
@@ -101,6 +104,10 @@ type Store struct {
 	flights map[wire.BlockKey]*flight
 	gen     uint64
 	epoch   uint64
+	// lost maps an extent whose file Open found missing or cut short to
+	// the bytes of it that still hold what they held; rebuild drops the
+	// records of values past them. nil once Open is done.
+	lost map[uint32]uint64
 	// restored sums, per tenant, the bytes rebuild found; they are
 	// reported to acct once, when Open succeeds, so a failed Open leaves
 	// no charge behind.
@@ -121,6 +128,11 @@ type Store struct {
 
 	checksumFailures atomic.Uint64
 	corruptLog       logLimiter
+
+	scrubStop   chan struct{} // closed by Close; nil without a scrub
+	scrubDone   sync.WaitGroup
+	scrubbed    atomic.Uint64 // slot bytes the scrub verified
+	scrubPasses atomic.Uint64
 }
 
 // flight is a same-key PUT in progress: the leader writes, followers wait
@@ -172,8 +184,13 @@ func (s *Store) failClosed(why string, err error) {
 	cause := fmt.Sprintf("%s: %v", why, err)
 	if s.failure.CompareAndSwap(nil, &cause) {
 		s.failed.Store(true)
+		// Best effort: slots.tbl may no longer describe the extents (a
+		// clear that failed would bring a removed value back), so the
+		// next start should be cold. If even this write fails, the next
+		// start keeps what validates, as after a crash.
+		serr := s.writeState(state{epoch: s.epoch, failed: true})
 		s.log.Error("slab engine: "+why+"; failing closed: every operation now returns IO_ERROR until restart, and the next start is cold",
-			"dir", s.dir, "err", err)
+			"dir", s.dir, "err", err, "mark_err", serr)
 	}
 }
 
@@ -394,7 +411,8 @@ func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.All
 	}
 	data, ok, err := s.readVerified(e, slotOff, stored, offset, n, sumSeed(&key, e, sl, stored32), want, alloc)
 	if err == nil && !ok {
-		return nil, 0, s.dropCorrupt(key, r, stored)
+		s.misses.Add(1)
+		return nil, 0, s.dropCorrupt(key, r, stored, "a read")
 	}
 	if err != nil {
 		if _, ok := errors.AsType[wire.Status](err); ok {
@@ -476,6 +494,8 @@ func (s *Store) Stats() engine.Stats {
 		ExtentMoves:      s.moves.Load(),
 		IOErrors:         s.ioErrors.Load(),
 		ChecksumFailures: s.checksumFailures.Load(),
+		ScrubbedBytes:    s.scrubbed.Load(),
+		ScrubPasses:      s.scrubPasses.Load(),
 		DirectIO:         s.direct,
 		Healthy:          !s.failed.Load() && !s.closed.Load(),
 	}
@@ -483,7 +503,8 @@ func (s *Store) Stats() engine.Stats {
 
 // Close implements engine.StoreEngine: it waits for operations in flight,
 // syncs the extents and slots.tbl and only then marks slab_state clean. A
-// store that failed closed is left dirty, so the next start is cold.
+// store that failed closed is left marked failed, so the next start is
+// cold.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
 	if s.closed.Load() {
@@ -492,6 +513,7 @@ func (s *Store) Close() error {
 	}
 	s.closed.Store(true)
 	s.closeMu.Unlock()
+	s.stopScrub()
 
 	var err error
 	if s.failed.Load() {

@@ -144,20 +144,17 @@ func TestSparseSlotTableFilledOnOpen(t *testing.T) {
 	}
 }
 
-// TestColdOpenChecksSlotTableSpace: a crashed store whose extents are all
-// there but whose (sparse) slot table cannot be preallocated again is
-// refused before anything is written, saying it is the table that needs
-// the space; with the space it opens.
+// TestColdOpenChecksSlotTableSpace: a store whose extents are all there
+// but whose slot table is gone, so the table must be preallocated anew, is
+// refused before anything is written when it does not fit, saying it is
+// the table that needs the space; with the space it opens.
 func TestColdOpenChecksSlotTableSpace(t *testing.T) {
 	dir := t.TempDir()
 	opts := smallOpts(dir)
 	s := openT(t, opts)
 	mustCache(t, s, enginetest.Key(1), enginetest.Value(1, 5000))
-	s.closeFiles() // crash: the reopen is cold
-	if err := os.Truncate(filepath.Join(dir, tableName), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(filepath.Join(dir, tableName), s.tableSize()); err != nil {
+	s.closeFiles() // crash
+	if err := os.Remove(filepath.Join(dir, tableName)); err != nil {
 		t.Fatal(err)
 	}
 	ffs := &freeFS{FS: vfs.OS{}, free: 4096}

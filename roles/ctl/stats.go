@@ -65,7 +65,10 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 	}
 	fmt.Fprintf(w, "  reads        %d (%.1f%% hits), %d puts, %d removes, %d evictions, %d I/O errors\n", reads, hit, e.Puts, e.Removes, e.Evictions, e.IOErrors)
 	if e.ChecksumFailures > 0 {
-		fmt.Fprintf(w, "  corruption   %d values failed their checksum on read (dropped, answered as misses): check the disks\n", e.ChecksumFailures)
+		fmt.Fprintf(w, "  corruption   %d values failed their checksum on read or scrub (dropped, never served): check the disks\n", e.ChecksumFailures)
+	}
+	if e.ScrubbedBytes > 0 {
+		fmt.Fprintf(w, "  scrub        %s verified, %d full passes\n", bytesHuman(e.ScrubbedBytes), e.ScrubPasses)
 	}
 	if e.ExtentMoves > 0 {
 		fmt.Fprintf(w, "  extents      %d moved to another value size (each evicts what it held)\n", e.ExtentMoves)

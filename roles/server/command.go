@@ -468,7 +468,8 @@ func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *
 				config.FormatSize(sc.MaxBlockBytes), config.FormatSize(extent), wire.StatusInvalid)
 		}
 		return slab.Open(slab.Options{Dir: dir, CapacityBytes: capacity, ExtentBytes: extent, MaxValueBytes: sc.MaxBlockBytes,
-			FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct})
+			FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct,
+			Scrub: slab.ScrubOptions{BytesPerSecond: sc.ScrubBytesPerSecond, Interval: time.Duration(sc.ScrubIntervalHours) * time.Hour}})
 	}
 	if capacity == 0 {
 		u, err := fs.Usage(vfs.ExistingAncestor(fs, dir))

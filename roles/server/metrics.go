@@ -112,6 +112,8 @@ var (
 	descMoves      = prometheus.NewDesc("dfkv_disk_extent_moves_total", "Slab extents moved to another size class, each evicting the values it held; steady growth means the disk has too few extents for its mix of value sizes.", diskLabels, nil)
 	descIOErrors   = prometheus.NewDesc("dfkv_disk_io_errors_total", "Disk I/O errors.", diskLabels, nil)
 	descChecksum   = prometheus.NewDesc("dfkv_disk_checksum_failures_total", "Values read from a disk whose bytes failed their payload checksum (flipped bits, extent files swapped or overwritten); each was dropped and answered as a miss, never served. Any increase means the disk, or something writing to its files, corrupts data.", diskLabels, nil)
+	descScrubbed   = prometheus.NewDesc("dfkv_disk_scrub_bytes_total", "Slot bytes the background scrub read and verified against their payload checksums (corrupt values it found count in dfkv_disk_checksum_failures_total).", diskLabels, nil)
+	descScrubPass  = prometheus.NewDesc("dfkv_disk_scrub_passes_total", "Full scrub passes completed over a disk.", diskLabels, nil)
 	descHits       = prometheus.NewDesc("dfkv_engine_hits_total", "Reads that found their block.", diskLabels, nil)
 	descMisses     = prometheus.NewDesc("dfkv_engine_misses_total", "Reads that did not find their block.", diskLabels, nil)
 	descHealthy    = prometheus.NewDesc("dfkv_disk_healthy", "1 while a disk's engine serves; 0 once it failed closed.", diskLabels, nil)
@@ -122,7 +124,7 @@ var (
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descServing, descAccepted, descRefused, descIdleClosed, descAcceptErrs, descBudget, descBudgetUsed, descBudgetWaits, descBudgetBusy, descFirstReq, descFirstReqMS, descFrameErrors,
-		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descMoves, descIOErrors, descChecksum, descHits, descMisses,
+		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descMoves, descIOErrors, descChecksum, descScrubbed, descScrubPass, descHits, descMisses,
 		descHealthy, descDirectIO, descTenant, descTenantQuot} {
 		ch <- d
 	}
@@ -168,6 +170,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descMoves, float64(st.ExtentMoves), l...)
 		counter(descIOErrors, float64(st.IOErrors), l...)
 		counter(descChecksum, float64(st.ChecksumFailures), l...)
+		counter(descScrubbed, float64(st.ScrubbedBytes), l...)
+		counter(descScrubPass, float64(st.ScrubPasses), l...)
 		counter(descHits, float64(st.Hits), l...)
 		counter(descMisses, float64(st.Misses), l...)
 		gauge(descHealthy, b2f(st.Healthy), l...)

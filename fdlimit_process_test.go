@@ -23,9 +23,10 @@ import (
 func TestServerProcessOutlivesDescriptorExhaustion(t *testing.T) {
 	addr, httpAddr := freePort(t), freePort(t)
 	// The shell's ulimit sets the soft and the hard limit, so the Go
-	// runtime cannot raise it again.
+	// runtime cannot raise it again. The disk keeps one descriptor per
+	// extent: four here.
 	cmd := exec.Command("sh", "-c", `ulimit -n 64 && exec "$0" "$@"`, binPath, "server",
-		"--listen", addr, "--http-listen", httpAddr, "--disk", filepath.Join(t.TempDir(), "d0"), "--disk-capacity", "256MiB")
+		"--listen", addr, "--http-listen", httpAddr, "--disk", filepath.Join(t.TempDir(), "d0"), "--disk-capacity", "256MiB", "--slab-extent-bytes", "64MiB")
 	srv := startChildCmd(t, "server", "http://"+httpAddr+"/readyz", cmd)
 
 	ctx := context.Background()

@@ -54,7 +54,7 @@ type Server struct {
 	Disks               []string      // one directory per disk
 	DiskCapacityBytes   uint64        // per disk; 0 = sized from the filesystem at startup
 	StoreEngine         string        // "slab" (default) or "file" (diagnostic)
-	SlabExtentBytes     uint64        // slab extent size; 0 = max(64MiB, MaxBlockBytes)
+	SlabExtentBytes     uint64        // slab extent size; 0 = from the capacity (slab.ExtentFor)
 	ScrubBytesPerSecond uint64        // slab scrub read rate per disk; 0 = no scrub
 	ScrubIntervalHours  int           // hours between full scrub passes; 0 = only after an unclean stop
 	RAMTier             int           // 1 = RAM tier on

@@ -159,7 +159,7 @@ var settings = []setting{
 	{
 		key: "server.slab_extent_bytes", env: "DFKV_SLAB_EXTENT_BYTES", flag: "slab-extent-bytes", roles: roleServer,
 		def:   "0",
-		help:  "slab engine extent size; 0 = max(64MiB, max_block_bytes). Part of the on-disk geometry: changing it needs an empty disk",
+		help:  "slab engine extent size; 0 = from the disk's capacity (a power of two giving 256 extents, 1MiB to 64MiB; a formatted disk keeps its own). Larger values are stored in extent-sized pieces. Part of the on-disk geometry: changing it needs an empty disk",
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.SlabExtentBytes }, min: 0, max: 1 << 34, note: "0 (automatic) or a multiple of 1MiB such as 64MiB"},
 	},
 	{

@@ -193,13 +193,21 @@ func (s *Store) dropCorrupt(key wire.BlockKey, r SlotRef, stored uint64, by stri
 	s.mu.Lock()
 	cur, _, ok := s.alloc.Lookup(&key)
 	var n uint32
+	var sp span
+	spanned := false
 	if ok && cur == r {
 		_, n, _ = s.alloc.Remove(&key)
+		sp, spanned = s.spans[key]
+		delete(s.spans, key)
+		delete(s.pieceKeys, key)
 	}
 	s.mu.Unlock()
 	if ok && cur == r {
 		s.acct.Committed(key.Tenant, -int64(n))
 		s.clearAndRelease(r)
+	}
+	if spanned {
+		s.removePieces(key, sp)
 	}
 	e, sl := s.alloc.Split(r)
 	path := s.extents[e].Name()

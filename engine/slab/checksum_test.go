@@ -319,7 +319,7 @@ func TestOldFormatRefused(t *testing.T) {
 	before := snapshotDir(t, dir)
 	_, err = Open(opts)
 	wantStatus(t, err, wire.StatusInvalid, "Open of a format 3 store")
-	for _, w := range []string{metaPath, "format version: on disk 3, this dfkv reads 4", "no payload checksum", "remove the directory's contents", "start cold", "nothing was changed"} {
+	for _, w := range []string{metaPath, "format version: on disk 3, this dfkv reads 5", "no payload checksum", "remove the directory's contents", "start cold", "nothing was changed"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Fatalf("error %q does not mention %q", err, w)
 		}

@@ -36,7 +36,7 @@
 // unmounted disk's mount point.
 //
 // These constants are part of the on-disk format and must not be changed
-// without bumping the format version (4). All integers are little-endian;
+// without bumping the format version (5). All integers are little-endian;
 // CRCs are CRC-32C (Castagnoli).
 //
 // # slab_meta (64 bytes)
@@ -45,7 +45,7 @@
 //	| offset | size | field                                             |
 //	+--------+------+---------------------------------------------------+
 //	|      0 |    8 | magic "DFKVSLAB"                                  |
-//	|      8 |    4 | format version (4: records carry payload CRCs)    |
+//	|      8 |    4 | format version (5: values in pieces; 4: CRCs)    |
 //	|     12 |    4 | record size (64)                                  |
 //	|     16 |    8 | capacity bytes (as configured)                    |
 //	|     24 |    8 | extent bytes                                      |
@@ -62,7 +62,7 @@
 //
 //	+--------+------+---------------------------------------------------+
 //	|      0 |    8 | magic "DFKVSTAT"                                  |
-//	|      8 |    4 | format version (4)                                |
+//	|      8 |    4 | format version (5)                                |
 //	|     12 |    4 | flags: 1 = clean (the epoch ended with Close)     |
 //	|     16 |    8 | epoch (incremented at every Open)                 |
 //	|     24 |    4 | zero                                              |
@@ -99,10 +99,18 @@
 //	+-------------------------------+-------------------------------+
 //	|        object id [8:16]       |   generation u64 (per store)  |
 //	+-------------------------------+-------------------------------+
-//	48              52                              60              64
-//	+---------------+-------------------------------+---------------+
-//	|  payload sum  |           zero (8 bytes)      | CRC-32C 0..59 |
-//	+---------------+-------------------------------+---------------+
+//	48              52              56              60              64
+//	+---------------+---------------+---------------+---------------+
+//	|  payload sum  |     span      |     nonce     | CRC-32C 0..59 |
+//	+---------------+---------------+---------------+---------------+
+//
+// Span and nonce are zero for a value of at most one extent. A larger value
+// is stored in pieces (span.go): its head, under its own key, holds its
+// last bytes (up to one extent) and has span = the number of extent-sized
+// pieces before them; each piece is a value of the top class (one slot,
+// one whole extent) under a key derived from the head's key, its nonce and
+// its index, with span = 1<<31 | index. Open upgrades a format 4 directory
+// in place (its records have zeros there), rewriting only slab_meta.
 //
 // An all-zero record is an empty slot (never written, cleared, or an
 // unwritten part of the preallocated file). Extent and slot repeat what the offset says, so a record
@@ -200,7 +208,13 @@
 // max(4 KiB, 12.5%) per class, includes every power of two, and ends at
 // the extent size; a value's internal waste is below max(4096, v/8) bytes.
 // Extents are unbound until a class needs one, then carved into
-// floor(ExtentBytes/class) slots. Per slot the allocator keeps one 32-byte
+// floor(ExtentBytes/class) slots. The extent size follows the disk
+// (ExtentFor: capacity/256, rounded down to a power of two, between 1 MiB
+// and 64 MiB) rather than the largest value, so a small disk has as many
+// extents as a large one: with 256 extents and a 16-size mix of 1 B to
+// 4 MiB values, a 256 MiB disk first evicted at 92 % fill (2 % with the
+// 64 MiB extents it had before), a 16 GiB one at 95 %
+// (BenchmarkFirstEviction). Per slot the allocator keeps one 32-byte
 // slotMeta (key, length, pins, heat, state; no pointers); the key→slot map
 // is an open-addressing table of 4-byte slot numbers that compares against
 // the key in the slot, so a live key is stored once. The disk store adds
@@ -263,10 +277,13 @@
 //   - Capacity and extent size are geometry: changing either means an empty
 //     directory (a cold cache). CapacityBytes not a multiple of ExtentBytes
 //     leaves the remainder unused.
-//   - A value never spans extents: MaxValueBytes <= ExtentBytes.
 //   - A store with few extents (capacity / extent size) can hold only that
-//     many classes at once; rebalancing then evicts whole extents. Size
-//     extents so a disk has hundreds.
+//     many classes at once; rebalancing then evicts whole extents. The
+//     automatic extent size (ExtentFor) gives a disk 256 of them down to
+//     1 MiB extents (256 MiB disks); smaller disks have fewer.
+//   - Each extent file is kept open: a disk costs one descriptor per extent.
+//   - A piece of a large value evicted on its own leaves its head counted
+//     (Lookup, Stats) until the next read or restart drops it.
 //   - CacheBatch overlaps up to 8 items' writes when its keys are distinct
 //     and stores them one after another when a key repeats; it does no
 //     grouping beyond that.

@@ -10,15 +10,25 @@ import (
 )
 
 // These constants are part of the on-disk format and must not be changed
-// without bumping formatVersion (which deliberately cold-starts every node:
-// the store refuses the old directory).
+// without bumping formatVersion (a store refuses a directory of another
+// version unless it can upgrade it in place, see upgradeFrom).
 const (
-	// formatVersion 4 adds the payload checksum to every slot record
-	// (v3: tenant-scoped records without one).
-	formatVersion = 4
+	// formatVersion 5 adds values larger than an extent, stored as
+	// extent-sized pieces (record bytes 52..59); v4 added the payload
+	// checksum to every slot record (v3: tenant-scoped records without
+	// one).
+	formatVersion = 5
 	// sumsFormat is the first format whose records carry payload
 	// checksums.
 	sumsFormat = 4
+	// upgradeFrom is the oldest format Open upgrades in place: a v4
+	// store's records read as v5 records of values without pieces, so
+	// only slab_meta is rewritten.
+	upgradeFrom = 4
+	recSpanOff  = 52 // span: pieces of a head, or pieceFlag|index
+	recNonceOff = 56 // the head's nonce, which names its pieces
+	// pieceFlag marks a piece's record (span = pieceFlag | its index).
+	pieceFlag = 1 << 31
 
 	metaMagic  = "DFKVSLAB"
 	metaSize   = 64
@@ -62,6 +72,13 @@ type record struct {
 	key    wire.BlockKey
 	gen    uint64
 	sum    uint32 // payloadSum of the value in the slot
+	// span and nonce tie a value larger than an extent together: its
+	// head (the record under the value's key, holding its last bytes)
+	// has span = the number of extent-sized pieces before them; each
+	// piece has span = pieceFlag | its index. Both carry the head's
+	// nonce. Zero for every other value.
+	span  uint32
+	nonce uint32
 }
 
 // encode writes r into b (RecordSize bytes).
@@ -78,6 +95,8 @@ func (r *record) encode(b []byte) {
 	copy(b[24:40], r.key.ID[:])
 	binary.LittleEndian.PutUint64(b[40:], r.gen)
 	binary.LittleEndian.PutUint32(b[recSumOff:], r.sum)
+	binary.LittleEndian.PutUint32(b[recSpanOff:], r.span)
+	binary.LittleEndian.PutUint32(b[recNonceOff:], r.nonce)
 	binary.LittleEndian.PutUint32(b[recCRCOff:], crc32.Checksum(b[:recCRCOff], castagnoli))
 }
 
@@ -99,7 +118,7 @@ func (r *record) decode(b []byte) error {
 	if crc32.Checksum(b[:recCRCOff], castagnoli) != binary.LittleEndian.Uint32(b[recCRCOff:]) {
 		return ErrRecordChecksum
 	}
-	if b[2] != formatVersion {
+	if b[2] != formatVersion && b[2] != upgradeFrom {
 		return ErrRecordVersion
 	}
 	r.class = b[3]
@@ -110,6 +129,8 @@ func (r *record) decode(b []byte) error {
 	copy(r.key.ID[:], b[24:40])
 	r.gen = binary.LittleEndian.Uint64(b[40:])
 	r.sum = binary.LittleEndian.Uint32(b[recSumOff:])
+	r.span = binary.LittleEndian.Uint32(b[recSpanOff:])
+	r.nonce = binary.LittleEndian.Uint32(b[recNonceOff:])
 	return nil
 }
 
@@ -227,7 +248,7 @@ func decodeState(b []byte) (state, error) {
 	if crc32.Checksum(b[:28], castagnoli) != binary.LittleEndian.Uint32(b[28:]) {
 		return state{}, fmt.Errorf("slab_state checksum mismatch")
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != formatVersion {
+	if v := binary.LittleEndian.Uint32(b[8:]); v != formatVersion && v != upgradeFrom {
 		return state{}, fmt.Errorf("slab_state format version %d, want %d", v, formatVersion)
 	}
 	flags := binary.LittleEndian.Uint32(b[12:])

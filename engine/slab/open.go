@@ -54,20 +54,18 @@ func open(opts Options) (*Store, error) {
 	if opts.Accounting == nil {
 		opts.Accounting = engine.NoAccounting{}
 	}
-	const mib = 1 << 20
 	if opts.ExtentBytes == 0 {
-		opts.ExtentBytes = max(DefaultExtentBytes, alignUp(opts.MaxValueBytes, mib))
+		opts.ExtentBytes = ExtentFor(opts.CapacityBytes)
 	}
 	if opts.MaxValueBytes == 0 {
-		opts.MaxValueBytes = min(DefaultMaxValueBytes, opts.ExtentBytes)
+		opts.MaxValueBytes = DefaultMaxValueBytes
 	}
 	lat, err := NewLattice(opts.ExtentBytes)
 	if err != nil {
 		return nil, invalid("%s: %v", opts.Dir, err)
 	}
-	if opts.MaxValueBytes > opts.ExtentBytes {
-		return nil, invalid("%s: max value size %d exceeds the extent size %d; a value never spans extents, so raise the extent size or lower the max value size",
-			opts.Dir, opts.MaxValueBytes, opts.ExtentBytes)
+	if opts.MaxValueBytes > maxExtentBytes || opts.MaxValueBytes/opts.ExtentBytes >= pieceFlag {
+		return nil, invalid("%s: max value size %d is too large (at most %d bytes)", opts.Dir, opts.MaxValueBytes, maxExtentBytes)
 	}
 	if opts.CapacityBytes < opts.ExtentBytes {
 		return nil, invalid("%s: capacity %d bytes is smaller than one extent (%d bytes); raise the disk capacity or lower the extent size",
@@ -91,16 +89,19 @@ func open(opts Options) (*Store, error) {
 	s := &Store{
 		dir:      opts.Dir,
 		capacity: opts.CapacityBytes,
-		maxValue: opts.MaxValueBytes,
-		geo:      want,
-		fs:       opts.FS,
-		clock:    opts.Clock,
-		log:      opts.Logger,
-		acct:     opts.Accounting,
-		pool:     iobuf.NewPool(chunkBytes),
-		sums:     make(sumTable, count),
-		flights:  map[wire.BlockKey]*flight{},
-		align:    pageAlign,
+		// A value larger than the whole pool can never be stored.
+		maxValue:  min(opts.MaxValueBytes, count*opts.ExtentBytes),
+		geo:       want,
+		fs:        opts.FS,
+		clock:     opts.Clock,
+		log:       opts.Logger,
+		acct:      opts.Accounting,
+		pool:      iobuf.NewPool(chunkBytes),
+		sums:      make(sumTable, count),
+		flights:   map[wire.BlockKey]*flight{},
+		spans:     map[wire.BlockKey]span{},
+		pieceKeys: map[wire.BlockKey]struct{}{},
+		align:     pageAlign,
 	}
 	s.alloc, err = NewAllocator(lat, want.extents)
 	if err != nil {
@@ -169,11 +170,14 @@ func open(opts Options) (*Store, error) {
 	// directory is ours; until Open succeeds, whatever it creates is noted
 	// (noteNew) and removed again if it fails, so a retry with a smaller
 	// capacity finds the directory as it was.
-	if fresh {
+	if fresh || s.upgrade {
 		path := filepath.Join(s.dir, metaName)
 		s.noteNew(path)
 		if err := writeAtomic(s.fs, path, want.encode()); err != nil {
 			return nil, err
+		}
+		if s.upgrade {
+			s.log.Info("slab engine: upgraded the on-disk format in place (its records read as they are)", "dir", s.dir, "from", upgradeFrom, "to", formatVersion)
 		}
 	}
 	if err := s.openExtents(opts.DirectIO, cold); err != nil {
@@ -221,7 +225,7 @@ func open(opts Options) (*Store, error) {
 		// sizes in use than extents, a write of a size with no extent and
 		// no class within twice its size evicts a whole extent of another
 		// class, though the disk is nearly empty.
-		s.log.Warn("slab engine: fewer extents than size classes; values of many distinct sizes will evict each other long before the disk is full: give the disk more capacity (server.disk_capacity_bytes) or use smaller extents (server.slab_extent_bytes, which bounds max_block_bytes)",
+		s.log.Warn("slab engine: fewer extents than size classes; values of many distinct sizes will evict each other long before the disk is full: give the disk more capacity (server.disk_capacity_bytes) or use smaller extents (server.slab_extent_bytes; values larger than an extent are stored in pieces)",
 			"dir", s.dir, "extents", want.extents, "classes", want.classes, "extent_bytes", want.extentBytes)
 	}
 	return s, nil
@@ -281,6 +285,12 @@ func (s *Store) checkDir(want geometry) (fresh, missing bool, damaged string, er
 	have, err := decodeGeometry(b)
 	if err != nil {
 		return false, false, fmt.Sprintf("%s is damaged (%v)", metaName, err), nil
+	}
+	if have.version == upgradeFrom {
+		// Same records, read as the new format: only slab_meta changes,
+		// once Open holds the directory.
+		have.version = want.version
+		s.upgrade = true
 	}
 	if have.version != want.version {
 		return false, false, "", invalid("%s was written in another on-disk format (format version: on disk %d, this dfkv reads %d; %s); nothing was changed: remove the directory's contents, or point the engine at an empty directory, to start cold, or run the dfkv release that wrote it",

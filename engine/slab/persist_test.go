@@ -346,7 +346,7 @@ func TestMismatchRefusesAndWritesNothing(t *testing.T) {
 	os.WriteFile(metaPath, old, 0o644)
 	os.Chtimes(metaPath, mt, mt)
 	before = snapshotDir(t, dir)
-	refuse(opts, "format version: on disk 2, this dfkv reads 4", "start cold")
+	refuse(opts, "format version: on disk 2, this dfkv reads 5", "start cold")
 	os.WriteFile(metaPath, meta, 0o644)
 	os.Chtimes(metaPath, mt, mt)
 
@@ -368,8 +368,6 @@ func TestCapacityBelowOneExtent(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	wantStatus(t, err, wire.StatusInvalid, "Open below one extent")
-	_, err = Open(Options{Dir: t.TempDir(), CapacityBytes: 1 << 30, ExtentBytes: 1 << 20, MaxValueBytes: 2 << 20})
-	wantStatus(t, err, wire.StatusInvalid, "Open with values larger than an extent")
 }
 
 // TestAccountingMatchesStoredBytes: the Accounting sums per tenant equal the
@@ -573,7 +571,7 @@ func TestSecondOpenRefused(t *testing.T) {
 // TestLargeAndAlignedValues: values past the 4 MiB bounce buffer are
 // written in pieces, caller buffers that are already aligned go to the
 // kernel directly, both come back byte-exact (also after a restart), and a
-// value larger than an extent is TOO_LARGE.
+// value larger than the maximum is TOO_LARGE.
 func TestLargeAndAlignedValues(t *testing.T) {
 	for _, direct := range []bool{true, false} {
 		dir := t.TempDir()
@@ -584,7 +582,7 @@ func TestLargeAndAlignedValues(t *testing.T) {
 		copy(aligned, enginetest.Value(2, len(aligned)))
 		mustCache(t, s, enginetest.Key(1), big)
 		mustCache(t, s, enginetest.Key(2), aligned)
-		wantStatus(t, s.Cache(enginetest.Key(3), make([]byte, 16<<20+1)), wire.StatusTooLarge, "value larger than an extent")
+		wantStatus(t, s.Cache(enginetest.Key(3), make([]byte, 64<<20+1)), wire.StatusTooLarge, "value larger than the maximum")
 		check := func() {
 			enginetest.MustEqual(t, s, enginetest.Key(1), big)
 			enginetest.MustEqual(t, s, enginetest.Key(2), enginetest.Value(2, len(aligned)))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dfkv/dfkv/engine/vfs"
+	"github.com/dfkv/dfkv/wire"
 )
 
 // seekDataFn is seekData, replaceable by tests to take the path of a
@@ -39,6 +40,7 @@ func (s *Store) rebuild() (rebuildStats, error) {
 	start := s.clock.Now()
 	var st rebuildStats
 	s.restored = map[uint64]int64{}
+	s.restHeads, s.restPieces = map[wire.BlockKey]span{}, map[wire.BlockKey]struct{}{}
 	size := s.tableSize()
 	buf := make([]byte, scanChunk)
 	var bad []int64
@@ -97,6 +99,7 @@ func (s *Store) rebuild() (rebuildStats, error) {
 		}
 	}
 	s.alloc.FinishRestore()
+	s.reconcileSpans(&bad)
 
 	if len(bad) > 0 {
 		for _, off := range bad {
@@ -171,5 +174,59 @@ func (s *Store) restoreOne(b []byte, pos int64, rec *record, bad *[]int64) error
 	s.sums.set(e, sl, s.alloc.Lattice().Slots(int(rec.class)), rec.sum)
 	s.gen = max(s.gen, rec.gen)
 	s.restored[rec.key.Tenant] += int64(rec.length)
+	switch sp := (span{rec.span, rec.nonce}); {
+	case sp.head():
+		s.restHeads[rec.key] = sp
+	case sp.pieces&pieceFlag != 0:
+		s.restPieces[rec.key] = struct{}{}
+	default:
+		delete(s.restHeads, rec.key) // it replaced an older head
+	}
 	return nil
+}
+
+// reconcileSpans keeps each restored head of a value larger than an extent
+// whose pieces are all there (s.spans) and drops, appending their record
+// offsets to bad, the heads missing a piece and the pieces no kept head
+// names: what a crash in the middle of such a PUT, or a piece evicted on
+// its own, leaves behind. Runs after FinishRestore.
+func (s *Store) reconcileSpans(bad *[]int64) {
+	ext := uint32(s.geo.extentBytes)
+	for key, sp := range s.restHeads {
+		whole := true
+		for i := range sp.pieces {
+			pk := pieceKey(&key, sp.nonce, i)
+			_, n, ok := s.alloc.Lookup(&pk)
+			if _, isPiece := s.restPieces[pk]; !ok || !isPiece || n != ext {
+				whole = false
+				break
+			}
+		}
+		if !whole {
+			s.dropRestored(key, bad)
+			continue
+		}
+		s.spans[key] = sp
+		for i := range sp.pieces {
+			pk := pieceKey(&key, sp.nonce, i)
+			delete(s.restPieces, pk)
+			s.pieceKeys[pk] = struct{}{}
+		}
+	}
+	for pk := range s.restPieces {
+		s.dropRestored(pk, bad)
+	}
+	s.restHeads, s.restPieces = nil, nil
+}
+
+// dropRestored drops a restored value before Open returns: unpublished,
+// freed, uncharged, its record offset appended to bad for clearing.
+func (s *Store) dropRestored(key wire.BlockKey, bad *[]int64) {
+	r, n, ok := s.alloc.Remove(&key)
+	if !ok {
+		return
+	}
+	s.restored[key.Tenant] -= int64(n)
+	*bad = append(*bad, recordOff(r))
+	s.alloc.Release(r)
 }

@@ -21,8 +21,15 @@ import (
 const Name = "slab"
 
 const (
-	// DefaultExtentBytes is the extent size when Options leave it 0.
+	// DefaultExtentBytes is the largest extent ExtentFor picks.
 	DefaultExtentBytes = 64 << 20
+	// minAutoExtent is the smallest extent ExtentFor picks.
+	minAutoExtent = 1 << 20
+	// autoExtents is how many extents ExtentFor aims a disk at: many
+	// more than the size classes a mix of values uses, so each class's
+	// partly filled extent wastes little and nothing is evicted while the
+	// disk has room.
+	autoExtents = 256
 	// DefaultMaxValueBytes is the largest value when Options leave it 0
 	// (the server's max_block_bytes default).
 	DefaultMaxValueBytes = 64 << 20
@@ -35,6 +42,20 @@ const (
 	slowSync = time.Second
 )
 
+// ExtentFor is the extent size a disk of capacity bytes is formatted with
+// when none is configured: the largest power of two that gives it at least
+// autoExtents extents, between 1 MiB and 64 MiB. Values larger than an
+// extent are stored in extent-sized pieces, so the extent size no longer
+// bounds the value size, and a small disk gets as many extents (and so
+// room for as many size classes) as a large one.
+func ExtentFor(capacity uint64) uint64 {
+	e := uint64(DefaultExtentBytes)
+	for e > minAutoExtent && capacity/e < autoExtents {
+		e /= 2
+	}
+	return e
+}
+
 // Options configures Open.
 type Options struct {
 	// Dir is the disk directory. It must be empty (or missing: Open creates
@@ -45,12 +66,11 @@ type Options struct {
 	// ExtentBytes extents are preallocated. Part of the geometry.
 	CapacityBytes uint64
 	// ExtentBytes is the extent size, a multiple of 4 KiB (1 MiB multiples
-	// are the sane production choice). 0 means max(64 MiB, MaxValueBytes
-	// rounded up to 1 MiB). A value never spans extents, so MaxValueBytes
-	// must not exceed it. Part of the geometry.
+	// are the sane production choice). 0 means ExtentFor(CapacityBytes).
+	// Values larger than it are stored in pieces. Part of the geometry.
 	ExtentBytes uint64
 	// MaxValueBytes is the largest value accepted (larger: TOO_LARGE). 0
-	// means min(64 MiB, ExtentBytes).
+	// means DefaultMaxValueBytes.
 	MaxValueBytes uint64
 	// FS is the file layer; nil means vfs.OS{}. Tests pass a vfs.FaultFS.
 	FS vfs.FS
@@ -92,6 +112,9 @@ type Store struct {
 	direct  bool     // fixed at Open
 	align   uint64   // O_DIRECT offset alignment for reads (<= 4096)
 
+	// upgrade is set by Open when the directory is in the previous
+	// format, which it upgrades in place.
+	upgrade bool
 	// made lists, oldest first, the files and directories Open has
 	// created so far; a failed Open removes them. nil once Open succeeds.
 	made []string
@@ -102,8 +125,14 @@ type Store struct {
 	alloc   *Allocator
 	sums    sumTable
 	flights map[wire.BlockKey]*flight
-	gen     uint64
-	epoch   uint64
+	// spans holds, for each live value larger than an extent, its
+	// head's span (how many pieces, and the nonce that names them).
+	spans map[wire.BlockKey]span
+	// pieceKeys is the set of live pieces, so Stats counts values, not
+	// the pieces of the large ones.
+	pieceKeys map[wire.BlockKey]struct{}
+	gen       uint64
+	epoch     uint64
 	// lost maps an extent whose file Open found missing or cut short to
 	// the bytes of it that still hold what they held; rebuild drops the
 	// records of values past them. nil once Open is done.
@@ -112,6 +141,10 @@ type Store struct {
 	// reported to acct once, when Open succeeds, so a failed Open leaves
 	// no charge behind.
 	restored map[uint64]int64
+	// restHeads and restPieces collect, during rebuild, the heads and
+	// pieces of values larger than an extent (reconcileSpans).
+	restHeads  map[wire.BlockKey]span
+	restPieces map[wire.BlockKey]struct{}
 
 	failed  atomic.Bool
 	failure atomic.Pointer[string] // why it failed closed, with the cause; set once, before failed
@@ -249,11 +282,23 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 	if n > s.maxValue {
 		return fmt.Errorf("slab engine: cache %s: %d-byte value exceeds the %d-byte maximum: %w", key, n, s.maxValue, wire.StatusTooLarge)
 	}
+	if n > s.geo.extentBytes {
+		return s.cacheSpanned(key, value)
+	}
+	_, err := s.cacheOne(key, value, span{})
+	return err
+}
 
+// cacheOne stores a value of at most one extent: an ordinary value, a
+// piece of a larger one, or its head (sp, recorded with it; see span).
+// published is false when the value did not become key's (an error, a
+// follower of another PUT of the key, or fenced by a Remove).
+func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span) (published bool, err error) {
+	n := uint64(len(value))
 	s.mu.Lock()
 	if s.failed.Load() {
 		s.mu.Unlock()
-		return s.failedErr()
+		return false, s.failedErr()
 	}
 	if f := s.flights[key]; f != nil {
 		// Follower: the leader's payload+record result is ours too, and
@@ -267,16 +312,18 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 		if f.err == nil {
 			s.puts.Add(1)
 		}
-		return f.err
+		return false, f.err
 	}
 	r, err := s.alloc.Reserve(n)
 	if err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("slab engine: cache %s: %d bytes: %w: %w", key, n, err, wire.StatusCacheFull)
+		return false, fmt.Errorf("slab engine: cache %s: %d bytes: %w: %w", key, n, err, wire.StatusCacheFull)
 	}
 	var victims []Victim
+	var orphans []orphan
 	if v := s.alloc.Victims(); len(v) > 0 {
 		victims = append(victims, v...)
+		orphans = s.takeOrphans(victims)
 	}
 	if e := s.alloc.Rebound(); e >= 0 {
 		// NB: under the lock on purpose: nobody may write a record into
@@ -289,18 +336,20 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 			s.mu.Unlock()
 			s.fail(err)
 			s.account(victims)
-			return fmt.Errorf("slab engine: cache %s: %w: %w", key, err, wire.StatusIOError)
+			s.removeOrphans(orphans)
+			return false, fmt.Errorf("slab engine: cache %s: %w: %w", key, err, wire.StatusIOError)
 		}
 		s.moves.Add(1)
 	}
 	f := &flight{done: make(chan struct{})}
 	s.flights[key] = f
 	s.gen++
-	rec := record{class: uint8(s.alloc.Class(r)), length: uint32(n), key: key, gen: s.gen}
+	rec := record{class: uint8(s.alloc.Class(r)), length: uint32(n), key: key, gen: s.gen, span: sp.pieces, nonce: sp.nonce}
 	rec.extent, rec.slot = s.alloc.Split(r)
 	off := s.alloc.Offset(r)
 	s.mu.Unlock()
 	s.account(victims)
+	s.removeOrphans(orphans)
 
 	rec.sum, err = s.writePayload(rec.extent, off, value, sumSeed(&key, rec.extent, rec.slot, rec.length))
 	if err != nil {
@@ -319,11 +368,24 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 	if err == nil && !f.fenced && !s.failed.Load() {
 		s.sums.set(rec.extent, rec.slot, s.alloc.Lattice().Slots(int(rec.class)), rec.sum)
 		old, oldLen, replaced := s.alloc.Publish(r, &key)
+		oldSpan, hadSpan := s.spans[key]
+		switch {
+		case sp.head():
+			s.spans[key] = sp
+		case sp.pieces&pieceFlag != 0:
+			s.pieceKeys[key] = struct{}{}
+		case hadSpan:
+			delete(s.spans, key)
+		}
 		s.mu.Unlock()
+		published = true
 		s.acct.Committed(key.Tenant, int64(n))
 		if replaced {
 			s.acct.Committed(key.Tenant, -int64(oldLen))
 			s.clearAndRelease(old)
+		}
+		if hadSpan {
+			s.removePieces(key, oldSpan)
 		}
 		if s.failed.Load() {
 			// Clearing the replaced value's record failed the store
@@ -349,7 +411,7 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 	}
 	f.err = err
 	close(f.done)
-	return err
+	return published, err
 }
 
 func (s *Store) account(victims []Victim) {
@@ -393,12 +455,16 @@ func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.All
 	e, sl := s.alloc.Split(r)
 	slotOff := s.alloc.Offset(r)
 	want := s.sums.get(e, sl)
+	sp, spanned := s.spans[key]
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.alloc.Release(r)
 		s.mu.Unlock()
 	}()
+	if spanned {
+		return s.rangeSpanned(key, r, sp, uint64(stored32), offset, length, alloc)
+	}
 
 	stored := uint64(stored32)
 	n, ok := wire.RangeLen(stored, offset, length)
@@ -434,11 +500,12 @@ func (s *Store) Lookup(key wire.BlockKey) (uint64, error) {
 	defer s.exit()
 	s.mu.Lock()
 	_, n, ok := s.alloc.Lookup(&key)
+	sp := s.spans[key]
 	s.mu.Unlock()
 	if !ok {
 		return 0, wire.StatusNotFound
 	}
-	return uint64(n), nil
+	return uint64(sp.pieces)*s.geo.extentBytes + uint64(n), nil
 }
 
 // Remove implements engine.StoreEngine. The key is hidden at once; a PUT
@@ -450,8 +517,25 @@ func (s *Store) Remove(key wire.BlockKey) error {
 		return err
 	}
 	defer s.exit()
+	if !s.remove(key) {
+		return wire.StatusNotFound
+	}
+	s.removes.Add(1)
+	if s.failed.Load() {
+		return s.failedErr()
+	}
+	return nil
+}
+
+// remove is Remove inside an operation: it hides key (and the pieces of a
+// value larger than an extent), fences a PUT of it in flight and clears
+// the record. It reports whether there was anything to remove.
+func (s *Store) remove(key wire.BlockKey) bool {
 	s.mu.Lock()
 	r, n, ok := s.alloc.Remove(&key)
+	sp, spanned := s.spans[key]
+	delete(s.spans, key)
+	delete(s.pieceKeys, key)
 	f := s.flights[key]
 	if f != nil {
 		f.fenced = true
@@ -461,24 +545,23 @@ func (s *Store) Remove(key wire.BlockKey) error {
 	}
 	s.mu.Unlock()
 	if !ok && f == nil {
-		return wire.StatusNotFound
+		return false
 	}
 	if ok {
 		s.acct.Committed(key.Tenant, -int64(n))
 		s.clearAndRelease(r)
 	}
-	s.removes.Add(1)
-	if s.failed.Load() {
-		return s.failedErr()
+	if spanned {
+		s.removePieces(key, sp)
 	}
-	return nil
+	return true
 }
 
 // Stats implements engine.StoreEngine.
 func (s *Store) Stats() engine.Stats {
 	s.checkDirStill()
 	s.mu.Lock()
-	objects, used := s.alloc.Objects(), s.alloc.Used()
+	objects, used := s.alloc.Objects()-uint64(len(s.pieceKeys)), s.alloc.Used()
 	s.mu.Unlock()
 	return engine.Stats{
 		Engine:           Name,

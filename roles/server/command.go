@@ -420,9 +420,7 @@ func largeReserve(v int64) int64 {
 // Automatic slab sizing: a new disk gets a quarter of its free space, at
 // most autoSlabMax, rounded down to whole extents. Production nodes set
 // server.disk_capacity_bytes; the automatic size is for trying dfkv out
-// without filling a shared disk. 8 GiB is 128 default extents, more than
-// the 78 size classes of a 64 MiB extent: with fewer extents than classes,
-// values of many distinct sizes evict each other on a near-empty disk.
+// without filling a shared disk.
 const autoSlabMax = 8 << 30
 
 // openDisk opens one disk's engine. Without a configured capacity, a slab
@@ -433,39 +431,38 @@ func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *
 	if err := writable(vfs.ExistingAncestor(fs, dir)); err != nil {
 		return nil, err
 	}
-	capacity, extent := sc.DiskCapacityBytes, slabExtent(sc)
+	capacity := sc.DiskCapacityBytes
 	if sc.StoreEngine == "slab" {
-		if capacity == 0 {
-			c, e, ok, err := slab.Existing(fs, dir)
-			if err != nil {
-				return nil, fmt.Errorf("%w; set server.disk_capacity_bytes or point at an empty directory", err)
-			}
-			if ok {
-				capacity = c
-				if sc.SlabExtentBytes == 0 {
-					extent = e
-				}
-			} else {
-				// Sized on the filesystem the directory will be made on;
-				// the engine makes it (and warns that it had to).
-				u, err := fs.Usage(vfs.ExistingAncestor(fs, dir))
-				if err != nil {
-					return nil, fmt.Errorf("size it with server.disk_capacity_bytes: %w", err)
-				}
-				capacity = min(u.Free/4, autoSlabMax) / extent * extent
-				if capacity < extent {
-					return nil, fmt.Errorf("only %d bytes free, less than one %d-byte extent; free space or set server.disk_capacity_bytes", u.Free, extent)
-				}
-				log.Info("disk capacity not configured; formatting a quarter of the free space (at most 8GiB)",
-					"disk", dir, "capacity_bytes", capacity, "extent_bytes", extent)
-			}
+		c, e, formatted, err := slab.Existing(fs, dir)
+		if err != nil {
+			return nil, fmt.Errorf("%w; set server.disk_capacity_bytes or point at an empty directory", err)
 		}
-		if extent < sc.MaxBlockBytes {
-			// The node would take values its disk cannot hold: the slab
-			// engine refuses them, and the RAM tier would acknowledge
-			// them and lose them at their flush.
-			return nil, fmt.Errorf("server.max_block_bytes (%s) is larger than the %s extents of this slab disk (server.slab_extent_bytes, or what the disk was formatted with), so values that large could not be stored: lower server.max_block_bytes to at most the extent size, or format the disk anew with larger extents: %w",
-				config.FormatSize(sc.MaxBlockBytes), config.FormatSize(extent), wire.StatusInvalid)
+		extent := slabExtent(sc, capacity)
+		switch {
+		case formatted:
+			// The disk's own geometry, unless configured otherwise (which
+			// the engine then refuses, naming the difference).
+			if capacity == 0 {
+				capacity = c
+			}
+			if sc.SlabExtentBytes == 0 {
+				extent = e
+			}
+		case capacity == 0:
+			// Sized on the filesystem the directory will be made on;
+			// the engine makes it (and warns that it had to).
+			u, err := fs.Usage(vfs.ExistingAncestor(fs, dir))
+			if err != nil {
+				return nil, fmt.Errorf("size it with server.disk_capacity_bytes: %w", err)
+			}
+			capacity = min(u.Free/4, autoSlabMax)
+			extent = slabExtent(sc, capacity)
+			capacity = capacity / extent * extent
+			if capacity < extent {
+				return nil, fmt.Errorf("only %d bytes free, less than one %d-byte extent; free space or set server.disk_capacity_bytes", u.Free, extent)
+			}
+			log.Info("disk capacity not configured; formatting a quarter of the free space (at most 8GiB)",
+				"disk", dir, "capacity_bytes", capacity, "extent_bytes", extent)
 		}
 		return slab.Open(slab.Options{Dir: dir, CapacityBytes: capacity, ExtentBytes: extent, MaxValueBytes: sc.MaxBlockBytes,
 			FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct,
@@ -485,13 +482,14 @@ func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *
 	return file.Open(file.Options{Dir: dir, CapacityBytes: capacity, FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct})
 }
 
-// slabExtent is the extent size a new slab disk is formatted with:
-// server.slab_extent_bytes, or the default grown to hold one maximum block.
-func slabExtent(sc config.Server) uint64 {
+// slabExtent is the extent size a new slab disk of capacity bytes is
+// formatted with: server.slab_extent_bytes, or the engine's choice for its
+// capacity (values larger than an extent are stored in pieces).
+func slabExtent(sc config.Server, capacity uint64) uint64 {
 	if sc.SlabExtentBytes != 0 {
 		return sc.SlabExtentBytes
 	}
-	return max(uint64(slab.DefaultExtentBytes), (sc.MaxBlockBytes+(1<<20)-1)&^((1<<20)-1))
+	return slab.ExtentFor(capacity)
 }
 
 // checkSharedSpace refuses, before any disk is opened, new slab disks of a
@@ -504,7 +502,7 @@ func checkSharedSpace(sc config.Server, fsys vfs.FS) error {
 	if sc.StoreEngine != "slab" || sc.DiskCapacityBytes == 0 || len(sc.Disks) < 2 {
 		return nil
 	}
-	extent := slabExtent(sc)
+	extent := slabExtent(sc, sc.DiskCapacityBytes)
 	need := sc.DiskCapacityBytes / extent * extent
 	type shared struct {
 		free  uint64

@@ -13,7 +13,10 @@ import (
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/enginetest"
+	"github.com/dfkv/dfkv/engine/slab"
 	"github.com/dfkv/dfkv/engine/vfs"
+	"github.com/dfkv/dfkv/wire"
 )
 
 // TestOpenDiskMissingDirWarns: a disk directory that does not exist (an
@@ -129,12 +132,13 @@ func TestSharedFilesystemSizedTogether(t *testing.T) {
 	}
 }
 
-// TestMaxBlockOverSlabExtentRefused: a max_block_bytes larger than a slab
-// disk's extents, whether the extents are configured or are what the disk
-// was formatted with, is refused at start naming both sizes and the
-// settings: the node would otherwise take values its disk cannot hold (and
-// the RAM tier acknowledged them and lost them at the flush).
-func TestMaxBlockOverSlabExtentRefused(t *testing.T) {
+// TestSlabExtentsFollowTheDisk: a new slab disk's extent size follows its
+// capacity (many extents even on a small disk), a max_block_bytes larger
+// than the extents is stored in pieces and reads back, and a disk
+// formatted with other extents (an explicit size, or an earlier default)
+// keeps them when server.slab_extent_bytes is not set, with or without a
+// configured capacity.
+func TestSlabExtentsFollowTheDisk(t *testing.T) {
 	load := func(flags map[string][]string) config.Server {
 		t.Helper()
 		cfg, _, err := config.LoadFrom("server", "", nil, flags)
@@ -143,27 +147,39 @@ func TestMaxBlockOverSlabExtentRefused(t *testing.T) {
 		}
 		return cfg.Server
 	}
-	open := func(sc config.Server, dir string) error {
-		st, err := openDisk(sc, dir, vfs.OS{}, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
-		if err == nil {
-			st.Close()
-		}
-		return err
-	}
-	want := func(err error, what string) {
+	open := func(sc config.Server, dir string) engine.StoreEngine {
 		t.Helper()
-		if err == nil || !strings.Contains(err.Error(), "server.max_block_bytes (128MiB) is larger than the 64MiB extents") || !strings.Contains(err.Error(), "server.slab_extent_bytes") {
-			t.Fatalf("%s: %v, want a refusal naming both sizes and settings", what, err)
+		st, err := openDisk(sc, dir, vfs.OS{}, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			t.Fatal(err)
 		}
+		return st
 	}
-	dir := filepath.Join(t.TempDir(), "d0")
-	want(open(load(map[string][]string{"max-block-bytes": {"128MiB"}, "slab-extent-bytes": {"64MiB"}, "disk-capacity": {"256MiB"}}), dir), "configured extents")
-	if err := open(load(map[string][]string{"disk-capacity": {"256MiB"}}), dir); err != nil {
-		t.Fatal(err) // formatted with the default 64 MiB extents
+	small := filepath.Join(t.TempDir(), "small")
+	st := open(load(map[string][]string{"disk-capacity": {"256MiB"}}), small)
+	if _, e, _, _ := slab.Existing(nil, small); e != 1<<20 {
+		t.Fatalf("a 256 MiB disk formatted with %d-byte extents, want 1 MiB", e)
 	}
-	want(open(load(map[string][]string{"max-block-bytes": {"128MiB"}}), dir), "a formatted disk's extents")
-	if err := open(load(nil), dir); err != nil {
-		t.Fatalf("the disk after the refusals: %v", err)
+	big := make([]byte, 40<<20+3)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	key := wire.BlockKey{Tenant: 1, ID: [16]byte{1}}
+	if err := st.Cache(key, big); err != nil {
+		t.Fatalf("a 40 MiB value on 1 MiB extents: %v", err)
+	}
+	got, _, err := st.Range(key, 0, 0, enginetest.NewAlloc(nil))
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("the 40 MiB value read back: %d bytes, %v", len(got), err)
+	}
+	st.Close()
+
+	old := filepath.Join(t.TempDir(), "old")
+	open(load(map[string][]string{"disk-capacity": {"256MiB"}, "slab-extent-bytes": {"64MiB"}}), old).Close()
+	open(load(map[string][]string{"disk-capacity": {"256MiB"}}), old).Close()
+	open(load(nil), old).Close()
+	if c, e, _, _ := slab.Existing(nil, old); c != 256<<20 || e != 64<<20 {
+		t.Fatalf("the formatted disk's geometry changed: %d bytes of %d-byte extents", c, e)
 	}
 }
 

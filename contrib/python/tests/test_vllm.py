@@ -403,15 +403,24 @@ class VLLMEngineTest(StandIn):
 
     def engine_once_registered(self, model, ex):
         """An engine opened through the MDS in ex, retried while the node
-        that was just started has not registered with it yet."""
+        that was just started has not registered with it yet, and returned
+        once the scheduler's and every worker's client know a node (each
+        asks the MDS on its own, so one may have asked before the node
+        registered)."""
         deadline = time.monotonic() + 20
         while True:
             try:
-                return self.engine(model, ex)
+                e = self.engine(model, ex)
+                break
             except Exception:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
+        clients = [e.connector.client] + [w.connector.client for w in e.workers]
+        while not all(c.stats() for c in clients):
+            self.assertLess(time.monotonic(), deadline, "the connectors' clients never learned the node from the MDS")
+            time.sleep(0.1)
+        return e
 
     def test_mds_discovery(self):
         mds = Server(role="mds")

@@ -57,6 +57,7 @@ type Server struct {
 	SlabExtentBytes     uint64        // slab extent size; 0 = from the capacity (slab.ExtentFor)
 	ScrubBytesPerSecond uint64        // slab scrub read rate per disk; 0 = no scrub
 	ScrubIntervalHours  int           // hours between full scrub passes; 0 = only after an unclean stop
+	URing               int           // 1 = small slab payload I/O through io_uring
 	RAMTier             int           // 1 = RAM tier on
 	RAMTierBytes        uint64        // arena + large reserve
 	RAMWriteMode        string        // writeback | writearound

@@ -253,6 +253,7 @@ var ramTierOnly = map[string]bool{
 // slabOnly are the server settings that only the slab engine reads.
 var slabOnly = map[string]bool{
 	"server.slab_extent_bytes": true, "server.scrub_bytes_per_second": true, "server.scrub_interval_hours": true,
+	"server.uring": true,
 }
 
 // noEffect warns about settings given (not defaults) that the rest of the

@@ -175,6 +175,12 @@ var settings = []setting{
 		value: intValue{field: func(c *Config) *int { return &c.Server.ScrubIntervalHours }, min: 0, max: 8760},
 	},
 	{
+		key: "server.uring", env: "DFKV_SERVER_URING", flag: "uring", roles: roleServer,
+		def:   "1",
+		help:  "slab engine: 1 submits payload reads and writes of up to 256KiB through one io_uring ring per disk (pread/pwrite where the kernel refuses it, said once in the log); 0 always uses pread/pwrite",
+		value: intValue{field: func(c *Config) *int { return &c.Server.URing }, min: 0, max: 1},
+	},
+	{
 		key: "server.ram_tier", env: "DFKV_RAM_TIER", flag: "ram-tier", roles: roleServer,
 		def:   "0",
 		help:  "1 puts a RAM arena of ram_tier_bytes in front of the disks; 0 leaves it out entirely",
@@ -441,7 +447,7 @@ var otherEnv = []string{
 }
 
 // notBuiltEnv lists the seed's and DESIGN.md's names for features this
-// build does not have yet (MDS legacy framing, RDMA, io_uring, …). Setting one
+// build does not have yet (MDS legacy framing, RDMA, …). Setting one
 // is not a typo, but it does nothing yet, and Load says so in a warning
 // rather than letting an operator believe it took effect. When a feature
 // lands, its variable becomes a row above and leaves this list.
@@ -449,7 +455,6 @@ var notBuiltEnv = []string{
 	// MDS legacy framing shim (seed 000): dfkv has no legacy peers.
 	"DFKV_MDS_ACCEPT_LEGACY",
 	// server (seed 000)
-	"DFKV_SERVER_URING",
 	"DFKV_RDMA", "DFKV_RDMA_DEV", "DFKV_RDMA_NUMA", "DFKV_RDMA_MAX_BLOCK_BYTES", "DFKV_RDMA_OP_TIMEOUT_MS",
 	"DFKV_RDMA_BATCH_OP_TIMEOUT_MS", "DFKV_RDMA_RECV_SEGMENT_SIZE", "DFKV_RDMA_RECV_CHUNK_IDLE_MS",
 }

@@ -164,7 +164,7 @@ func (s *Store) sumValue(e uint32, slotOff, stored uint64, seed uint32, off uint
 		if s.direct {
 			w = alignUp(c, s.align)
 		}
-		got, err := f.ReadAt(buf.B[:w], int64(slotOff+pos))
+		got, err := s.readAt(f, buf.B[:w], int64(slotOff+pos))
 		if uint64(got) < c {
 			if err == nil {
 				err = fmt.Errorf("short read: %d of %d bytes", got, w)

@@ -272,6 +272,22 @@
 // engine says so once and uses buffered I/O. tmpfs accepts O_DIRECT without
 // doing it; that is harmless here.
 //
+// # io_uring
+//
+// With Options.URing, payload reads and writes of up to 256 KiB (pieces of
+// larger reads, too) go through one io_uring ring per disk (package
+// engine/uring): each request is submitted at once, without waiting, and
+// one reaper goroutine collects the completions, so sixteen connections
+// keep sixteen I/Os in flight without sixteen threads blocked in pread.
+// Measured on the 2-core VM (a node, 16 connections, 4 KiB / 64 KiB
+// values from disk): GET 22.1k / 11.3k requests a second against 14.3k /
+// 7.2k with pread, PUT 17.3k / 12.5k against 14.3k / 9.4k, with p99
+// latency about halved; at 256 KiB the two were equal in a bare read
+// benchmark, which is where the ring stops. Where io_uring_setup or a
+// probe read through the ring fails (an old kernel, a seccomp profile that
+// forbids io_uring), the engine says so once and uses pread/pwrite. Record
+// writes to slots.tbl stay pwrites (64 bytes into the page cache).
+//
 // # Caveats
 //
 //   - Capacity and extent size are geometry: changing either means an empty

@@ -43,7 +43,7 @@ func (s *Store) writePayload(e uint32, off uint64, value []byte, seed uint32) (u
 	n := uint64(len(value))
 	if !s.direct || isAligned(value) && n%pageAlign == 0 {
 		sum := crc32.Update(seed, castagnoli, value)
-		_, err := f.WriteAt(value, int64(off))
+		_, err := s.writeAt(f, value, int64(off))
 		return sum, err
 	}
 	buf := s.pool.Get(int(min(alignUp(n, pageAlign), chunkBytes)))
@@ -54,7 +54,7 @@ func (s *Store) writePayload(e uint32, off uint64, value []byte, seed uint32) (u
 		c, sum = copySum(buf.B, value[pos:], sum)
 		w := alignUp(uint64(c), pageAlign)
 		clear(buf.B[c:w])
-		if _, err := f.WriteAt(buf.B[:w], int64(off+pos)); err != nil {
+		if _, err := s.writeAt(f, buf.B[:w], int64(off+pos)); err != nil {
 			return 0, err
 		}
 		pos += uint64(c)
@@ -70,7 +70,7 @@ func (s *Store) readPayload(e uint32, slotOff, off, n uint64, alloc engine.Alloc
 	f := s.extents[e]
 	if !s.direct {
 		buf := alloc.Alloc(int(n))
-		got, err := f.ReadAt(buf[:n], int64(slotOff+off))
+		got, err := s.readAt(f, buf[:n], int64(slotOff+off))
 		if uint64(got) == n {
 			return buf[:n:n], nil
 		}
@@ -84,7 +84,7 @@ func (s *Store) readPayload(e uint32, slotOff, off, n uint64, alloc engine.Alloc
 	if !isAligned(buf) || uint64(cap(buf))%pageAlign != 0 {
 		return nil, fmt.Errorf("allocator returned a buffer not aligned to %d bytes: %w", pageAlign, wire.StatusInternal)
 	}
-	got, err := f.ReadAt(buf[:end-start], int64(slotOff+start))
+	got, err := s.readAt(f, buf[:end-start], int64(slotOff+start))
 	if uint64(got) == end-start {
 		return buf[off-start : off-start+n : off-start+n], nil
 	}
@@ -92,6 +92,38 @@ func (s *Store) readPayload(e uint32, slotOff, off, n uint64, alloc engine.Alloc
 		err = fmt.Errorf("short read: %d of %d bytes", got, end-start)
 	}
 	return nil, err
+}
+
+// uringMaxBytes is the largest payload read or write submitted through
+// the io_uring ring (Options.URing); larger ones are single preads and
+// pwrites, which move as many bytes per system call as the ring would.
+const uringMaxBytes = 256 << 10
+
+// readAt reads payload bytes: through the ring when there is one and b is
+// small, else with pread. Like pread it reports a short read at the end
+// of the file as io.EOF.
+func (s *Store) readAt(f vfs.File, b []byte, off int64) (int, error) {
+	if s.ring == nil || len(b) > uringMaxBytes {
+		return f.ReadAt(b, off)
+	}
+	n, err := s.ring.ReadAt(int(f.Fd()), b, off)
+	if err == nil && n < len(b) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// writeAt writes payload bytes: through the ring when there is one and b
+// is small, else with pwrite.
+func (s *Store) writeAt(f vfs.File, b []byte, off int64) (int, error) {
+	if s.ring == nil || len(b) > uringMaxBytes {
+		return f.WriteAt(b, off)
+	}
+	n, err := s.ring.WriteAt(int(f.Fd()), b, off)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	return n, err
 }
 
 // recordOff is the fixed slots.tbl offset of r's record.

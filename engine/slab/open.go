@@ -11,6 +11,7 @@ import (
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/engine/uring"
 	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/wire"
 )
@@ -183,6 +184,9 @@ func open(opts Options) (*Store, error) {
 	if err := s.openExtents(opts.DirectIO, cold); err != nil {
 		return nil, err
 	}
+	if opts.URing {
+		s.openRing()
+	}
 	tableCold, err := s.openTable(cold)
 	if err != nil {
 		return nil, err
@@ -218,7 +222,7 @@ func open(opts Options) (*Store, error) {
 	s.log.Info("slab engine: opened", "dir", s.dir, "epoch", s.epoch, "cold", tableCold, "after_unclean_stop", !clean && !fresh,
 		"objects", s.alloc.Objects(), "used_bytes", s.alloc.Used(), "capacity_bytes", s.capacity,
 		"extents", want.extents, "extent_bytes", want.extentBytes, "classes", want.classes,
-		"direct_io", s.direct, "dropped_records", stats.dropped, "rebuild", stats.took.String())
+		"direct_io", s.direct, "io_uring", s.ring != nil, "dropped_records", stats.dropped, "rebuild", stats.took.String())
 	s.startScrub(opts.Scrub, !clean && !tableCold)
 	if want.extents < want.classes {
 		// Each size class takes whole extents: with more distinct value
@@ -568,6 +572,10 @@ func (s *Store) openTable(cold bool) (bool, error) {
 var fallocateFn = fallocate
 
 func (s *Store) closeFiles() {
+	if s.ring != nil {
+		_ = s.ring.Close()
+		s.ring = nil
+	}
 	for _, f := range s.extents {
 		_ = f.Close()
 	}
@@ -658,4 +666,34 @@ func (s *Store) loseExtent(e uint32, valid uint64) {
 		s.lost = map[uint32]uint64{}
 	}
 	s.lost[e] = valid
+}
+
+// ringEntries is the depth of a disk's io_uring submission queue; more
+// requests than that wait for a slot.
+const ringEntries = 64
+
+// newRing is uring.New, replaceable by tests (a kernel that refuses
+// io_uring cannot be conjured here).
+var newRing = uring.New
+
+// openRing sets up the disk's io_uring ring and checks that a read
+// through it works on the first extent; if either fails it says so once
+// and the store uses pread/pwrite.
+func (s *Store) openRing() {
+	if _, real := s.fs.(vfs.OS); !real {
+		return
+	}
+	r, err := newRing(ringEntries)
+	if err == nil && len(s.extents) > 0 {
+		probe := iobuf.AlignedSlice(pageAlign)
+		if _, perr := r.ReadAt(int(s.extents[0].Fd()), probe, 0); perr != nil {
+			_ = r.Close()
+			err = fmt.Errorf("a read through the ring failed: %w", perr)
+		}
+	}
+	if err != nil {
+		s.log.Warn("slab engine: io_uring is not available; small payload I/O uses pread/pwrite", "dir", s.dir, "err", err)
+		return
+	}
+	s.ring = r
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/engine/uring"
 	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/wire"
 )
@@ -90,6 +91,12 @@ type Options struct {
 	// Scrub configures the background verification of every value; the
 	// zero value turns it off.
 	Scrub ScrubOptions
+	// URing submits payload reads and writes of up to 256 KiB through one
+	// io_uring ring per disk, batching the system calls of concurrent
+	// requests; where the kernel refuses io_uring the engine says so once
+	// and uses pread/pwrite. Only with the real filesystem (FS nil or
+	// vfs.OS): fault-injecting file layers need every call to pass them.
+	URing bool
 }
 
 // Store is a slab engine on one disk directory. It implements
@@ -107,10 +114,11 @@ type Store struct {
 
 	extents []vfs.File // resident descriptors, O_DIRECT while direct
 	table   vfs.File
-	lock    vfs.File // Dir itself, flocked for the life of the store
-	state   vfs.File // slab_state, kept open once made (writeState)
-	direct  bool     // fixed at Open
-	align   uint64   // O_DIRECT offset alignment for reads (<= 4096)
+	lock    vfs.File    // Dir itself, flocked for the life of the store
+	state   vfs.File    // slab_state, kept open once made (writeState)
+	direct  bool        // fixed at Open
+	ring    *uring.Ring // small payload I/O; nil: pread/pwrite
+	align   uint64      // O_DIRECT offset alignment for reads (<= 4096)
 
 	// upgrade is set by Open when the directory is in the previous
 	// format, which it upgrades in place.

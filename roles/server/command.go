@@ -466,7 +466,8 @@ func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *
 		}
 		return slab.Open(slab.Options{Dir: dir, CapacityBytes: capacity, ExtentBytes: extent, MaxValueBytes: sc.MaxBlockBytes,
 			FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct,
-			Scrub: slab.ScrubOptions{BytesPerSecond: sc.ScrubBytesPerSecond, Interval: time.Duration(sc.ScrubIntervalHours) * time.Hour}})
+			Scrub: slab.ScrubOptions{BytesPerSecond: sc.ScrubBytesPerSecond, Interval: time.Duration(sc.ScrubIntervalHours) * time.Hour},
+			URing: sc.URing == 1})
 	}
 	if capacity == 0 {
 		u, err := fs.Usage(vfs.ExistingAncestor(fs, dir))

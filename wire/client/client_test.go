@@ -336,7 +336,7 @@ func TestBackoffCountsIncidentsNotCalls(t *testing.T) {
 	p := &peer{addr: "node", opts: &Options{Logger: slog.New(slog.DiscardHandler)}}
 	now := time.Now()
 	for range 16 {
-		p.fail(now.Add(time.Millisecond), 0)
+		p.fail(now.Add(time.Millisecond), 0, nil)
 	}
 	if p.downUntil.Load() != windowEnd(now.Add(time.Millisecond+minBackoff)) {
 		t.Fatalf("16 simultaneous failures: down until +%v, want +%v", time.Duration(p.downUntil.Load()-monoNanos(now)), time.Millisecond+minBackoff)
@@ -346,7 +346,7 @@ func TestBackoffCountsIncidentsNotCalls(t *testing.T) {
 	if !ok || hold == 0 {
 		t.Fatalf("after the window: admitted %v as probe %d, want the probe", ok, hold)
 	}
-	p.fail(later, hold)
+	p.fail(later, hold, nil)
 	if p.downUntil.Load() != windowEnd(later.Add(2*minBackoff)) {
 		t.Fatalf("a second incident: down until +%v, want +%v", time.Duration(p.downUntil.Load()-monoNanos(later)), 2*minBackoff)
 	}
@@ -372,7 +372,7 @@ func TestBackoffConcurrentFirstFailures(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				p.fail(now, 0)
+				p.fail(now, 0, nil)
 			}()
 		}
 		close(start)
@@ -391,7 +391,7 @@ func TestBackoffConcurrentFirstFailures(t *testing.T) {
 func TestBackoffFollowsMonotonicClock(t *testing.T) {
 	p := &peer{addr: "node", opts: &Options{Logger: slog.New(slog.DiscardHandler)}}
 	now := time.Now()
-	p.fail(now, 0)
+	p.fail(now, 0, nil)
 	if !p.isDown(now.Add(minBackoff / 2)) {
 		t.Fatal("not backed off within the window")
 	}
@@ -420,7 +420,7 @@ func (p *peer) isDown(now time.Time) bool {
 func TestBackoffOneProbe(t *testing.T) {
 	p := &peer{addr: "node", opts: &Options{Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)}}
 	now := time.Now()
-	p.fail(now, 0)
+	p.fail(now, 0, nil)
 	admitAll := func(at time.Time) (probes []int64, refused, plain int) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -462,12 +462,12 @@ func TestBackoffOneProbe(t *testing.T) {
 	}
 	// A call that was in flight since before the incident fails during
 	// the hold: the same incident, the hold stays.
-	p.fail(after, 0)
+	p.fail(after, 0, nil)
 	if p.failures.Load() != 1 {
 		t.Fatalf("a plain failure during the probe counted: %d failures", p.failures.Load())
 	}
 	// The probe fails: the next window is twice as long.
-	p.fail(after, probes[0])
+	p.fail(after, probes[0], nil)
 	if p.downUntil.Load() != windowEnd(after.Add(2*minBackoff)) || p.failures.Load() != 2 {
 		t.Fatalf("failed probe: down until +%v after %d failures, want +%v after 2", time.Duration(p.downUntil.Load()-monoNanos(after)), p.failures.Load(), 2*minBackoff)
 	}
@@ -554,7 +554,7 @@ func TestSilentNodeProbedOnce(t *testing.T) {
 func TestBackoffProbeTimesOut(t *testing.T) {
 	p := &peer{addr: "node", opts: &Options{Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)}}
 	now := time.Now()
-	p.fail(now, 0)
+	p.fail(now, 0, nil)
 	start := now.Add(minBackoff + time.Millisecond)
 	deadline := start.Add(50 * time.Millisecond)
 	ok, hold := p.admit(start, deadline)
@@ -565,7 +565,7 @@ func TestBackoffProbeTimesOut(t *testing.T) {
 	if ok, _ := p.admit(late, late.Add(time.Second)); ok {
 		t.Fatal("a second probe started while the first was reporting its timeout")
 	}
-	p.fail(late, hold)
+	p.fail(late, hold, nil)
 	if p.failures.Load() != 2 || p.downUntil.Load() != windowEnd(late.Add(2*minBackoff)) {
 		t.Fatalf("the timed-out probe: %d failures, down until +%v; want 2, +%v", p.failures.Load(), time.Duration(p.downUntil.Load()-monoNanos(late)), 2*minBackoff)
 	}
@@ -577,7 +577,7 @@ func TestBackoffProbeTimesOut(t *testing.T) {
 func TestBackoffHoldsAreUnique(t *testing.T) {
 	p := &peer{addr: "node", opts: &Options{Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)}}
 	now := time.Now()
-	p.fail(now, 0)
+	p.fail(now, 0, nil)
 	at := now.Add(minBackoff + time.Millisecond)
 	deadline := at.Add(time.Second)
 	_, first := p.admit(at, deadline)
@@ -680,11 +680,11 @@ func TestUnreachableNodeProbeDialFails(t *testing.T) {
 func TestBackoffStaleProbeFailure(t *testing.T) {
 	p := &peer{addr: "node", opts: &Options{Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)}}
 	now := time.Now()
-	p.fail(now, 0)
+	p.fail(now, 0, nil)
 	at := now.Add(minBackoff + time.Millisecond)
 	_, hold := p.admit(at, at.Add(time.Second))
 	p.succeed() // an older call got its answer
-	p.fail(at.Add(time.Millisecond), hold)
+	p.fail(at.Add(time.Millisecond), hold, nil)
 	if p.failures.Load() != 0 || p.isDown(at.Add(2*time.Millisecond)) {
 		t.Fatalf("a stale probe failure: %d failures, down %v; want the node up", p.failures.Load(), p.isDown(at.Add(2*time.Millisecond)))
 	}
@@ -726,5 +726,25 @@ func waitCount(t *testing.T, count *atomic.Int32, n int32) {
 		if time.Now().After(wait) {
 			t.Fatalf("the node counted %d requests after 10 s, want %d", count.Load(), n)
 		}
+	}
+}
+
+// TestBackoffErrorSaysWhy: a call refused by the back-off window after a
+// node refused a connection says why the node is being backed off from,
+// not only that it is.
+func TestBackoffErrorSaysWhy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: connections are refused
+	cl := open(t, addr)
+	if _, err := cl.Exist(context.Background(), []byte("k")); !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("first call: %v, want the refusal", err)
+	}
+	_, err = cl.Exist(context.Background(), []byte("k"))
+	if !strings.Contains(err.Error(), "backing off") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("call in the back-off window: %v, want it to say it backs off and why", err)
 	}
 }

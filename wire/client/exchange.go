@@ -67,7 +67,7 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 	}
 	ok, hold := p.admit(now, deadline)
 	if !ok {
-		return &peerError{addr: p.addr, miss: read, cause: fmt.Errorf("dfkv node %s: backing off after a connection failure: %w", p.addr, wire.StatusUnavailable)}
+		return &peerError{addr: p.addr, miss: read, cause: fmt.Errorf("dfkv node %s: backing off after a connection failure (%s): %w", p.addr, p.lastFailure(), wire.StatusUnavailable)}
 	}
 	if hold != 0 {
 		defer p.release(hold)
@@ -79,7 +79,7 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 		cc, reused, err := p.get(ctx, deadline)
 		if err != nil {
 			if !errors.Is(ctx.Err(), context.Canceled) {
-				p.fail(time.Now(), hold)
+				p.fail(time.Now(), hold, err)
 			}
 			return &peerError{addr: p.addr, miss: read, cause: err}
 		}
@@ -132,7 +132,7 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 			// The node answered, but wrongly: it is up.
 			return connError(p.addr, err)
 		}
-		p.fail(time.Now(), hold)
+		p.fail(time.Now(), hold, err)
 		return &peerError{addr: p.addr, miss: read, cause: connError(p.addr, err)}
 	}
 }

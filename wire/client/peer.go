@@ -30,8 +30,9 @@ type peer struct {
 	// Health, the client's second layer of offline detection (DESIGN.md
 	// §5): consecutive connection failures and the end of the back-off.
 	failures  atomic.Int32
-	downUntil atomic.Int64 // 0 = none; even: monoNanos of a window's end; odd: a probe's hold (admit)
-	lastHold  atomic.Int64 // the latest hold handed out, so the next is unique
+	downUntil atomic.Int64           // 0 = none; even: monoNanos of a window's end; odd: a probe's hold (admit)
+	lastHold  atomic.Int64           // the latest hold handed out, so the next is unique
+	lastErr   atomic.Pointer[string] // why the last failed exchange failed
 
 	// Stall detection (stalled, Client.watch): len(busy); heard, the last
 	// time the node was heard from (a response began, a progressPiece of
@@ -241,7 +242,19 @@ var monoEpoch = time.Now()
 // not grow or shrink when the wall clock is stepped.
 func monoNanos(t time.Time) int64 { return int64(t.Sub(monoEpoch)) }
 
-// fail records a connection failure and extends the back-off window.
+// lastFailure says why the node's last failed exchange failed, for the
+// errors of the calls its back-off window refuses: "backing off" alone
+// does not tell an operator whether the node refused, timed out or was
+// never resolved.
+func (p *peer) lastFailure() string {
+	if e := p.lastErr.Load(); e != nil {
+		return *e
+	}
+	return "no cause recorded"
+}
+
+// fail records a connection failure (err, its cause) and extends the
+// back-off window.
 // Failures while a window is open are one incident, not several: the
 // calls in flight when a node pauses (a GC, a disk stall) all fail at
 // once, and counting each would double the window per call (16 callers:
@@ -249,7 +262,11 @@ func monoNanos(t time.Time) int64 { return int64(t.Sub(monoEpoch)) }
 // the probe let through after it (hold, from admit) fails again. Callers
 // failing at the same moment race to open the window; the one whose
 // compare-and-swap opens it counts the failure, the others find it open.
-func (p *peer) fail(now time.Time, hold int64) {
+func (p *peer) fail(now time.Time, hold int64, err error) {
+	if err != nil {
+		msg := err.Error()
+		p.lastErr.Store(&msg)
+	}
 	for {
 		until := p.downUntil.Load()
 		if hold != 0 {

@@ -194,3 +194,32 @@ func checkAcked(t *testing.T, cl *client.Client, keyOf func(int) []byte, state m
 		t.FailNow()
 	}
 }
+
+// TestServerProcessSmallDisksSmokeAcrossRestarts: a node of two 256 MiB
+// disks (the smallest a newcomer tries) passes `dfkv smoke` round after
+// round, restarted in between by SIGTERM and by SIGKILL in turn, without
+// evicting anything: its extents follow the disk size, so the smoke's
+// values of 1 byte to several MiB never crowd each other out.
+func TestServerProcessSmallDisksSmokeAcrossRestarts(t *testing.T) {
+	dir := t.TempDir()
+	addr, httpAddr := freePort(t), freePort(t)
+	args := []string{"server", "--listen", addr, "--http-listen", httpAddr,
+		"--disk", filepath.Join(dir, "d0"), "--disk", filepath.Join(dir, "d1"), "--disk-capacity", "256MiB"}
+	for round := range 4 {
+		srv := startChild(t, "server", "http://"+httpAddr+"/readyz", args...)
+		code, out, errs := dfkv(t, nil, "smoke", "--members", addr)
+		if code != 0 || !bytes.Contains(out, []byte(" 0 failed")) {
+			t.Fatalf("round %d: smoke exit %d:\n%s\n%s", round, code, out, errs)
+		}
+		for _, d := range []string{"d0", "d1"} {
+			if v := scrapeSample(t, httpAddr, `dfkv_disk_evictions_total{disk="`+filepath.Join(dir, d)+`"`); v != "0" {
+				t.Fatalf("round %d: disk %s evicted %s values", round, d, v)
+			}
+		}
+		if round%2 == 0 {
+			srv.stop(t)
+		} else {
+			srv.signal(t, syscall.SIGKILL)
+		}
+	}
+}

@@ -67,7 +67,7 @@ func suggestEnv(name string) string {
 // the node on rather than tune it. Set to a true value, one asks a node
 // for something this build cannot do, and serving without it would
 // mislead (clients set up for RDMA would find TCP), so a node refuses to
-// start, as DESIGN.md asks of a build without the RDMA transport. Client
+// start rather than serve without the RDMA transport it was asked for. Client
 // roles (ctl, bench, smoke) and false values get unknownEnv's warning
 // only: an engine's environment may carry the variable into a shell where
 // an operator runs ctl to look around.

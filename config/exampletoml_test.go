@@ -12,8 +12,8 @@ import (
 const examplePath = "../dfkv.example.toml"
 
 // TestExampleTOMLComplete: dfkv.example.toml has every setting of the table
-// and nothing else (DESIGN.md §1: "every setting, commented, with its env
-// name and default").
+// and nothing else, so the file can promise every setting, commented, with
+// its env name and default.
 func TestExampleTOMLComplete(t *testing.T) {
 	data, err := os.ReadFile(examplePath)
 	if err != nil {

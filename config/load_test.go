@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// TestDefaults pins the defaults of the settings table in the brief and
-// DESIGN.md §9: roles, scripts and tests rely on them.
+// TestDefaults pins the defaults of the settings table: roles, scripts and
+// tests rely on them.
 func TestDefaults(t *testing.T) {
 	want := &Config{
 		Group: "default",

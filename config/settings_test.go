@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// TestSettingsTable pins each row's names, roles and default to the table in
-// the brief and DESIGN.md §9, which roles, scripts and operators rely on.
+// TestSettingsTable pins each row's names, roles and default, which roles,
+// scripts and operators rely on.
 func TestSettingsTable(t *testing.T) {
 	const all = "server, mds, smoke, bench, ctl"
 	const tools = "smoke, bench, ctl"

@@ -153,7 +153,7 @@ func (v intValue) format(c *Config) string { return strconv.Itoa(*v.field(c)) }
 func (v intValue) allowed() string         { return fmt.Sprintf("%d..%d", v.min, v.max) }
 func (intValue) list() bool                { return false }
 
-// millisValue is a duration written as whole milliseconds, the unit the seed's
+// millisValue is a duration written as whole milliseconds, the unit the
 // DFKV_*_MS variables use; the field holds a time.Duration.
 type millisValue struct {
 	field    func(*Config) *time.Duration

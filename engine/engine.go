@@ -6,7 +6,7 @@
 // recovers it), so the server maps every failure to a status code in one
 // place and the engine never needs to know about the wire.
 //
-// The range contract (DESIGN.md §3) is the same for every engine and every
+// The range contract is the same for every engine and every
 // path:
 //   - length == 0 reads the whole remainder from offset;
 //   - offset == stored length succeeds with zero bytes;
@@ -78,7 +78,7 @@ type Allocator interface {
 // Lender is implemented by an engine that can lend a value's resident
 // bytes in place (the RAM tier): the server writes them to the socket
 // straight from the engine's memory instead of Range copying them into a
-// connection buffer first (seed: the transfer-pin of a zero-copy serve).
+// connection buffer first: the loan is the transfer-pin of a zero-copy serve.
 // A lent value cannot be evicted or reused until its loan is returned, so
 // a caller must Return every loan promptly, whatever happens to the write.
 type Lender interface {
@@ -181,7 +181,7 @@ func (s *Stats) Add(o Stats) {
 }
 
 // Clock is the engine's view of time, passed in so tests and a later
-// deterministic simulation can drive it (DESIGN.md §8).
+// deterministic simulation can drive it.
 type Clock interface {
 	Now() time.Time
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
-// Group is the DiskCacheGroup of DESIGN.md §4: one StoreEngine per disk
+// Group is a node's disk cache group: one StoreEngine per disk
 // directory of a node, with every block routed to exactly one of them by a
 // Ketama ring over the disk names (wire.NewRing, one member per disk, its ID
 // the cleaned directory path) at wire.DiskHash(key), an FNV-1a of the

@@ -10,10 +10,10 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
-// quotaStripes is the number of tenant admission locks (DESIGN.md §4).
+// quotaStripes is the number of tenant admission locks.
 const quotaStripes = 256
 
-// Quotas enforces per-tenant byte quotas on one node (DESIGN.md §4). The
+// Quotas enforces per-tenant byte quotas on one node. The
 // limits are fixed at startup; the committed bytes per tenant are learned
 // through the Accounting interface the engines call, so they stay right
 // through publish, overwrite, eviction, removal and restart rebuild.

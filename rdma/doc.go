@@ -1,7 +1,7 @@
-// Package rdma is where the RDMA v2 transport will live (DESIGN.md §2 and
-// §7; the seed's native RDMA v2: PUT by WRITE_WITH_IMM into a leased
-// server slot, GET by the server's RDMA_WRITE into the client's
-// registered buffers, negotiated during the TCP bootstrap). It is not
+// Package rdma is where the RDMA v2 transport will live (PUT by
+// WRITE_WITH_IMM into a leased server slot, GET by the server's RDMA_WRITE
+// into the client's registered buffers, negotiated during the TCP
+// bootstrap). It is not
 // built yet: this package has no code, clients and nodes speak only TCP,
 // and a node started with DFKV_RDMA=1 refuses to start with an error that
 // says so (config), while client roles and the transport's tuning

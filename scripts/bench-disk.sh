@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench-disk.sh: the slab engine's GET of 1 MiB blocks from disk at 16
 # concurrent readers against what fio reads from the same filesystem, in
-# one run (issue 3's target: at least 85 % of fio).
+# one run (the target: at least 85 % of fio).
 #
 #   scripts/bench-disk.sh [DIR]     # DIR on the filesystem to measure (default /var/tmp)
 #

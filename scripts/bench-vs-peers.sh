@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
 # bench-vs-peers.sh: dfkv against redis and memcached on this machine, with
 # one load generator for all three (`dfkv bench --protocol dfkv|redis|memcache`),
-# so the tool is not the difference (issue 5, part 6).
+# so the tool is not the difference.
 #
 # It installs redis-server, memcached and iperf3 from Debian when missing,
 # starts redis (persistence off), memcached (-t 2 -I 8m -m 8192), iperf3 -s
 # and a dfkv server (temporary disk directory) on free loopback ports, as
 # its own children, and stops them by PID on exit. For each value size
 # (64KiB, 1MiB) and each system, it fills the key space once (unmeasured:
-# first-touch of fresh memory is far slower than steady state, see
-# BASELINE; with dfkv's RAM tier on, it then waits until the fill is
+# first-touch of fresh memory is far slower than steady state; with
+# dfkv's RAM tier on, it then waits until the fill is
 # flushed to disk); then for each connection count (1, 16) it measures GET,
 # then SET/PUT over the same keys, for a fixed duration. Then EXIST of
 # 4KiB-value keys at 16 connections (dfkv EXIST, redis EXISTS, memcached
 # `mg KEY` without flags), and the two ceilings: loopback TCP (iperf3
 # --len 1M, one stream) and the disk (fio --direct=1 --bs=1M --iodepth=16
 # random reads on the filesystem of dfkv's disk directory), with the
-# ratio of dfkv's GET 1MiB at 16 connections to the latter (issue 5's
-# target without the RAM tier: at least 0.85).
+# ratio of dfkv's GET 1MiB at 16 connections to the latter (the target
+# without the RAM tier: at least 0.85).
 #
-# With --tier it measures instead the RAM tier's rows (issue 7): GET of
+# With --tier it measures instead the RAM tier's rows: GET of
 # 256KiB values at 1 connection (the p99 column is the target there), GET
 # and SET of 1MiB at 16, and GET of 4MiB at 32 connections; pass the tier
 # through --server-args (e.g. "--ram-tier 1 --ram-tier-bytes 4GiB").
@@ -128,8 +128,7 @@ fi
 warmup=1s
 sizes=(64KiB 1MiB)
 conns=(1 16)
-# Key spaces of about 1 GiB per size (BASELINE's loadgen used the same),
-# and 16384 4KiB-value keys for EXIST.
+# Key spaces of about 1 GiB per size, and 16384 4KiB-value keys for EXIST.
 declare -A keys=([64KiB]=16384 [256KiB]=4096 [1MiB]=1024 [4MiB]=256)
 exist_keys=16384
 iperf_secs=5

@@ -68,7 +68,7 @@
 //	BATCH_REMOVE (9)  length = n; body = n keys -> n status records
 //	STATS   (10) no body                       -> OK + JSON body
 //
-// The range contract (DESIGN.md §3) holds for GET and BATCH_GET on every
+// The range contract holds for GET and BATCH_GET on every
 // engine: length 0 reads the remainder, offset == stored succeeds with zero
 // bytes, offset > stored is INVALID, an oversized length is clamped, and the
 // stored length is always returned.

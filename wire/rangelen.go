@@ -1,6 +1,6 @@
 package wire
 
-// RangeLen applies the range contract (doc.go, DESIGN.md §3) to a read of
+// RangeLen applies the range contract (doc.go) to a read of
 // length bytes at offset of a value of stored bytes: the bytes it returns
 // (length 0 reads the remainder, an oversized length is clamped, offset ==
 // stored reads nothing). ok is false for offset > stored, which is

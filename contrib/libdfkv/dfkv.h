@@ -2,8 +2,8 @@
  * dfkv.h — the C ABI of dfkv, a distributed KV-cache store for LLM inference.
  *
  * Written by hand; implemented by libdfkv.so (contrib/libdfkv, Go with cgo,
- * built by scripts/build-lib.sh). See DESIGN.md §2 (identity), §3 (status
- * codes) and §7 (clients).
+ * built by scripts/build-lib.sh). The sections below cover identity, status
+ * codes and the behaviour of clients.
  *
  * Identity
  *   A client handle is opened on one immutable NAMESPACE (binary bytes, e.g.

@@ -70,8 +70,8 @@ func TestStatusOf(t *testing.T) {
 }
 
 // TestHeaderStatusCodes: the status numbers of the hand-written dfkv.h are
-// wire.Status values (DESIGN.md §3: "The C ABI returns the same numbers"),
-// every one of them, with the same names.
+// wire.Status values, every one of them, with the same names: the C ABI
+// returns the same numbers as the wire protocol's status byte.
 func TestHeaderStatusCodes(t *testing.T) {
 	h, err := os.ReadFile("dfkv.h")
 	if err != nil {

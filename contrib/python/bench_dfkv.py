@@ -1,4 +1,4 @@
-"""Python-layer overhead numbers (issue 6, "Numbers"):
+"""Python-layer overhead numbers:
 
 1. batch get of N x SIZE (default 64 x 1 MiB) through dfkv.Client, against
    the Go client's GetBatch (contrib/bench/getbatch) on the same server and

@@ -1,7 +1,7 @@
 // Package enginetest is the conformance suite every engine.StoreEngine runs
 // (the file engine now, the slab engine next), in the way bbolt runs one
 // suite over both freelists and etcd ships wal/testing. The range contract
-// of DESIGN.md §3 is written down here once.
+// every engine shares is written down here once.
 //
 // An engine's test calls
 //

@@ -7,7 +7,7 @@ import (
 )
 
 // testReopen: nothing acknowledged as stored is lost across a graceful
-// restart (DESIGN.md §8), byte for byte, and nothing removed comes back.
+// restart, byte for byte, and nothing removed comes back.
 func testReopen(t *testing.T, open Opener) {
 	e, dir := openNew(t, open, bigCapacity)
 	want := map[wire.BlockKey][]byte{}

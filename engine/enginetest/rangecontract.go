@@ -10,7 +10,7 @@ import (
 )
 
 // CheckRange calls e.Range(key, off, length) on a key holding value and
-// checks the result against the range contract (DESIGN.md §3):
+// checks the result against the range contract:
 //   - length == 0 reads the whole remainder from off;
 //   - off == stored length succeeds with zero bytes;
 //   - off > stored length is INVALID;

@@ -1,7 +1,7 @@
 // Package file is the diagnostic file engine ("file", KVStore in the
 // original dfkv): one file per block on one disk directory. It is simple
 // enough to check by hand with ls and cmp, which is what it is for; the slab
-// engine is the production default (DESIGN.md §4).
+// engine is the production default.
 //
 // # Layout
 //
@@ -11,13 +11,14 @@
 //
 // tt is the first byte of the tenant hash and oo the first byte of the object
 // id, each as two lower-case hex digits, i.e. characters [0:2] and [16:18] of
-// the filename. DESIGN.md writes the bucket path as
-// "<tenant-prefix>/<tenant-prefix>"; the second level uses the object id
-// instead because a node usually serves one or a few tenants, and two tenant
-// bytes would put all of one tenant's blocks, millions of them, in a single
-// directory. With an object-id byte one tenant spreads over 256 directories
-// (about 40,000 entries each at ten million blocks), and all of a tenant's
-// blocks still sit under one blocks/<tt> directory for du and rm.
+// the filename. Bucketing by tenant at both levels
+// ("<tenant-prefix>/<tenant-prefix>") would be the obvious layout; the
+// second level uses the object id instead because a node usually serves one
+// or a few tenants, and two tenant bytes would put all of one tenant's
+// blocks, millions of them, in a single directory. With an object-id byte
+// one tenant spreads over 256 directories (about 40,000 entries each at ten
+// million blocks), and all of a tenant's blocks still sit under one
+// blocks/<tt> directory for du and rm.
 //
 // Filenames are the strict form of wire.BlockKey.Filename: exactly 48
 // lower-case hex digits. Open refuses to start, naming the path, if blocks/

@@ -230,7 +230,7 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 	}
 	err := s.put(key, value)
 	if err != nil && isNoSpace(err) {
-		// DESIGN.md §4: exactly one bounded force-evict and retry. The
+		// Exactly one bounded force-evict and retry, never a loop. The
 		// filesystem is fuller than our accounting says (other tenants of
 		// the disk, metadata, a failed unlink); free a little more than
 		// this value needs and try once more.

@@ -1,8 +1,7 @@
-// Package ramtier is the RAM hot tier (DESIGN.md §4, issue 7, seed "RAM
-// tier"): an engine.StoreEngine that fronts a backing engine (normally an
-// engine.Group over slab disks) with a RAM arena, so a warm GET never
-// touches a disk and a write-back PUT returns once its block is visible in
-// RAM.
+// Package ramtier is the RAM hot tier: an engine.StoreEngine that fronts a
+// backing engine (normally an engine.Group over slab disks) with a RAM
+// arena, so a warm GET never touches a disk and a write-back PUT returns
+// once its block is visible in RAM.
 //
 // # Memory
 //
@@ -67,9 +66,9 @@
 // Every engine's Cache replaces (the conformance suite pins it), so a
 // new RAM generation of a key the disk already holds replaces the disk
 // value when it flushes, and RAM never certifies bytes the disk will not
-// hold. NB: the seed's rule "a committed disk value wins over a new RAM
-// generation" exists because its disk store kept the first value of a
-// key; ours does not, so the tier keeps the one replace contract instead.
+// hold. NB: a rule that "a committed disk value wins over a new RAM
+// generation" only fits a disk store that keeps the first value of a key;
+// ours does not, so the tier keeps the one replace contract instead.
 //
 // # Reads
 //

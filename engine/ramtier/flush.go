@@ -14,7 +14,7 @@ import (
 // flushQueue is the FIFO of write-back generations waiting for one disk
 // (or for the backing, with one queue). Each disk has its own queue and
 // workers, so a slow or failing disk backs up only its own flushes while
-// the others keep draining (seed: flush workers group flushes by disk).
+// the others keep draining: flush workers group flushes by disk.
 //
 // With a flush delay, a generation stays queued until its key has been
 // dirty that long, so a key rewritten or removed meanwhile is written to

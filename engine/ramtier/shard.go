@@ -69,8 +69,8 @@ func (t *Tier) keyHash(key *wire.BlockKey) uint64 {
 	return maphash.Bytes(t.seed, key.ID[:]) ^ key.Tenant*0x9e3779b97f4a7c15
 }
 
-// locate is a key's foreground PUT stripe (seed: 1,024 fixed stripes, no
-// per-request allocation) and its shard, from one hash of the key.
+// locate is a key's foreground PUT stripe (one of 1,024 fixed stripes, so
+// no per-request allocation) and its shard, from one hash of the key.
 func (t *Tier) locate(key *wire.BlockKey) (*sync.Mutex, *shard) {
 	h := t.keyHash(key)
 	return &t.stripe[h%stripes], t.shards[t.shardAt(h)]

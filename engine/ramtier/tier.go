@@ -48,7 +48,7 @@ const (
 	NUMAOff        = "off"
 )
 
-// Write and acknowledgement modes (DESIGN.md §4, seed "RAM tier").
+// Write and acknowledgement modes of the RAM tier.
 const (
 	ModeWriteBack   = "writeback"
 	ModeWriteAround = "writearound"
@@ -64,8 +64,8 @@ var (
 	flushBackoff  = 5 * time.Millisecond
 )
 
-// stripes is the number of foreground key stripes (seed: 1,024 fixed
-// stripes, no per-request allocation).
+// stripes is the number of foreground key stripes: a fixed 1,024, so a
+// request allocates no lock of its own.
 const stripes = 1024
 
 // Options configures Open.
@@ -98,8 +98,8 @@ type Options struct {
 	AckMode string
 	// DirtyWatermark is the fraction of Bytes that may be dirty before a
 	// PUT of a new key gets CACHE_FULL (0 means DefaultDirtyWatermark). It
-	// applies to AckRAM only. NB: the operator's "watermark 0" (DESIGN.md
-	// §9) means disk acknowledgement; the config layer maps it to AckDisk.
+	// applies to AckRAM only. NB: the operator's "watermark 0" means disk
+	// acknowledgement; the config layer maps it to AckDisk.
 	DirtyWatermark float64
 	// FlushThreads is the number of flush workers; 0 means
 	// DefaultFlushThreads. The tier runs at least one per flush queue (one
@@ -148,7 +148,7 @@ type Options struct {
 // use. Accounting (quotas, tenant metrics) is the backing engine's job: the
 // tier only moves bytes between RAM and the backing.
 //
-// Slot lifecycle (seed "State machine = allocator pin refcount"):
+// Slot lifecycle (the state machine is the allocator's pin refcount):
 //
 //	RESERVED   cold read in flight into a reserved slot; hidden       (reservation pin)
 //	RAM_ONLY   admitted by a write-back PUT, flush pending; visible   (flush-pin)
@@ -550,7 +550,7 @@ func (t *Tier) RAM() RAMStats {
 }
 
 // Stats implements engine.StoreEngine for the tier and its backing as one
-// engine. NB: not a plain sum (issue 7 asks for RAM + backing): a value is
+// engine. NB: not a plain sum of RAM and backing: a value is
 // usually in both, and a RAM miss the backing serves is one read, so
 //   - Objects and UsedBytes are the backing's plus what only RAM holds
 //     (dirty values of keys the backing lacks, and length changes);

@@ -66,9 +66,9 @@ func wantNotFound(t *testing.T, tr *Tier, k wire.BlockKey, what string) {
 	enginetest.WantStatus(t, err, wire.StatusNotFound, what+": Range")
 }
 
-// TestOpenRejectsImpossibleArenaSizes: "failure to allocate ... rejects
-// startup" (issue 7): a budget that holds no extent, a bad extent size or
-// a mapping the kernel refuses is an Open error, never a disk-only tier.
+// TestOpenRejectsImpossibleArenaSizes: a failure to allocate the arena
+// rejects startup: a budget that holds no extent, a bad extent size or a
+// mapping the kernel refuses is an Open error, never a disk-only tier.
 func TestOpenRejectsImpossibleArenaSizes(t *testing.T) {
 	cases := []struct {
 		name string

@@ -111,8 +111,8 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 	if (n > t.extent && n > t.large.budget) || (t.limited != nil && t.limited(key.Tenant)) {
 		// No RAM budget can hold it, or its tenant has a quota: a PUT
 		// acknowledged from RAM would meet the quota only at flush time,
-		// where a refusal would drop an acknowledged value (seed: a
-		// limited tenant bypasses write-back).
+		// where a refusal would drop an acknowledged value, so a limited
+		// tenant bypasses write-back.
 		return nil, t.writeThrough(s, key, value, true)
 	}
 	// The backing's current length of key, for Stats (a dirty value of a

@@ -16,7 +16,7 @@ var modelSeed = flag.Uint64("slab.seed", 0, "seed of TestAgainstModel (0: from t
 // TestAgainstModel replays a random sequence of PUT, overwrite, REMOVE,
 // partial GET and graceful restart against the store and a map, and
 // compares after every step. The store is big enough never to evict, so
-// the map is the exact expected content. The seed is printed for replay.
+// the map is the exact expected content. The random seed is printed for replay.
 func TestAgainstModel(t *testing.T) {
 	seed := *modelSeed
 	if seed == 0 {

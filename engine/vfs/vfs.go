@@ -1,4 +1,4 @@
-// Package vfs is the file layer seam of the engines (DESIGN.md §8): the
+// Package vfs is the file layer seam of the engines: the
 // engines reach the disk only through FS, so tests can inject faults
 // (ENOSPC, a refused O_DIRECT open, a failing rename) and a later
 // deterministic simulation can swap in an in-memory disk.

@@ -14,7 +14,7 @@ import (
 )
 
 // The peer protocols let one load generator measure dfkv, redis and
-// memcached alike (issue 5 part 6): the same workers, keys, values and
+// memcached alike: the same workers, keys, values and
 // histograms, only the few bytes on the wire differ. Each client is the
 // minimum the workloads need, one TCP connection per worker, no
 // pipelining, buffers reused so a successful operation allocates nothing.

@@ -1,4 +1,4 @@
-// Package mds is `dfkv mds`, the membership directory (DESIGN.md §5).
+// Package mds is `dfkv mds`, the membership directory.
 // Cache nodes register (address, weight, disks, capacity) and heartbeat;
 // clients ask for the member list and its epoch and rebuild their ring
 // when the epoch moves. The directory lives in etcd when endpoints are

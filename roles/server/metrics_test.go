@@ -191,8 +191,8 @@ func TestMetricsLint(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range problems {
-		// dfkv_tcp_first_req_ms keeps the name the seed gives it (operators'
-		// dashboards know it by that name), unit abbreviation and all.
+		// dfkv_tcp_first_req_ms keeps the name operators of the original
+		// dfkv know (their dashboards use it), unit abbreviation and all.
 		if p.Metric == "dfkv_tcp_first_req_ms" {
 			continue
 		}

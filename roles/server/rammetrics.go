@@ -6,9 +6,8 @@ import (
 	"github.com/dfkv/dfkv/engine/ramtier"
 )
 
-// ramCollector exports the RAM tier's counters (issue 7 / seed §RAM tier);
-// it is registered only when the tier is on, so a node without it exports
-// no dfkv_ram_* series at all.
+// ramCollector exports the RAM tier's counters; it is registered only when
+// the tier is on, so a node without it exports no dfkv_ram_* series at all.
 type ramCollector struct{ tier *ramtier.Tier }
 
 func ramDesc(name, help string) *prometheus.Desc {

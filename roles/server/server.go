@@ -3,7 +3,7 @@
 // engine.Group over the node's disks). The role's command (command.go)
 // wires configuration, engines, listener and signals around it.
 //
-// The listener, the clock and the engine are passed in (DESIGN.md §8), so
+// The listener, the clock and the engine are passed in, so
 // tests run several nodes in one process and inject faults.
 package server
 

@@ -85,7 +85,7 @@ func fixedNode(b *testing.B, size int) string {
 
 // BenchmarkWirePath: client → frame → server → payload from memory →
 // client over one real loopback TCP connection, through the Go client.
-// Issue 5's target: 1 MiB GETs at ≥ 80% of iperf3 --len 1M single-stream
+// The target: 1 MiB GETs at ≥ 80% of iperf3 --len 1M single-stream
 // bandwidth (scripts/bench-vs-peers.sh prints that ceiling).
 func BenchmarkWirePath(b *testing.B) {
 	for _, size := range []int{64 << 10, 1 << 20, 4 << 20} {

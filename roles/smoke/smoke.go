@@ -174,7 +174,7 @@ func (r *Runner) scalar(ctx context.Context, n int, seed uint64) {
 	r.check("remove again "+tag+" is NOT_FOUND", expectStatus(cl.Remove(ctx, k), wire.StatusNotFound))
 }
 
-// rangeContract checks DESIGN.md §3 on one stored value.
+// rangeContract checks the range contract (wire/doc.go) on one stored value.
 func (r *Runner) rangeContract(ctx context.Context, k, v []byte, tag string) {
 	cl := r.Client
 	n := uint64(len(v))

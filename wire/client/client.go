@@ -22,7 +22,7 @@ import (
 )
 
 // Dialer opens connections to nodes. *net.Dialer satisfies it; tests and an
-// in-process node pass their own (DESIGN.md §8).
+// in-process node pass their own.
 type Dialer interface {
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 }

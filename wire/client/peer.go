@@ -27,8 +27,9 @@ type peer struct {
 	busy map[*cconn]struct{} // connections with a call in flight, for cut
 	done bool
 
-	// Health, the client's second layer of offline detection (DESIGN.md
-	// §5): consecutive connection failures and the end of the back-off.
+	// Health, the client's second layer of offline detection (the first is
+	// the MDS dropping a node whose heartbeat lapsed): consecutive
+	// connection failures and the end of the back-off.
 	failures  atomic.Int32
 	downUntil atomic.Int64           // 0 = none; even: monoNanos of a window's end; odd: a probe's hold (admit)
 	lastHold  atomic.Int64           // the latest hold handed out, so the next is unique

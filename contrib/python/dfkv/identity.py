@@ -5,7 +5,7 @@ wire/objectkey.go, wire/blockkey.go and wire/ring.go, and
 ``contrib/python/tests/test_identity.py`` checks each of them against every
 vector of ``wire/testdata/identity_golden.json``, the file the Go tests read.
 Change nothing here without a matching Go change and a new layout ID: these
-bytes are the cache identity (DESIGN.md §2).
+bytes are the cache identity.
 
 Standard library only: hashlib and struct.
 """

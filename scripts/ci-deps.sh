@@ -24,12 +24,26 @@ done
 if [ ${#need[@]} -gt 0 ]; then
 	echo "== installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
+	# Debian starts etcd, redis and memcached as services on install; the
+	# tests start their own, on ports they pick, and stop them by PID. A
+	# policy-rc.d that refuses every start (exit 101) keeps the packages
+	# from starting theirs, so nothing here ever has to stop a service by
+	# name (which on a developer's machine would stop their own). It is
+	# removed again afterwards, unless one was there before.
+	policy=/usr/sbin/policy-rc.d
+	made_policy=
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy"
+		chmod +x "$policy"
+		made_policy=1
+		trap 'rm -f "$policy"' EXIT
+	fi
 	apt-get update -qq
 	apt-get install -y -qq "${need[@]}" >/dev/null
-	# Debian starts etcd, redis and memcached as services on install; the
-	# tests start their own on ports they pick.
-	if command -v systemctl >/dev/null 2>&1; then systemctl stop etcd redis-server memcached 2>/dev/null || true; fi
-	pkill -x etcd 2>/dev/null || true
+	if [ -n "$made_policy" ]; then
+		rm -f "$policy"
+		trap - EXIT
+	fi
 fi
 echo "== etcd: $(etcd --version 2>/dev/null | head -1)"
 echo "== torch for /usr/bin/python3: $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1)"

@@ -63,7 +63,7 @@ func splitExtents(extents uint64, n, i int) uint64 {
 	return share
 }
 
-// keyHash spreads a key over stripes and shards. The seed is per process,
+// keyHash spreads a key over stripes and shards. The hash seed is per process,
 // so a client cannot aim its keys at one shard of every node.
 func (t *Tier) keyHash(key *wire.BlockKey) uint64 {
 	return maphash.Bytes(t.seed, key.ID[:]) ^ key.Tenant*0x9e3779b97f4a7c15

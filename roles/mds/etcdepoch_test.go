@@ -96,7 +96,7 @@ func TestEtcdListsNeverShareAnEpoch(t *testing.T) {
 // the bbolt file it does not use.
 func TestEtcdOutageLogged(t *testing.T) {
 	etcd := testetcd.Start(t)
-	cfg, _, err := config.LoadFrom("mds", "", nil, map[string][]string{"etcd": {etcd.Endpoint}, "probe-cache-ms": {"0"}})
+	cfg, _, err := config.LoadFrom("mds", "", nil, map[string][]string{"etcd": {etcd.Endpoint}, "probe-cache-ms": {"0"}, "http-listen": {""}})
 	if err != nil {
 		t.Fatal(err)
 	}

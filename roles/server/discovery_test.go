@@ -274,6 +274,7 @@ func TestNodeLeavesWhenEveryDiskFailedClosed(t *testing.T) {
 	}}
 	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
 		"disk": {filepath.Join(t.TempDir(), "d0")}, "disk-capacity": {"256MiB"}, "mds": {mdsAddr}, "id": {"n1"},
+		"http-listen": {""}, // no HTTP: the default port may be taken by a node a developer runs
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -248,6 +248,18 @@ func (a *Allocator) AcquireNext(from SlotRef, budget int) (r SlotRef, key wire.B
 	return 0, key, 0, a.Ref(e, s), false
 }
 
+// Pin adds a pin to slot r, which the caller knows to be live, without
+// warming it (a writer holding on to what it just published).
+func (a *Allocator) Pin(r SlotRef) {
+	e, s := a.Split(r)
+	em := &a.ext[e]
+	sm := &em.slots[s]
+	if sm.pins == 0 {
+		em.busy++
+	}
+	sm.pins++
+}
+
 // Release drops one pin. A dead slot whose last pin drops becomes free.
 func (a *Allocator) Release(r SlotRef) {
 	e, s := a.Split(r)

@@ -199,6 +199,9 @@ func (s *Store) dropCorrupt(key wire.BlockKey, r SlotRef, stored uint64, by stri
 		_, n, _ = s.alloc.Remove(&key)
 		sp, spanned = s.spans[key]
 		delete(s.spans, key)
+	}
+	of, isPiece := s.pieceKeys[key]
+	if ok && cur == r {
 		delete(s.pieceKeys, key)
 	}
 	s.mu.Unlock()
@@ -208,6 +211,9 @@ func (s *Store) dropCorrupt(key wire.BlockKey, r SlotRef, stored uint64, by stri
 	}
 	if spanned {
 		s.removePieces(key, sp)
+	}
+	if isPiece && ok && cur == r {
+		s.removeSpanned(of.head, of.nonce) // a value missing a piece is gone
 	}
 	e, sl := s.alloc.Split(r)
 	path := s.extents[e].Name()

@@ -298,8 +298,9 @@
 //     automatic extent size (ExtentFor) gives a disk 256 of them down to
 //     1 MiB extents (256 MiB disks); smaller disks have fewer.
 //   - Each extent file is kept open: a disk costs one descriptor per extent.
-//   - A piece of a large value evicted on its own leaves its head counted
-//     (Lookup, Stats) until the next read or restart drops it.
+//   - A value larger than an extent is evicted as a whole when any of its
+//     pieces or its head is chosen: its eviction frees more than the
+//     slot that was wanted.
 //   - CacheBatch overlaps up to 8 items' writes when its keys are distinct
 //     and stores them one after another when a key repeats; it does no
 //     grouping beyond that.

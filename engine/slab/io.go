@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/uring"
 	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/wire"
 )
@@ -100,30 +101,54 @@ func (s *Store) readPayload(e uint32, slotOff, off, n uint64, alloc engine.Alloc
 const uringMaxBytes = 256 << 10
 
 // readAt reads payload bytes: through the ring when there is one and b is
-// small, else with pread. Like pread it reports a short read at the end
-// of the file as io.EOF.
+// small, else with pread. Like os.File.ReadAt it reads all of b, going on
+// after a short transfer, and reports the end of the file as io.EOF. A
+// ring that stopped working (ErrClosed before the store closed it) hands
+// the call to pread.
 func (s *Store) readAt(f vfs.File, b []byte, off int64) (int, error) {
 	if s.ring == nil || len(b) > uringMaxBytes {
 		return f.ReadAt(b, off)
 	}
-	n, err := s.ring.ReadAt(int(f.Fd()), b, off)
-	if err == nil && n < len(b) {
-		err = io.EOF
+	got := 0
+	for got < len(b) {
+		n, err := s.ring.ReadAt(int(f.Fd()), b[got:], off+int64(got))
+		if errors.Is(err, uring.ErrClosed) {
+			m, err := f.ReadAt(b[got:], off+int64(got))
+			return got + m, err
+		}
+		if err != nil {
+			return got, err
+		}
+		if n == 0 {
+			return got, io.EOF
+		}
+		got += n
 	}
-	return n, err
+	return got, nil
 }
 
 // writeAt writes payload bytes: through the ring when there is one and b
-// is small, else with pwrite.
+// is small, else with pwrite; like os.File.WriteAt it writes all of b.
 func (s *Store) writeAt(f vfs.File, b []byte, off int64) (int, error) {
 	if s.ring == nil || len(b) > uringMaxBytes {
 		return f.WriteAt(b, off)
 	}
-	n, err := s.ring.WriteAt(int(f.Fd()), b, off)
-	if err == nil && n < len(b) {
-		err = io.ErrShortWrite
+	put := 0
+	for put < len(b) {
+		n, err := s.ring.WriteAt(int(f.Fd()), b[put:], off+int64(put))
+		if errors.Is(err, uring.ErrClosed) {
+			m, err := f.WriteAt(b[put:], off+int64(put))
+			return put + m, err
+		}
+		if err != nil {
+			return put, err
+		}
+		if n == 0 {
+			return put, io.ErrShortWrite
+		}
+		put += n
 	}
-	return n, err
+	return put, nil
 }
 
 // recordOff is the fixed slots.tbl offset of r's record.

@@ -101,7 +101,7 @@ func open(opts Options) (*Store, error) {
 		sums:      make(sumTable, count),
 		flights:   map[wire.BlockKey]*flight{},
 		spans:     map[wire.BlockKey]span{},
-		pieceKeys: map[wire.BlockKey]struct{}{},
+		pieceKeys: map[wire.BlockKey]pieceOf{},
 		align:     pageAlign,
 	}
 	s.alloc, err = NewAllocator(lat, want.extents)

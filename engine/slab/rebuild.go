@@ -210,7 +210,7 @@ func (s *Store) reconcileSpans(bad *[]int64) {
 		for i := range sp.pieces {
 			pk := pieceKey(&key, sp.nonce, i)
 			delete(s.restPieces, pk)
-			s.pieceKeys[pk] = struct{}{}
+			s.pieceKeys[pk] = pieceOf{head: key, nonce: sp.nonce}
 		}
 	}
 	for pk := range s.restPieces {

@@ -32,15 +32,24 @@ import (
 // them; the zero span is an ordinary value.
 type span struct{ pieces, nonce uint32 }
 
+// pieceOf names the value a piece belongs to: its head's key and nonce.
+type pieceOf struct {
+	head  wire.BlockKey
+	nonce uint32
+}
+
 // head reports a span that makes its value a head (not a piece, not an
 // ordinary value).
 func (sp span) head() bool { return sp.pieces != 0 && sp.pieces&pieceFlag == 0 }
 
-// orphan is a head dropped under the lock (evicted) whose pieces are still
-// to be removed.
+// orphan is a value that lost part of itself to an eviction under the
+// lock: its head (sp is then its span, to remove its pieces) or one of
+// its pieces (then piece is set, and the head is removed if its nonce is
+// still sp.nonce, with its other pieces).
 type orphan struct {
-	key wire.BlockKey
-	sp  span
+	key   wire.BlockKey
+	sp    span
+	piece bool
 }
 
 // pieceKey derives the key of piece i of key's value with nonce: the same
@@ -59,7 +68,10 @@ func pieceKey(key *wire.BlockKey, nonce, i uint32) wire.BlockKey {
 }
 
 // cacheSpanned stores a value larger than an extent: its pieces, then its
-// head. A failure, or a head that did not become the key's value (another
+// head. Each piece stays pinned until the head is published (or the PUT
+// gave up), so no piece of it is evicted to make room for the next: a
+// value that does not fit is CACHE_FULL, never acknowledged and already
+// gone. A failure, or a head that did not become the key's value (another
 // PUT of the key led, or a Remove fenced it), removes the pieces again.
 func (s *Store) cacheSpanned(key wire.BlockKey, value []byte) error {
 	ext := s.geo.extentBytes
@@ -73,16 +85,29 @@ func (s *Store) cacheSpanned(key wire.BlockKey, value []byte) error {
 	}
 	s.mu.Unlock()
 	sp := span{pieces: pieces, nonce: nonce}
+	pins := make([]SlotRef, 0, pieces)
+	defer func() {
+		s.mu.Lock()
+		for _, r := range pins {
+			s.alloc.Release(r)
+		}
+		s.mu.Unlock()
+	}()
 	var err error
 	i := uint32(0)
 	for ; i < pieces && err == nil; i++ {
-		_, err = s.cacheOne(pieceKey(&key, nonce, i), value[uint64(i)*ext:uint64(i+1)*ext], span{pieces: pieceFlag | i, nonce: nonce})
+		var published bool
+		var pin SlotRef
+		published, pin, err = s.cacheOne(pieceKey(&key, nonce, i), value[uint64(i)*ext:uint64(i+1)*ext], span{pieces: pieceFlag | i, nonce: nonce}, &key)
+		if published {
+			pins = append(pins, pin)
+		}
 	}
 	if err != nil {
 		s.removePieces(key, span{pieces: i, nonce: nonce})
 		return err
 	}
-	published, err := s.cacheOne(key, value[uint64(pieces)*ext:], sp)
+	published, _, err := s.cacheOne(key, value[uint64(pieces)*ext:], sp, nil)
 	if !published {
 		s.removePieces(key, sp)
 	}
@@ -97,15 +122,22 @@ func (s *Store) removePieces(key wire.BlockKey, sp span) {
 	}
 }
 
-// takeOrphans removes from s.spans the heads among victims and returns
-// them; the caller holds mu and, after releasing it, removes their pieces.
+// takeOrphans finds, among victims, the heads and pieces of values larger
+// than an extent, forgets them and returns what is left of their values
+// to remove; the caller holds mu and, after releasing it, calls
+// removeOrphans. Without it an evicted piece would leave its head and
+// siblings counted and holding space until a read found the gap.
 func (s *Store) takeOrphans(victims []Victim) []orphan {
 	var out []orphan
 	for _, v := range victims {
-		delete(s.pieceKeys, v.Key)
+		if of, ok := s.pieceKeys[v.Key]; ok {
+			delete(s.pieceKeys, v.Key)
+			out = append(out, orphan{key: of.head, sp: span{nonce: of.nonce}, piece: true})
+			continue
+		}
 		if sp, ok := s.spans[v.Key]; ok {
 			delete(s.spans, v.Key)
-			out = append(out, orphan{v.Key, sp})
+			out = append(out, orphan{key: v.Key, sp: sp})
 		}
 	}
 	return out
@@ -113,8 +145,31 @@ func (s *Store) takeOrphans(victims []Victim) []orphan {
 
 func (s *Store) removeOrphans(orphans []orphan) {
 	for _, o := range orphans {
-		s.removePieces(o.key, o.sp)
+		if o.piece {
+			s.removeSpanned(o.key, o.sp.nonce)
+		} else {
+			s.removePieces(o.key, o.sp)
+		}
 	}
+}
+
+// removeSpanned removes key's value, head and pieces, if it is still the
+// one with nonce (a newer PUT of the key is left alone).
+func (s *Store) removeSpanned(key wire.BlockKey, nonce uint32) {
+	s.mu.Lock()
+	sp, ok := s.spans[key]
+	if !ok || sp.nonce != nonce {
+		s.mu.Unlock()
+		return
+	}
+	r, n, live := s.alloc.Remove(&key)
+	delete(s.spans, key)
+	s.mu.Unlock()
+	if live {
+		s.acct.Committed(key.Tenant, -int64(n))
+		s.clearAndRelease(r)
+	}
+	s.removePieces(key, sp)
 }
 
 // errPieceMissing is the miss of a value one of whose pieces is gone.
@@ -146,12 +201,16 @@ func (s *Store) rangeSpanned(key wire.BlockKey, r SlotRef, sp span, tail, offset
 	}
 	parts := make([]part, 0, last-first+1)
 	s.mu.Lock()
-	missing := false
+	missing, busy := false, false
 	for i := first; i <= last && i < sp.pieces; i++ {
 		pk := pieceKey(&key, sp.nonce, i)
 		pr, plen, ok, err := s.alloc.Acquire(&pk)
-		if !ok || err != nil || uint64(plen) != ext {
-			if ok && err == nil {
+		if err != nil {
+			busy = true // too many reads of it at once: not now, but not gone
+			break
+		}
+		if !ok || uint64(plen) != ext {
+			if ok {
 				s.alloc.Release(pr)
 			}
 			missing = true
@@ -173,6 +232,10 @@ func (s *Store) rangeSpanned(key wire.BlockKey, r SlotRef, sp span, tail, offset
 			}
 		}
 		s.mu.Unlock()
+	}
+	if busy {
+		release()
+		return nil, total, fmt.Errorf("slab engine: range %s: %w: %w", key, ErrBusy, wire.StatusUnavailable)
 	}
 	if missing {
 		release()

@@ -136,9 +136,10 @@ type Store struct {
 	// spans holds, for each live value larger than an extent, its
 	// head's span (how many pieces, and the nonce that names them).
 	spans map[wire.BlockKey]span
-	// pieceKeys is the set of live pieces, so Stats counts values, not
-	// the pieces of the large ones.
-	pieceKeys map[wire.BlockKey]struct{}
+	// pieceKeys maps each live piece to its head, so Stats counts values,
+	// not the pieces of the large ones, and a piece evicted on its own
+	// takes its value with it.
+	pieceKeys map[wire.BlockKey]pieceOf
 	gen       uint64
 	epoch     uint64
 	// lost maps an extent whose file Open found missing or cut short to
@@ -293,20 +294,22 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 	if n > s.geo.extentBytes {
 		return s.cacheSpanned(key, value)
 	}
-	_, err := s.cacheOne(key, value, span{})
+	_, _, err := s.cacheOne(key, value, span{}, nil)
 	return err
 }
 
 // cacheOne stores a value of at most one extent: an ordinary value, a
-// piece of a larger one, or its head (sp, recorded with it; see span).
-// published is false when the value did not become key's (an error, a
-// follower of another PUT of the key, or fenced by a Remove).
-func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span) (published bool, err error) {
+// piece of a larger one (head names its head's key), or a head (sp,
+// recorded with it; see span). published is false when the value did not
+// become key's (an error, a follower of another PUT of the key, or fenced
+// by a Remove). A published piece keeps a pin (pinned, for the caller to
+// Release) so that nothing evicts it before its head is published.
+func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span, head *wire.BlockKey) (published bool, pinned SlotRef, err error) {
 	n := uint64(len(value))
 	s.mu.Lock()
 	if s.failed.Load() {
 		s.mu.Unlock()
-		return false, s.failedErr()
+		return false, 0, s.failedErr()
 	}
 	if f := s.flights[key]; f != nil {
 		// Follower: the leader's payload+record result is ours too, and
@@ -320,12 +323,12 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span) (published bo
 		if f.err == nil {
 			s.puts.Add(1)
 		}
-		return false, f.err
+		return false, 0, f.err
 	}
 	r, err := s.alloc.Reserve(n)
 	if err != nil {
 		s.mu.Unlock()
-		return false, fmt.Errorf("slab engine: cache %s: %d bytes: %w: %w", key, n, err, wire.StatusCacheFull)
+		return false, 0, fmt.Errorf("slab engine: cache %s: %d bytes: %w: %w", key, n, err, wire.StatusCacheFull)
 	}
 	var victims []Victim
 	var orphans []orphan
@@ -345,7 +348,7 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span) (published bo
 			s.fail(err)
 			s.account(victims)
 			s.removeOrphans(orphans)
-			return false, fmt.Errorf("slab engine: cache %s: %w: %w", key, err, wire.StatusIOError)
+			return false, 0, fmt.Errorf("slab engine: cache %s: %w: %w", key, err, wire.StatusIOError)
 		}
 		s.moves.Add(1)
 	}
@@ -381,7 +384,9 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span) (published bo
 		case sp.head():
 			s.spans[key] = sp
 		case sp.pieces&pieceFlag != 0:
-			s.pieceKeys[key] = struct{}{}
+			s.pieceKeys[key] = pieceOf{head: *head, nonce: sp.nonce}
+			s.alloc.Pin(r)
+			pinned = r
 		case hadSpan:
 			delete(s.spans, key)
 		}
@@ -419,7 +424,7 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span) (published bo
 	}
 	f.err = err
 	close(f.done)
-	return published, err
+	return published, pinned, err
 }
 
 func (s *Store) account(victims []Victim) {

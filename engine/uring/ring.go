@@ -123,6 +123,7 @@ type Ring struct {
 	inflight []*request // by slot, the user_data of its SQE
 	free     []uint64   // free slots
 	closed   bool
+	failed   bool // the reaper stopped on an error; Close still releases the ring
 	stopped  chan struct{}
 
 	// Submits counts io_uring_enter calls that submitted, Ops the
@@ -279,6 +280,13 @@ func (r *Ring) submit(e sqe) syscall.Errno {
 // I/O in flight and releases the ring.
 func (r *Ring) Close() error {
 	r.mu.Lock()
+	if r.failed {
+		r.failed = false // release once
+		r.mu.Unlock()
+		<-r.stopped
+		r.unmap()
+		return unix.Close(r.fd)
+	}
 	if r.closed {
 		r.mu.Unlock()
 		return ErrClosed
@@ -343,11 +351,16 @@ func (r *Ring) reap() {
 }
 
 // failAll answers every request in flight with errno (the ring itself
-// failed) and closes the ring to new ones.
+// failed: io_uring_enter refused to wait, which on a ring fd that is open
+// does not happen in practice) and closes the ring to new ones, whose
+// callers then fall back to pread/pwrite.
 func (r *Ring) failAll(errno syscall.Errno) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.closed = true
+	if !r.closed {
+		// Nobody called Close: the next Close releases the ring.
+		r.closed, r.failed = true, true
+	}
 	for slot, q := range r.inflight {
 		if q != nil {
 			q.res = -int32(errno)

@@ -58,6 +58,7 @@ type Server struct {
 	ScrubBytesPerSecond uint64        // slab scrub read rate per disk; 0 = no scrub
 	ScrubIntervalHours  int           // hours between full scrub passes; 0 = only after an unclean stop
 	URing               int           // 1 = small slab payload I/O through io_uring
+	PProf               int           // 1 = /debug/pprof/ on the HTTP listener
 	RAMTier             int           // 1 = RAM tier on
 	RAMTierBytes        uint64        // arena + large reserve
 	RAMWriteMode        string        // writeback | writearound

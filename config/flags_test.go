@@ -53,7 +53,7 @@ func TestFlagsPerRole(t *testing.T) {
 	tools := []string{"group", "max-block-bytes", "members", "mds", "mds-poll-ms", "namespace", "timeout-ms", "dial-timeout-ms",
 		"pool-size", "batch-concurrency", "log-level", "log-format", "config", "print-config"}
 	want := map[string][]string{
-		"server": {"group", "id", "listen", "http-listen", "advertise-addr", "weight", "mds", "disk", "disk-capacity", "store-engine", "slab-extent-bytes", "scrub-rate", "scrub-interval-hours", "uring", "ram-tier", "ram-tier-bytes", "ram-write-mode", "put-ack-mode", "ram-flush-threads", "ram-flush-delay-ms",
+		"server": {"group", "id", "listen", "http-listen", "advertise-addr", "weight", "mds", "disk", "disk-capacity", "store-engine", "slab-extent-bytes", "scrub-rate", "scrub-interval-hours", "uring", "pprof", "ram-tier", "ram-tier-bytes", "ram-write-mode", "put-ack-mode", "ram-flush-threads", "ram-flush-delay-ms",
 			"ram-tier-shards", "ram-tier-large-reserve-bytes", "ram-tier-numa", "read-coalesce", "max-block-bytes",
 			"max-batch-items", "max-conns", "buffer-budget", "socket-buffer", "first-request-ms", "body-timeout-ms", "metrics-first-request-ms", "shutdown-timeout-ms", "tenant-quotas-file", "tenant-default-quota", "log-level", "log-format",
 			"config", "print-config"},

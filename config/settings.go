@@ -181,6 +181,12 @@ var settings = []setting{
 		value: intValue{field: func(c *Config) *int { return &c.Server.URing }, min: 0, max: 1},
 	},
 	{
+		key: "server.pprof", env: "DFKV_PPROF", flag: "pprof", roles: roleServer,
+		def:   "0",
+		help:  "1 serves the Go profiler under /debug/pprof/ on http_listen, for chasing a hot spot (a CPU profile costs CPU while it runs; ask for ?seconds=10 or less, the HTTP write timeout is 30s); 0 leaves it out",
+		value: intValue{field: func(c *Config) *int { return &c.Server.PProf }, min: 0, max: 1},
+	},
+	{
 		key: "server.ram_tier", env: "DFKV_RAM_TIER", flag: "ram-tier", roles: roleServer,
 		def:   "0",
 		help:  "1 puts a RAM arena of ram_tier_bytes in front of the disks; 0 leaves it out entirely",

@@ -25,6 +25,7 @@ func TestSettingsTable(t *testing.T) {
 		{"server.scrub_bytes_per_second", "DFKV_SCRUB_BYTES_PER_SECOND", "scrub-rate", "server", "64MiB"},
 		{"server.scrub_interval_hours", "DFKV_SCRUB_INTERVAL_HOURS", "scrub-interval-hours", "server", "168"},
 		{"server.uring", "DFKV_SERVER_URING", "uring", "server", "1"},
+		{"server.pprof", "DFKV_PPROF", "pprof", "server", "0"},
 		{"server.ram_tier", "DFKV_RAM_TIER", "ram-tier", "server", "0"},
 		{"server.ram_tier_bytes", "DFKV_RAM_TIER_BYTES", "ram-tier-bytes", "server", "0"},
 		{"server.ram_write_mode", "DFKV_RAM_WRITE_MODE", "ram-write-mode", "server", "writeback"},

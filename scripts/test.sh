@@ -29,6 +29,11 @@ fi
 echo "== go vet"
 go vet ./...
 
+# staticcheck, pinned, fetched through the Go module proxy like any
+# dependency (the first run on a machine downloads and builds it).
+echo "== staticcheck"
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
 echo "== go test -race"
 # -p 1 keeps the 2-core CI machine from running several heavy packages
 # (each starting servers) at once; each package still runs its own tests

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,7 +195,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 				return fmt.Errorf("listen on %s (server.http_listen / DFKV_HTTP_LISTEN): %w", sc.HTTPListen, err)
 			}
 		}
-		httpSrv = newHTTPServer(srv, eng, promReg, sc.MetricsFirstRequest)
+		httpSrv = newHTTPServer(srv, eng, promReg, sc.MetricsFirstRequest, sc.PProf == 1)
 		go func() {
 			if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http listener failed", "addr", sc.HTTPListen, "error", err.Error())
@@ -563,10 +564,20 @@ func serverID(cfg *config.Config, addr net.Addr) string {
 }
 
 // newHTTPServer serves /metrics, /healthz (the process is alive) and /readyz (it
-// accepts connections and every engine is healthy). Header reads are
-// bounded in time and size so a drip-feeding scraper cannot pin it.
-func newHTTPServer(srv *Server, eng engine.StoreEngine, reg *prometheus.Registry, firstReq time.Duration) *http.Server {
+// accepts connections and every engine is healthy), and with withPProf the
+// Go profiler under /debug/pprof/ (server.pprof: off by default, since a
+// profile costs CPU and shows the node's internals to whoever can reach
+// the port). Header reads are bounded in time and size so a drip-feeding
+// scraper cannot pin it.
+func newHTTPServer(srv *Server, eng engine.StoreEngine, reg *prometheus.Registry, firstReq time.Duration, withPProf bool) *http.Server {
 	mux := http.NewServeMux()
+	if withPProf {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: nil}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))

@@ -237,7 +237,7 @@ func TestReadyzReasons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHTTPServer(srv, eng, prometheus.NewRegistry(), time.Second).Handler
+	h := newHTTPServer(srv, eng, prometheus.NewRegistry(), time.Second, false).Handler
 	check := func(wantCode int, wantBody string) {
 		t.Helper()
 		rec := httptest.NewRecorder()

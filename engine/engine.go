@@ -1,5 +1,5 @@
 // Package engine holds the storage side of a cache node: the StoreEngine
-// interface every engine implements, the per-disk DiskCacheGroup that routes
+// interface every engine implements, the per-disk Group that routes
 // blocks over a node's disks, and the shared types both need.
 //
 // Engines report failures as errors wrapping a wire.Status (wire.StatusOf
@@ -32,25 +32,25 @@ var ErrFailedClosed = errors.New("storage engine failed closed")
 // Implementations must be safe for concurrent use and must not hold a lock
 // across disk I/O that unrelated keys wait on.
 type StoreEngine interface {
-	// Cache stores value (the caller's exact bytes; len(value) > 0) under
+	// Put stores value (the caller's exact bytes; len(value) > 0) under
 	// key, replacing any previous value. The engine may not keep value after
-	// Cache returns.
-	Cache(key wire.BlockKey, value []byte) error
+	// Put returns.
+	Put(key wire.BlockKey, value []byte) error
 
-	// CacheBatch stores values[i] under keys[i] and writes each item's
+	// PutBatch stores values[i] under keys[i] and writes each item's
 	// result into errs[i]; len(keys) == len(values) == len(errs).
-	CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error)
+	PutBatch(keys []wire.BlockKey, values [][]byte, errs []error)
 
-	// Range reads [offset, offset+length) of the value under key, following
+	// Get reads [offset, offset+length) of the value under key, following
 	// the package's range contract. It asks alloc for a buffer once it
 	// knows how many bytes it needs and returns the bytes read (a sub-slice
 	// of that buffer) and the full stored length.
-	Range(key wire.BlockKey, offset, length uint64, alloc Allocator) (data []byte, stored uint64, err error)
+	Get(key wire.BlockKey, offset, length uint64, alloc Allocator) (data []byte, stored uint64, err error)
 
-	// Lookup reports the stored length of key, or wire.StatusNotFound.
+	// Exist reports the stored length of key, or wire.StatusNotFound.
 	// Misses are as common as hits in a cache, so engines return the bare
 	// status (callers know the key), which costs no allocation.
-	Lookup(key wire.BlockKey) (stored uint64, err error)
+	Exist(key wire.BlockKey) (stored uint64, err error)
 
 	// Remove deletes key. Removing a missing key returns
 	// wire.StatusNotFound (callers test it with errors.Is or
@@ -77,7 +77,7 @@ type Allocator interface {
 
 // Lender is implemented by an engine that can lend a value's resident
 // bytes in place (the RAM tier): the server writes them to the socket
-// straight from the engine's memory instead of Range copying them into a
+// straight from the engine's memory instead of Get copying them into a
 // connection buffer first: the loan is the transfer-pin of a zero-copy serve.
 // A lent value cannot be evicted or reused until its loan is returned, so
 // a caller must Return every loan promptly, whatever happens to the write.
@@ -85,7 +85,7 @@ type Lender interface {
 	// Lend applies the range contract to key's resident value and returns
 	// the bytes in place, the stored length and the loan that keeps them
 	// valid. ok is false when the value is not resident in lendable memory
-	// (the caller uses Range: it may still be on disk); err is a final
+	// (the caller uses Get: it may still be on disk); err is a final
 	// answer (INVALID offset) with nothing lent. A zero-length result
 	// (offset == stored length) lends nothing and needs no Return.
 	Lend(key wire.BlockKey, offset, length uint64) (data []byte, stored uint64, loan Loan, ok bool, err error)
@@ -96,20 +96,20 @@ type Lender interface {
 // Receiver is implemented by an engine that can take a PUT's value
 // straight into its own memory (the RAM tier's arena): the server reads
 // the payload from the socket into the buffer Receive returns, saving the
-// copy Cache would make out of a connection buffer.
+// copy Put would make out of a connection buffer.
 type Receiver interface {
 	// Receive reserves room for an n-byte value of key. ok is false when
 	// the engine would not keep this value in such memory: the caller
-	// reads it into its own buffer and calls Cache. After a successful
+	// reads it into its own buffer and calls Put. After a successful
 	// Receive the caller fills all of buf and calls CommitReceive, or
 	// calls AbortReceive if the payload did not arrive; exactly one of
 	// them, promptly.
 	Receive(key wire.BlockKey, n uint64) (buf []byte, loan Loan, ok bool)
-	// CommitReceive stores the filled buf as key's value, with Cache's
+	// CommitReceive stores the filled buf as key's value, with Put's
 	// semantics and result.
 	CommitReceive(key wire.BlockKey, buf []byte, loan Loan) error
 	// CommitReceiveBatch commits several received values with
-	// CacheBatch's semantics: in order, errs[i] for item i, and a disk
+	// PutBatch's semantics: in order, errs[i] for item i, and a disk
 	// acknowledgement waits for all of them together.
 	CommitReceiveBatch(keys []wire.BlockKey, bufs [][]byte, loans []Loan, errs []error)
 	// AbortReceive gives the room back.

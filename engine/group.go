@@ -82,21 +82,21 @@ func (g *Group) Engine(i int) StoreEngine { return g.engines[i] }
 
 func (g *Group) of(key wire.BlockKey) StoreEngine { return g.engines[g.DiskOf(key)] }
 
-// Cache implements StoreEngine, admitting the PUT against its tenant's
+// Put implements StoreEngine, admitting the PUT against its tenant's
 // quota when quotas are set.
-func (g *Group) Cache(key wire.BlockKey, value []byte) error {
+func (g *Group) Put(key wire.BlockKey, value []byte) error {
 	if g.quotas != nil {
 		return g.cacheWithQuota(key, value)
 	}
-	return g.of(key).Cache(key, value)
+	return g.of(key).Put(key, value)
 }
 
-// CacheBatch implements StoreEngine: the items are split by disk, the disks
+// PutBatch implements StoreEngine: the items are split by disk, the disks
 // run concurrently (one goroutine per disk with items), and each disk sees
 // its items in batch order, so a key repeated in a batch ends with its last
 // value. With quotas set, items over their tenant's quota fail with
 // QUOTA_EXCEEDED and the others are stored.
-func (g *Group) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
+func (g *Group) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 	if g.quotas != nil {
 		g.cacheBatchWithQuota(keys, values, errs)
 		return
@@ -106,7 +106,7 @@ func (g *Group) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) 
 
 func (g *Group) cacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 	if len(g.engines) == 1 {
-		g.engines[0].CacheBatch(keys, values, errs)
+		g.engines[0].PutBatch(keys, values, errs)
 		return
 	}
 	disk := make([]int, len(keys))
@@ -122,7 +122,7 @@ func (g *Group) cacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) 
 	}
 	if busy <= 1 {
 		if len(keys) > 0 {
-			g.engines[disk[0]].CacheBatch(keys, values, errs)
+			g.engines[disk[0]].PutBatch(keys, values, errs)
 		}
 		return
 	}
@@ -143,7 +143,7 @@ func (g *Group) cacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) 
 				}
 			}
 			de := make([]error, n)
-			g.engines[d].CacheBatch(dk, dv, de)
+			g.engines[d].PutBatch(dk, dv, de)
 			for j, i := range pos {
 				errs[i] = de[j]
 			}
@@ -152,13 +152,13 @@ func (g *Group) cacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) 
 	wg.Wait()
 }
 
-// Range implements StoreEngine.
-func (g *Group) Range(key wire.BlockKey, offset, length uint64, alloc Allocator) ([]byte, uint64, error) {
-	return g.of(key).Range(key, offset, length, alloc)
+// Get implements StoreEngine.
+func (g *Group) Get(key wire.BlockKey, offset, length uint64, alloc Allocator) ([]byte, uint64, error) {
+	return g.of(key).Get(key, offset, length, alloc)
 }
 
-// Lookup implements StoreEngine.
-func (g *Group) Lookup(key wire.BlockKey) (uint64, error) { return g.of(key).Lookup(key) }
+// Exist implements StoreEngine.
+func (g *Group) Exist(key wire.BlockKey) (uint64, error) { return g.of(key).Exist(key) }
 
 // Remove implements StoreEngine.
 func (g *Group) Remove(key wire.BlockKey) error {

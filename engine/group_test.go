@@ -66,15 +66,15 @@ func TestGroupSpreadAndReopen(t *testing.T) {
 	perDisk := make([]int, len(dirs))
 	for i := range n {
 		k := enginetest.Key(i)
-		if err := g.Cache(k, enginetest.Value(uint64(i), 1+i*37)); err != nil {
+		if err := g.Put(k, enginetest.Value(uint64(i), 1+i*37)); err != nil {
 			t.Fatal(err)
 		}
 		d := g.DiskOf(k)
 		perDisk[d]++
 		for j := range dirs {
-			_, err := g.Engine(j).Lookup(k)
+			_, err := g.Engine(j).Exist(k)
 			if (j == d) != (err == nil) {
-				t.Fatalf("key %d routed to disk %d, but disk %d Lookup says %v", i, d, j, err)
+				t.Fatalf("key %d routed to disk %d, but disk %d Exist says %v", i, d, j, err)
 			}
 		}
 	}
@@ -98,7 +98,7 @@ func TestGroupSpreadAndReopen(t *testing.T) {
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
 	}
-	enginetest.WantStatus(t, g.Cache(enginetest.Key(0), []byte{1}), wire.StatusUnavailable, "Cache after group Close")
+	enginetest.WantStatus(t, g.Put(enginetest.Key(0), []byte{1}), wire.StatusUnavailable, "Put after group Close")
 
 	reordered := []string{dirs[2], dirs[0], dirs[1]}
 	g2 := openGroup(t, reordered)
@@ -179,7 +179,7 @@ func TestGroupCacheBatch(t *testing.T) {
 	keys = append(keys, enginetest.Key(0))
 	values = append(values, enginetest.Value(999, 5))
 	errs := make([]error, len(keys))
-	g.CacheBatch(keys, values, errs)
+	g.PutBatch(keys, values, errs)
 	seen := map[int]bool{}
 	for i, err := range errs {
 		want := wire.StatusOK
@@ -205,14 +205,14 @@ func TestGroupCacheBatch(t *testing.T) {
 // nopEngine is a StoreEngine that stores nothing, for routing-only tests.
 type nopEngine struct{}
 
-func (nopEngine) Cache(wire.BlockKey, []byte) error { return nil }
-func (nopEngine) CacheBatch(_ []wire.BlockKey, _ [][]byte, errs []error) {
+func (nopEngine) Put(wire.BlockKey, []byte) error { return nil }
+func (nopEngine) PutBatch(_ []wire.BlockKey, _ [][]byte, errs []error) {
 	clear(errs)
 }
-func (nopEngine) Range(wire.BlockKey, uint64, uint64, engine.Allocator) ([]byte, uint64, error) {
+func (nopEngine) Get(wire.BlockKey, uint64, uint64, engine.Allocator) ([]byte, uint64, error) {
 	return nil, 0, wire.StatusNotFound
 }
-func (nopEngine) Lookup(wire.BlockKey) (uint64, error) { return 0, wire.StatusNotFound }
-func (nopEngine) Remove(wire.BlockKey) error           { return wire.StatusNotFound }
-func (nopEngine) Stats() engine.Stats                  { return engine.Stats{Engine: "nop"} }
-func (nopEngine) Close() error                         { return nil }
+func (nopEngine) Exist(wire.BlockKey) (uint64, error) { return 0, wire.StatusNotFound }
+func (nopEngine) Remove(wire.BlockKey) error          { return wire.StatusNotFound }
+func (nopEngine) Stats() engine.Stats                 { return engine.Stats{Engine: "nop"} }
+func (nopEngine) Close() error                        { return nil }

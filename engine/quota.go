@@ -141,7 +141,7 @@ func (g *Group) cacheWithQuota(key wire.BlockKey, value []byte) error {
 	q := g.quotas
 	limit := q.Limit(key.Tenant)
 	if limit == 0 {
-		return g.of(key).Cache(key, value)
+		return g.of(key).Put(key, value)
 	}
 	mu := &q.stripes[q.stripe(key.Tenant)]
 	mu.Lock()
@@ -151,7 +151,7 @@ func (g *Group) cacheWithQuota(key wire.BlockKey, value []byte) error {
 	if used := q.Used(key.Tenant); need > 0 && used+need > capOf(limit) {
 		return q.exceeded(key.Tenant, used, uint64(need), limit)
 	}
-	return e.Cache(key, value)
+	return e.Put(key, value)
 }
 
 // capOf is a quota as the signed byte counts it is compared with: a limit
@@ -161,7 +161,7 @@ func capOf(limit uint64) int64 { return int64(min(limit, math.MaxInt64)) }
 
 // growth is how many bytes storing n bytes under key adds.
 func (g *Group) growth(e StoreEngine, key wire.BlockKey, n uint64) int64 {
-	old, err := e.Lookup(key)
+	old, err := e.Exist(key)
 	if err != nil {
 		old = 0
 	}

@@ -71,7 +71,7 @@ func quotaGroup(t *testing.T, dir string, capacity uint64, q *engine.Quotas) *en
 func storedBytes(g *engine.Group, keys []wire.BlockKey) map[uint64]int64 {
 	out := map[uint64]int64{}
 	for _, k := range keys {
-		if n, err := g.Lookup(k); err == nil {
+		if n, err := g.Exist(k); err == nil {
 			out[k.Tenant] += int64(n)
 		}
 	}
@@ -92,16 +92,16 @@ func testQuotaScalar(t *testing.T) {
 	g := quotaGroup(t, t.TempDir(), 1<<30, q)
 	defer g.Close()
 	v := make([]byte, 4000)
-	wantStatus(t, g.Cache(tkey(tenantA, 1), v), wire.StatusOK, "first 4000")
-	wantStatus(t, g.Cache(tkey(tenantA, 2), v), wire.StatusOK, "second 4000")
-	wantStatus(t, g.Cache(tkey(tenantA, 3), v), wire.StatusQuotaExceeded, "third 4000 over 10000")
+	wantStatus(t, g.Put(tkey(tenantA, 1), v), wire.StatusOK, "first 4000")
+	wantStatus(t, g.Put(tkey(tenantA, 2), v), wire.StatusOK, "second 4000")
+	wantStatus(t, g.Put(tkey(tenantA, 3), v), wire.StatusQuotaExceeded, "third 4000 over 10000")
 	// Re-putting a stored key adds nothing and is admitted; growing it by
 	// more than what is left is not.
-	wantStatus(t, g.Cache(tkey(tenantA, 1), v), wire.StatusOK, "overwrite same size")
-	wantStatus(t, g.Cache(tkey(tenantA, 1), make([]byte, 6001)), wire.StatusQuotaExceeded, "grow past quota")
-	wantStatus(t, g.Cache(tkey(tenantA, 1), make([]byte, 6000)), wire.StatusOK, "grow to exactly the quota")
+	wantStatus(t, g.Put(tkey(tenantA, 1), v), wire.StatusOK, "overwrite same size")
+	wantStatus(t, g.Put(tkey(tenantA, 1), make([]byte, 6001)), wire.StatusQuotaExceeded, "grow past quota")
+	wantStatus(t, g.Put(tkey(tenantA, 1), make([]byte, 6000)), wire.StatusOK, "grow to exactly the quota")
 	// An unlimited tenant is never refused.
-	wantStatus(t, g.Cache(tkey(tenantB, 1), make([]byte, 50000)), wire.StatusOK, "unlimited tenant")
+	wantStatus(t, g.Put(tkey(tenantB, 1), make([]byte, 50000)), wire.StatusOK, "unlimited tenant")
 	if got := q.Used(tenantA); got != 10000 {
 		t.Fatalf("tenant A uses %d, want 10000", got)
 	}
@@ -109,7 +109,7 @@ func testQuotaScalar(t *testing.T) {
 	if got := q.Used(tenantA); got != 6000 {
 		t.Fatalf("after remove tenant A uses %d, want 6000", got)
 	}
-	wantStatus(t, g.Cache(tkey(tenantA, 3), v), wire.StatusOK, "fits again after remove")
+	wantStatus(t, g.Put(tkey(tenantA, 3), v), wire.StatusOK, "fits again after remove")
 }
 
 // TestQuotaRefusalNamesTenant: a refusal names the tenant by the name it
@@ -120,11 +120,11 @@ func TestQuotaRefusalNamesTenant(t *testing.T) {
 	q.SetNames(map[uint64]string{tenantA: "acme"})
 	g := quotaGroup(t, t.TempDir(), 1<<30, q)
 	defer g.Close()
-	err := g.Cache(tkey(tenantA, 1), make([]byte, 101))
+	err := g.Put(tkey(tenantA, 1), make([]byte, 101))
 	if want := fmt.Sprintf(`tenant "acme" (0x%016x)`, uint64(tenantA)); wire.StatusOf(err) != wire.StatusQuotaExceeded || !strings.Contains(err.Error(), want) {
 		t.Errorf("refusal of a tenant listed by name: %v; want %s", err, want)
 	}
-	err = g.Cache(tkey(tenantB, 1), make([]byte, 101))
+	err = g.Put(tkey(tenantB, 1), make([]byte, 101))
 	if want := fmt.Sprintf("tenant 0x%016x:", uint64(tenantB)); wire.StatusOf(err) != wire.StatusQuotaExceeded || !strings.Contains(err.Error(), want) {
 		t.Errorf("refusal of an unlisted tenant: %v; want %s", err, want)
 	}
@@ -141,8 +141,8 @@ func testQuotaDefaultAppliesToUnlisted(t *testing.T) {
 	q := engine.NewQuotas(5000, map[uint64]uint64{tenantA: 0})
 	g := quotaGroup(t, t.TempDir(), 1<<30, q)
 	defer g.Close()
-	wantStatus(t, g.Cache(tkey(tenantB, 1), make([]byte, 5001)), wire.StatusQuotaExceeded, "unlisted tenant over the default")
-	wantStatus(t, g.Cache(tkey(tenantA, 1), make([]byte, 50000)), wire.StatusOK, "listed tenant with 0 = unlimited")
+	wantStatus(t, g.Put(tkey(tenantB, 1), make([]byte, 5001)), wire.StatusQuotaExceeded, "unlisted tenant over the default")
+	wantStatus(t, g.Put(tkey(tenantA, 1), make([]byte, 50000)), wire.StatusOK, "listed tenant with 0 = unlimited")
 }
 
 // TestQuotaBatchPerItem: one tenant's items are refused past its quota in
@@ -156,7 +156,7 @@ func testQuotaBatchPerItem(t *testing.T) {
 	keys := []wire.BlockKey{tkey(tenantA, 1), tkey(tenantB, 1), tkey(tenantA, 2), tkey(tenantA, 3), tkey(tenantB, 2), tkey(tenantA, 1)}
 	vals := [][]byte{make([]byte, 4000), make([]byte, 90000), make([]byte, 4000), make([]byte, 4000), make([]byte, 10), make([]byte, 4000)}
 	errs := make([]error, len(keys))
-	g.CacheBatch(keys, vals, errs)
+	g.PutBatch(keys, vals, errs)
 	want := []wire.Status{wire.StatusOK, wire.StatusOK, wire.StatusOK, wire.StatusQuotaExceeded, wire.StatusOK, wire.StatusOK}
 	for i := range keys {
 		wantStatus(t, errs[i], want[i], fmt.Sprintf("item %d", i))
@@ -164,7 +164,7 @@ func testQuotaBatchPerItem(t *testing.T) {
 	if got := q.Used(tenantA); got != 8000 {
 		t.Fatalf("tenant A uses %d, want 8000", got)
 	}
-	if _, err := g.Lookup(tkey(tenantA, 3)); wire.StatusOf(err) != wire.StatusNotFound {
+	if _, err := g.Exist(tkey(tenantA, 3)); wire.StatusOf(err) != wire.StatusNotFound {
 		t.Fatal("a refused batch item was stored")
 	}
 }
@@ -189,10 +189,10 @@ func testQuotaConcurrentNeverOversubscribes(t *testing.T) {
 			for i := 0; i < 20; i++ {
 				k := tkey(tenantA, w*100+i)
 				if i%2 == 0 {
-					_ = g.Cache(k, make([]byte, 1000))
+					_ = g.Put(k, make([]byte, 1000))
 				} else {
 					errs := make([]error, 1)
-					g.CacheBatch([]wire.BlockKey{k}, [][]byte{make([]byte, 1000)}, errs)
+					g.PutBatch([]wire.BlockKey{k}, [][]byte{make([]byte, 1000)}, errs)
 				}
 			}
 		})
@@ -219,7 +219,7 @@ func testQuotaAccountingThroughEvictionAndRestart(t *testing.T) {
 		for _, tn := range []uint64{tenantA, tenantB} {
 			k := tkey(tn, i)
 			keys = append(keys, k)
-			if err := g.Cache(k, make([]byte, 1000+i)); err != nil {
+			if err := g.Put(k, make([]byte, 1000+i)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -249,22 +249,22 @@ func testQuotaAccountingThroughEvictionAndRestart(t *testing.T) {
 	}
 }
 
-// failingEngine fails Cache of one key and passes everything else on.
+// failingEngine fails Put of one key and passes everything else on.
 type failingEngine struct {
 	engine.StoreEngine
 	fail wire.BlockKey
 }
 
-func (f *failingEngine) Cache(k wire.BlockKey, v []byte) error {
+func (f *failingEngine) Put(k wire.BlockKey, v []byte) error {
 	if k == f.fail {
 		return fmt.Errorf("injected write failure: %w", wire.StatusIOError)
 	}
-	return f.StoreEngine.Cache(k, v)
+	return f.StoreEngine.Put(k, v)
 }
 
-func (f *failingEngine) CacheBatch(ks []wire.BlockKey, vs [][]byte, errs []error) {
+func (f *failingEngine) PutBatch(ks []wire.BlockKey, vs [][]byte, errs []error) {
 	for i := range ks {
-		errs[i] = f.Cache(ks[i], vs[i])
+		errs[i] = f.Put(ks[i], vs[i])
 	}
 }
 
@@ -287,11 +287,11 @@ func TestQuotaBatchShrinkCreditNotSpentBeforeItLands(t *testing.T) {
 	}
 	g.SetQuotas(q)
 	defer g.Close()
-	if err := e.Cache(a, make([]byte, 10000)); err != nil { // stored before the failure
+	if err := e.Put(a, make([]byte, 10000)); err != nil { // stored before the failure
 		t.Fatal(err)
 	}
 	errs := make([]error, 2)
-	g.CacheBatch([]wire.BlockKey{a, b}, [][]byte{make([]byte, 1000), make([]byte, 9000)}, errs)
+	g.PutBatch([]wire.BlockKey{a, b}, [][]byte{make([]byte, 1000), make([]byte, 9000)}, errs)
 	if errs[0] == nil {
 		t.Fatal("the injected failure did not fail the shrinking item")
 	}
@@ -306,11 +306,11 @@ func TestQuotaOfExabytesIsLarge(t *testing.T) {
 	for _, limit := range []uint64{1 << 63, ^uint64(0)} {
 		q := engine.NewQuotas(limit, nil)
 		g := quotaGroup(t, t.TempDir(), 1<<30, q)
-		if err := g.Cache(tkey(tenantA, 1), make([]byte, 100)); err != nil {
+		if err := g.Put(tkey(tenantA, 1), make([]byte, 100)); err != nil {
 			t.Fatalf("quota %d: %v", limit, err)
 		}
 		errs := make([]error, 1)
-		g.CacheBatch([]wire.BlockKey{tkey(tenantA, 2)}, [][]byte{make([]byte, 100)}, errs)
+		g.PutBatch([]wire.BlockKey{tkey(tenantA, 2)}, [][]byte{make([]byte, 100)}, errs)
 		if errs[0] != nil {
 			t.Fatalf("quota %d, batch: %v", limit, errs[0])
 		}

@@ -11,7 +11,7 @@ import (
 // Alloc is an engine.Allocator backed by an iobuf.Pool, the way the server
 // hands buffers to the engines. It remembers every buffer it gave out, so a
 // test can release them all at once and check that an engine asked for at
-// most one buffer per Range and returned a slice of it. It is not safe for
+// most one buffer per Get and returned a slice of it. It is not safe for
 // concurrent use: give each goroutine its own.
 type Alloc struct {
 	pool  *iobuf.Pool
@@ -81,7 +81,7 @@ func (a *Alloc) Owns(p []byte) bool {
 	return false
 }
 
-// Release returns every buffer to the pool; slices from earlier Range calls
+// Release returns every buffer to the pool; slices from earlier Get calls
 // must not be used afterwards.
 func (a *Alloc) Release() {
 	for _, b := range a.bufs {

@@ -20,18 +20,18 @@ func testBatch(t *testing.T, open Opener) {
 	}
 	want := []wire.Status{wire.StatusOK, wire.StatusInvalid, wire.StatusOK, wire.StatusTooLarge, wire.StatusOK, wire.StatusOK}
 	errs := make([]error, len(keys))
-	e.CacheBatch(keys, values, errs)
+	e.PutBatch(keys, values, errs)
 	for i, err := range errs {
-		WantStatus(t, err, want[i], "CacheBatch item "+string(rune('0'+i)))
+		WantStatus(t, err, want[i], "PutBatch item "+string(rune('0'+i)))
 	}
 	MustEqual(t, e, Key(300), values[4])
 	MustEqual(t, e, Key(302), values[2])
 	MustEqual(t, e, Key(304), values[5])
 	for _, k := range []wire.BlockKey{Key(301), Key(303)} {
-		_, err := e.Lookup(k)
-		WantStatus(t, err, wire.StatusNotFound, "Lookup of a rejected batch item")
+		_, err := e.Exist(k)
+		WantStatus(t, err, wire.StatusNotFound, "Exist of a rejected batch item")
 	}
 
 	// An empty batch is a no-op.
-	e.CacheBatch(nil, nil, nil)
+	e.PutBatch(nil, nil, nil)
 }

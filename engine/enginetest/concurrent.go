@@ -35,7 +35,7 @@ func genOf(data []byte) (gen uint64, k int, ok bool) {
 
 // testConcurrent runs writers, readers and a remover on a few shared keys.
 // Every read must be byte-exact against one value ever written for that key
-// (never a mix of two), and afterwards Lookup and Range must agree.
+// (never a mix of two), and afterwards Exist and Get must agree.
 func testConcurrent(t *testing.T, open Opener) {
 	e, _ := openNew(t, open, bigCapacity)
 	const nkeys = 6
@@ -50,7 +50,7 @@ func testConcurrent(t *testing.T, open Opener) {
 	var (
 		nextGen atomic.Uint64
 		mu      sync.Mutex
-		written = make([]map[uint64]bool, nkeys) // gens ever offered to Cache
+		written = make([]map[uint64]bool, nkeys) // gens ever offered to Put
 	)
 	for i := range written {
 		written[i] = map[uint64]bool{}
@@ -102,8 +102,8 @@ func testConcurrent(t *testing.T, open Opener) {
 		mu.Lock()
 		written[k][gen] = true
 		mu.Unlock()
-		if err := e.Cache(keys[k], stamped(k, gen)); err != nil {
-			t.Errorf("Cache key %d gen %d: %v", k, gen, err)
+		if err := e.Put(keys[k], stamped(k, gen)); err != nil {
+			t.Errorf("Put key %d gen %d: %v", k, gen, err)
 		}
 	}
 	get := func(r *rand.Rand, k int) {
@@ -114,28 +114,28 @@ func testConcurrent(t *testing.T, open Opener) {
 			off = uint64(r.IntN(9000)) &^ 7
 			length = uint64(r.IntN(3)) * uint64(r.IntN(20000))
 		}
-		data, stored, err := e.Range(keys[k], off, length, a)
+		data, stored, err := e.Get(keys[k], off, length, a)
 		switch wire.StatusOf(err) {
 		case wire.StatusOK:
 			if length != 0 && uint64(len(data)) > length || off+uint64(len(data)) > stored {
-				t.Errorf("key %d: Range(%d, %d) returned %d bytes of %d stored", k, off, length, len(data), stored)
+				t.Errorf("key %d: Get(%d, %d) returned %d bytes of %d stored", k, off, length, len(data), stored)
 				return
 			}
 			if length == 0 && off+uint64(len(data)) != stored {
-				t.Errorf("key %d: Range(%d, 0) returned %d bytes of %d stored, want the remainder", k, off, len(data), stored)
+				t.Errorf("key %d: Get(%d, 0) returned %d bytes of %d stored, want the remainder", k, off, len(data), stored)
 				return
 			}
 			check(t, k, off, data, stored)
 		case wire.StatusNotFound:
 		case wire.StatusInvalid:
 			if off == 0 {
-				t.Errorf("key %d: Range at offset 0: %v", k, err)
+				t.Errorf("key %d: Get at offset 0: %v", k, err)
 			}
 		default:
-			t.Errorf("key %d: Range: %v", k, err)
+			t.Errorf("key %d: Get: %v", k, err)
 		}
-		if _, err := e.Lookup(keys[k]); err != nil && wire.StatusOf(err) != wire.StatusNotFound {
-			t.Errorf("key %d: Lookup: %v", k, err)
+		if _, err := e.Exist(keys[k]); err != nil && wire.StatusOf(err) != wire.StatusNotFound {
+			t.Errorf("key %d: Exist: %v", k, err)
 		}
 	}
 	remove := func(r *rand.Rand, k int) {
@@ -162,19 +162,19 @@ func testConcurrent(t *testing.T, open Opener) {
 	// Quiescent: the index and the data agree for every key.
 	var objects, used uint64
 	for k, key := range keys {
-		n, lerr := e.Lookup(key)
+		n, lerr := e.Exist(key)
 		a := NewAlloc(nil)
-		data, stored, rerr := e.Range(key, 0, 0, a)
+		data, stored, rerr := e.Get(key, 0, 0, a)
 		if wire.StatusOf(lerr) == wire.StatusNotFound {
-			WantStatus(t, rerr, wire.StatusNotFound, "Range of a key Lookup does not find")
+			WantStatus(t, rerr, wire.StatusNotFound, "Get of a key Exist does not find")
 			a.Release()
 			continue
 		}
 		if lerr != nil || rerr != nil {
-			t.Fatalf("key %d: Lookup %v, Range %v", k, lerr, rerr)
+			t.Fatalf("key %d: Exist %v, Get %v", k, lerr, rerr)
 		}
 		if n != stored || uint64(len(data)) != stored {
-			t.Fatalf("key %d: Lookup %d, Range stored %d with %d bytes", k, n, stored, len(data))
+			t.Fatalf("key %d: Exist %d, Get stored %d with %d bytes", k, n, stored, len(data))
 		}
 		check(t, k, 0, data, stored)
 		a.Release()

@@ -16,7 +16,7 @@
 // engine:
 //   - a zero-byte value is INVALID, a value larger than the capacity is
 //     TOO_LARGE;
-//   - Range asks its Allocator for at most one buffer and returns a slice of
+//   - Get asks its Allocator for at most one buffer and returns a slice of
 //     it;
 //   - eviction is CLOCK-like: with the disk full of equal-sized values, a
 //     value read since it was stored outlives one never read.
@@ -113,29 +113,29 @@ func Get(t testing.TB, e engine.StoreEngine, key wire.BlockKey) []byte {
 	t.Helper()
 	a := NewAlloc(nil)
 	defer a.Release()
-	data, stored, err := e.Range(key, 0, 0, a)
+	data, stored, err := e.Get(key, 0, 0, a)
 	if err != nil {
-		t.Fatalf("Range(%s, 0, 0): %v", key, err)
+		t.Fatalf("Get(%s, 0, 0): %v", key, err)
 	}
 	if uint64(len(data)) != stored {
-		t.Fatalf("Range(%s, 0, 0): %d bytes, stored %d", key, len(data), stored)
+		t.Fatalf("Get(%s, 0, 0): %d bytes, stored %d", key, len(data), stored)
 	}
 	return append([]byte(nil), data...)
 }
 
-// MustEqual fails t unless e holds exactly want under key, through Lookup
-// and a whole-value Range.
+// MustEqual fails t unless e holds exactly want under key, through Exist
+// and a whole-value Get.
 func MustEqual(t testing.TB, e engine.StoreEngine, key wire.BlockKey, want []byte) {
 	t.Helper()
-	n, err := e.Lookup(key)
+	n, err := e.Exist(key)
 	if err != nil {
-		t.Fatalf("Lookup(%s): %v", key, err)
+		t.Fatalf("Exist(%s): %v", key, err)
 	}
 	if n != uint64(len(want)) {
-		t.Fatalf("Lookup(%s) = %d, want %d", key, n, len(want))
+		t.Fatalf("Exist(%s) = %d, want %d", key, n, len(want))
 	}
 	if got := Get(t, e, key); !equal(got, want) {
-		t.Fatalf("Range(%s): %s", key, diff(got, want))
+		t.Fatalf("Get(%s): %s", key, diff(got, want))
 	}
 }
 
@@ -155,38 +155,38 @@ func diff(got, want []byte) string {
 
 func mustCache(t testing.TB, e engine.StoreEngine, key wire.BlockKey, v []byte) {
 	t.Helper()
-	if err := e.Cache(key, v); err != nil {
-		t.Fatalf("Cache(%s, %d bytes): %v", key, len(v), err)
+	if err := e.Put(key, v); err != nil {
+		t.Fatalf("Put(%s, %d bytes): %v", key, len(v), err)
 	}
 }
 
 func testBasic(t *testing.T, open Opener) {
 	e, _ := openNew(t, open, bigCapacity)
 	k := Key(1)
-	_, err := e.Lookup(k)
-	WantStatus(t, err, wire.StatusNotFound, "Lookup of a missing key")
-	_, _, err = e.Range(k, 0, 0, NewAlloc(nil))
-	WantStatus(t, err, wire.StatusNotFound, "Range of a missing key")
+	_, err := e.Exist(k)
+	WantStatus(t, err, wire.StatusNotFound, "Exist of a missing key")
+	_, _, err = e.Get(k, 0, 0, NewAlloc(nil))
+	WantStatus(t, err, wire.StatusNotFound, "Get of a missing key")
 	WantStatus(t, e.Remove(k), wire.StatusNotFound, "Remove of a missing key")
 
 	v := Value(1, 10000)
 	mustCache(t, e, k, v)
 	MustEqual(t, e, k, v)
-	_, err = e.Lookup(Key(2))
-	WantStatus(t, err, wire.StatusNotFound, "Lookup of another key")
+	_, err = e.Exist(Key(2))
+	WantStatus(t, err, wire.StatusNotFound, "Exist of another key")
 	if err != wire.StatusNotFound {
 		// The engine.StoreEngine contract: a miss is the bare status, so
 		// the misses of a busy cache cost no allocation.
-		t.Errorf("Lookup of a missing key returned %q, want the bare wire.StatusNotFound", err)
+		t.Errorf("Exist of a missing key returned %q, want the bare wire.StatusNotFound", err)
 	}
 
 	if err := e.Remove(k); err != nil {
 		t.Fatalf("Remove: %v", err)
 	}
-	_, err = e.Lookup(k)
-	WantStatus(t, err, wire.StatusNotFound, "Lookup after Remove")
-	_, _, err = e.Range(k, 0, 0, NewAlloc(nil))
-	WantStatus(t, err, wire.StatusNotFound, "Range after Remove")
+	_, err = e.Exist(k)
+	WantStatus(t, err, wire.StatusNotFound, "Exist after Remove")
+	_, _, err = e.Get(k, 0, 0, NewAlloc(nil))
+	WantStatus(t, err, wire.StatusNotFound, "Get after Remove")
 	WantStatus(t, e.Remove(k), wire.StatusNotFound, "second Remove")
 
 	// The engine must not keep the caller's slice.
@@ -215,15 +215,15 @@ func testInvalidValues(t *testing.T, open Opener) {
 	const capacity = 1 << 20
 	e, _ := openNew(t, open, capacity)
 	k := Key(4)
-	WantStatus(t, e.Cache(k, nil), wire.StatusInvalid, "Cache of a nil value")
-	WantStatus(t, e.Cache(k, []byte{}), wire.StatusInvalid, "Cache of a zero-byte value")
-	WantStatus(t, e.Cache(k, make([]byte, capacity+1)), wire.StatusTooLarge, "Cache of a value larger than the capacity")
-	_, err := e.Lookup(k)
-	WantStatus(t, err, wire.StatusNotFound, "Lookup after rejected values")
+	WantStatus(t, e.Put(k, nil), wire.StatusInvalid, "Put of a nil value")
+	WantStatus(t, e.Put(k, []byte{}), wire.StatusInvalid, "Put of a zero-byte value")
+	WantStatus(t, e.Put(k, make([]byte, capacity+1)), wire.StatusTooLarge, "Put of a value larger than the capacity")
+	_, err := e.Exist(k)
+	WantStatus(t, err, wire.StatusNotFound, "Exist after rejected values")
 	// A rejected overwrite leaves the old value.
 	v := Value(4, 300)
 	mustCache(t, e, k, v)
-	WantStatus(t, e.Cache(k, nil), wire.StatusInvalid, "zero-byte overwrite")
+	WantStatus(t, e.Put(k, nil), wire.StatusInvalid, "zero-byte overwrite")
 	MustEqual(t, e, k, v)
 	if st := e.Stats(); st.Objects != 1 || st.UsedBytes != 300 {
 		t.Fatalf("Objects %d UsedBytes %d, want 1 and 300", st.Objects, st.UsedBytes)

@@ -10,7 +10,7 @@ import (
 // so every engine accounts it the same.
 const evictSize = 4096
 
-// testEviction fills an engine to several times its capacity: every Cache
+// testEviction fills an engine to several times its capacity: every Put
 // succeeds, the bytes in use never pass the capacity, and what is left is
 // exactly what Stats says.
 func testEviction(t *testing.T, open Opener) {
@@ -30,12 +30,12 @@ func testEviction(t *testing.T, open Opener) {
 	var present uint64
 	for i := range total {
 		k := Key(800 + i)
-		n, err := e.Lookup(k)
+		n, err := e.Exist(k)
 		if wire.StatusOf(err) == wire.StatusNotFound {
 			continue
 		}
 		if err != nil || n != evictSize {
-			t.Fatalf("Lookup(%d) = %d, %v", i, n, err)
+			t.Fatalf("Exist(%d) = %d, %v", i, n, err)
 		}
 		MustEqual(t, e, k, Value(uint64(800+i), evictSize))
 		present++
@@ -74,7 +74,7 @@ func testClock(t *testing.T, open Opener) {
 	}
 	survived := func(from, to int) (n int) {
 		for i := from; i < to; i++ {
-			if _, err := e.Lookup(Key(900 + i)); err == nil {
+			if _, err := e.Exist(Key(900 + i)); err == nil {
 				n++
 			}
 		}

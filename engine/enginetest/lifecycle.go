@@ -36,8 +36,8 @@ func testReopen(t *testing.T, open Opener) {
 		for k, v := range want {
 			MustEqual(t, e, k, v)
 		}
-		_, err := e.Lookup(gone)
-		WantStatus(t, err, wire.StatusNotFound, "Lookup of a key removed before the restart")
+		_, err := e.Exist(gone)
+		WantStatus(t, err, wire.StatusNotFound, "Exist of a key removed before the restart")
 		st := e.Stats()
 		if st.Objects != before.Objects || st.UsedBytes != before.UsedBytes {
 			t.Fatalf("reopen %d: Objects %d UsedBytes %d, want %d and %d", round, st.Objects, st.UsedBytes, before.Objects, before.UsedBytes)
@@ -56,14 +56,14 @@ func testClosed(t *testing.T, open Opener) {
 	if err := e.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	WantStatus(t, e.Cache(k, Value(601, 100)), wire.StatusUnavailable, "Cache after Close")
+	WantStatus(t, e.Put(k, Value(601, 100)), wire.StatusUnavailable, "Put after Close")
 	errs := make([]error, 1)
-	e.CacheBatch([]wire.BlockKey{k}, [][]byte{Value(602, 10)}, errs)
-	WantStatus(t, errs[0], wire.StatusUnavailable, "CacheBatch after Close")
-	_, _, err := e.Range(k, 0, 0, NewAlloc(nil))
-	WantStatus(t, err, wire.StatusUnavailable, "Range after Close")
-	_, err = e.Lookup(k)
-	WantStatus(t, err, wire.StatusUnavailable, "Lookup after Close")
+	e.PutBatch([]wire.BlockKey{k}, [][]byte{Value(602, 10)}, errs)
+	WantStatus(t, errs[0], wire.StatusUnavailable, "PutBatch after Close")
+	_, _, err := e.Get(k, 0, 0, NewAlloc(nil))
+	WantStatus(t, err, wire.StatusUnavailable, "Get after Close")
+	_, err = e.Exist(k)
+	WantStatus(t, err, wire.StatusUnavailable, "Exist after Close")
 	WantStatus(t, e.Remove(k), wire.StatusUnavailable, "Remove after Close")
 	WantStatus(t, e.Close(), wire.StatusUnavailable, "second Close")
 	_ = e.Stats() // still answers, for the last metrics scrape
@@ -82,8 +82,8 @@ func testStats(t *testing.T, open Opener) {
 	mustCache(t, e, k2, Value(701, 5000))
 	Get(t, e, k1)
 	Get(t, e, k1)
-	_, _, err := e.Range(Key(702), 0, 0, NewAlloc(nil))
-	WantStatus(t, err, wire.StatusNotFound, "Range of a missing key")
+	_, _, err := e.Get(Key(702), 0, 0, NewAlloc(nil))
+	WantStatus(t, err, wire.StatusNotFound, "Get of a missing key")
 	if err := e.Remove(k2); err != nil {
 		t.Fatalf("Remove: %v", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
-// CheckRange calls e.Range(key, off, length) on a key holding value and
+// CheckRange calls e.Get(key, off, length) on a key holding value and
 // checks the result against the range contract:
 //   - length == 0 reads the whole remainder from off;
 //   - off == stored length succeeds with zero bytes;
@@ -23,8 +23,8 @@ func CheckRange(t testing.TB, e engine.StoreEngine, key wire.BlockKey, value []b
 	t.Helper()
 	a := NewAlloc(nil)
 	defer a.Release()
-	what := fmt.Sprintf("Range(%d-byte value, off %d, len %d)", len(value), off, length)
-	data, stored, err := e.Range(key, off, length, a)
+	what := fmt.Sprintf("Get(%d-byte value, off %d, len %d)", len(value), off, length)
+	data, stored, err := e.Get(key, off, length, a)
 	size := uint64(len(value))
 	if off > size {
 		WantStatus(t, err, wire.StatusInvalid, what)

@@ -38,7 +38,7 @@ func BenchmarkCache(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			if err := s.Cache(keys[i%len(keys)], buf.B); err != nil {
+			if err := s.Put(keys[i%len(keys)], buf.B); err != nil {
 				b.Fatal(err)
 			}
 			i++
@@ -54,7 +54,7 @@ func BenchmarkRange(b *testing.B) {
 		s := openStore(b, Options{Dir: b.TempDir(), CapacityBytes: 1 << 40, DirectIO: direct})
 		keys := benchKeys()
 		for i, k := range keys {
-			if err := s.Cache(k, enginetest.Value(uint64(i), size)); err != nil {
+			if err := s.Put(k, enginetest.Value(uint64(i), size)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -63,9 +63,9 @@ func BenchmarkRange(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			data, _, err := s.Range(keys[i%len(keys)], 0, 0, a)
+			data, _, err := s.Get(keys[i%len(keys)], 0, 0, a)
 			if err != nil || len(data) != size {
-				b.Fatalf("Range: %d bytes, %v", len(data), err)
+				b.Fatalf("Get: %d bytes, %v", len(data), err)
 			}
 			a.Release()
 			i++

@@ -29,7 +29,7 @@
 // # Values
 //
 // A file holds the caller's exact bytes: no header, checksum or padding. A
-// Cache writes a unique temp file in tmp/ (with O_DIRECT, from an aligned
+// Put writes a unique temp file in tmp/ (with O_DIRECT, from an aligned
 // buffer padded to engine.IOAlign and then truncated to the exact length),
 // fdatasyncs it, and renames it into place; the rename is the publish, so a
 // reader sees the old value or the new one, never a mix, and a crash leaves
@@ -47,7 +47,7 @@
 //
 // The index lives only in memory and is rebuilt at Open from the directory
 // walk (filename and size; no file is opened). It is sharded (Options.Shards)
-// and each shard keeps a CLOCK ring: Range sets an entry's reference bit,
+// and each shard keeps a CLOCK ring: Get sets an entry's reference bit,
 // and eviction sweeps the shards round-robin, clearing set bits (a second
 // chance) and evicting the first entry whose bit is clear. Eviction runs
 // before a value is written, so the bytes counted against CapacityBytes (the
@@ -69,7 +69,7 @@
 //
 // # Caveats
 //
-//   - One open and one fstat per Range, and one inode per block: fine for
+//   - One open and one fstat per Get, and one inode per block: fine for
 //     diagnosis, not for tens of millions of small blocks.
 //   - A failed unlink during eviction drops the entry from the index anyway
 //     (so eviction can make progress) and counts an IO error; the orphan

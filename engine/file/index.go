@@ -9,14 +9,14 @@ import (
 )
 
 // entry is one published block. An entry is immutable once in the index
-// except for ref and pos; a new Cache of the same key publishes a new entry,
+// except for ref and pos; a new Put of the same key publishes a new entry,
 // so pointer identity tells an evictor or a reader whether the block it
 // looked at is still the current one.
 type entry struct {
 	key  wire.BlockKey
 	size uint64
 	pos  int         // index in shard.ring; guarded by shard.mu
-	ref  atomic.Bool // CLOCK reference bit, set by Range
+	ref  atomic.Bool // CLOCK reference bit, set by Get
 }
 
 // shard is one slice of the index: a map for lookups and a ring of the same

@@ -93,7 +93,7 @@ func (s *Store) writeDirect(f vfs.File, value []byte) error {
 	return nil
 }
 
-// openRead opens path for a Range, with O_DIRECT while the store uses it.
+// openRead opens path for a Get, with O_DIRECT while the store uses it.
 func (s *Store) openRead(path string) (vfs.File, bool, error) {
 	direct := s.direct.Load()
 	if direct {

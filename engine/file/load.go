@@ -68,7 +68,7 @@ func (s *Store) empty(dir string) error {
 	return nil
 }
 
-// probe creates a scratch file in tmp/ the way Cache will, so that a
+// probe creates a scratch file in tmp/ the way Put will, so that a
 // directory the engine cannot write fails Open, and a filesystem that
 // refuses O_DIRECT is reported at startup rather than on the first write.
 func (s *Store) probe() error {

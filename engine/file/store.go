@@ -195,8 +195,8 @@ func (s *Store) stripe(k wire.BlockKey) *sync.Mutex {
 	return &s.stripes[mix64(keyHash(k))&(stripes-1)]
 }
 
-// Cache implements engine.StoreEngine.
-func (s *Store) Cache(key wire.BlockKey, value []byte) error {
+// Put implements engine.StoreEngine.
+func (s *Store) Put(key wire.BlockKey, value []byte) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -204,9 +204,9 @@ func (s *Store) Cache(key wire.BlockKey, value []byte) error {
 	return s.cache(key, value)
 }
 
-// CacheBatch implements engine.StoreEngine: the items are stored in order,
+// PutBatch implements engine.StoreEngine: the items are stored in order,
 // each with its own result.
-func (s *Store) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
+func (s *Store) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 	if err := s.enter(); err != nil {
 		for i := range errs {
 			errs[i] = err
@@ -401,10 +401,10 @@ func (s *Store) markBucket(key wire.BlockKey, flag uint32) {
 	}
 }
 
-// Range implements engine.StoreEngine. The stored length comes from fstat of
+// Get implements engine.StoreEngine. The stored length comes from fstat of
 // the file actually opened, so it always matches the bytes returned even
-// when a concurrent Cache replaces the value between lookup and open.
-func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
+// when a concurrent Put replaces the value between lookup and open.
+func (s *Store) Get(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
 	if err := s.enter(); err != nil {
 		return nil, 0, err
 	}
@@ -488,8 +488,8 @@ func (s *Store) dropMissing(e *entry) {
 	}
 }
 
-// Lookup implements engine.StoreEngine from the index alone.
-func (s *Store) Lookup(key wire.BlockKey) (uint64, error) {
+// Exist implements engine.StoreEngine from the index alone.
+func (s *Store) Exist(key wire.BlockKey) (uint64, error) {
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
@@ -561,7 +561,7 @@ func (s *Store) Stats() engine.Stats {
 }
 
 // Close waits for operations in flight, then fsyncs every directory whose
-// entries changed, so every acknowledged Cache and Remove survives a power
+// entries changed, so every acknowledged Put and Remove survives a power
 // loss after a graceful shutdown (the data itself was fdatasynced before
 // its rename). Later calls return StatusUnavailable.
 func (s *Store) Close() error {

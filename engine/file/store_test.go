@@ -171,7 +171,7 @@ func value(i, n int) []byte { return enginetest.Value(uint64(i), n) }
 func TestLayout(t *testing.T) {
 	s := openStore(t, Options{Dir: t.TempDir(), CapacityBytes: 1 << 20})
 	k := wire.BlockKey{Tenant: 0xab00000000000001, ID: [16]byte{0xcd, 1, 2}}
-	if err := s.Cache(k, []byte("x")); err != nil {
+	if err := s.Put(k, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	want := filepath.Join(s.dir, "blocks", "ab", "cd", k.Filename())
@@ -195,7 +195,7 @@ func TestRestartKeepsEveryBlock(t *testing.T) {
 	want := map[wire.BlockKey][]byte{}
 	for i := range 240 {
 		v := value(i, sizes[i%len(sizes)]+i)
-		if err := s.Cache(key(i), v); err != nil {
+		if err := s.Put(key(i), v); err != nil {
 			t.Fatal(err)
 		}
 		want[key(i)] = v
@@ -217,7 +217,7 @@ func TestRestartKeepsEveryBlock(t *testing.T) {
 	for i := range 240 {
 		v, ok := want[key(i)]
 		if !ok {
-			_, err := s.Lookup(key(i))
+			_, err := s.Exist(key(i))
 			enginetest.WantStatus(t, err, wire.StatusNotFound, "removed key after restart")
 			continue
 		}
@@ -233,7 +233,7 @@ func TestEvictionAtCapacity(t *testing.T) {
 	const size = 1000
 	s := openStore(t, Options{Dir: dir, CapacityBytes: 10 * size, Shards: 1})
 	for i := range 10 {
-		if err := s.Cache(key(i), value(i, size)); err != nil {
+		if err := s.Put(key(i), value(i, size)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -241,7 +241,7 @@ func TestEvictionAtCapacity(t *testing.T) {
 		enginetest.Get(t, s, key(i))
 	}
 	for i := 10; i < 14; i++ {
-		if err := s.Cache(key(i), value(i, size)); err != nil {
+		if err := s.Put(key(i), value(i, size)); err != nil {
 			t.Fatal(err)
 		}
 		if st := s.Stats(); st.UsedBytes > 10*size {
@@ -250,10 +250,10 @@ func TestEvictionAtCapacity(t *testing.T) {
 	}
 	// Victims in ring order, skipping the read ones: 3, 4, 6, 7.
 	for i := range 14 {
-		_, err := s.Lookup(key(i))
+		_, err := s.Exist(key(i))
 		gone := i == 3 || i == 4 || i == 6 || i == 7
 		if gone != (wire.StatusOf(err) == wire.StatusNotFound) {
-			t.Errorf("key %d: Lookup err %v, want evicted=%v", i, err, gone)
+			t.Errorf("key %d: Exist err %v, want evicted=%v", i, err, gone)
 		}
 	}
 	if st := s.Stats(); st.Evictions != 4 || st.Objects != 10 || st.UsedBytes != 10*size {
@@ -278,10 +278,10 @@ func TestEvictionAtCapacity(t *testing.T) {
 // TestValueLargerThanCapacity: TOO_LARGE, and nothing is evicted for it.
 func TestValueLargerThanCapacity(t *testing.T) {
 	s := openStore(t, Options{Dir: t.TempDir(), CapacityBytes: 8192})
-	if err := s.Cache(key(1), value(1, 8000)); err != nil {
+	if err := s.Put(key(1), value(1, 8000)); err != nil {
 		t.Fatal(err)
 	}
-	enginetest.WantStatus(t, s.Cache(key(2), value(2, 8193)), wire.StatusTooLarge, "oversized value")
+	enginetest.WantStatus(t, s.Put(key(2), value(2, 8193)), wire.StatusTooLarge, "oversized value")
 	enginetest.MustEqual(t, s, key(1), value(1, 8000))
 }
 
@@ -313,14 +313,14 @@ func TestENOSPCOneRetry(t *testing.T) {
 		fs, hits := enospc(dir, 0)
 		s := openStore(t, Options{Dir: dir, CapacityBytes: 1 << 20, FS: fs, DirectIO: direct})
 		for i := range 10 {
-			if err := s.Cache(key(i), value(i, 5000)); err != nil {
+			if err := s.Put(key(i), value(i, 5000)); err != nil {
 				t.Fatal(err)
 			}
 		}
 		hits.Store(-1) // the next write fails, the one after succeeds
 		v := value(99, 10000)
-		if err := s.Cache(key(99), v); err != nil {
-			t.Fatalf("direct=%v: Cache after one ENOSPC: %v", direct, err)
+		if err := s.Put(key(99), v); err != nil {
+			t.Fatalf("direct=%v: Put after one ENOSPC: %v", direct, err)
 		}
 		if got := hits.Load(); got != 1 {
 			t.Fatalf("direct=%v: %d writes, want the failed one and one retry", direct, got+1)
@@ -343,17 +343,17 @@ func TestENOSPCTwice(t *testing.T) {
 	fs, hits := enospc(dir, 0)
 	s := openStore(t, Options{Dir: dir, CapacityBytes: 1 << 20, FS: fs, DirectIO: true})
 	old := value(1, 3000)
-	if err := s.Cache(key(1), old); err != nil {
+	if err := s.Put(key(1), old); err != nil {
 		t.Fatal(err)
 	}
 	for i := 2; i < 6; i++ {
-		if err := s.Cache(key(i), value(i, 3000)); err != nil {
+		if err := s.Put(key(i), value(i, 3000)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	hits.Store(-2)
-	err := s.Cache(key(1), value(2, 7000))
-	enginetest.WantStatus(t, err, wire.StatusCacheFull, "Cache after two ENOSPC")
+	err := s.Put(key(1), value(2, 7000))
+	enginetest.WantStatus(t, err, wire.StatusCacheFull, "Put after two ENOSPC")
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("error %v does not carry the ENOSPC cause", err)
 	}
@@ -362,14 +362,14 @@ func TestENOSPCTwice(t *testing.T) {
 	}
 	// The bounded evict may have taken key(1) itself; if not, it still holds
 	// the old value, never the new one.
-	if _, err := s.Lookup(key(1)); err == nil {
+	if _, err := s.Exist(key(1)); err == nil {
 		enginetest.MustEqual(t, s, key(1), old)
 	}
 	if st := s.Stats(); st.Puts != 5 || st.IOErrors != 0 || !st.DiskFull {
 		t.Fatalf("Puts %d IOErrors %d DiskFull %v, want 5, 0 and true", st.Puts, st.IOErrors, st.DiskFull)
 	}
 	// The next write that succeeds clears the full state.
-	if err := s.Cache(key(7), value(7, 100)); err != nil {
+	if err := s.Put(key(7), value(7, 100)); err != nil {
 		t.Fatal(err)
 	}
 	if s.Stats().DiskFull {
@@ -391,11 +391,11 @@ func TestENOSPCOnRename(t *testing.T) {
 	}}
 	s := openStore(t, Options{Dir: dir, CapacityBytes: 1 << 20, FS: fs})
 	fail.Store(1)
-	if err := s.Cache(key(1), value(1, 100)); err != nil {
-		t.Fatalf("Cache with one ENOSPC rename: %v", err)
+	if err := s.Put(key(1), value(1, 100)); err != nil {
+		t.Fatalf("Put with one ENOSPC rename: %v", err)
 	}
 	fail.Store(2)
-	enginetest.WantStatus(t, s.Cache(key(2), value(2, 100)), wire.StatusCacheFull, "two ENOSPC renames")
+	enginetest.WantStatus(t, s.Put(key(2), value(2, 100)), wire.StatusCacheFull, "two ENOSPC renames")
 	checkConsistent(t, s)
 }
 
@@ -456,7 +456,7 @@ func TestMalformedAtStartup(t *testing.T) {
 func TestLeftoversCleared(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, Options{Dir: dir, CapacityBytes: 1 << 20})
-	if err := s.Cache(key(1), value(1, 100)); err != nil {
+	if err := s.Put(key(1), value(1, 100)); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -498,7 +498,7 @@ func TestDirectFallback(t *testing.T) {
 		t.Fatal("Stats.DirectIO true on a filesystem that refuses O_DIRECT")
 	}
 	for i := range 20 {
-		if err := s.Cache(key(i), value(i, 4097)); err != nil {
+		if err := s.Put(key(i), value(i, 4097)); err != nil {
 			t.Fatal(err)
 		}
 		enginetest.CheckRange(t, s, key(i), value(i, 4097), 1, 4096)
@@ -534,7 +534,7 @@ func TestDirectRefusedLate(t *testing.T) {
 		t.Fatal("DirectIO off after a successful probe")
 	}
 	v := value(1, 9000)
-	if err := s.Cache(key(1), v); err != nil {
+	if err := s.Put(key(1), v); err != nil {
 		t.Fatal(err)
 	}
 	enginetest.MustEqual(t, s, key(1), v)
@@ -557,7 +557,7 @@ func TestRemoveRenameFails(t *testing.T) {
 	}}
 	s := openStore(t, Options{Dir: dir, CapacityBytes: 1 << 20, FS: fs})
 	v := value(1, 777)
-	if err := s.Cache(key(1), v); err != nil {
+	if err := s.Put(key(1), v); err != nil {
 		t.Fatal(err)
 	}
 	fail.Store(true)
@@ -578,16 +578,16 @@ func TestRemoveRenameFails(t *testing.T) {
 func TestFileDeletedBehindOurBack(t *testing.T) {
 	for _, direct := range []bool{true, false} {
 		s := openStore(t, Options{Dir: t.TempDir(), CapacityBytes: 1 << 20, DirectIO: direct})
-		if err := s.Cache(key(1), value(1, 100)); err != nil {
+		if err := s.Put(key(1), value(1, 100)); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Remove(s.blockPath(key(1))); err != nil {
 			t.Fatal(err)
 		}
-		_, _, err := s.Range(key(1), 0, 0, enginetest.NewAlloc(nil))
-		enginetest.WantStatus(t, err, wire.StatusNotFound, "Range of a deleted file")
-		_, err = s.Lookup(key(1))
-		enginetest.WantStatus(t, err, wire.StatusNotFound, "Lookup after the miss")
+		_, _, err := s.Get(key(1), 0, 0, enginetest.NewAlloc(nil))
+		enginetest.WantStatus(t, err, wire.StatusNotFound, "Get of a deleted file")
+		_, err = s.Exist(key(1))
+		enginetest.WantStatus(t, err, wire.StatusNotFound, "Exist after the miss")
 		if st := s.Stats(); st.Objects != 0 || st.UsedBytes != 0 || st.Misses != 1 {
 			t.Fatalf("stats %+v", st)
 		}
@@ -602,7 +602,7 @@ func TestSameKeyConcurrentCache(t *testing.T) {
 	for w := range 8 {
 		wg.Go(func() {
 			for i := range 20 {
-				if err := s.Cache(key(1), value(w*100+i, 1000+w*1111+i)); err != nil {
+				if err := s.Put(key(1), value(w*100+i, 1000+w*1111+i)); err != nil {
 					t.Error(err)
 				}
 				if i%3 == 0 {
@@ -613,10 +613,10 @@ func TestSameKeyConcurrentCache(t *testing.T) {
 	}
 	wg.Wait()
 	checkConsistent(t, s)
-	if n, err := s.Lookup(key(1)); err == nil {
+	if n, err := s.Exist(key(1)); err == nil {
 		got := enginetest.Get(t, s, key(1))
 		if uint64(len(got)) != n {
-			t.Fatalf("Lookup %d, Range %d bytes", n, len(got))
+			t.Fatalf("Exist %d, Get %d bytes", n, len(got))
 		}
 		found := false
 		for w := range 8 {
@@ -645,11 +645,11 @@ func TestEvictionUnderConcurrency(t *testing.T) {
 				k := key((w*7 + i) % 150)
 				switch i % 4 {
 				case 0, 1:
-					if err := s.Cache(k, value(i, 1+(i*997)%8000)); err != nil && wire.StatusOf(err) != wire.StatusCacheFull {
+					if err := s.Put(k, value(i, 1+(i*997)%8000)); err != nil && wire.StatusOf(err) != wire.StatusCacheFull {
 						t.Error(err)
 					}
 				case 2:
-					if _, _, err := s.Range(k, 0, 0, a); err != nil && wire.StatusOf(err) != wire.StatusNotFound {
+					if _, _, err := s.Get(k, 0, 0, a); err != nil && wire.StatusOf(err) != wire.StatusNotFound {
 						t.Error(err)
 					}
 					a.Release()
@@ -682,11 +682,11 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
-// TestRemoveRacingCache: a Cache of the same key that reaches its publish
+// TestRemoveRacingCache: a Put of the same key that reaches its publish
 // while a Remove is between its lookup and its rename must wait for the
 // Remove; otherwise the Remove would move the new file to trash and leave
 // the index pointing at nothing. The fault hook parks the Remove just
-// before its rename and gives the Cache half a second to get in.
+// before its rename and gives the Put half a second to get in.
 func TestRemoveRacingCache(t *testing.T) {
 	var (
 		armed     atomic.Bool
@@ -708,7 +708,7 @@ func TestRemoveRacingCache(t *testing.T) {
 			return nil
 		}
 		if inBlocks(dir, path) && armed.CompareAndSwap(true, false) {
-			go func() { done <- s.Cache(key(1), newValue) }()
+			go func() { done <- s.Put(key(1), newValue) }()
 			select {
 			case <-published:
 			case <-time.After(500 * time.Millisecond):
@@ -717,7 +717,7 @@ func TestRemoveRacingCache(t *testing.T) {
 		return nil
 	}}
 	s = openStore(t, Options{Dir: dir, CapacityBytes: 1 << 20, FS: fs})
-	if err := s.Cache(key(1), value(1, 1000)); err != nil {
+	if err := s.Put(key(1), value(1, 1000)); err != nil {
 		t.Fatal(err)
 	}
 	<-published

@@ -27,7 +27,7 @@ func (a *reuseAlloc) Alloc(n int) []byte {
 // benchmark is not bounded by the fake disk.
 type discardBacking struct{ *memBacking }
 
-func (discardBacking) Cache(wire.BlockKey, []byte) error { return nil }
+func (discardBacking) Put(wire.BlockKey, []byte) error { return nil }
 
 func BenchmarkWarmGet(b *testing.B) {
 	for _, size := range []int{256 << 10, 1 << 20, 4 << 20} {
@@ -39,7 +39,7 @@ func BenchmarkWarmGet(b *testing.B) {
 			ks := make([]wire.BlockKey, keys)
 			for i := range keys {
 				ks[i] = key(i)
-				if err := tr.Cache(ks[i], val(uint64(i), size)); err != nil {
+				if err := tr.Put(ks[i], val(uint64(i), size)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -53,7 +53,7 @@ func BenchmarkWarmGet(b *testing.B) {
 				a := &reuseAlloc{}
 				i := 0
 				for pb.Next() {
-					if _, _, err := tr.Range(ks[i%keys], 0, 0, a); err != nil {
+					if _, _, err := tr.Get(ks[i%keys], 0, 0, a); err != nil {
 						b.Error(err)
 						return
 					}
@@ -79,7 +79,7 @@ func BenchmarkWriteBackPut1MiB(b *testing.B) {
 	b.SetBytes(size)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if err := tr.Cache(keys[i%len(keys)], v); err != nil {
+		if err := tr.Put(keys[i%len(keys)], v); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -102,7 +102,7 @@ func TestWriteBackPutAllocatesOneEntry(t *testing.T) {
 	}
 	i := 0
 	put := func() {
-		if err := tr.Cache(keys[i%len(keys)], v); err != nil {
+		if err := tr.Put(keys[i%len(keys)], v); err != nil {
 			t.Fatal(err)
 		}
 		i++
@@ -129,7 +129,7 @@ func TestLookupMissAllocatesNothing(t *testing.T) {
 	defer tr.Close()
 	missing := key(12345)
 	miss := func() {
-		if _, err := tr.Lookup(missing); err != wire.StatusNotFound {
+		if _, err := tr.Exist(missing); err != wire.StatusNotFound {
 			t.Fatalf("lookup of a missing key: %v", err)
 		}
 	}

@@ -43,7 +43,7 @@ func TestCorruptDiskValueNotPromoted(t *testing.T) {
 		const capacity = 64 << 20
 		s := openSlab(t, dir, capacity)
 		k, v := key(900), val(900, 50000)
-		if err := s.Cache(k, v); err != nil {
+		if err := s.Put(k, v); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Close(); err != nil {
@@ -54,7 +54,7 @@ func TestCorruptDiskValueNotPromoted(t *testing.T) {
 		s = openSlab(t, dir, capacity)
 		tr := openTier(t, Options{Backing: s, Bytes: 4 << 20, ExtentBytes: 64 << 10, LargeReserveBytes: NoLargeReserve, ReadCoalesce: coalesce})
 		for i := range 2 {
-			data, _, err := tr.Range(k, 0, 0, heapAlloc{})
+			data, _, err := tr.Get(k, 0, 0, heapAlloc{})
 			enginetest.WantStatus(t, err, wire.StatusNotFound, "cold read of a corrupted value")
 			if len(data) != 0 {
 				t.Fatalf("read %d served %d bytes", i, len(data))

@@ -25,7 +25,7 @@ func conformanceOptions(backing engine.StoreEngine, ack string) Options {
 
 // TestConformanceOverSlabDiskAck runs the engine conformance suite over a
 // RAM tier fronting a slab engine in t.TempDir() (in-process), with disk
-// acknowledgement: every PUT has reached the slab when Cache returns, so
+// acknowledgement: every PUT has reached the slab when Put returns, so
 // the suite's exact eviction and Stats checks apply unchanged.
 func TestConformanceOverSlabDiskAck(t *testing.T) {
 	enginetest.Run(t, func(t *testing.T, dir string, capacity uint64) engine.StoreEngine {
@@ -38,9 +38,9 @@ func TestConformanceOverSlabDiskAck(t *testing.T) {
 // TestConformanceOverSlabRAMAck runs the suite with RAM acknowledgement
 // (the write-back default) over an in-process slab engine. NB: the suite's
 // eviction checks assume every acknowledged PUT already reached the disk
-// (Stats after each PUT, CLOCK survivors by Lookup); with RAM ack that is
+// (Stats after each PUT, CLOCK survivors by Exist); with RAM ack that is
 // only true once the flushes drained, so the engine under test drains
-// (Flush) before each Stats and Lookup. Every other call goes straight to
+// (Flush) before each Stats and Exist. Every other call goes straight to
 // the tier.
 func TestConformanceOverSlabRAMAck(t *testing.T) {
 	enginetest.Run(t, func(t *testing.T, dir string, capacity uint64) engine.StoreEngine {
@@ -57,7 +57,7 @@ func (d drained) Stats() engine.Stats {
 	return d.Tier.Stats()
 }
 
-func (d drained) Lookup(key wire.BlockKey) (uint64, error) {
+func (d drained) Exist(key wire.BlockKey) (uint64, error) {
 	_ = d.Flush()
-	return d.Tier.Lookup(key)
+	return d.Tier.Exist(key)
 }

@@ -63,7 +63,7 @@
 // tier unhealthy. Write-around: PUTs go to the backing, a later
 // whole-value GET fills RAM.
 //
-// Every engine's Cache replaces (the conformance suite pins it), so a
+// Every engine's Put replaces (the conformance suite pins it), so a
 // new RAM generation of a key the disk already holds replaces the disk
 // value when it flushes, and RAM never certifies bytes the disk will not
 // hold. NB: a rule that "a committed disk value wins over a new RAM
@@ -84,7 +84,7 @@
 // transfer-pin, so the server writes them to the socket from the arena;
 // Return drops the pin. Receive (engine.Receiver) reserves a hidden slot
 // for a write-back PUT before its payload is read, the server reads the
-// socket straight into it, and CommitReceive admits it as Cache would.
+// socket straight into it, and CommitReceive admits it as Put would.
 // Close waits for every loan and reservation before it unmaps the arena.
 // Dedicated large values take the copying paths.
 //

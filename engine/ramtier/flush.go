@@ -311,7 +311,7 @@ func (t *Tier) flush(e *entry, buf []byte) {
 				break
 			}
 		}
-		if err = t.backing.Cache(e.key, buf); err == nil || permanent(err) {
+		if err = t.backing.Put(e.key, buf); err == nil || permanent(err) {
 			break
 		}
 		if errors.Is(err, engine.ErrFailedClosed) {
@@ -398,7 +398,7 @@ func (t *Tier) ownedBy(e *entry) bool {
 	if e.lg != nil {
 		return t.largeOf(&e.key) == e.lg
 	}
-	r, _, ok := e.sh.alloc.Lookup(&e.key)
+	r, _, ok := e.sh.alloc.Exist(&e.key)
 	return ok && r == e.ref
 }
 

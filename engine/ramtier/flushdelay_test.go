@@ -48,8 +48,8 @@ func promptly(t *testing.T, what string, call func() error) {
 func cacheAll(t *testing.T, tr *Tier, first, n, size int) {
 	t.Helper()
 	for i := range n {
-		if err := tr.Cache(key(first+i), val(uint64(first+i), size)); err != nil {
-			t.Fatalf("Cache %d: %v", first+i, err)
+		if err := tr.Put(key(first+i), val(uint64(first+i), size)); err != nil {
+			t.Fatalf("Put %d: %v", first+i, err)
 		}
 	}
 }
@@ -73,12 +73,12 @@ func TestFlushDelayWritesARewrittenKeyOnce(t *testing.T) {
 	defer tr.Close()
 	k, gone := key(1), key(2)
 	for g := range 3 {
-		if err := tr.Cache(k, val(uint64(10+g), 20000)); err != nil {
-			t.Fatalf("Cache generation %d: %v", g, err)
+		if err := tr.Put(k, val(uint64(10+g), 20000)); err != nil {
+			t.Fatalf("Put generation %d: %v", g, err)
 		}
 	}
-	if err := tr.Cache(gone, val(2, 3000)); err != nil {
-		t.Fatalf("Cache: %v", err)
+	if err := tr.Put(gone, val(2, 3000)); err != nil {
+		t.Fatalf("Put: %v", err)
 	}
 	if err := tr.Remove(gone); err != nil {
 		t.Fatalf("Remove: %v", err)
@@ -125,8 +125,8 @@ func TestFlushDelayWaivedPastEagerThreshold(t *testing.T) {
 		t.Fatalf("%d backing writes with 192 KiB dirty (under the 256 KiB eager threshold), want 0", c)
 	}
 	for i := 3; i < 12; i++ { // 768 KiB in all: past the watermark without the waiver
-		if err := tr.Cache(key(100+i), val(uint64(100+i), n)); err != nil {
-			t.Fatalf("Cache %d past the eager threshold: %v", i, err)
+		if err := tr.Put(key(100+i), val(uint64(100+i), n)); err != nil {
+			t.Fatalf("Put %d past the eager threshold: %v", i, err)
 		}
 		eventually(t, "dirty bytes back under the eager threshold", func() bool { return tr.RAM().DirtyBytes < tr.eagerBytes })
 	}
@@ -145,8 +145,8 @@ func TestFlushDelayIgnoredWithDiskAck(t *testing.T) {
 	m := newMem()
 	tr := delayedTier(t, m, noFlushForAnHour, func(o *Options) { o.AckMode = AckDisk })
 	defer tr.Close()
-	promptly(t, "a disk-acknowledged PUT", func() error { return tr.Cache(key(3), val(3, 5000)) })
-	wantBacking(t, m, 3, 1, 5000, "disk-ack Cache returned")
+	promptly(t, "a disk-acknowledged PUT", func() error { return tr.Put(key(3), val(3, 5000)) })
+	wantBacking(t, m, 3, 1, 5000, "disk-ack Put returned")
 	if d := tr.RAM().FlushDelayMS; d != 0 {
 		t.Fatalf("RAMStats.FlushDelayMS %d under disk ack, want 0 (the delay in force)", d)
 	}
@@ -196,11 +196,11 @@ func TestFlushDelayQueueHoldsOnlyLiveGenerations(t *testing.T) {
 	defer tr.Close()
 	const rewrites = 20000
 	for g := range rewrites {
-		if err := tr.Cache(key(1), val(uint64(g), 64)); err != nil {
+		if err := tr.Put(key(1), val(uint64(g), 64)); err != nil {
 			t.Fatal(err)
 		}
 		k := key(1000 + g)
-		if err := tr.Cache(k, val(uint64(g), 64)); err != nil {
+		if err := tr.Put(k, val(uint64(g), 64)); err != nil {
 			t.Fatal(err)
 		}
 		if err := tr.Remove(k); err != nil {
@@ -252,7 +252,7 @@ func TestFlushDelayEagerWaivesEveryDisk(t *testing.T) {
 			break
 		}
 	}
-	if err := tr.Cache(held, val(1, 4000)); err != nil {
+	if err := tr.Put(held, val(1, 4000)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(quiet)
@@ -264,7 +264,7 @@ func TestFlushDelayEagerWaivesEveryDisk(t *testing.T) {
 		if diskOf(k) != 1 {
 			continue
 		}
-		if err := tr.Cache(k, val(uint64(i), 64<<10)); err != nil {
+		if err := tr.Put(k, val(uint64(i), 64<<10)); err != nil {
 			t.Fatal(err)
 		}
 		n++
@@ -279,11 +279,11 @@ type diskGate struct {
 	gated func(wire.BlockKey) bool
 }
 
-func (g *diskGate) Cache(key wire.BlockKey, value []byte) error {
+func (g *diskGate) Put(key wire.BlockKey, value []byte) error {
 	if g.gated(key) {
 		<-g.gate
 	}
-	return g.StoreEngine.Cache(key, value)
+	return g.StoreEngine.Put(key, value)
 }
 
 // TestFlushDelayBoundsARewrittenKey: a key rewritten faster than the delay
@@ -300,7 +300,7 @@ func TestFlushDelayBoundsARewrittenKey(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("a key rewritten every 10 ms was not flushed in 10 s under a 200 ms delay")
 		}
-		if err := tr.Cache(k, val(uint64(g), 4000)); err != nil {
+		if err := tr.Put(k, val(uint64(g), 4000)); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond)

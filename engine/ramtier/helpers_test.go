@@ -117,15 +117,15 @@ func closeWhile(t *testing.T, tr *Tier, holding string) <-chan error {
 	return closed
 }
 
-// gatedEngine holds every Cache until gate is closed.
+// gatedEngine holds every Put until gate is closed.
 type gatedEngine struct {
 	engine.StoreEngine
 	gate chan struct{}
 }
 
-func (g *gatedEngine) Cache(key wire.BlockKey, value []byte) error {
+func (g *gatedEngine) Put(key wire.BlockKey, value []byte) error {
 	<-g.gate
-	return g.StoreEngine.Cache(key, value)
+	return g.StoreEngine.Put(key, value)
 }
 
 func readFile(path string) (string, error) {

@@ -10,7 +10,7 @@ import (
 )
 
 // memBacking is an in-memory engine.StoreEngine for in-process tests of
-// the tier: a map, call counters, and gates that hold Cache or Range
+// the tier: a map, call counters, and gates that hold Put or Get
 // calls until the test opens them, so a test can hold a flush or a cold
 // read in flight deterministically. Its lock is never held while a call
 // waits at a gate.
@@ -19,19 +19,19 @@ type memBacking struct {
 	vals   map[wire.BlockKey][]byte
 	closed bool
 
-	cacheGate    chan struct{} // nil: open; else Cache waits for it to close
+	cacheGate    chan struct{} // nil: open; else Put waits for it to close
 	rangeGate    chan struct{}
-	failCache    atomic.Bool  // every Cache fails with IO_ERROR
-	failLen      atomic.Int64 // a Cache of a value of this many bytes fails with IO_ERROR
+	failCache    atomic.Bool  // every Put fails with IO_ERROR
+	failLen      atomic.Int64 // a Put of a value of this many bytes fails with IO_ERROR
 	failRemove   atomic.Bool  // every Remove fails with IO_ERROR, changing nothing
-	refuse       atomic.Bool  // every Cache fails with TOO_LARGE
-	failedClosed atomic.Bool  // every Cache fails as a slab store that failed closed
-	jitter       func()       // if set, called inside Cache and Range to widen race windows
+	refuse       atomic.Bool  // every Put fails with TOO_LARGE
+	failedClosed atomic.Bool  // every Put fails as a slab store that failed closed
+	jitter       func()       // if set, called inside Put and Get to widen race windows
 
-	caches    atomic.Int64 // Cache calls (entered)
-	ranges    atomic.Int64 // Range calls (entered)
+	caches    atomic.Int64 // Put calls (entered)
+	ranges    atomic.Int64 // Get calls (entered)
 	entered   chan wire.BlockKey
-	cacheKeys map[wire.BlockKey]int // Cache calls per key
+	cacheKeys map[wire.BlockKey]int // Put calls per key
 }
 
 func newMem() *memBacking {
@@ -40,7 +40,7 @@ func newMem() *memBacking {
 
 var _ engine.StoreEngine = (*memBacking)(nil)
 
-// gateCache makes later Cache calls wait until open is called.
+// gateCache makes later Put calls wait until open is called.
 func (m *memBacking) gateCache() (open func()) {
 	g := make(chan struct{})
 	m.mu.Lock()
@@ -86,7 +86,7 @@ func (m *memBacking) cacheCalls(key wire.BlockKey) int {
 	return m.cacheKeys[key]
 }
 
-func (m *memBacking) Cache(key wire.BlockKey, value []byte) error {
+func (m *memBacking) Put(key wire.BlockKey, value []byte) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -123,13 +123,13 @@ func (m *memBacking) Cache(key wire.BlockKey, value []byte) error {
 	return nil
 }
 
-func (m *memBacking) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
+func (m *memBacking) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 	for i := range keys {
-		errs[i] = m.Cache(keys[i], values[i])
+		errs[i] = m.Put(keys[i], values[i])
 	}
 }
 
-func (m *memBacking) Range(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
+func (m *memBacking) Get(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
 	// Like a disk engine that pinned the slot before reading, the value is
 	// fixed when the read starts, however long it is held at the gate.
 	m.mu.Lock()
@@ -162,7 +162,7 @@ func (m *memBacking) Range(key wire.BlockKey, offset, length uint64, alloc engin
 	return b[:n], stored, nil
 }
 
-func (m *memBacking) Lookup(key wire.BlockKey) (uint64, error) {
+func (m *memBacking) Exist(key wire.BlockKey) (uint64, error) {
 	v, ok := m.get(key)
 	if !ok {
 		return 0, wire.StatusNotFound

@@ -56,13 +56,13 @@ func TestColdReadDuringPutNeverPublishesOlderValue(t *testing.T) {
 	tr.beforePublish = func() {
 		open = m.gateRange()
 		go func() {
-			_, _, err := tr.Range(k, 0, 0, heapAlloc{})
+			_, _, err := tr.Get(k, 0, 0, heapAlloc{})
 			coldDone <- err
 		}()
 		eventually(t, "the cold read at the backing", func() bool { return m.ranges.Load() == 1 })
 	}
-	if err := tr.Cache(k, v1); err != nil {
-		t.Fatalf("Cache v1: %v", err)
+	if err := tr.Put(k, v1); err != nil {
+		t.Fatalf("Put v1: %v", err)
 	}
 	tr.beforePublish = nil
 	if err := tr.Flush(); err != nil {
@@ -72,8 +72,8 @@ func TestColdReadDuringPutNeverPublishesOlderValue(t *testing.T) {
 		if i == 200 {
 			t.Fatal("v1 is never evicted")
 		}
-		if err := tr.Cache(key(100+i), val(uint64(100+i), 30000)); err != nil {
-			t.Fatalf("Cache filler %d: %v", i, err)
+		if err := tr.Put(key(100+i), val(uint64(100+i), 30000)); err != nil {
+			t.Fatalf("Put filler %d: %v", i, err)
 		}
 		if err := tr.Flush(); err != nil {
 			t.Fatalf("Flush: %v", err)
@@ -99,12 +99,12 @@ func TestFailedWriteThroughKeepsAcknowledgedValue(t *testing.T) {
 	m.vals[k] = v0
 	tr := delayedTier(t, m, noFlushForAnHour, nil) // no large reserve: v2 bypasses RAM
 	defer tr.Close()
-	if err := tr.Cache(k, v1); err != nil {
-		t.Fatalf("Cache v1: %v", err)
+	if err := tr.Put(k, v1); err != nil {
+		t.Fatalf("Put v1: %v", err)
 	}
 	m.failLen.Store(int64(len(v2)))
-	err := returnsWithin(t, "the failing write-through", func() error { return tr.Cache(k, v2) })
-	enginetest.WantStatus(t, err, wire.StatusIOError, "Cache v2 with the backing failing it")
+	err := returnsWithin(t, "the failing write-through", func() error { return tr.Put(k, v2) })
+	enginetest.WantStatus(t, err, wire.StatusIOError, "Put v2 with the backing failing it")
 	mustGet(t, tr, k, v1)
 	if got, _ := m.get(k); !bytes.Equal(got, v1) {
 		t.Fatal("the backing does not hold v1 after the failed write-through")
@@ -114,8 +114,8 @@ func TestFailedWriteThroughKeepsAcknowledgedValue(t *testing.T) {
 	}
 
 	m.failLen.Store(0)
-	if err := tr.Cache(k, v2); err != nil {
-		t.Fatalf("Cache v2: %v", err)
+	if err := tr.Put(k, v2); err != nil {
+		t.Fatalf("Put v2: %v", err)
 	}
 	mustGet(t, tr, k, v2)
 	checkIdle(t, tr)
@@ -134,8 +134,8 @@ func TestFailedRemoveKeepsAcknowledgedValue(t *testing.T) {
 		tr := delayedTier(t, m, noFlushForAnHour, func(o *Options) {
 			o.Bytes, o.LargeReserveBytes = 2<<20, 1<<20
 		})
-		if err := tr.Cache(k, v1); err != nil {
-			t.Fatalf("%d bytes: Cache v1: %v", size, err)
+		if err := tr.Put(k, v1); err != nil {
+			t.Fatalf("%d bytes: Put v1: %v", size, err)
 		}
 		if !resident(tr, k) {
 			t.Fatalf("%d bytes: v1 is not in RAM", size)
@@ -173,8 +173,8 @@ func TestFailedRemoveDuringFlushRetryKeepsAcknowledgedValue(t *testing.T) {
 	tr := openTier(t, smallOpts(m))
 	defer tr.Close()
 	m.failCache.Store(true)
-	if err := tr.Cache(k, v1); err != nil {
-		t.Fatalf("Cache v1: %v", err)
+	if err := tr.Put(k, v1); err != nil {
+		t.Fatalf("Put v1: %v", err)
 	}
 	eventually(t, "the first flush attempt to fail", func() bool { return m.cacheCalls(k) == 1 })
 	m.failRemove.Store(true)

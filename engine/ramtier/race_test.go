@@ -131,8 +131,8 @@ func stateMachine(t *testing.T, ack string, sharded bool, delay time.Duration) {
 				return
 			}
 		}
-		if err := tr.Cache(key(k), v); err != nil && wire.StatusOf(err) != wire.StatusCacheFull {
-			t.Errorf("Cache key %d gen %d: %v", k, g, err)
+		if err := tr.Put(key(k), v); err != nil && wire.StatusOf(err) != wire.StatusCacheFull {
+			t.Errorf("Put key %d gen %d: %v", k, g, err)
 		}
 	}
 	getOne := func(r *rand.Rand, k int) {
@@ -162,17 +162,17 @@ func stateMachine(t *testing.T, ack string, sharded bool, delay time.Duration) {
 				return
 			}
 		}
-		data, stored, err := tr.Range(key(k), off, length, heapAlloc{})
+		data, stored, err := tr.Get(key(k), off, length, heapAlloc{})
 		switch wire.StatusOf(err) {
 		case wire.StatusOK:
 			check(k, off, data, stored)
 		case wire.StatusNotFound:
 		case wire.StatusInvalid:
 			if off == 0 {
-				t.Errorf("key %d: Range at offset 0: %v", k, err)
+				t.Errorf("key %d: Get at offset 0: %v", k, err)
 			}
 		default:
-			t.Errorf("key %d: Range: %v", k, err)
+			t.Errorf("key %d: Get: %v", k, err)
 		}
 	}
 	worker(1, put)

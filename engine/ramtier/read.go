@@ -8,14 +8,14 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
-// Range implements engine.StoreEngine: RAM first (a transfer-pin keeps the
+// Get implements engine.StoreEngine: RAM first (a transfer-pin keeps the
 // slot while the bytes are copied out), then the backing. A whole-value
 // miss reads straight into a reserved, hidden arena slot and publishes it
 // as DURABLE; with ReadCoalesce, identical concurrent misses share that
 // one backing read, and without it they read the backing on their own
 // (one fill per key at a time; the others fill nothing). Partial misses
 // read the backing and fill nothing.
-func (t *Tier) Range(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
+func (t *Tier) Get(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
 	if err := t.enter(); err != nil {
 		return nil, 0, err
 	}
@@ -112,7 +112,7 @@ func copyOut(src []byte, stored, offset, length uint64, alloc engine.Allocator) 
 
 func (t *Tier) rangeBacking(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
 	t.backingReads.Add(1)
-	data, stored, err := t.backing.Range(key, offset, length, alloc)
+	data, stored, err := t.backing.Get(key, offset, length, alloc)
 	if err != nil {
 		return nil, stored, fmt.Errorf("ram tier: range %s: backing: %w", key, err)
 	}
@@ -122,7 +122,7 @@ func (t *Tier) rangeBacking(key wire.BlockKey, offset, length uint64, alloc engi
 // slotAlloc hands the backing the reserved arena slot when it asks for
 // the expected length (or that length rounded up for O_DIRECT, which the
 // slot's 4 KiB-multiple capacity holds), and the caller's allocator
-// otherwise (the value changed size since Lookup).
+// otherwise (the value changed size since Exist).
 type slotAlloc struct {
 	slot  []byte
 	user  engine.Allocator
@@ -152,7 +152,7 @@ func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, alloc engine.Alloc
 		s.mu.Unlock()
 		close(f.done)
 	}
-	n, err := t.backing.Lookup(key)
+	n, err := t.backing.Exist(key)
 	if err != nil {
 		if wire.StatusOf(err) == wire.StatusNotFound {
 			t.nfMisses.Add(1)
@@ -176,7 +176,7 @@ func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, alloc engine.Alloc
 		s.mu.Unlock()
 	}
 	t.backingReads.Add(1)
-	data, stored, err := t.backing.Range(key, 0, 0, sa)
+	data, stored, err := t.backing.Get(key, 0, 0, sa)
 	if err != nil {
 		err = fmt.Errorf("ram tier: range %s: backing: %w", key, err)
 	}
@@ -223,8 +223,8 @@ func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, alloc engine.Alloc
 	return out, stored, cerr
 }
 
-// Lookup implements engine.StoreEngine.
-func (t *Tier) Lookup(key wire.BlockKey) (uint64, error) {
+// Exist implements engine.StoreEngine.
+func (t *Tier) Exist(key wire.BlockKey) (uint64, error) {
 	if err := t.enter(); err != nil {
 		return 0, err
 	}
@@ -239,12 +239,12 @@ func (t *Tier) Lookup(key wire.BlockKey) (uint64, error) {
 		s.mu.Unlock()
 		return lg.n, nil
 	}
-	_, n, ok := s.alloc.Lookup(&key)
+	_, n, ok := s.alloc.Exist(&key)
 	s.mu.Unlock()
 	if ok {
 		return uint64(n), nil
 	}
-	stored, err := t.backing.Lookup(key)
+	stored, err := t.backing.Exist(key)
 	switch {
 	case err == nil:
 		return stored, nil
@@ -295,7 +295,7 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 	if keep != nil {
 		if err != nil && wire.StatusOf(err) != wire.StatusNotFound {
 			// Still under s.removing: no PUT of key can land meanwhile.
-			if werr := t.backing.Cache(key, keep); werr != nil {
+			if werr := t.backing.Put(key, keep); werr != nil {
 				t.log.Error("ram tier: a Remove failed and the value it canceled could not be written back; the key may read an older value",
 					"key", key, "remove_err", err, "write_err", werr)
 			}

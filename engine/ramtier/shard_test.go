@@ -60,8 +60,8 @@ func TestShardsPartitionTheArena(t *testing.T) {
 	for i := range n {
 		k := key(1000 + i)
 		used[tr.shardOf(&k)]++
-		if err := tr.Cache(k, val(uint64(i), 5000+i)); err != nil {
-			t.Fatalf("Cache %d: %v", i, err)
+		if err := tr.Put(k, val(uint64(i), 5000+i)); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
 		}
 	}
 	if len(used) != 4 {
@@ -96,7 +96,7 @@ func TestShardsPartitionTheArena(t *testing.T) {
 	}
 }
 
-// diskGated is a backing whose Cache of keys on disk 0 (by diskOfTest)
+// diskGated is a backing whose Put of keys on disk 0 (by diskOfTest)
 // waits for gate: one slow disk.
 type diskGated struct {
 	*memBacking
@@ -105,11 +105,11 @@ type diskGated struct {
 
 func diskOfTest(k wire.BlockKey) int { return int(k.ID[0] & 1) }
 
-func (d *diskGated) Cache(k wire.BlockKey, v []byte) error {
+func (d *diskGated) Put(k wire.BlockKey, v []byte) error {
 	if diskOfTest(k) == 0 {
 		<-d.gate
 	}
-	return d.memBacking.Cache(k, v)
+	return d.memBacking.Put(k, v)
 }
 
 func keyOnDisk(disk, from int) wire.BlockKey {
@@ -139,12 +139,12 @@ func TestSlowDiskBacksUpOnlyItsOwnFlushes(t *testing.T) {
 	slow := []wire.BlockKey{keyOnDisk(0, 1), keyOnDisk(0, 100)}
 	fast := keyOnDisk(1, 200)
 	for i, k := range slow {
-		if err := tr.Cache(k, val(uint64(i), 3000)); err != nil {
-			t.Fatalf("Cache on the slow disk: %v", err)
+		if err := tr.Put(k, val(uint64(i), 3000)); err != nil {
+			t.Fatalf("Put on the slow disk: %v", err)
 		}
 	}
-	if err := tr.Cache(fast, val(9, 3000)); err != nil {
-		t.Fatalf("Cache on the fast disk: %v", err)
+	if err := tr.Put(fast, val(9, 3000)); err != nil {
+		t.Fatalf("Put on the fast disk: %v", err)
 	}
 	eventually(t, "the fast disk's flush while the slow disk hangs", func() bool {
 		_, ok := d.get(fast)
@@ -185,11 +185,11 @@ func TestReadCoalesceOff(t *testing.T) {
 // Group with that tenant at its quota does.
 type quotaBacking struct{ *memBacking }
 
-func (q quotaBacking) Cache(k wire.BlockKey, v []byte) error {
+func (q quotaBacking) Put(k wire.BlockKey, v []byte) error {
 	if k.Tenant == 7 {
 		return fmt.Errorf("tenant 7 at its quota: %w", wire.StatusQuotaExceeded)
 	}
-	return q.memBacking.Cache(k, v)
+	return q.memBacking.Put(k, v)
 }
 
 // TestLimitedTenantBypassesWriteBack: a tenant with a quota gets its
@@ -206,7 +206,7 @@ func TestLimitedTenantBypassesWriteBack(t *testing.T) {
 
 	limited := key(1)
 	limited.Tenant = 7
-	enginetest.WantStatus(t, tr.Cache(limited, val(1, 4000)), wire.StatusQuotaExceeded, "PUT of a tenant at its quota")
+	enginetest.WantStatus(t, tr.Put(limited, val(1, 4000)), wire.StatusQuotaExceeded, "PUT of a tenant at its quota")
 	wantNotFound(t, tr, limited, "after the refused PUT")
 	if s := tr.RAM(); s.Objects != 0 || s.DirtyObjects != 0 || s.PutBypass != 1 {
 		t.Fatalf("after the refused PUT: %+v", s)
@@ -216,7 +216,7 @@ func TestLimitedTenantBypassesWriteBack(t *testing.T) {
 	// held, it is visible before the backing has it.
 	open := m.gateCache()
 	free := key(2)
-	if err := tr.Cache(free, val(2, 4000)); err != nil {
+	if err := tr.Put(free, val(2, 4000)); err != nil {
 		t.Fatalf("PUT of an unlimited tenant: %v", err)
 	}
 	if _, ok := m.get(free); ok {
@@ -233,7 +233,7 @@ func TestLimitedTenantBypassesWriteBack(t *testing.T) {
 	o.Limited = nil
 	tr2 := openTier(t, o)
 	defer tr2.Close()
-	if err := tr2.Cache(limited, val(1, 4000)); err != nil {
+	if err := tr2.Put(limited, val(1, 4000)); err != nil {
 		t.Fatalf("write-back PUT without the bypass: %v", err)
 	}
 	// Flush reports the refusal when it finds the value still dirty; a
@@ -262,7 +262,7 @@ func TestLendInPlace(t *testing.T) {
 	o.Bytes = 1<<20 + 256<<10
 	tr := openTier(t, o)
 	k, v := key(1), val(1, 40000)
-	if err := tr.Cache(k, v); err != nil {
+	if err := tr.Put(k, v); err != nil {
 		t.Fatal(err)
 	}
 	data, stored, loan, ok, err := tr.Lend(k, 0, 0)
@@ -278,8 +278,8 @@ func TestLendInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 60 {
-		if err := tr.Cache(key(100+i), val(uint64(100+i), 40000)); err != nil {
-			t.Fatalf("Cache %d: %v", i, err)
+		if err := tr.Put(key(100+i), val(uint64(100+i), 40000)); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
 		}
 		if err := tr.Flush(); err != nil {
 			t.Fatal(err)
@@ -300,7 +300,7 @@ func TestLendInPlace(t *testing.T) {
 
 	tr = openTier(t, o)
 	defer tr.Close()
-	if err := tr.Cache(k, v); err != nil {
+	if err := tr.Put(k, v); err != nil {
 		t.Fatal(err)
 	}
 	_, _, _, ok, err = tr.Lend(k, uint64(len(v))+1, 0)
@@ -321,7 +321,7 @@ func TestLendInPlace(t *testing.T) {
 		t.Fatal("a miss was lent")
 	}
 	big := val(3, 100000) // past the 64 KiB extent: a dedicated allocation
-	if err := tr.Cache(key(3), big); err != nil {
+	if err := tr.Put(key(3), big); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, _, ok, _ := tr.Lend(key(3), 0, 0); ok {
@@ -339,7 +339,7 @@ func TestIdenticalRePutWritesNothing(t *testing.T) {
 	defer tr.Close()
 	k, v := key(1), val(1, 30000)
 	for range 3 {
-		if err := tr.Cache(k, v); err != nil {
+		if err := tr.Put(k, v); err != nil {
 			t.Fatal(err)
 		}
 		if err := tr.Flush(); err != nil {
@@ -353,7 +353,7 @@ func TestIdenticalRePutWritesNothing(t *testing.T) {
 		t.Fatalf("PutsUnchanged %d Puts %d, want 2 and 3", s.PutsUnchanged, s.Puts)
 	}
 	v2 := val(2, 30000) // same length, other bytes
-	if err := tr.Cache(k, v2); err != nil {
+	if err := tr.Put(k, v2); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Flush(); err != nil {
@@ -367,7 +367,7 @@ func TestIdenticalRePutWritesNothing(t *testing.T) {
 	if err := m.Remove(k); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Cache(k, v2); err != nil {
+	if err := tr.Put(k, v2); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Flush(); err != nil {
@@ -380,7 +380,7 @@ func TestIdenticalRePutWritesNothing(t *testing.T) {
 
 // TestReceiveInPlace: a write-back PUT read straight into a reserved
 // arena slot is hidden until CommitReceive, then served and flushed like
-// a Cache; an aborted receive leaves nothing; values the tier would not
+// a Put; an aborted receive leaves nothing; values the tier would not
 // hold in a slot are refused to the copying path; Close waits for an open
 // receive, which then fails UNAVAILABLE.
 func TestReceiveInPlace(t *testing.T) {
@@ -465,7 +465,7 @@ func TestReceiveInPlace(t *testing.T) {
 func TestColdReadOverSlabLandsInArena(t *testing.T) {
 	backing := openSlab(t, t.TempDir(), 64<<20)
 	k, v := key(1), val(1, 300000)
-	if err := backing.Cache(k, v); err != nil {
+	if err := backing.Put(k, v); err != nil {
 		t.Fatal(err)
 	}
 	tr := openTier(t, Options{Backing: backing, Bytes: 16 << 20, ExtentBytes: 1 << 20, LargeReserveBytes: NoLargeReserve, ReadCoalesce: true})

@@ -454,7 +454,7 @@ func (t *Tier) unpublish(s *shard, key *wire.BlockKey) bool {
 
 // ownerLocked reports whether key has a RAM owner. The caller holds s.mu.
 func (t *Tier) ownerLocked(s *shard, key *wire.BlockKey) bool {
-	if _, _, ok := s.alloc.Lookup(key); ok {
+	if _, _, ok := s.alloc.Exist(key); ok {
 		return true
 	}
 	return t.largeOf(key) != nil
@@ -507,7 +507,7 @@ type RAMStats struct {
 	FlushSkipped      uint64 `json:"flush_skipped"`  // generations superseded or removed before their flush started: disk writes saved
 	FlushDelayMS      int64  `json:"flush_delay_ms"` // the flush delay in force (0 under disk acknowledgement)
 	Evictions         uint64 `json:"evictions"`      // DURABLE values dropped from RAM (still on the backing)
-	BackingReads      uint64 `json:"backing_reads"`  // Range calls the tier made on the backing
+	BackingReads      uint64 `json:"backing_reads"`  // Get calls the tier made on the backing
 	FlushThreads      int    `json:"flush_threads"`  // actual workers: at least one per flush queue
 	FlushQueues       int    `json:"flush_queues"`   // one per disk, or one
 	Shards            int    `json:"shards"`         // metadata lock shards after automatic halving

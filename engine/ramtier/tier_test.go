@@ -40,9 +40,9 @@ func smallOpts(b *memBacking) Options {
 
 func get(t *testing.T, tr *Tier, k wire.BlockKey) ([]byte, error) {
 	t.Helper()
-	data, stored, err := tr.Range(k, 0, 0, heapAlloc{})
+	data, stored, err := tr.Get(k, 0, 0, heapAlloc{})
 	if err == nil && uint64(len(data)) != stored {
-		t.Fatalf("Range(%s): %d bytes of %d stored", k, len(data), stored)
+		t.Fatalf("Get(%s): %d bytes of %d stored", k, len(data), stored)
 	}
 	return data, err
 }
@@ -51,19 +51,19 @@ func mustGet(t *testing.T, tr *Tier, k wire.BlockKey, want []byte) {
 	t.Helper()
 	got, err := get(t, tr, k)
 	if err != nil {
-		t.Fatalf("Range(%s): %v", k, err)
+		t.Fatalf("Get(%s): %v", k, err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("Range(%s): wrong bytes (%d, want %d)", k, len(got), len(want))
+		t.Fatalf("Get(%s): wrong bytes (%d, want %d)", k, len(got), len(want))
 	}
 }
 
 func wantNotFound(t *testing.T, tr *Tier, k wire.BlockKey, what string) {
 	t.Helper()
-	_, err := tr.Lookup(k)
-	enginetest.WantStatus(t, err, wire.StatusNotFound, what+": Lookup")
+	_, err := tr.Exist(k)
+	enginetest.WantStatus(t, err, wire.StatusNotFound, what+": Exist")
 	_, err = get(t, tr, k)
-	enginetest.WantStatus(t, err, wire.StatusNotFound, what+": Range")
+	enginetest.WantStatus(t, err, wire.StatusNotFound, what+": Get")
 }
 
 // TestOpenRejectsImpossibleArenaSizes: a failure to allocate the arena
@@ -122,8 +122,8 @@ func TestAckModeRAMReturnsBeforeBackingHasIt(t *testing.T) {
 	open := m.gateCache()
 	defer open()
 	k, v := key(1), val(1, 10000)
-	if err := tr.Cache(k, v); err != nil {
-		t.Fatalf("Cache: %v", err)
+	if err := tr.Put(k, v); err != nil {
+		t.Fatalf("Put: %v", err)
 	}
 	if _, ok := m.get(k); ok {
 		t.Fatal("backing has the value although its flush is held at the gate")
@@ -150,7 +150,7 @@ func TestAckModeRAMReturnsBeforeBackingHasIt(t *testing.T) {
 	}
 }
 
-// TestAckModeDiskWaitsForBacking: with disk ack, Cache does not return
+// TestAckModeDiskWaitsForBacking: with disk ack, Put does not return
 // before the flush committed, and the backing has the value when it does.
 func TestAckModeDiskWaitsForBacking(t *testing.T) {
 	m := newMem()
@@ -162,23 +162,23 @@ func TestAckModeDiskWaitsForBacking(t *testing.T) {
 	defer open()
 	k, v := key(2), val(2, 5000)
 	done := make(chan error, 1)
-	go func() { done <- tr.Cache(k, v) }()
+	go func() { done <- tr.Put(k, v) }()
 	if got := <-m.entered; got != k {
 		t.Fatalf("backing saw %s, want %s", got, k)
 	}
 	select {
 	case err := <-done:
-		t.Fatalf("Cache returned (%v) while its flush is held", err)
+		t.Fatalf("Put returned (%v) while its flush is held", err)
 	default:
 	}
 	// Visible in RAM already (admission), although not acknowledged.
 	mustGet(t, tr, k, v)
 	open()
 	if err := <-done; err != nil {
-		t.Fatalf("Cache: %v", err)
+		t.Fatalf("Put: %v", err)
 	}
 	if got, ok := m.get(k); !ok || !bytes.Equal(got, v) {
-		t.Fatal("disk-ack Cache returned but the backing lacks the value")
+		t.Fatal("disk-ack Put returned but the backing lacks the value")
 	}
 }
 
@@ -196,13 +196,13 @@ func TestWatermarkRejectsNewKeysWithCacheFull(t *testing.T) {
 	defer open()
 	const n = 64 << 10
 	for i := range 8 {
-		if err := tr.Cache(key(100+i), val(uint64(100+i), n)); err != nil {
-			t.Fatalf("Cache %d (under the watermark): %v", i, err)
+		if err := tr.Put(key(100+i), val(uint64(100+i), n)); err != nil {
+			t.Fatalf("Put %d (under the watermark): %v", i, err)
 		}
 	}
 	full := key(200)
-	enginetest.WantStatus(t, tr.Cache(full, val(200, n)), wire.StatusCacheFull, "Cache of a new key past the watermark")
-	if err := tr.Cache(key(100), val(1000, n)); err != nil {
+	enginetest.WantStatus(t, tr.Put(full, val(200, n)), wire.StatusCacheFull, "Put of a new key past the watermark")
+	if err := tr.Put(key(100), val(1000, n)); err != nil {
 		t.Fatalf("overwrite of an owned key past the watermark: %v", err)
 	}
 	open()
@@ -218,8 +218,8 @@ func TestWatermarkRejectsNewKeysWithCacheFull(t *testing.T) {
 		t.Fatal("backing does not hold the overwrite")
 	}
 	// Below the watermark again: admitted.
-	if err := tr.Cache(full, val(200, n)); err != nil {
-		t.Fatalf("Cache after the flushes drained: %v", err)
+	if err := tr.Put(full, val(200, n)); err != nil {
+		t.Fatalf("Put after the flushes drained: %v", err)
 	}
 }
 
@@ -238,20 +238,20 @@ func TestArenaExhaustedByPinnedSlotsTakesSyncDiskPath(t *testing.T) {
 	// with 640 KiB dirty, well under the watermark.
 	const n = 40 << 10
 	for i := range 16 {
-		if err := tr.Cache(key(300+i), val(uint64(300+i), n)); err != nil {
-			t.Fatalf("Cache %d: %v", i, err)
+		if err := tr.Put(key(300+i), val(uint64(300+i), n)); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
 		}
 	}
 	k, v := key(400), val(400, n)
 	done := make(chan error, 1)
-	go func() { done <- tr.Cache(k, v) }()
+	go func() { done <- tr.Put(k, v) }()
 	eventually(t, "the bypass write at the backing", func() bool { return m.cacheCalls(k) == 1 })
 	open()
 	if err := <-done; err != nil {
-		t.Fatalf("bypass Cache: %v", err)
+		t.Fatalf("bypass Put: %v", err)
 	}
 	if got, ok := m.get(k); !ok || !bytes.Equal(got, v) {
-		t.Fatal("bypass Cache returned but the backing lacks the value")
+		t.Fatal("bypass Put returned but the backing lacks the value")
 	}
 	if s := tr.RAM(); s.PutBypass != 1 {
 		t.Fatalf("PutBypass %d, want 1", s.PutBypass)
@@ -272,9 +272,9 @@ func TestSameKeyOverlappingPutsJoinPendingCommit(t *testing.T) {
 	open := m.gateCache()
 	k, v := key(5), val(5, 20000)
 	first, second := make(chan error, 1), make(chan error, 1)
-	go func() { first <- tr.Cache(k, v) }()
+	go func() { first <- tr.Put(k, v) }()
 	<-m.entered
-	go func() { second <- tr.Cache(k, append([]byte(nil), v...)) }()
+	go func() { second <- tr.Put(k, append([]byte(nil), v...)) }()
 	eventually(t, "the second PUT to join", func() bool { return tr.puts.Load() == 2 })
 	select {
 	case err := <-second:
@@ -283,10 +283,10 @@ func TestSameKeyOverlappingPutsJoinPendingCommit(t *testing.T) {
 	}
 	open()
 	if err := <-first; err != nil {
-		t.Fatalf("first Cache: %v", err)
+		t.Fatalf("first Put: %v", err)
 	}
 	if err := <-second; err != nil {
-		t.Fatalf("joined Cache: %v", err)
+		t.Fatalf("joined Put: %v", err)
 	}
 	if c := m.cacheCalls(k); c != 1 {
 		t.Fatalf("backing saw %d writes of the key, want 1 (the join shares the flush)", c)
@@ -296,10 +296,10 @@ func TestSameKeyOverlappingPutsJoinPendingCommit(t *testing.T) {
 	// both RAM and the backing.
 	open = m.gateCache()
 	v1, v2 := val(51, 30000), val(52, 7000)
-	go func() { first <- tr.Cache(k, v1) }()
+	go func() { first <- tr.Put(k, v1) }()
 	for got := <-m.entered; got != k; got = <-m.entered {
 	}
-	go func() { second <- tr.Cache(k, v2) }()
+	go func() { second <- tr.Put(k, v2) }()
 	eventually(t, "the superseding PUT to be admitted", func() bool {
 		sh := tr.shardOf(&k)
 		sh.mu.Lock()
@@ -310,10 +310,10 @@ func TestSameKeyOverlappingPutsJoinPendingCommit(t *testing.T) {
 	mustGet(t, tr, k, v2)
 	open()
 	if err := <-first; err != nil {
-		t.Fatalf("superseded Cache: %v", err)
+		t.Fatalf("superseded Put: %v", err)
 	}
 	if err := <-second; err != nil {
-		t.Fatalf("superseding Cache: %v", err)
+		t.Fatalf("superseding Put: %v", err)
 	}
 	if got, _ := m.get(k); !bytes.Equal(got, v2) {
 		t.Fatalf("backing holds %d bytes, want the newer %d-byte value", len(got), len(v2))
@@ -351,9 +351,9 @@ func TestCoalescedColdReadsCountOneBackingRead(t *testing.T) {
 	// A partial miss reads the backing and fills nothing.
 	k2 := key(7)
 	m.vals[k2] = val(7, 9000)
-	data, stored, err := tr.Range(k2, 100, 50, heapAlloc{})
+	data, stored, err := tr.Get(k2, 100, 50, heapAlloc{})
 	if err != nil || stored != 9000 || !bytes.Equal(data, val(7, 9000)[100:150]) {
-		t.Fatalf("partial Range: %v stored %d", err, stored)
+		t.Fatalf("partial Get: %v stored %d", err, stored)
 	}
 	if s := tr.RAM(); s.Objects != 1 {
 		t.Fatalf("a partial read filled RAM: %d objects", s.Objects)
@@ -375,8 +375,8 @@ func TestLargeValuesUseDedicatedBudget(t *testing.T) {
 	const n = 300 << 10
 	for i := range 5 {
 		k, v := key(500+i), val(uint64(500+i), n)
-		if err := tr.Cache(k, v); err != nil {
-			t.Fatalf("Cache large %d: %v", i, err)
+		if err := tr.Put(k, v); err != nil {
+			t.Fatalf("Put large %d: %v", i, err)
 		}
 		mustGet(t, tr, k, v)
 		if s := tr.RAM(); s.LargeUsedBytes > s.LargeReserveBytes {
@@ -394,8 +394,8 @@ func TestLargeValuesUseDedicatedBudget(t *testing.T) {
 		mustGet(t, tr, key(500+i), val(uint64(500+i), n)) // evicted ones come from the backing
 	}
 	big := val(600, 2<<20)
-	if err := tr.Cache(key(600), big); err != nil {
-		t.Fatalf("Cache of a value past the reserve: %v", err)
+	if err := tr.Put(key(600), big); err != nil {
+		t.Fatalf("Put of a value past the reserve: %v", err)
 	}
 	if got, _ := m.get(key(600)); !bytes.Equal(got, big) {
 		t.Fatal("a value past the reserve did not go to the backing synchronously")
@@ -404,8 +404,8 @@ func TestLargeValuesUseDedicatedBudget(t *testing.T) {
 	m2 := newMem()
 	tr2 := openTier(t, smallOpts(m2)) // NoLargeReserve
 	defer tr2.Close()
-	if err := tr2.Cache(key(601), val(601, n)); err != nil {
-		t.Fatalf("Cache without a reserve: %v", err)
+	if err := tr2.Put(key(601), val(601, n)); err != nil {
+		t.Fatalf("Put without a reserve: %v", err)
 	}
 	if _, ok := m2.get(key(601)); !ok {
 		t.Fatal("without a reserve a large value must be written to the backing directly")
@@ -424,14 +424,14 @@ func TestRemoveDuringFlushNeverResurrects(t *testing.T) {
 	defer tr.Close()
 	open := m.gateCache()
 	k, v := key(8), val(8, 12345)
-	if err := tr.Cache(k, v); err != nil {
-		t.Fatalf("Cache: %v", err)
+	if err := tr.Put(k, v); err != nil {
+		t.Fatalf("Put: %v", err)
 	}
 	<-m.entered // the flush is in the backing, held
 	done := make(chan error, 1)
 	go func() { done <- tr.Remove(k) }()
 	eventually(t, "the key hidden", func() bool {
-		_, err := tr.Lookup(k)
+		_, err := tr.Exist(k)
 		return wire.StatusOf(err) == wire.StatusNotFound
 	})
 	wantNotFound(t, tr, k, "during the held flush")
@@ -463,12 +463,12 @@ func TestRemoveCancelsQueuedFlush(t *testing.T) {
 	tr := openTier(t, o)
 	defer tr.Close()
 	open := m.gateCache()
-	if err := tr.Cache(key(9), val(9, 100)); err != nil {
+	if err := tr.Put(key(9), val(9, 100)); err != nil {
 		t.Fatal(err)
 	}
 	<-m.entered // the only worker is held on key 9
 	q := key(10)
-	if err := tr.Cache(q, val(10, 100)); err != nil {
+	if err := tr.Put(q, val(10, 100)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Remove(q); err != nil {
@@ -527,16 +527,16 @@ func TestWriteAroundFillsOnWholeValueRead(t *testing.T) {
 	tr := openTier(t, o)
 	defer tr.Close()
 	k, v := key(12), val(12, 40000)
-	if err := tr.Cache(k, v); err != nil {
+	if err := tr.Put(k, v); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := m.get(k); !ok || !bytes.Equal(got, v) {
-		t.Fatal("write-around Cache returned before the backing had the value")
+		t.Fatal("write-around Put returned before the backing had the value")
 	}
 	if s := tr.RAM(); s.Objects != 0 {
 		t.Fatalf("write-around admitted to RAM: %+v", s)
 	}
-	if _, _, err := tr.Range(k, 10, 10, heapAlloc{}); err != nil {
+	if _, _, err := tr.Get(k, 10, 10, heapAlloc{}); err != nil {
 		t.Fatal(err)
 	}
 	if s := tr.RAM(); s.Objects != 0 {
@@ -550,7 +550,7 @@ func TestWriteAroundFillsOnWholeValueRead(t *testing.T) {
 	}
 	// An overwrite drops the stale RAM copy.
 	v2 := val(13, 500)
-	if err := tr.Cache(k, v2); err != nil {
+	if err := tr.Put(k, v2); err != nil {
 		t.Fatal(err)
 	}
 	mustGet(t, tr, k, v2)
@@ -568,7 +568,7 @@ func TestFlushFailureMarksUnhealthy(t *testing.T) {
 	o := smallOpts(m)
 	o.AckMode = AckDisk
 	tr := openTier(t, o)
-	enginetest.WantStatus(t, tr.Cache(k, val(14, 100)), wire.StatusIOError, "disk-ack Cache with a failing backing")
+	enginetest.WantStatus(t, tr.Put(k, val(14, 100)), wire.StatusIOError, "disk-ack Put with a failing backing")
 	if st := tr.Stats(); st.Healthy {
 		t.Fatal("Stats().Healthy after exhausted flush retries")
 	}
@@ -597,7 +597,7 @@ func TestFlushRefusedByBackingStaysHealthy(t *testing.T) {
 	o.AckMode = AckDisk
 	tr := openTier(t, o)
 	defer tr.Close()
-	enginetest.WantStatus(t, tr.Cache(k, val(15, 100)), wire.StatusTooLarge, "disk-ack Cache the backing refuses")
+	enginetest.WantStatus(t, tr.Put(k, val(15, 100)), wire.StatusTooLarge, "disk-ack Put the backing refuses")
 	if c := m.cacheCalls(k); c != 1 {
 		t.Fatalf("%d attempts of a refused flush, want 1", c)
 	}
@@ -617,8 +617,8 @@ func TestCloseFlushesDirtyValues(t *testing.T) {
 	tr := openTier(t, Options{Backing: g, Bytes: 4 << 20, ExtentBytes: 64 << 10, LargeReserveBytes: NoLargeReserve})
 	const n = 20
 	for i := range n {
-		if err := tr.Cache(key(700+i), val(uint64(700+i), 3000+i*1000)); err != nil {
-			t.Fatalf("Cache %d: %v", i, err)
+		if err := tr.Put(key(700+i), val(uint64(700+i), 3000+i*1000)); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
 		}
 	}
 	if d := tr.RAM().DirtyObjects; d != n {
@@ -646,14 +646,14 @@ func TestFailedClosedDiskNotRetriedNorAdmitted(t *testing.T) {
 	tr := openTier(t, smallOpts(m)) // write-back, RAM acknowledgement
 	defer tr.Close()
 	k := key(16)
-	if err := tr.Cache(k, val(16, 100)); err != nil {
+	if err := tr.Put(k, val(16, 100)); err != nil {
 		t.Fatalf("the first PUT, before any flush met the failed disk: %v", err)
 	}
 	_ = tr.Flush()
 	if c := m.cacheCalls(k); c != 1 {
 		t.Fatalf("%d flush attempts against a failed-closed disk, want 1", c)
 	}
-	err := tr.Cache(key(17), val(17, 100))
+	err := tr.Put(key(17), val(17, 100))
 	enginetest.WantStatus(t, err, wire.StatusIOError, "write-back PUT for a failed-closed disk")
 	if !errors.Is(err, engine.ErrFailedClosed) {
 		t.Fatalf("the refusal does not say the disk failed closed: %v", err)

@@ -9,8 +9,8 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
-// Cache implements engine.StoreEngine.
-func (t *Tier) Cache(key wire.BlockKey, value []byte) error {
+// Put implements engine.StoreEngine.
+func (t *Tier) Put(key wire.BlockKey, value []byte) error {
 	if err := t.enter(); err != nil {
 		return err
 	}
@@ -18,10 +18,10 @@ func (t *Tier) Cache(key wire.BlockKey, value []byte) error {
 	return t.answer(t.cache(key, value, nil))
 }
 
-// CacheBatch implements engine.StoreEngine: items are admitted in order
+// PutBatch implements engine.StoreEngine: items are admitted in order
 // (so a repeated key ends with its last value); with disk acknowledgement
 // the flushes of all items are then waited for together.
-func (t *Tier) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
+func (t *Tier) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 	if err := t.enter(); err != nil {
 		for i := range errs {
 			errs[i] = err
@@ -117,7 +117,7 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 	}
 	// The backing's current length of key, for Stats (a dirty value of a
 	// key the backing lacks is one more object).
-	shadow, lerr := t.backing.Lookup(key)
+	shadow, lerr := t.backing.Exist(key)
 	had := lerr == nil
 
 	s.mu.Lock()
@@ -126,7 +126,7 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 			// The backing's value went away meanwhile: look again, so
 			// Stats counts this generation as a new object.
 			s.mu.Unlock()
-			shadow, lerr = t.backing.Lookup(key)
+			shadow, lerr = t.backing.Exist(key)
 			had = lerr == nil
 			s.mu.Lock()
 			continue
@@ -329,7 +329,7 @@ func (t *Tier) sameResident(s *shard, key *wire.BlockKey, value []byte) bool {
 		return same && t.largeOf(key) == lg && s.dirty[*key] == nil
 	}
 	s.alloc.Release(r)
-	cur, _, ok := s.alloc.Lookup(key)
+	cur, _, ok := s.alloc.Exist(key)
 	return same && ok && cur == r && s.dirty[*key] == nil
 }
 
@@ -435,7 +435,7 @@ func (t *Tier) writeThrough(s *shard, key wire.BlockKey, value []byte, bypass bo
 	}
 	fence(s, &key)
 	s.mu.Unlock()
-	err := t.backing.Cache(key, value)
+	err := t.backing.Put(key, value)
 	s.mu.Lock()
 	t.unpublish(s, &key)
 	fence(s, &key)

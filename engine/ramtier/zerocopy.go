@@ -15,10 +15,10 @@ var _ engine.Lender = (*Tier)(nil)
 // from the arena with no copy (memcached serves from its slabs the same
 // way). The pin keeps the slot from being evicted or reused until Return;
 // Close waits for every loan. Dedicated large values and misses are not
-// lent (ok false): Range copies the former and fills RAM with the latter.
+// lent (ok false): Get copies the former and fills RAM with the latter.
 func (t *Tier) Lend(key wire.BlockKey, offset, length uint64) ([]byte, uint64, engine.Loan, bool, error) {
 	if err := t.enter(); err != nil {
-		return nil, 0, engine.Loan{}, false, nil // Range reports the closed tier
+		return nil, 0, engine.Loan{}, false, nil // Get reports the closed tier
 	}
 	defer t.exit()
 	si := t.shardIndex(&key)
@@ -63,11 +63,11 @@ var _ engine.Receiver = (*Tier)(nil)
 // Receive implements engine.Receiver: for a write-back PUT that will live
 // in an arena slot, it reserves the slot up front (RESERVED: hidden and
 // pinned) so the server reads the payload from the socket straight into
-// it, and CommitReceive then admits it without the copy Cache makes.
+// it, and CommitReceive then admits it without the copy Put makes.
 // Values the tier would not admit to an arena slot (write-around, a
 // quota-limited tenant, larger than an extent, past the dirty watermark,
 // no free slot) get ok false: the caller reads into its own buffer and
-// calls Cache, which gives the exact answer.
+// calls Put, which gives the exact answer.
 func (t *Tier) Receive(key wire.BlockKey, n uint64) ([]byte, engine.Loan, bool) {
 	if !t.writeBack || n == 0 || n > t.extent || n > t.maxValue || (t.limited != nil && t.limited(key.Tenant)) {
 		return nil, engine.Loan{}, false
@@ -97,7 +97,7 @@ func (t *Tier) Receive(key wire.BlockKey, n uint64) ([]byte, engine.Loan, bool) 
 }
 
 // CommitReceive implements engine.Receiver: buf, the slot Receive
-// reserved, now holds the value; it is admitted as Cache would admit it
+// reserved, now holds the value; it is admitted as Put would admit it
 // (join, supersede, watermark, fences), without copying.
 func (t *Tier) CommitReceive(key wire.BlockKey, buf []byte, loan engine.Loan) error {
 	if err := t.enter(); err != nil {
@@ -110,7 +110,7 @@ func (t *Tier) CommitReceive(key wire.BlockKey, buf []byte, loan engine.Loan) er
 
 // CommitReceiveBatch implements engine.Receiver: the received values are
 // admitted in order, and with disk acknowledgement their flushes are
-// waited for together (as CacheBatch does).
+// waited for together (as PutBatch does).
 func (t *Tier) CommitReceiveBatch(keys []wire.BlockKey, bufs [][]byte, loans []engine.Loan, errs []error) {
 	if err := t.enter(); err != nil {
 		for i := range keys {

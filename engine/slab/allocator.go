@@ -188,8 +188,8 @@ func (a *Allocator) keyOf(id uint32) *wire.BlockKey { return &a.slot(SlotRef(id)
 func (a *Allocator) Objects() uint64 { return a.objects }
 func (a *Allocator) Used() uint64    { return a.used }
 
-// Lookup returns the slot and length of key's live value.
-func (a *Allocator) Lookup(key *wire.BlockKey) (SlotRef, uint32, bool) {
+// Exist returns the slot and length of key's live value.
+func (a *Allocator) Exist(key *wire.BlockKey) (SlotRef, uint32, bool) {
 	id, ok := a.idx.get(key)
 	if !ok {
 		return 0, 0, false

@@ -72,7 +72,7 @@ func TestRebalancePicksColdExtent(t *testing.T) {
 	}
 	for i := range 64 {
 		k := enginetest.Key(i)
-		if _, _, ok := a.Lookup(&k); !ok {
+		if _, _, ok := a.Exist(&k); !ok {
 			t.Fatalf("hot value %d was evicted", i)
 		}
 	}
@@ -107,7 +107,7 @@ func TestClockNeverTakesPinned(t *testing.T) {
 	}
 	for i := range 500 {
 		put(t, a, enginetest.Key(1+i), 4096)
-		if _, _, ok := a.Lookup(&pk); !ok {
+		if _, _, ok := a.Exist(&pk); !ok {
 			t.Fatalf("pinned value evicted after %d puts", i)
 		}
 	}
@@ -115,7 +115,7 @@ func TestClockNeverTakesPinned(t *testing.T) {
 	for i := range 100 {
 		put(t, a, enginetest.Key(1000+i), 4096)
 	}
-	if _, _, ok := a.Lookup(&pk); ok {
+	if _, _, ok := a.Exist(&pk); ok {
 		t.Fatal("unpinned cold value never evicted")
 	}
 }
@@ -329,7 +329,7 @@ func TestBorrowServesAnOddSizeWithOneEviction(t *testing.T) {
 	}
 
 	k := enginetest.Key(5)
-	if _, _, ok := a.Lookup(&k); !ok {
+	if _, _, ok := a.Exist(&k); !ok {
 		k = enginetest.Key(6)
 	}
 	old, _, ok := a.Remove(&k)
@@ -381,7 +381,7 @@ func TestRecentWritesSurvive(t *testing.T) {
 	missing := 0
 	for i := 200000 - 28000; i < 200000; i++ {
 		k := enginetest.Key(1000000 + i%60000)
-		if _, _, ok := a.Lookup(&k); !ok {
+		if _, _, ok := a.Exist(&k); !ok {
 			missing++
 		}
 	}
@@ -459,7 +459,7 @@ func TestHotValuesOutlastAScan(t *testing.T) {
 	alive := 0
 	for i := range hot {
 		k := enginetest.Key(i)
-		if _, _, ok := a.Lookup(&k); ok {
+		if _, _, ok := a.Exist(&k); ok {
 			alive++
 		}
 	}

@@ -47,7 +47,7 @@ func BenchmarkCache(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			if err := s.Cache(enginetest.Key(i%64), buf.B); err != nil {
+			if err := s.Put(enginetest.Key(i%64), buf.B); err != nil {
 				b.Fatal(err)
 			}
 			i++
@@ -68,7 +68,7 @@ func BenchmarkRange(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			if _, _, err := s.Range(enginetest.Key(i%64), 0, 0, a); err != nil {
+			if _, _, err := s.Get(enginetest.Key(i%64), 0, 0, a); err != nil {
 				b.Fatal(err)
 			}
 			a.Release()
@@ -98,7 +98,7 @@ func BenchmarkRangeParallel16(b *testing.B) {
 		a := &fixedAlloc{iobuf.AlignedSlice(size)}
 		for pb.Next() {
 			i := int(next.Add(1)*7919) % nkeys
-			if _, _, err := s.Range(enginetest.Key(i), 0, 0, a); err != nil {
+			if _, _, err := s.Get(enginetest.Key(i), 0, 0, a); err != nil {
 				b.Error(err)
 				return
 			}
@@ -211,7 +211,7 @@ func BenchmarkRebuild1M(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&m1)
 				heap = float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / n
-				if _, err := s.Lookup(wire.BlockKey{Tenant: 3, ID: idOf(3)}); err != nil {
+				if _, err := s.Exist(wire.BlockKey{Tenant: 3, ID: idOf(3)}); err != nil {
 					b.Fatal(err)
 				}
 				runtime.KeepAlive(s)
@@ -243,7 +243,7 @@ func BenchmarkRawPreadParallel16(b *testing.B) {
 	for i := range nkeys {
 		mustCache(b, s, enginetest.Key(i), enginetest.Value(uint64(i), size))
 		k := enginetest.Key(i)
-		r, _, _ := s.alloc.Lookup(&k)
+		r, _, _ := s.alloc.Exist(&k)
 		e, _ := s.alloc.Split(r)
 		locs = append(locs, loc{e, s.alloc.Offset(r)})
 	}
@@ -281,7 +281,7 @@ func BenchmarkCacheBatch16(b *testing.B) {
 			keys[i] = enginetest.Key((round*items + i) % 1024)
 			values[i] = buf
 		}
-		s.CacheBatch(keys, values, errs)
+		s.PutBatch(keys, values, errs)
 		for _, err := range errs {
 			if err != nil {
 				b.Fatal(err)
@@ -315,7 +315,7 @@ func BenchmarkRangeVerify1MiB(b *testing.B) {
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {
-					if _, _, err := s.Range(enginetest.Key(i*7919%nkeys), shape.off, shape.n, a); err != nil {
+					if _, _, err := s.Get(enginetest.Key(i*7919%nkeys), shape.off, shape.n, a); err != nil {
 						b.Fatal(err)
 					}
 					i++
@@ -336,7 +336,7 @@ func BenchmarkRangeVerify1MiB(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				a := &fixedAlloc{iobuf.AlignedSlice(size)}
 				for pb.Next() {
-					if _, _, err := s.Range(enginetest.Key(int(next.Add(1)*7919%nkeys)), 0, 0, a); err != nil {
+					if _, _, err := s.Get(enginetest.Key(int(next.Add(1)*7919%nkeys)), 0, 0, a); err != nil {
 						b.Error(err)
 						return
 					}

@@ -191,7 +191,7 @@ func (s *Store) sumValue(e uint32, slotOff, stored uint64, seed uint32, off uint
 func (s *Store) dropCorrupt(key wire.BlockKey, r SlotRef, stored uint64, by string) error {
 	s.checksumFailures.Add(1)
 	s.mu.Lock()
-	cur, _, ok := s.alloc.Lookup(&key)
+	cur, _, ok := s.alloc.Exist(&key)
 	var n uint32
 	var sp span
 	spanned := false

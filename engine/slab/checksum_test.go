@@ -252,7 +252,7 @@ func TestRangeOfCorruptValueNotServed(t *testing.T) {
 			want := enginetest.Value(1, big)
 			for _, r := range [][2]uint64{{0, 4096}, {1, 10}, {chunkBytes - 5, 10}, {chunkBytes, 1}, {2*chunkBytes - 1, 4097}, {big - 7, 0}, {12345, 3 * chunkBytes}} {
 				a := enginetest.NewAlloc(nil)
-				data, stored, err := s.Range(good, r[0], r[1], a)
+				data, stored, err := s.Get(good, r[0], r[1], a)
 				end := min(uint64(big), r[0]+r[1])
 				if r[1] == 0 {
 					end = big
@@ -263,7 +263,7 @@ func TestRangeOfCorruptValueNotServed(t *testing.T) {
 				a.Release()
 			}
 			a := enginetest.NewAlloc(nil)
-			data, _, err := s.Range(bad, 0, 4096, a)
+			data, _, err := s.Get(bad, 0, 4096, a)
 			a.Release()
 			wantCorruptMiss(t, data, err, "a range before the flipped byte")
 			if st := s.Stats(); st.ChecksumFailures != 1 || st.Objects != 1 {
@@ -363,7 +363,7 @@ func TestCorruptValueRacingReadsAndPut(t *testing.T) {
 	}
 	wg.Go(func() {
 		<-start
-		if err := s.Cache(k, fresh); err != nil {
+		if err := s.Put(k, fresh); err != nil {
 			t.Errorf("PUT over the corrupted value: %v", err)
 		}
 	})

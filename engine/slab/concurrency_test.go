@@ -88,16 +88,16 @@ func TestSameKeyLeaderFollower(t *testing.T) {
 	g.armed.Store(true)
 	const n = 8
 	errs := make(chan error, n)
-	go func() { errs <- s.Cache(k, v) }()
+	go func() { errs <- s.Put(k, v) }()
 	<-g.entered // the leader is writing
 	for range n - 1 {
-		go func() { errs <- s.Cache(k, v) }()
+		go func() { errs <- s.Put(k, v) }()
 	}
 	waitFor(t, "followers to join the leader", func() bool { return s.waiters(k) == n-1 })
 	g.open()
 	for range n {
 		if err := <-errs; err != nil {
-			t.Fatalf("Cache: %v", err)
+			t.Fatalf("Put: %v", err)
 		}
 	}
 	if w := g.writes.Load(); w != 1 {
@@ -128,18 +128,18 @@ func TestSameKeyLeaderFailureShared(t *testing.T) {
 	k := enginetest.Key(1)
 	armed.Store(true)
 	errs := make(chan error, 3)
-	go func() { errs <- s.Cache(k, enginetest.Value(1, 100)) }()
+	go func() { errs <- s.Put(k, enginetest.Value(1, 100)) }()
 	<-entered
 	armed.Store(false)
-	go func() { errs <- s.Cache(k, enginetest.Value(1, 100)) }()
-	go func() { errs <- s.Cache(k, enginetest.Value(1, 100)) }()
+	go func() { errs <- s.Put(k, enginetest.Value(1, 100)) }()
+	go func() { errs <- s.Put(k, enginetest.Value(1, 100)) }()
 	waitFor(t, "followers", func() bool { return s.waiters(k) == 2 })
 	close(release)
 	for range 3 {
 		wantStatus(t, <-errs, wire.StatusIOError, "same-key PUT whose leader failed")
 	}
-	_, err := s.Lookup(k)
-	wantStatus(t, err, wire.StatusNotFound, "Lookup after a failed PUT")
+	_, err := s.Exist(k)
+	wantStatus(t, err, wire.StatusNotFound, "Exist after a failed PUT")
 	if !s.Stats().Healthy {
 		t.Fatal("a payload write error failed the store closed; only metadata errors should")
 	}
@@ -166,28 +166,28 @@ func TestRemoveFencesInflightWrite(t *testing.T) {
 		}
 		g.armed.Store(true)
 		done := make(chan error, 1)
-		go func() { done <- s.Cache(k, enginetest.Value(71, 12345)) }()
+		go func() { done <- s.Put(k, enginetest.Value(71, 12345)) }()
 		<-g.entered
 		if err := s.Remove(k); err != nil {
 			t.Fatalf("Remove during the write: %v", err)
 		}
-		_, err := s.Lookup(k)
-		wantStatus(t, err, wire.StatusNotFound, "Lookup right after Remove")
+		_, err := s.Exist(k)
+		wantStatus(t, err, wire.StatusNotFound, "Exist right after Remove")
 		// A PUT of the key after the Remove is a new leader, not a follower
 		// of the fenced write.
 		g.open()
 		if err := <-done; err != nil {
-			t.Fatalf("fenced Cache: %v", err)
+			t.Fatalf("fenced Put: %v", err)
 		}
-		_, err = s.Lookup(k)
-		wantStatus(t, err, wire.StatusNotFound, "Lookup after the fenced write finished")
+		_, err = s.Exist(k)
+		wantStatus(t, err, wire.StatusNotFound, "Exist after the fenced write finished")
 		if len(acct.snapshot()) != 0 {
 			t.Fatalf("accounting after remove: %v", acct.snapshot())
 		}
 		mustClose(t, s)
 		s = openT(t, Options{Dir: dir, CapacityBytes: opts.CapacityBytes, ExtentBytes: opts.ExtentBytes})
-		_, err = s.Lookup(k)
-		wantStatus(t, err, wire.StatusNotFound, "Lookup after a graceful restart")
+		_, err = s.Exist(k)
+		wantStatus(t, err, wire.StatusNotFound, "Exist after a graceful restart")
 		if s.Stats().Objects != 0 {
 			t.Fatalf("%d objects after restart", s.Stats().Objects)
 		}
@@ -196,7 +196,7 @@ func TestRemoveFencesInflightWrite(t *testing.T) {
 }
 
 // blockingAlloc is an engine.Allocator whose Alloc waits for release, so a
-// Range can be held in flight with its slot pinned.
+// Get can be held in flight with its slot pinned.
 type blockingAlloc struct {
 	inner   *enginetest.Alloc
 	entered chan struct{}
@@ -225,7 +225,7 @@ func TestEvictionSkipsPinned(t *testing.T) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		data, _, err := s.Range(pk, 0, 0, ba)
+		data, _, err := s.Get(pk, 0, 0, ba)
 		done <- res{bytes.Clone(data), err}
 	}()
 	<-ba.entered
@@ -235,7 +235,7 @@ func TestEvictionSkipsPinned(t *testing.T) {
 	if ev := s.Stats().Evictions; ev < 150 {
 		t.Fatalf("only %d evictions: the class was not churned", ev)
 	}
-	if _, err := s.Lookup(pk); err != nil {
+	if _, err := s.Exist(pk); err != nil {
 		t.Fatalf("the pinned value was evicted: %v", err)
 	}
 	close(ba.release)
@@ -285,8 +285,8 @@ func TestConcurrentChurn(t *testing.T) {
 				k := r.IntN(nkeys)
 				switch x := r.IntN(10); {
 				case x < 4:
-					if err := s.Cache(keys[k], value(k, nextGen.Add(1))); err != nil && wire.StatusOf(err) != wire.StatusCacheFull {
-						t.Errorf("Cache: %v", err)
+					if err := s.Put(keys[k], value(k, nextGen.Add(1))); err != nil && wire.StatusOf(err) != wire.StatusCacheFull {
+						t.Errorf("Put: %v", err)
 						return
 					}
 				case x < 5:
@@ -295,12 +295,12 @@ func TestConcurrentChurn(t *testing.T) {
 						return
 					}
 				default:
-					data, stored, err := s.Range(keys[k], 0, 0, a)
+					data, stored, err := s.Get(keys[k], 0, 0, a)
 					if wire.StatusOf(err) == wire.StatusNotFound {
 						continue
 					}
 					if err != nil {
-						t.Errorf("Range: %v", err)
+						t.Errorf("Get: %v", err)
 						return
 					}
 					w0 := binary.LittleEndian.Uint64(data)
@@ -328,13 +328,13 @@ func TestConcurrentChurn(t *testing.T) {
 	}
 	var objects, used uint64
 	for _, k := range keys {
-		if n, err := s.Lookup(k); err == nil {
+		if n, err := s.Exist(k); err == nil {
 			objects++
 			used += n
 		}
 	}
 	if st.Objects != objects || st.UsedBytes != used {
-		t.Fatalf("Stats %d objects %d bytes, Lookup finds %d and %d", st.Objects, st.UsedBytes, objects, used)
+		t.Fatalf("Stats %d objects %d bytes, Exist finds %d and %d", st.Objects, st.UsedBytes, objects, used)
 	}
 	t.Logf("%+v", st)
 }
@@ -376,7 +376,7 @@ func TestCacheBatchConcurrent(t *testing.T) {
 	}
 	values[7] = nil // INVALID, alone
 	errs := make([]error, n)
-	s.CacheBatch(keys, values, errs)
+	s.PutBatch(keys, values, errs)
 	for i := range keys {
 		if i == 7 {
 			wantStatus(t, errs[i], wire.StatusInvalid, "zero-byte batch item")

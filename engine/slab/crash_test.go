@@ -46,7 +46,7 @@ func TestCrashChild(t *testing.T) {
 				err = nil
 			}
 		} else {
-			err = s.Cache(k, crashValue(i))
+			err = s.Put(k, crashValue(i))
 		}
 		if err != nil {
 			fmt.Println("op:", err)

@@ -162,7 +162,7 @@
 // second per disk with a count of those suppressed (swapped extent files
 // fail every value they hold). The store stays healthy: the other values
 // are verified on their own reads. The RAM tier promotes cold reads
-// through Range, so it only ever holds verified bytes. Lookup reports a
+// through Get, so it only ever holds verified bytes. Exist reports a
 // length without reading the payload and so does not verify; nor does a
 // restart, which would otherwise read the whole disk: each value is
 // checked when it is first read, and by the scrub.
@@ -189,7 +189,7 @@
 //     another value whose record was not yet written still carries the old
 //     record: its payload checksum (seeded with the key and slot) fails on
 //     first read or scrub, and the read is a miss. The RAM tier's
-//     put_ack_mode = disk acknowledges after this engine's Cache returns,
+//     put_ack_mode = disk acknowledges after this engine's Put returns,
 //     so it too keeps every acknowledged PUT across a SIGKILL.
 //   - A power cut or kernel crash: records and clears still in the page
 //     cache, and O_DIRECT payloads still in a volatile device cache, may
@@ -301,7 +301,7 @@
 //   - A value larger than an extent is evicted as a whole when any of its
 //     pieces or its head is chosen: its eviction frees more than the
 //     slot that was wanted.
-//   - CacheBatch overlaps up to 8 items' writes when its keys are distinct
+//   - PutBatch overlaps up to 8 items' writes when its keys are distinct
 //     and stores them one after another when a key repeats; it does no
 //     grouping beyond that.
 package slab

@@ -45,7 +45,7 @@ func TestDirectOpenRefusedMidwayReopensEarlierExtents(t *testing.T) {
 		mustCache(t, s, k, v)
 		got, err := get(t, s, k)
 		if err != nil || !bytes.Equal(got, v) {
-			t.Fatalf("%d bytes: Range: %v (%d bytes back)", n, err, len(got))
+			t.Fatalf("%d bytes: Get: %v (%d bytes back)", n, err, len(got))
 		}
 	}
 }
@@ -71,8 +71,8 @@ func TestPutNotAcknowledgedWhenStoreFailsClosedInside(t *testing.T) {
 	mustCache(t, s, k, enginetest.Value(1, 5000))
 	puts := s.Stats().Puts
 	counting.Store(true)
-	err := s.Cache(k, enginetest.Value(2, 5000))
-	wantStatus(t, err, wire.StatusIOError, "Cache whose old record cannot be cleared")
+	err := s.Put(k, enginetest.Value(2, 5000))
+	wantStatus(t, err, wire.StatusIOError, "Put whose old record cannot be cleared")
 	if !errors.Is(err, engine.ErrFailedClosed) || !strings.Contains(err.Error(), syscall.EIO.Error()) {
 		t.Fatalf("error %q: want ErrFailedClosed naming the cause (%v)", err, syscall.EIO)
 	}
@@ -103,7 +103,7 @@ func TestFailedReadIsNotAHit(t *testing.T) {
 	mustCache(t, s, k, enginetest.Value(1, 5000))
 	failReads.Store(true)
 	_, err := get(t, s, k)
-	wantStatus(t, err, wire.StatusIOError, "Range with a failing read")
+	wantStatus(t, err, wire.StatusIOError, "Get with a failing read")
 	failReads.Store(false)
 	if st := s.Stats(); st.Hits != 0 || st.IOErrors != 1 {
 		t.Fatalf("after a failed read: %d hits, %d I/O errors; want 0 and 1", st.Hits, st.IOErrors)

@@ -78,8 +78,8 @@ func smallOpts(dir string) Options {
 
 func mustCache(t testing.TB, s *Store, k wire.BlockKey, v []byte) {
 	t.Helper()
-	if err := s.Cache(k, v); err != nil {
-		t.Fatalf("Cache(%s, %d bytes): %v", k, len(v), err)
+	if err := s.Put(k, v); err != nil {
+		t.Fatalf("Put(%s, %d bytes): %v", k, len(v), err)
 	}
 }
 
@@ -95,7 +95,7 @@ func get(t testing.TB, s *Store, k wire.BlockKey) ([]byte, error) {
 	t.Helper()
 	a := enginetest.NewAlloc(nil)
 	defer a.Release()
-	data, _, err := s.Range(k, 0, 0, a)
+	data, _, err := s.Get(k, 0, 0, a)
 	return bytes.Clone(data), err
 }
 

@@ -60,8 +60,8 @@ func TestAgainstModel(t *testing.T) {
 		case x < 97:
 			v, ok := model[k]
 			if !ok {
-				_, err := s.Lookup(k)
-				wantStatus(t, err, wire.StatusNotFound, "Lookup of an absent key")
+				_, err := s.Exist(k)
+				wantStatus(t, err, wire.StatusNotFound, "Exist of an absent key")
 				continue
 			}
 			off := uint64(r.IntN(len(v) + 1))

@@ -150,8 +150,8 @@ func TestUncleanRestartKeepsValues(t *testing.T) {
 		case 3:
 			want = enginetest.Value(333, 3333)
 		case 4:
-			_, err := s2.Lookup(enginetest.Key(i))
-			wantStatus(t, err, wire.StatusNotFound, "Lookup of the removed key after a crash")
+			_, err := s2.Exist(enginetest.Key(i))
+			wantStatus(t, err, wire.StatusNotFound, "Exist of the removed key after a crash")
 			continue
 		}
 		if got, err := get(t, s2, enginetest.Key(i)); err != nil || !bytes.Equal(got, want) {
@@ -245,8 +245,8 @@ func TestFlippedByteDropsOneRecord(t *testing.T) {
 		logs := &logBuf{}
 		opts.Logger = slog.New(logs)
 		s = openT(t, opts)
-		_, err = s.Lookup(victim)
-		wantStatus(t, err, wire.StatusNotFound, "Lookup of the corrupted record's key")
+		_, err = s.Exist(victim)
+		wantStatus(t, err, wire.StatusNotFound, "Exist of the corrupted record's key")
 		for i := range 10 {
 			if i == 4 {
 				continue
@@ -395,7 +395,7 @@ func TestAccountingMatchesStoredBytes(t *testing.T) {
 	stored := func(s *Store) map[uint64]int64 {
 		m := map[uint64]int64{}
 		for i := range nkeys {
-			if n, err := s.Lookup(enginetest.Key(i)); err == nil {
+			if n, err := s.Exist(enginetest.Key(i)); err == nil {
 				m[enginetest.Key(i).Tenant] += int64(n)
 			}
 		}
@@ -443,16 +443,16 @@ func TestMetadataFailureFailsClosed(t *testing.T) {
 	k := enginetest.Key(1)
 	mustCache(t, s, k, enginetest.Value(1, 100))
 	failTable = true
-	wantStatus(t, s.Cache(enginetest.Key(2), enginetest.Value(2, 100)), wire.StatusIOError, "Cache with a failing record write")
+	wantStatus(t, s.Put(enginetest.Key(2), enginetest.Value(2, 100)), wire.StatusIOError, "Put with a failing record write")
 	failTable = false
 	if s.Stats().Healthy {
 		t.Fatal("Healthy after a metadata write failure")
 	}
-	wantStatus(t, s.Cache(enginetest.Key(3), enginetest.Value(3, 100)), wire.StatusIOError, "Cache after failing closed")
-	_, err := s.Lookup(k)
-	wantStatus(t, err, wire.StatusIOError, "Lookup after failing closed")
-	_, _, err = s.Range(k, 0, 0, enginetest.NewAlloc(nil))
-	wantStatus(t, err, wire.StatusIOError, "Range after failing closed")
+	wantStatus(t, s.Put(enginetest.Key(3), enginetest.Value(3, 100)), wire.StatusIOError, "Put after failing closed")
+	_, err := s.Exist(k)
+	wantStatus(t, err, wire.StatusIOError, "Exist after failing closed")
+	_, _, err = s.Get(k, 0, 0, enginetest.NewAlloc(nil))
+	wantStatus(t, err, wire.StatusIOError, "Get after failing closed")
 	wantStatus(t, s.Remove(k), wire.StatusIOError, "Remove after failing closed")
 	if n := logs.count("failing closed"); n != 1 {
 		t.Fatalf("%d fail-closed log lines, want 1", n)
@@ -582,7 +582,7 @@ func TestLargeAndAlignedValues(t *testing.T) {
 		copy(aligned, enginetest.Value(2, len(aligned)))
 		mustCache(t, s, enginetest.Key(1), big)
 		mustCache(t, s, enginetest.Key(2), aligned)
-		wantStatus(t, s.Cache(enginetest.Key(3), make([]byte, 64<<20+1)), wire.StatusTooLarge, "value larger than the maximum")
+		wantStatus(t, s.Put(enginetest.Key(3), make([]byte, 64<<20+1)), wire.StatusTooLarge, "value larger than the maximum")
 		check := func() {
 			enginetest.MustEqual(t, s, enginetest.Key(1), big)
 			enginetest.MustEqual(t, s, enginetest.Key(2), enginetest.Value(2, len(aligned)))
@@ -631,7 +631,7 @@ func TestRebindThenRestart(t *testing.T) {
 	}
 	present := map[wire.BlockKey]bool{}
 	for k := range vals {
-		if _, err := s.Lookup(k); err == nil {
+		if _, err := s.Exist(k); err == nil {
 			present[k] = true
 		}
 	}

@@ -159,7 +159,7 @@ func (s *Store) restoreOne(b []byte, pos int64, rec *record, bad *[]int64) error
 			*bad = append(*bad, pos)
 			return nil
 		}
-		_, oldLen, _ := s.alloc.Lookup(&rec.key)
+		_, oldLen, _ := s.alloc.Exist(&rec.key)
 		s.alloc.Unrestore(old)
 		s.restored[rec.key.Tenant] -= int64(oldLen)
 		*bad = append(*bad, recordOff(old))
@@ -196,7 +196,7 @@ func (s *Store) reconcileSpans(bad *[]int64) {
 		whole := true
 		for i := range sp.pieces {
 			pk := pieceKey(&key, sp.nonce, i)
-			_, n, ok := s.alloc.Lookup(&pk)
+			_, n, ok := s.alloc.Exist(&pk)
 			if _, isPiece := s.restPieces[pk]; !ok || !isPiece || n != ext {
 				whole = false
 				break

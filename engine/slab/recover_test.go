@@ -66,7 +66,7 @@ func checkRecovered(t *testing.T, s *Store, n int, lost func(i int) bool) (serve
 // TestMissingOrCutExtentServesTheRest: after a clean stop or a crash, an
 // extent file that was removed or cut short no longer stops the node: it is
 // made whole again, the values it no longer holds are misses (dropped at
-// rebuild, not even Lookup finds them), the rest serve, one warning names
+// rebuild, not even Exist finds them), the rest serve, one warning names
 // the files, and the store stays healthy and writable.
 func TestMissingOrCutExtentServesTheRest(t *testing.T) {
 	for _, crash := range []bool{false, true} {
@@ -118,8 +118,8 @@ func TestMissingOrCutExtentServesTheRest(t *testing.T) {
 			for i := range n {
 				if lostSet[i] {
 					nLost++
-					if _, err := s.Lookup(enginetest.Key(i)); wire.StatusOf(err) != wire.StatusNotFound {
-						t.Fatalf("Lookup of lost value %d: %v, want NOT_FOUND", i, err)
+					if _, err := s.Exist(enginetest.Key(i)); wire.StatusOf(err) != wire.StatusNotFound {
+						t.Fatalf("Exist of lost value %d: %v, want NOT_FOUND", i, err)
 					}
 				}
 			}
@@ -270,8 +270,8 @@ func TestScrubDropsCorruptValues(t *testing.T) {
 		t.Fatalf("scrubbed %d bytes, want %d (every value once)", st.ScrubbedBytes, slotBytes)
 	}
 	for i := range bad {
-		if _, err := s.Lookup(enginetest.Key(i)); wire.StatusOf(err) != wire.StatusNotFound {
-			t.Fatalf("Lookup of value %d the scrub dropped: %v", i, err)
+		if _, err := s.Exist(enginetest.Key(i)); wire.StatusOf(err) != wire.StatusNotFound {
+			t.Fatalf("Exist of value %d the scrub dropped: %v", i, err)
 		}
 	}
 	if logs.count("scrub started") != 1 || logs.count("WARN slab engine: scrub finished") != 1 {

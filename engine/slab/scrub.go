@@ -10,7 +10,7 @@ import (
 // on the disk, verifies it against its payload checksum and drops (as a
 // failed read would) the ones that fail. Reads verify on their own, so the
 // scrub adds nothing to what is served; it finds what nobody reads: after
-// an unclean stop, records whose payload never reached the disk (Lookup
+// an unclean stop, records whose payload never reached the disk (Exist
 // and exists would report them until then), and values the device rotted,
 // whose slots it gives back.
 type ScrubOptions struct {

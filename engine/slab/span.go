@@ -175,7 +175,7 @@ func (s *Store) removeSpanned(key wire.BlockKey, nonce uint32) {
 // errPieceMissing is the miss of a value one of whose pieces is gone.
 var errPieceMissing = errors.New("a piece of the value is gone (evicted or lost)")
 
-// rangeSpanned is Range of key's value with span sp, whose head (slot r,
+// rangeSpanned is Get of key's value with span sp, whose head (slot r,
 // pinned by the caller) holds its last tail bytes. It pins the pieces the
 // range needs, reads each part the range touches through sumValue, which
 // verifies the whole part, and copies out only the bytes asked for. A
@@ -275,7 +275,7 @@ func (s *Store) rangeSpanned(key wire.BlockKey, r SlotRef, sp span, tail, offset
 // cleared, the pieces removed.
 func (s *Store) dropValue(key wire.BlockKey, r SlotRef) {
 	s.mu.Lock()
-	cur, _, ok := s.alloc.Lookup(&key)
+	cur, _, ok := s.alloc.Exist(&key)
 	if !ok || cur != r {
 		s.mu.Unlock()
 		return

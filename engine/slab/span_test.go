@@ -30,17 +30,17 @@ var spanSizes = []int{1<<20 + 1, 2 << 20, 2<<20 + 4095, 3<<20 + 512<<10, 5<<20 -
 func checkRanges(t *testing.T, s *Store, key wire.BlockKey, want []byte) {
 	t.Helper()
 	enginetest.MustEqual(t, s, key, want)
-	if n, err := s.Lookup(key); err != nil || n != uint64(len(want)) {
-		t.Fatalf("Lookup %s: %d, %v; want %d", key, n, err, len(want))
+	if n, err := s.Exist(key); err != nil || n != uint64(len(want)) {
+		t.Fatalf("Exist %s: %d, %v; want %d", key, n, err, len(want))
 	}
 	r := rand.New(rand.NewPCG(uint64(len(want)), 1))
 	a := enginetest.NewAlloc(nil)
 	for range 12 {
 		off := uint64(r.IntN(len(want)))
 		n := uint64(r.IntN(len(want)-int(off))) + 1
-		got, stored, err := s.Range(key, off, n, a)
+		got, stored, err := s.Get(key, off, n, a)
 		if err != nil || stored != uint64(len(want)) || !bytes.Equal(got, want[off:off+n]) {
-			t.Fatalf("Range %s [%d, +%d): %d bytes (stored %d), %v", key, off, n, len(got), stored, err)
+			t.Fatalf("Get %s [%d, +%d): %d bytes (stored %d), %v", key, off, n, len(got), stored, err)
 		}
 		a.Release()
 	}
@@ -91,8 +91,8 @@ func TestValuesLargerThanAnExtent(t *testing.T) {
 				t.Fatal(err)
 			}
 			delete(want, 1)
-			_, err := s.Lookup(enginetest.Key(1))
-			wantStatus(t, err, wire.StatusNotFound, "Lookup after Remove")
+			_, err := s.Exist(enginetest.Key(1))
+			wantStatus(t, err, wire.StatusNotFound, "Exist after Remove")
 			check(s, "after a Remove")
 			committed := acct.snapshot()
 			mustClose(t, s)
@@ -133,11 +133,11 @@ func TestLargeValueTornByCrash(t *testing.T) {
 	s = openT(t, opts)
 	defer mustClose(t, s)
 	for _, k := range []wire.BlockKey{k1, k2} {
-		_, err := s.Lookup(k)
-		wantStatus(t, err, wire.StatusNotFound, "Lookup of a torn value")
+		_, err := s.Exist(k)
+		wantStatus(t, err, wire.StatusNotFound, "Exist of a torn value")
 	}
 	for i := range spB.pieces {
-		if _, err := s.Lookup(pieceKey(&k2, spB.nonce, i)); wire.StatusOf(err) != wire.StatusNotFound {
+		if _, err := s.Exist(pieceKey(&k2, spB.nonce, i)); wire.StatusOf(err) != wire.StatusNotFound {
 			t.Fatalf("piece %d of a value without its head survived: %v", i, err)
 		}
 	}
@@ -200,7 +200,7 @@ func TestLargeValueLosesAPiece(t *testing.T) {
 	s = openT(t, opts)
 	defer mustClose(t, s)
 	a := enginetest.NewAlloc(nil)
-	if got, _, err := s.Range(k, 1<<20, 10, a); err != nil || !bytes.Equal(got, v[1<<20:1<<20+10]) {
+	if got, _, err := s.Get(k, 1<<20, 10, a); err != nil || !bytes.Equal(got, v[1<<20:1<<20+10]) {
 		t.Fatalf("a range in an intact piece: %v", err) // piece 2 not read, so not judged
 	}
 	data, err := get(t, s, k)
@@ -229,8 +229,8 @@ func fillUntilEviction(t testing.TB, s *Store, stop float64) (float64, map[int]i
 	held := map[int]int{}
 	for i := 0; ; i++ {
 		n := sizes[r.IntN(len(sizes))]
-		if err := s.Cache(enginetest.Key(i), enginetest.Value(uint64(i), n)); err != nil {
-			t.Fatalf("Cache %d (%d bytes): %v", i, n, err)
+		if err := s.Put(enginetest.Key(i), enginetest.Value(uint64(i), n)); err != nil {
+			t.Fatalf("Put %d (%d bytes): %v", i, n, err)
 		}
 		held[i] = n
 		st := s.Stats()
@@ -309,8 +309,8 @@ func TestLargeValuesConcurrentChurn(t *testing.T) {
 				key := enginetest.Key(3000 + k)
 				switch x := r.IntN(10); {
 				case x < 4:
-					if err := s.Cache(key, value(k, nextGen.Add(1))); err != nil && wire.StatusOf(err) != wire.StatusCacheFull {
-						t.Errorf("Cache: %v", err)
+					if err := s.Put(key, value(k, nextGen.Add(1))); err != nil && wire.StatusOf(err) != wire.StatusCacheFull {
+						t.Errorf("Put: %v", err)
 						return
 					}
 				case x < 5:
@@ -320,12 +320,12 @@ func TestLargeValuesConcurrentChurn(t *testing.T) {
 					}
 				default:
 					off := uint64(8 * r.IntN(64<<10))
-					data, stored, err := s.Range(key, off, uint64(8*(1+r.IntN(48<<10))), a)
+					data, stored, err := s.Get(key, off, uint64(8*(1+r.IntN(48<<10))), a)
 					if st := wire.StatusOf(err); st == wire.StatusNotFound || st == wire.StatusInvalid && off >= stored {
 						continue
 					}
 					if err != nil {
-						t.Errorf("Range: %v", err)
+						t.Errorf("Get: %v", err)
 						return
 					}
 					w0 := binary.LittleEndian.Uint64(data)
@@ -365,7 +365,7 @@ func TestLargePutOnAFullDisk(t *testing.T) {
 	for i := range 40 {
 		n := 6<<20 + 5 - i*100000
 		v := enginetest.Value(uint64(i), n)
-		err := s.Cache(enginetest.Key(i), v)
+		err := s.Put(enginetest.Key(i), v)
 		if wire.StatusOf(err) == wire.StatusCacheFull {
 			continue
 		}
@@ -380,7 +380,7 @@ func TestLargePutOnAFullDisk(t *testing.T) {
 		// Whatever Stats counts can be read, and nothing else is held.
 		var readable, used uint64
 		for j, m := range held {
-			if _, err := s.Lookup(enginetest.Key(j)); err != nil {
+			if _, err := s.Exist(enginetest.Key(j)); err != nil {
 				delete(held, j)
 				continue
 			}

@@ -236,8 +236,8 @@ func (s *Store) failClosed(why string, err error) {
 	}
 }
 
-// Cache implements engine.StoreEngine.
-func (s *Store) Cache(key wire.BlockKey, value []byte) error {
+// Put implements engine.StoreEngine.
+func (s *Store) Put(key wire.BlockKey, value []byte) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -245,12 +245,12 @@ func (s *Store) Cache(key wire.BlockKey, value []byte) error {
 	return s.cache(key, value)
 }
 
-// CacheBatch implements engine.StoreEngine: each item gets its own result.
+// PutBatch implements engine.StoreEngine: each item gets its own result.
 // Items with distinct keys are written by up to batchWorkers goroutines at
 // once (payload writes overlap: the disk sees a queue, not one write at a
 // time); a batch that repeats a key is stored in order, one item after
 // another, so the key keeps its last value.
-func (s *Store) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
+func (s *Store) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 	if err := s.enter(); err != nil {
 		for i := range errs {
 			errs[i] = err
@@ -280,7 +280,7 @@ func (s *Store) CacheBatch(keys []wire.BlockKey, values [][]byte, errs []error) 
 	wg.Wait()
 }
 
-// batchWorkers bounds the writes one CacheBatch has in flight.
+// batchWorkers bounds the writes one PutBatch has in flight.
 const batchWorkers = 8
 
 func (s *Store) cache(key wire.BlockKey, value []byte) error {
@@ -446,11 +446,11 @@ func (s *Store) clearAndRelease(r SlotRef) {
 	s.mu.Unlock()
 }
 
-// Range implements engine.StoreEngine. No byte leaves it unverified: the
+// Get implements engine.StoreEngine. No byte leaves it unverified: the
 // whole value is checked against its payload checksum, even for a range
 // (which therefore reads the whole value), and a value that fails is
 // dropped and answered as a miss (dropCorrupt), never served.
-func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
+func (s *Store) Get(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
 	if err := s.enter(); err != nil {
 		return nil, 0, err
 	}
@@ -505,14 +505,14 @@ func (s *Store) Range(key wire.BlockKey, offset, length uint64, alloc engine.All
 	return data, stored, nil
 }
 
-// Lookup implements engine.StoreEngine.
-func (s *Store) Lookup(key wire.BlockKey) (uint64, error) {
+// Exist implements engine.StoreEngine.
+func (s *Store) Exist(key wire.BlockKey) (uint64, error) {
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
 	defer s.exit()
 	s.mu.Lock()
-	_, n, ok := s.alloc.Lookup(&key)
+	_, n, ok := s.alloc.Exist(&key)
 	sp := s.spans[key]
 	s.mu.Unlock()
 	if !ok {

@@ -297,7 +297,7 @@ func TestDirRemovedFailsClosed(t *testing.T) {
 			if s.Stats().Healthy {
 				t.Fatalf("the directory was %s, and the store still reports healthy", how)
 			}
-			err := s.Cache(enginetest.Key(2), enginetest.Value(2, 5000))
+			err := s.Put(enginetest.Key(2), enginetest.Value(2, 5000))
 			if !errors.Is(err, engine.ErrFailedClosed) {
 				t.Fatalf("a PUT after the directory was %s: %v, want the failed-closed error", how, err)
 			}

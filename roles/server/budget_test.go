@@ -74,7 +74,7 @@ func TestBufferBudgetBoundsPUTs(t *testing.T) {
 		}
 	}
 	for i := range conns {
-		if got, err := eng.Lookup(key(byte(i + 1))); err != nil || got != testMaxBlock {
+		if got, err := eng.Exist(key(byte(i + 1))); err != nil || got != testMaxBlock {
 			t.Fatalf("key %d after the PUTs: %d bytes, %v", i+1, got, err)
 		}
 	}
@@ -147,7 +147,7 @@ func TestBufferBudgetTimeoutAnswersUnavailable(t *testing.T) {
 	if st := n.srv.Stats(); st.BufferTimeouts != 1 {
 		t.Fatalf("buffer wait timeouts = %d, want 1", st.BufferTimeouts)
 	}
-	if _, err := eng.Lookup(key(2)); err == nil {
+	if _, err := eng.Exist(key(2)); err == nil {
 		t.Fatal("the refused PUT was stored")
 	}
 
@@ -209,7 +209,7 @@ func TestBufferBudgetBatchPutStoresEarly(t *testing.T) {
 		t.Fatalf("batch put statuses %v %v", st, err)
 	}
 	for i := range 3 {
-		if got, err := eng.Lookup(key(byte(i + 1))); err != nil || got != half {
+		if got, err := eng.Exist(key(byte(i + 1))); err != nil || got != half {
 			t.Fatalf("batch value %d: %d bytes, %v", i, got, err)
 		}
 	}
@@ -246,7 +246,7 @@ func TestValueOverMaxBlockAfterRestart(t *testing.T) {
 		t.Fatalf("a range within the limit: %v, %d bytes", h.Status, len(got))
 	}
 	// The engine asking for more than the pool's largest buffer (the value
-	// grew between the Lookup and the read) gets a buffer of its own.
+	// grew between the Exist and the read) gets a buffer of its own.
 	cc := newConn(n.srv, nil)
 	if b := cc.Alloc(n.srv.pool.Max() + 1); len(b) != n.srv.pool.Max()+1 {
 		t.Fatalf("Alloc over the pool's largest buffer: %d bytes", len(b))

@@ -100,7 +100,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 
 // Alloc implements engine.Allocator: it lends the engine a pooled buffer
 // that serve returns to the pool once the response is written. read took
-// budget for it; a value that grew since (replaced between read's Lookup
+// budget for it; a value that grew since (replaced between read's Exist
 // and the engine's read) takes the rest if it is free and goes over the
 // budget by that much if not: the engine may hold a lock here, so Alloc
 // must not wait.
@@ -111,7 +111,7 @@ func (c *conn) Alloc(n int) []byte {
 	}
 	if n > c.s.pool.Max() {
 		// A value stored under a larger max_block_bytes, which read's
-		// Lookup did not see (it arrived meanwhile): the pool has no
+		// Exist did not see (it arrived meanwhile): the pool has no
 		// buffer that large, so this one read gets its own.
 		return iobuf.AlignedSlice(n)[:n]
 	}
@@ -177,7 +177,7 @@ func (c *conn) dropBudget() {
 }
 
 // read is a GET's engine read: bytes lent in place when the engine can
-// (the RAM tier), else copied by Range into a pooled buffer. Either way
+// (the RAM tier), else copied by Get into a pooled buffer. Either way
 // release gives them back once the response is written.
 func (c *conn) read(key wire.BlockKey, offset, length uint64) ([]byte, uint64, error) {
 	if l := c.s.lender; l != nil {
@@ -189,11 +189,11 @@ func (c *conn) read(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 			return data, stored, err
 		}
 	}
-	// Range reads into a pooled buffer (Alloc): take budget for it first,
-	// sized by the stored value. A key Lookup cannot find, or a range past
-	// its end, needs none (Range answers it: the miss, or INVALID).
+	// Get reads into a pooled buffer (Alloc): take budget for it first,
+	// sized by the stored value. A key Exist cannot find, or a range past
+	// its end, needs none (Get answers it: the miss, or INVALID).
 	eng := c.s.opts.Engine
-	stored, err := eng.Lookup(key)
+	stored, err := eng.Exist(key)
 	if n, inRange := wire.RangeLen(stored, offset, length); err == nil && inRange {
 		if n > c.s.opts.MaxBlockBytes {
 			// Stored under a larger max_block_bytes (the node was
@@ -209,7 +209,7 @@ func (c *conn) read(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 		}
 		c.note(need, res)
 	}
-	return eng.Range(key, offset, length, c)
+	return eng.Get(key, offset, length, c)
 }
 
 func (c *conn) clearReadDeadline() { _ = c.nc.SetReadDeadline(time.Time{}) }
@@ -624,7 +624,7 @@ func (c *conn) handleOne() error {
 			c.dropBudget()
 			return err
 		}
-		err := eng.Cache(h.Key, buf.B)
+		err := eng.Put(h.Key, buf.B)
 		c.s.pool.Put(buf)
 		c.dropBudget()
 		c.respond(wire.StatusOf(err), 0, err)
@@ -640,7 +640,7 @@ func (c *conn) handleOne() error {
 		c.release()
 		return err
 	case wire.OpExist:
-		stored, err := eng.Lookup(h.Key)
+		stored, err := eng.Exist(h.Key)
 		c.respond(wire.StatusOf(err), stored, err)
 	case wire.OpRemove:
 		err := eng.Remove(h.Key)
@@ -681,7 +681,7 @@ func (c *conn) statuses(n int) []byte {
 
 // batchPut reads values in chunks whose sum stays within MaxBlockBytes (at
 // least one value per chunk), so one frame never makes the node hold more
-// than about one maximum block, and stores each chunk with CacheBatch so
+// than about one maximum block, and stores each chunk with PutBatch so
 // a group writes its disks concurrently.
 func (c *conn) batchPut(h *wire.RequestHeader) error {
 	n := int(h.Length)
@@ -712,7 +712,7 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 		if len(c.loans) > 0 {
 			c.s.receiver.CommitReceiveBatch(c.keys, c.vals, c.loans, errs)
 		} else {
-			c.s.opts.Engine.CacheBatch(c.keys, c.vals, errs)
+			c.s.opts.Engine.PutBatch(c.keys, c.vals, errs)
 		}
 		for i, e := range errs {
 			st[start+i] = byte(wire.StatusOf(e))
@@ -837,7 +837,7 @@ func (c *conn) batchKeys(h *wire.RequestHeader) error {
 	for i := 0; i < n; i++ {
 		k := wire.DecodeKeyItem(table[i*wire.BatchKeyItemLen:])
 		if h.Op == wire.OpBatchExist {
-			stored, err := eng.Lookup(k)
+			stored, err := eng.Exist(k)
 			c.wbuf = wire.AppendExistRecord(c.wbuf, wire.StatusOf(err), stored)
 		} else {
 			c.wbuf = append(c.wbuf, byte(wire.StatusOf(eng.Remove(k))))

@@ -202,7 +202,7 @@ func TestCutConnectionBlockedWritingEnds(t *testing.T) {
 		o.SocketBuffer = 16 << 10
 	})
 	v := make([]byte, 16<<10)
-	if err := eng.Cache(key(1), v); err != nil {
+	if err := eng.Put(key(1), v); err != nil {
 		t.Fatal(err)
 	}
 	a := dialSmallReceive(t, n.addr)

@@ -10,7 +10,7 @@ import (
 
 // memEngine is an in-memory StoreEngine for testing the server's protocol
 // handling apart from any disk. gate, when set, is called at the start of
-// Cache so a test can hold a PUT in flight.
+// Put so a test can hold a PUT in flight.
 type memEngine struct {
 	mu   sync.Mutex
 	m    map[wire.BlockKey][]byte
@@ -21,7 +21,7 @@ type memEngine struct {
 
 func newMemEngine() *memEngine { return &memEngine{m: make(map[wire.BlockKey][]byte)} }
 
-func (e *memEngine) Cache(k wire.BlockKey, v []byte) error {
+func (e *memEngine) Put(k wire.BlockKey, v []byte) error {
 	if e.gate != nil {
 		e.gate()
 	}
@@ -34,13 +34,13 @@ func (e *memEngine) Cache(k wire.BlockKey, v []byte) error {
 	return nil
 }
 
-func (e *memEngine) CacheBatch(ks []wire.BlockKey, vs [][]byte, errs []error) {
+func (e *memEngine) PutBatch(ks []wire.BlockKey, vs [][]byte, errs []error) {
 	for i := range ks {
-		errs[i] = e.Cache(ks[i], vs[i])
+		errs[i] = e.Put(ks[i], vs[i])
 	}
 }
 
-func (e *memEngine) Range(k wire.BlockKey, off, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
+func (e *memEngine) Get(k wire.BlockKey, off, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
 	e.mu.Lock()
 	v, ok := e.m[k]
 	e.mu.Unlock()
@@ -59,7 +59,7 @@ func (e *memEngine) Range(k wire.BlockKey, off, length uint64, alloc engine.Allo
 	return dst, n, nil
 }
 
-func (e *memEngine) Lookup(k wire.BlockKey) (uint64, error) {
+func (e *memEngine) Exist(k wire.BlockKey) (uint64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	v, ok := e.m[k]

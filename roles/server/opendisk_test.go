@@ -165,10 +165,10 @@ func TestSlabExtentsFollowTheDisk(t *testing.T) {
 		big[i] = byte(i * 7)
 	}
 	key := wire.BlockKey{Tenant: 1, ID: [16]byte{1}}
-	if err := st.Cache(key, big); err != nil {
+	if err := st.Put(key, big); err != nil {
 		t.Fatalf("a 40 MiB value on 1 MiB extents: %v", err)
 	}
-	got, _, err := st.Range(key, 0, 0, enginetest.NewAlloc(nil))
+	got, _, err := st.Get(key, 0, 0, enginetest.NewAlloc(nil))
 	if err != nil || !bytes.Equal(got, big) {
 		t.Fatalf("the 40 MiB value read back: %d bytes, %v", len(got), err)
 	}

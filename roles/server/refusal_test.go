@@ -100,7 +100,7 @@ func TestRefusedPutDrainedNotReset(t *testing.T) {
 		t.Fatalf("PING after the refusals: %s", resp.Status)
 	}
 	for i := byte(1); i < 2+items; i++ {
-		if _, err := n.srv.opts.Engine.Lookup(key(i)); wire.StatusOf(err) != wire.StatusNotFound {
+		if _, err := n.srv.opts.Engine.Exist(key(i)); wire.StatusOf(err) != wire.StatusNotFound {
 			t.Fatalf("key %d of a refused frame was stored: %v", i, err)
 		}
 	}

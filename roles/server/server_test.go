@@ -315,7 +315,7 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.done <- nil
-	if _, err := eng.Lookup(key(9)); err != nil {
+	if _, err := eng.Exist(key(9)); err != nil {
 		t.Fatal("in-flight PUT was not applied")
 	}
 	if _, err := net.DialTimeout("tcp", n.addr, time.Second); err == nil {
@@ -404,7 +404,7 @@ func TestStalledBodyClosesConnection(t *testing.T) {
 		if _, err := c.Read(resp[:]); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("%s: connection not closed by the server (read: %v)", what, err)
 		}
-		if _, err := eng.Lookup(k); wire.StatusOf(err) != wire.StatusNotFound {
+		if _, err := eng.Exist(k); wire.StatusOf(err) != wire.StatusNotFound {
 			t.Fatalf("%s stored something: %v", what, err)
 		}
 	}

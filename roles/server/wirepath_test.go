@@ -34,13 +34,13 @@ func (e *fixedEngine) Lend(_ wire.BlockKey, off, length uint64) ([]byte, uint64,
 }
 func (e *fixedEngine) Return(engine.Loan) {}
 
-func (e *fixedEngine) Cache(wire.BlockKey, []byte) error { return nil }
-func (e *fixedEngine) CacheBatch(_ []wire.BlockKey, _ [][]byte, errs []error) {
+func (e *fixedEngine) Put(wire.BlockKey, []byte) error { return nil }
+func (e *fixedEngine) PutBatch(_ []wire.BlockKey, _ [][]byte, errs []error) {
 	for i := range errs {
 		errs[i] = nil
 	}
 }
-func (e *fixedEngine) Range(_ wire.BlockKey, off, length uint64, a engine.Allocator) ([]byte, uint64, error) {
+func (e *fixedEngine) Get(_ wire.BlockKey, off, length uint64, a engine.Allocator) ([]byte, uint64, error) {
 	n := uint64(len(e.val))
 	if off > n {
 		return nil, n, wire.StatusInvalid
@@ -52,10 +52,10 @@ func (e *fixedEngine) Range(_ wire.BlockKey, off, length uint64, a engine.Alloca
 	copy(dst, e.val[off:off+length])
 	return dst, n, nil
 }
-func (e *fixedEngine) Lookup(wire.BlockKey) (uint64, error) { return uint64(len(e.val)), nil }
-func (e *fixedEngine) Remove(wire.BlockKey) error           { return nil }
-func (e *fixedEngine) Stats() engine.Stats                  { return engine.Stats{Engine: "fixed", Healthy: true} }
-func (e *fixedEngine) Close() error                         { return nil }
+func (e *fixedEngine) Exist(wire.BlockKey) (uint64, error) { return uint64(len(e.val)), nil }
+func (e *fixedEngine) Remove(wire.BlockKey) error          { return nil }
+func (e *fixedEngine) Stats() engine.Stats                 { return engine.Stats{Engine: "fixed", Healthy: true} }
+func (e *fixedEngine) Close() error                        { return nil }
 
 // wireSocketBuffer, when set (-wire.sockbuf), sizes the node's socket
 // buffers in BenchmarkWirePath; 0 keeps kernel autotuning.

@@ -77,7 +77,7 @@ type Server struct {
 	FirstRequest        time.Duration // how long a new connection may take to send its first request; 0 = no limit
 	BodyTimeout         time.Duration // how long a request's body may take after its header
 	ShutdownTimeout     time.Duration // how long SIGTERM waits for in-flight requests
-	MetricsFirstRequest time.Duration // HTTP header deadline (DFKV_METRICS_FIRST_REQ_MS); 0 = off
+	MetricsFirstRequest time.Duration // HTTP header deadline (server.metrics_first_request_ms); 0 = off
 
 	TenantQuotasFile        string // TOML file of per-tenant quotas; empty = none
 	TenantDefaultQuotaBytes uint64 // quota of tenants the file does not list; 0 = unlimited
@@ -106,7 +106,7 @@ type MDS struct {
 	FirstRequest  time.Duration
 	ProbeCache    time.Duration
 	// MetricsFirstRequest bounds how long an HTTP client may take to send
-	// its headers (DFKV_METRICS_FIRST_REQ_MS); 0 = off.
+	// its headers (mds.metrics_first_request_ms); 0 = off.
 	MetricsFirstRequest time.Duration
 }
 

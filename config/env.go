@@ -16,6 +16,9 @@ func unknownEnv(environ []string) []string {
 	known := make(map[string]bool, len(settings)+len(otherEnv))
 	for i := range settings {
 		known[settings[i].env] = true
+		if settings[i].oldEnv != "" {
+			known[settings[i].oldEnv] = true
+		}
 	}
 	for _, name := range otherEnv {
 		known[name] = true
@@ -52,11 +55,13 @@ func unknownEnv(environ []string) []string {
 	return warnings
 }
 
-// suggestEnv returns the setting env names within two typos of name.
+// suggestEnv returns the setting env names within two typos of name (or
+// of a setting's earlier name).
 func suggestEnv(name string) string {
 	var hits []string
 	for i := range settings {
-		if editDistance(settings[i].env, name) <= 2 {
+		s := &settings[i]
+		if editDistance(s.env, name) <= 2 || (s.oldEnv != "" && editDistance(s.oldEnv, name) <= 2) {
 			hits = append(hits, settings[i].env)
 		}
 	}

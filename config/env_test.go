@@ -8,8 +8,8 @@ import (
 func TestUnknownEnv(t *testing.T) {
 	environ := []string{
 		"PATH=/bin",
-		"DFKV_LISTEN=127.0.0.1:1", // a setting
-		"DFKV_MEMBERS=a:1",        // a setting of another role: still known
+		"DFKV_SERVER_LISTEN=127.0.0.1:1", // a setting
+		"DFKV_CLIENT_MEMBERS=a:1",        // a setting of another role: still known
 		"DFKV_CONFIG=/x.toml",     // the config file
 		"DFKV_RDMA_DEV=mlx5_0",    // the original dfkv's name for a feature to come: warned as not built
 		"DFKV_LIBRARY=/lib/libdfkv.so",
@@ -21,7 +21,7 @@ func TestUnknownEnv(t *testing.T) {
 	got := unknownEnv(environ)
 	want := []string{
 		"environment variable DFKV_BOGUS is not a dfkv setting and is ignored; dfkv.example.toml lists every setting with its env name",
-		"environment variable DFKV_LISTN is not a dfkv setting and is ignored; did you mean DFKV_LISTEN?",
+		"environment variable DFKV_LISTN is not a dfkv setting and is ignored; did you mean DFKV_SERVER_LISTEN?",
 		"environment variable DFKV_RDMA_DEV belongs to a feature this build does not have yet; it is ignored",
 		"environment variable DFKV_ZZZ_WHAT is not a dfkv setting and is ignored; dfkv.example.toml lists every setting with its env name",
 	}

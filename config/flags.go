@@ -25,10 +25,14 @@ func Flags(role string) []cli.Flag {
 			continue
 		}
 		usage := fmt.Sprintf("%s [$%s; toml %s]", s.help, s.env, s.key)
+		var aliases []string
+		if s.oldFlag != "" {
+			aliases = []string{s.oldFlag}
+		}
 		if s.value.list() {
-			flags = append(flags, &cli.StringSliceFlag{Name: s.flag, Usage: usage, DefaultText: s.def})
+			flags = append(flags, &cli.StringSliceFlag{Name: s.flag, Aliases: aliases, Usage: usage, DefaultText: s.def})
 		} else {
-			flags = append(flags, &cli.StringFlag{Name: s.flag, Usage: usage, DefaultText: s.def})
+			flags = append(flags, &cli.StringFlag{Name: s.flag, Aliases: aliases, Usage: usage, DefaultText: s.def})
 		}
 	}
 	return append(flags,

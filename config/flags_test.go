@@ -47,17 +47,17 @@ func runRole(t *testing.T, role string, args []string, lookup func(string) (stri
 // TestFlagsPerRole: each role gets the flags of exactly its settings, as the
 // brief's table assigns them, plus --config and --print-config.
 // listFlags are the repeatable flags.
-var listFlags = map[string]bool{"disk": true, "members": true, "mds": true, "etcd": true}
+var listFlags = map[string]bool{"disks": true, "members": true, "mds": true, "etcd-endpoints": true}
 
 func TestFlagsPerRole(t *testing.T) {
 	tools := []string{"group", "max-block-bytes", "members", "mds", "mds-poll-ms", "namespace", "timeout-ms", "dial-timeout-ms",
 		"pool-size", "batch-concurrency", "log-level", "log-format", "config", "print-config"}
 	want := map[string][]string{
-		"server": {"group", "id", "listen", "http-listen", "advertise-addr", "weight", "mds", "disk", "disk-capacity", "store-engine", "slab-extent-bytes", "scrub-rate", "scrub-interval-hours", "uring", "pprof", "ram-tier", "ram-tier-bytes", "ram-write-mode", "put-ack-mode", "ram-flush-threads", "ram-flush-delay-ms",
+		"server": {"group", "id", "listen", "http-listen", "advertise-addr", "weight", "mds", "disks", "disk-capacity-bytes", "store-engine", "slab-extent-bytes", "scrub-bytes-per-second", "scrub-interval-hours", "uring", "pprof", "ram-tier", "ram-tier-bytes", "ram-write-mode", "put-ack-mode", "ram-flush-threads", "ram-flush-delay-ms",
 			"ram-tier-shards", "ram-tier-large-reserve-bytes", "ram-tier-numa", "read-coalesce", "max-block-bytes",
-			"max-batch-items", "max-conns", "buffer-budget", "socket-buffer", "first-request-ms", "body-timeout-ms", "metrics-first-request-ms", "shutdown-timeout-ms", "tenant-quotas-file", "tenant-default-quota", "log-level", "log-format",
+			"max-batch-items", "max-conns", "buffer-budget-bytes", "socket-buffer-bytes", "first-request-ms", "body-timeout-ms", "metrics-first-request-ms", "shutdown-timeout-ms", "tenant-quotas-file", "tenant-default-quota-bytes", "log-level", "log-format",
 			"config", "print-config"},
-		"mds": {"group", "listen", "http-listen", "etcd", "etcd-prefix", "db", "heartbeat-ttl-ms", "first-request-ms",
+		"mds": {"group", "listen", "http-listen", "etcd-endpoints", "etcd-prefix", "db-path", "heartbeat-ttl-ms", "first-request-ms",
 			"metrics-first-request-ms", "probe-cache-ms", "log-level", "log-format", "config", "print-config"},
 		"smoke": tools,
 		"bench": tools,
@@ -73,14 +73,14 @@ func TestFlagsPerRole(t *testing.T) {
 				if !listFlags[name] {
 					t.Errorf("%s: --%s is a list flag", rn.name, name)
 				}
-				if f.Value != nil || len(f.EnvVars) != 0 || len(f.Aliases) != 0 {
+				if f.Value != nil || len(f.EnvVars) != 0 || !onlyOldName(f.Aliases, name) {
 					t.Errorf("%s: --%s has a value, env vars or aliases; Load layers those itself", rn.name, name)
 				}
 			case *cli.StringFlag:
 				if listFlags[name] {
 					t.Errorf("%s: --%s is not a list flag", rn.name, name)
 				}
-				if f.Value != "" || len(f.EnvVars) != 0 || len(f.Aliases) != 0 {
+				if f.Value != "" || len(f.EnvVars) != 0 || !onlyOldName(f.Aliases, name) {
 					t.Errorf("%s: --%s has a value, env vars or aliases; Load layers those itself", rn.name, name)
 				}
 			case *cli.BoolFlag:
@@ -97,6 +97,16 @@ func TestFlagsPerRole(t *testing.T) {
 	}
 }
 
+// onlyOldName reports whether aliases is exactly the earlier name of the
+// setting flag name, if it has one.
+func onlyOldName(aliases []string, name string) bool {
+	s := flagSetting(name, roleAll)
+	if s == nil || s.oldFlag == "" {
+		return len(aliases) == 0
+	}
+	return len(aliases) == 1 && aliases[0] == s.oldFlag
+}
+
 func TestFlagsUnknownRolePanics(t *testing.T) {
 	defer func() {
 		if recover() == nil {
@@ -107,10 +117,10 @@ func TestFlagsUnknownRolePanics(t *testing.T) {
 }
 
 // TestLoadCLI runs Load behind a real command line: only flags the user set
-// override, --disk repeats and replaces the list, --config names the file.
+// override, --disks repeats and replaces the list, --config names the file.
 func TestLoadCLI(t *testing.T) {
 	path := writeTOML(t, "[server]\nlisten = \"10.0.0.1:1\"\nmax_conns = 7\ndisks = [\"/file\"]\n")
-	env := envOf(map[string]string{"DFKV_MAX_CONNS": "8", "DFKV_DISKS": "/env"})
+	env := envOf(map[string]string{"DFKV_SERVER_MAX_CONNS": "8", "DFKV_SERVER_DISKS": "/env"})
 
 	cfg, r, err := runRole(t, "server", []string{"--config", path}, env)
 	if err != nil {
@@ -123,7 +133,7 @@ func TestLoadCLI(t *testing.T) {
 		t.Fatal("sources wrong without flags")
 	}
 
-	cfg, r, err = runRole(t, "server", []string{"--config", path, "--max-conns", "9", "--disk", "/f1", "--disk", "/f2,/f3", "--listen", ":0"}, env)
+	cfg, r, err = runRole(t, "server", []string{"--config", path, "--max-conns", "9", "--disks", "/f1", "--disks", "/f2,/f3", "--listen", ":0"}, env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +157,7 @@ func TestLoadCLI(t *testing.T) {
 
 	// A bad flag value is reported like any other source.
 	if _, _, err := runRole(t, "ctl", []string{"--members", "a:1,,b:2"}, nil); err == nil ||
-		!strings.Contains(err.Error(), `client.members (DFKV_MEMBERS) from flag --members: ["a:1", "", "b:2"] has an empty element 2`) {
+		!strings.Contains(err.Error(), `client.members (DFKV_CLIENT_MEMBERS) from flag --members: ["a:1", "", "b:2"] has an empty element 2`) {
 		t.Fatalf("bad --members: %v", err)
 	}
 
@@ -160,7 +170,7 @@ func TestLoadCLI(t *testing.T) {
 // TestLoadUsesLookupOnly: LoadFrom reads nothing from the process
 // environment behind its lookup (tailscale envknob).
 func TestLoadUsesLookupOnly(t *testing.T) {
-	t.Setenv("DFKV_LISTEN", "10.9.9.9:1")
+	t.Setenv("DFKV_SERVER_LISTEN", "10.9.9.9:1")
 	cfg, _, err := LoadFrom("server", "", nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -171,5 +181,48 @@ func TestLoadUsesLookupOnly(t *testing.T) {
 	cfg, _, err = LoadFrom("server", "", os.LookupEnv, nil)
 	if err != nil || cfg.Server.Listen != "10.9.9.9:1" {
 		t.Fatalf("LoadFrom(os.LookupEnv): listen %q, %v", cfg.Server.Listen, err)
+	}
+}
+
+// TestEarlierNamesStillAccepted: a deployment written with a setting's
+// earlier env or flag name keeps working, the current name wins when both
+// are given, and the earlier one is then reported as ignored.
+func TestEarlierNamesStillAccepted(t *testing.T) {
+	env := map[string]string{"DFKV_LISTEN": "127.0.0.1:7611", "DFKV_MDS_ADDRS": "10.0.0.9:7700"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, r, err := runRole(t, "server", []string{"--disk", "/d/a", "--disk", "/d/b", "--scrub-rate", "1MiB"}, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Server.Listen != "127.0.0.1:7611" || !reflect.DeepEqual(cfg.Server.MDS, []string{"10.0.0.9:7700"}) {
+		t.Errorf("earlier env names: listen %q, mds %q", cfg.Server.Listen, cfg.Server.MDS)
+	}
+	if !reflect.DeepEqual(cfg.Server.Disks, []string{"/d/a", "/d/b"}) || cfg.Server.ScrubBytesPerSecond != 1<<20 {
+		t.Errorf("earlier flag names: disks %q, scrub rate %d", cfg.Server.Disks, cfg.Server.ScrubBytesPerSecond)
+	}
+	var b strings.Builder
+	if _, err := r.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `server.listen = "127.0.0.1:7611"  # env DFKV_LISTEN (DFKV_SERVER_LISTEN)`) {
+		t.Errorf("--print-config does not say the earlier name set server.listen:\n%s", b.String())
+	}
+
+	env["DFKV_SERVER_LISTEN"] = "127.0.0.1:7622"
+	cfg, r, err = runRole(t, "server", nil, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Server.Listen != "127.0.0.1:7622" {
+		t.Errorf("with both names set, listen = %q; want the current name's value", cfg.Server.Listen)
+	}
+	if w := strings.Join(r.Warnings(), "\n"); !strings.Contains(w, `DFKV_LISTEN="127.0.0.1:7611" is ignored because DFKV_SERVER_LISTEN="127.0.0.1:7622" is set`) {
+		t.Errorf("warnings %q do not report the ignored earlier name", w)
+	}
+
+	// The MDS role reads the same earlier spelling for its own setting.
+	_, _, err = runRole(t, "mds", []string{"--db", "/tmp/x.db", "--etcd", "127.0.0.1:2379"}, nil)
+	if err != nil {
+		t.Errorf("mds with earlier flag names: %v", err)
 	}
 }

@@ -86,131 +86,185 @@ func load(in input) (*Config, *Resolved, error) {
 	if !ok {
 		return nil, nil, unknownRole(in.role)
 	}
-	lookup := in.lookup
-	if lookup == nil {
-		lookup = func(string) (string, bool) { return "", false }
+	l := newLoader(in, bit)
+	// A value that does not parse is an error even if a later layer
+	// overrides it: the layer is broken and will bite once the override
+	// goes. Ranges and allowed values are checked once, on the merged result.
+	if err := l.readFile(); err != nil {
+		return nil, nil, err
 	}
-	r := &Resolved{role: in.role}
+	l.readEnv()
+	if err := l.readFlags(); err != nil {
+		return nil, nil, err
+	}
+	if err := l.validate(); err != nil {
+		return nil, nil, err
+	}
+	l.warn()
+	l.r.cfg = l.cfg.clone()
+	return l.cfg, l.r, nil
+}
 
-	// 1. Defaults, for every row: the Config is whole whatever the role.
-	cfg := defaultConfig()
+// loader layers defaults, file, environment and flags onto one Config,
+// remembering where each value came from and every problem found.
+type loader struct {
+	in     input
+	bit    role
+	lookup func(string) (string, bool)
+	cfg    *Config
+	r      *Resolved
+	errs   []error
+	failed map[*setting]bool // not range-checked: the field holds an older layer's value
+}
+
+// newLoader starts from the defaults of every row, so the Config is whole
+// whatever the role.
+func newLoader(in input, bit role) *loader {
+	l := &loader{in: in, bit: bit, lookup: in.lookup, cfg: defaultConfig(),
+		r: &Resolved{role: in.role}, failed: map[*setting]bool{}}
+	if l.lookup == nil {
+		l.lookup = func(string) (string, bool) { return "", false }
+	}
 	for i := range settings {
 		s := &settings[i]
 		if s.roles&bit != 0 {
-			r.values = append(r.values, resolvedValue{s: s, src: source{kind: fromDefault}, raw: strconv.Quote(s.def)})
+			l.r.values = append(l.r.values, resolvedValue{s: s, src: source{kind: fromDefault}, raw: strconv.Quote(s.def)})
 		}
 	}
+	return l
+}
 
-	// NB: a value that does not parse is an error even if a later layer
-	// overrides it: the layer is broken and will bite once the override goes.
-	// Range and allowed values are checked once, on the merged result.
-	var errs []error
-	failed := make(map[*setting]bool) // these are not range-checked: their field holds an older layer's value
-	fail := func(err error, s *setting) {
-		errs = append(errs, err)
-		failed[s] = true
-	}
-	apply := func(rv *resolvedValue, src source, vals []string, raw string) {
-		if err := rv.s.value.set(cfg, vals); err != nil {
-			fail(rv.s.errorf(src, raw, err), rv.s)
-			return
-		}
-		rv.src, rv.raw = src, raw
-	}
+func (l *loader) fail(err error, s *setting) {
+	l.errs = append(l.errs, err)
+	l.failed[s] = true
+}
 
-	// 2. The file.
-	path, from := in.file, "--"+flagConfig
-	if !in.fileSet {
-		if v, ok := lookup(envConfig); ok {
+// apply sets one layer's value of rv, or records why it could not.
+func (l *loader) apply(rv *resolvedValue, src source, vals []string, raw string) {
+	if err := rv.s.value.set(l.cfg, vals); err != nil {
+		l.fail(rv.s.errorf(src, raw, err), rv.s)
+		return
+	}
+	rv.src, rv.raw = src, raw
+}
+
+// readFile applies the TOML file named by --config, else DFKV_CONFIG.
+func (l *loader) readFile() error {
+	path, from := l.in.file, "--"+flagConfig
+	if !l.in.fileSet {
+		if v, ok := l.lookup(envConfig); ok {
 			path, from = v, envConfig
 		}
-	} else if v, ok := lookup(envConfig); ok && v != in.file {
-		r.warnings = append(r.warnings, fmt.Sprintf("%s=%q is ignored because --%s %q was given", envConfig, v, flagConfig, in.file))
+	} else if v, ok := l.lookup(envConfig); ok && v != l.in.file {
+		l.r.warnings = append(l.r.warnings, fmt.Sprintf("%s=%q is ignored because --%s %q was given", envConfig, v, flagConfig, l.in.file))
 	}
-	if path != "" {
-		r.file, r.fileFrom = path, from
-		doc, err := readFile(path, from)
+	if path == "" {
+		return nil
+	}
+	l.r.file, l.r.fileFrom = path, from
+	doc, err := readFile(path, from)
+	if err != nil {
+		return err
+	}
+	for i := range l.r.values {
+		rv := &l.r.values[i]
+		v, ok := doc[rv.s.key]
+		if !ok {
+			continue
+		}
+		src := source{kind: fromFile, where: path}
+		vals, raw, err := fromTOML(rv.s, v)
 		if err != nil {
-			return nil, nil, err
+			l.fail(rv.s.errorf(src, raw, err), rv.s)
+			continue
 		}
-		for i := range r.values {
-			rv := &r.values[i]
-			v, ok := doc[rv.s.key]
-			if !ok {
-				continue
-			}
-			src := source{kind: fromFile, where: path}
-			vals, raw, err := fromTOML(rv.s, v)
-			if err != nil {
-				fail(rv.s.errorf(src, raw, err), rv.s)
-				continue
-			}
-			apply(rv, src, vals, raw)
-		}
+		l.apply(rv, src, vals, raw)
 	}
+	return nil
+}
 
-	// 3. The environment.
-	for i := range r.values {
-		rv := &r.values[i]
-		if v, ok := lookup(rv.s.env); ok {
-			apply(rv, source{kind: fromEnv}, splitEnv(rv.s, v), strconv.Quote(v))
+// readEnv applies DFKV_* variables: a setting's own name, else the
+// earlier name it still accepts.
+func (l *loader) readEnv() {
+	for i := range l.r.values {
+		rv := &l.r.values[i]
+		name := rv.s.env
+		v, ok := l.lookup(name)
+		if old := rv.s.oldEnv; old != "" {
+			if ov, set := l.lookup(old); set && !ok {
+				name, v, ok = old, ov, true
+			} else if set && ov != v {
+				l.r.warnings = append(l.r.warnings, fmt.Sprintf("%s=%q is ignored because %s=%q is set (both name %s)", old, ov, rv.s.env, v, rv.s.key))
+			}
+		}
+		if ok {
+			src := source{kind: fromEnv}
+			if name != rv.s.env {
+				src.where = name // say which spelling set it
+			}
+			l.apply(rv, src, splitEnv(rv.s, v), strconv.Quote(v))
 		}
 	}
+}
 
-	// 4. The flags the user set.
-	if err := checkFlagNames(in.flags, bit, in.role); err != nil {
-		return nil, nil, err
+// readFlags applies the flags the user set, by name or earlier name.
+func (l *loader) readFlags() error {
+	flags, err := canonicalFlags(l.in.flags, l.bit, l.in.role)
+	if err != nil {
+		return err
 	}
-	for i := range r.values {
-		rv := &r.values[i]
-		vals, ok := in.flags[rv.s.flag]
+	for i := range l.r.values {
+		rv := &l.r.values[i]
+		vals, ok := flags[rv.s.flag]
 		if !ok {
 			continue
 		}
 		src := source{kind: fromFlag, where: rv.s.flag}
 		if rv.s.value.list() {
-			apply(rv, src, vals, tomlArray(vals))
+			l.apply(rv, src, vals, tomlArray(vals))
 			continue
 		}
 		if len(vals) == 0 {
-			fail(fmt.Errorf("flag --%s was set without a value; give it one", rv.s.flag), rv.s)
+			l.fail(fmt.Errorf("flag --%s was set without a value; give it one", rv.s.flag), rv.s)
 			continue
 		}
 		v := vals[len(vals)-1]
-		apply(rv, src, []string{v}, strconv.Quote(v))
+		l.apply(rv, src, []string{v}, strconv.Quote(v))
 	}
+	return nil
+}
 
-	// 5. Validate the merged values; report every problem at once.
-	for i := range r.values {
-		rv := &r.values[i]
-		if failed[rv.s] {
+// validate checks the merged values and reports every problem at once.
+func (l *loader) validate() error {
+	for i := range l.r.values {
+		rv := &l.r.values[i]
+		if l.failed[rv.s] {
 			continue
 		}
-		if err := rv.s.value.check(cfg); err != nil {
-			errs = append(errs, rv.s.errorf(rv.src, rv.raw, err))
+		if err := rv.s.value.check(l.cfg); err != nil {
+			l.errs = append(l.errs, rv.s.errorf(rv.src, rv.raw, err))
 		}
 	}
-	if len(errs) == 0 {
-		errs = crossCheck(cfg, bit)
+	if len(l.errs) == 0 {
+		l.errs = crossCheck(l.cfg, l.bit)
 	}
-	if bit&roleServer != 0 {
-		if err := notBuiltAsked(lookup); err != nil {
-			errs = append(errs, err)
+	if l.bit&roleServer != 0 {
+		if err := notBuiltAsked(l.lookup); err != nil {
+			l.errs = append(l.errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		return nil, nil, errors.Join(errs...)
-	}
+	return errors.Join(l.errs...)
+}
 
-	r.warnings = append(r.warnings, noEffect(cfg, r.values)...)
-	if bit&roleServer != 0 {
-		r.warnings = append(r.warnings, loopbackRegistered(&cfg.Server)...)
+// warn collects what is valid but probably not what the operator meant.
+func (l *loader) warn() {
+	l.r.warnings = append(l.r.warnings, noEffect(l.cfg, l.r.values)...)
+	if l.bit&roleServer != 0 {
+		l.r.warnings = append(l.r.warnings, loopbackRegistered(&l.cfg.Server)...)
 	}
-	if in.environ != nil {
-		r.warnings = append(r.warnings, unknownEnv(in.environ)...)
+	if l.in.environ != nil {
+		l.r.warnings = append(l.r.warnings, unknownEnv(l.in.environ)...)
 	}
-	r.cfg = cfg.clone()
-	return cfg, r, nil
 }
 
 // crossCheck finds settings that are each valid but cannot work together,
@@ -221,20 +275,20 @@ func crossCheck(cfg *Config, bit role) []error {
 	if bit&roleServer != 0 {
 		sc := &cfg.Server
 		if sc.RAMTier == 1 && sc.RAMTierBytes == 0 {
-			errs = append(errs, errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES, --ram-tier-bytes), e.g. 8GiB"))
+			errs = append(errs, errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_SERVER_RAM_TIER_BYTES, --ram-tier-bytes), e.g. 8GiB"))
 		}
 		if sameListener(sc.Listen, sc.HTTPListen) {
-			errs = append(errs, fmt.Errorf("server.http_listen (DFKV_HTTP_LISTEN) %q takes the port of server.listen (DFKV_LISTEN) %q; give the metrics and health endpoints a port of their own (default 127.0.0.1:7680)", sc.HTTPListen, sc.Listen))
+			errs = append(errs, fmt.Errorf("server.http_listen (DFKV_SERVER_HTTP_LISTEN) %q takes the port of server.listen (DFKV_SERVER_LISTEN) %q; give the metrics and health endpoints a port of their own (default 127.0.0.1:7680)", sc.HTTPListen, sc.Listen))
 		}
 		if b, need := sc.BufferBudgetBytes, uint64(iobuf.SizeFor(int(sc.MaxBlockBytes))); b != 0 && b < need {
-			errs = append(errs, fmt.Errorf("server.buffer_budget_bytes (DFKV_BUFFER_BUDGET_BYTES) %s is less than one buffer for the largest value (server.max_block_bytes %s needs %s): raise it, or set 0 for the automatic size",
+			errs = append(errs, fmt.Errorf("server.buffer_budget_bytes (DFKV_SERVER_BUFFER_BUDGET_BYTES) %s is less than one buffer for the largest value (server.max_block_bytes %s needs %s): raise it, or set 0 for the automatic size",
 				FormatSize(b), FormatSize(sc.MaxBlockBytes), FormatSize(need)))
 		}
 		if sc.AdvertiseAddr != "" && unspecifiedHost(sc.AdvertiseAddr) {
-			errs = append(errs, fmt.Errorf("server.advertise_addr (DFKV_ADVERTISE_ADDR) %q is not an address clients can dial: set it to this host's address on the clients' network, e.g. 10.0.0.21:7600", sc.AdvertiseAddr))
+			errs = append(errs, fmt.Errorf("server.advertise_addr (DFKV_SERVER_ADVERTISE_ADDR) %q is not an address clients can dial: set it to this host's address on the clients' network, e.g. 10.0.0.21:7600", sc.AdvertiseAddr))
 		}
 		if len(sc.MDS) > 0 && sc.AdvertiseAddr == "" && unspecifiedHost(sc.Listen) {
-			errs = append(errs, fmt.Errorf("server.listen (DFKV_LISTEN) %q is not an address clients can dial, and the node registers with the MDS (server.mds): set server.advertise_addr (DFKV_ADVERTISE_ADDR) to the address clients should use", sc.Listen))
+			errs = append(errs, fmt.Errorf("server.listen (DFKV_SERVER_LISTEN) %q is not an address clients can dial, and the node registers with the MDS (server.mds): set server.advertise_addr (DFKV_SERVER_ADVERTISE_ADDR) to the address clients should use", sc.Listen))
 		}
 	}
 	if bit&roleMDS != 0 && sameListener(cfg.MDS.Listen, cfg.MDS.HTTPListen) {
@@ -324,9 +378,9 @@ func loopbackRegistered(sc *Server) []string {
 	if len(sc.MDS) == 0 {
 		return nil
 	}
-	addr, key := sc.AdvertiseAddr, "server.advertise_addr (DFKV_ADVERTISE_ADDR)"
+	addr, key := sc.AdvertiseAddr, "server.advertise_addr (DFKV_SERVER_ADVERTISE_ADDR)"
 	if addr == "" {
-		addr, key = sc.Listen, "server.listen (DFKV_LISTEN), registered as no server.advertise_addr is set,"
+		addr, key = sc.Listen, "server.listen (DFKV_SERVER_LISTEN), registered as no server.advertise_addr is set,"
 	}
 	h, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -352,30 +406,41 @@ func unspecifiedHost(addr string) bool {
 // errorf is the one shape of a bad value: what, from where, what is wrong,
 // what would be right. For example:
 //
-//	server.max_block_bytes (DFKV_MAX_BLOCK_BYTES) from env: "9TiB" is out of range; allowed 4KiB..1GiB
+//	server.max_block_bytes (DFKV_SERVER_MAX_BLOCK_BYTES) from env: "9TiB" is out of range; allowed 4KiB..1GiB
 func (s *setting) errorf(src source, raw string, problem error) error {
 	return fmt.Errorf("%s (%s) from %s: %s %v; allowed %s", s.key, s.env, src, raw, problem, s.value.allowed())
 }
 
-func checkFlagNames(flags map[string][]string, bit role, roleName string) error {
+// canonicalFlags returns flags keyed by each setting's current flag name,
+// with earlier names mapped to it, or an error naming every flag that is
+// not a setting flag of the role.
+func canonicalFlags(flags map[string][]string, bit role, roleName string) (map[string][]string, error) {
+	out := make(map[string][]string, len(flags))
 	var bad []string
-	for name := range flags {
-		found := false
-		for i := range settings {
-			if settings[i].flag == name && settings[i].roles&bit != 0 {
-				found = true
-				break
-			}
-		}
-		if !found {
+	for name, vals := range flags {
+		if s := flagSetting(name, bit); s != nil {
+			out[s.flag] = vals
+		} else {
 			bad = append(bad, "--"+name)
 		}
 	}
 	if len(bad) == 0 {
-		return nil
+		return out, nil
 	}
 	sort.Strings(bad)
-	return fmt.Errorf("config: %s: not a setting flag of role %s", strings.Join(bad, ", "), roleName)
+	return nil, fmt.Errorf("config: %s: not a setting flag of role %s", strings.Join(bad, ", "), roleName)
+}
+
+// flagSetting returns the row of role bit whose flag, or earlier flag, is
+// name, or nil.
+func flagSetting(name string, bit role) *setting {
+	for i := range settings {
+		s := &settings[i]
+		if s.roles&bit != 0 && (s.flag == name || s.oldFlag == name) {
+			return s
+		}
+	}
+	return nil
 }
 
 // clone copies c deep enough that changing the copy's lists leaves c alone.

@@ -91,8 +91,8 @@ func TestPrecedence(t *testing.T) {
 listen = "10.0.0.1:1001"
 disks = ["/file/a", "/file/b"]
 `)
-	env := map[string]string{"DFKV_LISTEN": "10.0.0.2:1002", "DFKV_DISKS": " /env/a , /env/b,/env/c "}
-	flags := map[string][]string{"listen": {"10.0.0.3:1003"}, "disk": {"/flag/a"}}
+	env := map[string]string{"DFKV_SERVER_LISTEN": "10.0.0.2:1002", "DFKV_SERVER_DISKS": " /env/a , /env/b,/env/c "}
+	flags := map[string][]string{"listen": {"10.0.0.3:1003"}, "disks": {"/flag/a"}}
 
 	type layers struct{ file, env, flag bool }
 	f := func(l layers, wantListen string, wantDisks []string, wantSource string) {
@@ -234,7 +234,7 @@ func TestLargeReserveValues(t *testing.T) {
 		}
 		lookup := envOf(nil)
 		if env != "" {
-			lookup = envOf(map[string]string{"DFKV_RAM_TIER_LARGE_RESERVE_BYTES": env})
+			lookup = envOf(map[string]string{"DFKV_SERVER_RAM_TIER_LARGE_RESERVE_BYTES": env})
 		}
 		cfg, r, err := LoadFrom("server", path, lookup, nil)
 		if err != nil {
@@ -276,9 +276,9 @@ func TestOnlyRoleRowsChecked(t *testing.T) {
 		t.Fatalf("smoke accepted members [\"no-port\"]: %v", err)
 	}
 	// Env variables of other roles' settings are neither read nor refused.
-	cfg, _, err := LoadFrom("server", "", envOf(map[string]string{"DFKV_MEMBERS": ",,"}), nil)
+	cfg, _, err := LoadFrom("server", "", envOf(map[string]string{"DFKV_CLIENT_MEMBERS": ",,"}), nil)
 	if err != nil || !reflect.DeepEqual(cfg.Client.Members, []string{"127.0.0.1:7600"}) {
-		t.Fatalf("server read DFKV_MEMBERS: %q, %v", cfg.Client.Members, err)
+		t.Fatalf("server read DFKV_CLIENT_MEMBERS: %q, %v", cfg.Client.Members, err)
 	}
 	bad := writeTOML(t, "[client]\nmembrs = [\"a:1\"]\n")
 	if _, _, err := LoadFrom("mds", bad, nil, nil); err == nil || !strings.Contains(err.Error(), "client.membrs") {
@@ -295,7 +295,7 @@ func TestLayerOverride(t *testing.T) {
 		t.Fatalf("unparsable file value hidden by a flag: %v", err)
 	}
 	path = writeTOML(t, "[server]\nmax_batch_items = 0\n")
-	cfg, r, err := LoadFrom("server", path, envOf(map[string]string{"DFKV_MAX_BATCH_ITEMS": "10"}), nil)
+	cfg, r, err := LoadFrom("server", path, envOf(map[string]string{"DFKV_SERVER_MAX_BATCH_ITEMS": "10"}), nil)
 	if err != nil {
 		t.Fatalf("out-of-range file value overridden by env: %v", err)
 	}
@@ -346,21 +346,21 @@ func TestErrors(t *testing.T) {
 
 	// Unknown keys.
 	f("unknown top-level key", in{file: "listen = \"x:1\"\n"},
-		`config file PATH: unknown key listen: no such setting (did you mean server.listen (DFKV_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?); valid top-level keys are group, [server], [client], [mds], [log]`)
+		`config file PATH: unknown key listen: no such setting (did you mean server.listen (DFKV_SERVER_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?); valid top-level keys are group, [server], [client], [mds], [log]`)
 	f("unknown key in section", in{file: "[server]\nlistn = \"x:1\"\n"},
-		`config file PATH: unknown key server.listn in [server]: no such setting (did you mean server.listen (DFKV_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?)`,
+		`config file PATH: unknown key server.listn in [server]: no such setting (did you mean server.listen (DFKV_SERVER_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?)`,
 		`valid keys in [server] are id, listen, http_listen, advertise_addr, weight, mds, disks, disk_capacity_bytes, store_engine, slab_extent_bytes, scrub_bytes_per_second, scrub_interval_hours, uring, pprof, ram_tier, ram_tier_bytes, ram_write_mode, put_ack_mode, ram_flush_threads, ram_flush_delay_ms, ram_tier_shards, ram_tier_large_reserve_bytes, ram_tier_numa, read_coalesce, max_block_bytes, max_batch_items, max_conns, buffer_budget_bytes, socket_buffer_bytes, first_request_ms, body_timeout_ms, metrics_first_request_ms, shutdown_timeout_ms, tenant_quotas_file, tenant_default_quota_bytes`)
 	f("key in the wrong section", in{file: "[client]\nlisten = \"x:1\"\n"},
-		`unknown key client.listen in [client]`, `did you mean server.listen (DFKV_LISTEN)`, `valid keys in [client] are members, mds, mds_poll_ms, namespace`)
+		`unknown key client.listen in [client]`, `did you mean server.listen (DFKV_SERVER_LISTEN)`, `valid keys in [client] are members, mds, mds_poll_ms, namespace`)
 	f("key in the wrong case", in{file: "[server]\nListen = \"x:1\"\n"},
-		`unknown key server.Listen in [server]`, `did you mean server.listen (DFKV_LISTEN)`)
+		`unknown key server.Listen in [server]`, `did you mean server.listen (DFKV_SERVER_LISTEN)`)
 	f("unknown table", in{file: "[tls]\nlisten = \"x:1\"\n"},
 		`config file PATH: unknown table [tls]: no such table; valid top-level keys are`)
 	f("mistyped table", in{file: "[sever]\nlisten = \"x:1\"\n"}, `unknown table [sever]: no such table (did you mean [server]?)`)
 	f("table in the wrong case", in{file: "[Server]\nlisten = \"x:1\"\n"}, `unknown table [Server]: no such table (did you mean [server]?)`)
 	f("transposed table", in{file: "[clinet]\nmembers = [\"x:1\"]\n"}, `unknown table [clinet]: no such table (did you mean [client]?)`)
 	f("table one letter long", in{file: "[mdss]\nlisten = \"x:1\"\n"}, `unknown table [mdss]: no such table (did you mean [mds]?)`)
-	f("key with a suffix", in{file: "[server]\nlisten_addr = \"x:1\"\n"}, `unknown key server.listen_addr in [server]`, `did you mean server.listen (DFKV_LISTEN)`)
+	f("key with a suffix", in{file: "[server]\nlisten_addr = \"x:1\"\n"}, `unknown key server.listen_addr in [server]`, `did you mean server.listen (DFKV_SERVER_LISTEN)`)
 	f("unknown nested table", in{file: "[server.tls]\ncert = \"x\"\n"},
 		`unknown key server.tls in [server]`)
 	f("quoted dotted key", in{file: "\"server.listen\" = \"x:1\"\n"},
@@ -368,7 +368,7 @@ func TestErrors(t *testing.T) {
 	f("every unknown key is named", in{file: "a = 1\n[log]\nb = 2\n"},
 		`unknown key a:`, `unknown key log.b in [log]`)
 	f("unknown keys of other roles' sections fail every role", in{role: "mds", file: "[client]\nmembrs = [\"a:1\"]\n"},
-		`unknown key client.membrs in [client]`, `did you mean client.members (DFKV_MEMBERS)?`)
+		`unknown key client.membrs in [client]`, `did you mean client.members (DFKV_CLIENT_MEMBERS)?`)
 
 	// TOML syntax and shape.
 	f("syntax error names the line", in{file: "[server]\nlisten = \"x:1\"\nmax_conns = = 3\n"},
@@ -377,40 +377,40 @@ func TestErrors(t *testing.T) {
 	f("section is not a table", in{file: "server = 5\n"},
 		`config file PATH: server is a TOML integer; it must be the table [server]`)
 	f("float for a string", in{file: "[server]\nlisten = 1.5\n"},
-		`server.listen (DFKV_LISTEN) from file PATH: 1.5 is a TOML float; want a string or an integer; allowed host:port`)
+		`server.listen (DFKV_SERVER_LISTEN) from file PATH: 1.5 is a TOML float; want a string or an integer; allowed host:port`)
 	f("bool for a number", in{file: "[server]\nmax_conns = true\n"},
-		`server.max_conns (DFKV_MAX_CONNS) from file PATH: true is a TOML boolean; want a string or an integer; allowed 1..1000000`)
+		`server.max_conns (DFKV_SERVER_MAX_CONNS) from file PATH: true is a TOML boolean; want a string or an integer; allowed 1..1000000`)
 	f("string for a list", in{file: "[server]\ndisks = \"/a\"\n"},
-		`server.disks (DFKV_DISKS) from file PATH: "/a" is a TOML string; want an array of strings`)
+		`server.disks (DFKV_SERVER_DISKS) from file PATH: "/a" is a TOML string; want an array of strings`)
 	f("table for a scalar", in{file: "[log]\nlevel = {x = 1}\n"},
 		`log.level (DFKV_LOG_LEVEL) from file PATH: {…} is a TOML table`)
 
 	// Malformed values, from each source.
 	f("size from file", in{file: "[server]\nmax_block_bytes = \"abc\"\n"},
-		`server.max_block_bytes (DFKV_MAX_BLOCK_BYTES) from file PATH: "abc" does not start with a number`, `; allowed 4KiB..1GiB`)
-	f("fractional size from env", in{env: map[string]string{"DFKV_MAX_BLOCK_BYTES": "1.5MiB"}},
-		`server.max_block_bytes (DFKV_MAX_BLOCK_BYTES) from env: "1.5MiB" has a fraction`)
-	f("listen without port from env", in{env: map[string]string{"DFKV_LISTEN": "7600"}},
-		`server.listen (DFKV_LISTEN) from env: "7600" is not host:port (missing port in address); allowed host:port with port 0..65535`)
+		`server.max_block_bytes (DFKV_SERVER_MAX_BLOCK_BYTES) from file PATH: "abc" does not start with a number`, `; allowed 4KiB..1GiB`)
+	f("fractional size from env", in{env: map[string]string{"DFKV_SERVER_MAX_BLOCK_BYTES": "1.5MiB"}},
+		`server.max_block_bytes (DFKV_SERVER_MAX_BLOCK_BYTES) from env: "1.5MiB" has a fraction`)
+	f("listen without port from env", in{env: map[string]string{"DFKV_SERVER_LISTEN": "7600"}},
+		`server.listen (DFKV_SERVER_LISTEN) from env: "7600" is not host:port (missing port in address); allowed host:port with port 0..65535`)
 	f("listen port out of range from flag", in{flags: map[string][]string{"listen": {"127.0.0.1:70000"}}},
-		`server.listen (DFKV_LISTEN) from flag --listen: "127.0.0.1:70000" has port 70000 out of range; allowed host:port with port 0..65535`)
-	f("named port", in{env: map[string]string{"DFKV_HTTP_LISTEN": "localhost:http"}},
-		`server.http_listen (DFKV_HTTP_LISTEN) from env: "localhost:http" has port "http" that is not a number`)
-	f("count that is not a number", in{env: map[string]string{"DFKV_MAX_CONNS": "lots"}},
-		`server.max_conns (DFKV_MAX_CONNS) from env: "lots" is not a whole number; allowed 1..1000000`)
-	f("millis that are not a number", in{env: map[string]string{"DFKV_TCP_FIRST_REQ_MS": "30s"}},
-		`server.first_request_ms (DFKV_TCP_FIRST_REQ_MS) from env: "30s" is not a whole number of milliseconds; allowed 0..3600000 milliseconds (0 = off)`)
-	f("millis too large for a Duration", in{env: map[string]string{"DFKV_SHUTDOWN_TIMEOUT_MS": "9223372036854775"}},
-		`server.shutdown_timeout_ms (DFKV_SHUTDOWN_TIMEOUT_MS) from env: "9223372036854775" is out of range`)
-	f("numa policy not allowed", in{env: map[string]string{"DFKV_RAM_TIER_NUMA": "local"}},
-		`server.ram_tier_numa (DFKV_RAM_TIER_NUMA) from env: "local" is not a known value; allowed interleave, off`)
+		`server.listen (DFKV_SERVER_LISTEN) from flag --listen: "127.0.0.1:70000" has port 70000 out of range; allowed host:port with port 0..65535`)
+	f("named port", in{env: map[string]string{"DFKV_SERVER_HTTP_LISTEN": "localhost:http"}},
+		`server.http_listen (DFKV_SERVER_HTTP_LISTEN) from env: "localhost:http" has port "http" that is not a number`)
+	f("count that is not a number", in{env: map[string]string{"DFKV_SERVER_MAX_CONNS": "lots"}},
+		`server.max_conns (DFKV_SERVER_MAX_CONNS) from env: "lots" is not a whole number; allowed 1..1000000`)
+	f("millis that are not a number", in{env: map[string]string{"DFKV_SERVER_FIRST_REQUEST_MS": "30s"}},
+		`server.first_request_ms (DFKV_SERVER_FIRST_REQUEST_MS) from env: "30s" is not a whole number of milliseconds; allowed 0..3600000 milliseconds (0 = off)`)
+	f("millis too large for a Duration", in{env: map[string]string{"DFKV_SERVER_SHUTDOWN_TIMEOUT_MS": "9223372036854775"}},
+		`server.shutdown_timeout_ms (DFKV_SERVER_SHUTDOWN_TIMEOUT_MS) from env: "9223372036854775" is out of range`)
+	f("numa policy not allowed", in{env: map[string]string{"DFKV_SERVER_RAM_TIER_NUMA": "local"}},
+		`server.ram_tier_numa (DFKV_SERVER_RAM_TIER_NUMA) from env: "local" is not a known value; allowed interleave, off`)
 	f("large reserve that is neither auto nor a size", in{file: "[server]\nram_tier_large_reserve_bytes = \"two extents\"\n"},
-		`server.ram_tier_large_reserve_bytes (DFKV_RAM_TIER_LARGE_RESERVE_BYTES) from file PATH: "two extents" does not start with a number`,
+		`server.ram_tier_large_reserve_bytes (DFKV_SERVER_RAM_TIER_LARGE_RESERVE_BYTES) from file PATH: "two extents" does not start with a number`,
 		`; allowed auto (two extents), 0 (none) or a size such as 64MiB`)
 	f("negative large reserve", in{flags: map[string][]string{"ram-tier-large-reserve-bytes": {"-1"}}},
-		`server.ram_tier_large_reserve_bytes (DFKV_RAM_TIER_LARGE_RESERVE_BYTES) from flag --ram-tier-large-reserve-bytes: "-1" is negative`)
-	f("engine not allowed", in{env: map[string]string{"DFKV_STORE_ENGINE": "rocks"}},
-		`server.store_engine (DFKV_STORE_ENGINE) from env: "rocks" is not a known value; allowed file, slab`)
+		`server.ram_tier_large_reserve_bytes (DFKV_SERVER_RAM_TIER_LARGE_RESERVE_BYTES) from flag --ram-tier-large-reserve-bytes: "-1" is negative`)
+	f("engine not allowed", in{env: map[string]string{"DFKV_SERVER_STORE_ENGINE": "rocks"}},
+		`server.store_engine (DFKV_SERVER_STORE_ENGINE) from env: "rocks" is not a known value; allowed file, slab`)
 	f("log level of mds", in{role: "mds", env: map[string]string{"DFKV_LOG_LEVEL": "INFO"}},
 		`log.level (DFKV_LOG_LEVEL) from env: "INFO" is not a known value; allowed debug, info, warn, error`)
 	f("group charset", in{role: "mds", flags: map[string][]string{"group": {"a/b"}}},
@@ -422,85 +422,85 @@ func TestErrors(t *testing.T) {
 		`server.id (DFKV_SERVER_ID) from flag --id: "node 1" has a space or control character at byte 5`)
 	// Settings valid one by one that cannot work together.
 	f("ram tier without a size", in{flags: map[string][]string{"ram-tier": {"1"}}},
-		`server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES, --ram-tier-bytes)`)
+		`server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_SERVER_RAM_TIER_BYTES, --ram-tier-bytes)`)
 	f("http on the data port", in{flags: map[string][]string{"listen": {"127.0.0.1:7601"}, "http-listen": {"127.0.0.1:7601"}}},
-		`server.http_listen (DFKV_HTTP_LISTEN) "127.0.0.1:7601" takes the port of server.listen (DFKV_LISTEN) "127.0.0.1:7601"`)
+		`server.http_listen (DFKV_SERVER_HTTP_LISTEN) "127.0.0.1:7601" takes the port of server.listen (DFKV_SERVER_LISTEN) "127.0.0.1:7601"`)
 	f("http on the data port through a wildcard", in{flags: map[string][]string{"listen": {"0.0.0.0:7601"}, "http-listen": {"127.0.0.1:7601"}}},
-		`server.http_listen (DFKV_HTTP_LISTEN) "127.0.0.1:7601" takes the port of server.listen (DFKV_LISTEN) "0.0.0.0:7601"`)
+		`server.http_listen (DFKV_SERVER_HTTP_LISTEN) "127.0.0.1:7601" takes the port of server.listen (DFKV_SERVER_LISTEN) "0.0.0.0:7601"`)
 	f("http on the data port spelt with a leading zero", in{flags: map[string][]string{"listen": {"0.0.0.0:07601"}, "http-listen": {"127.0.0.1:7601"}}},
-		`server.http_listen (DFKV_HTTP_LISTEN) "127.0.0.1:7601" takes the port of server.listen (DFKV_LISTEN) "0.0.0.0:07601"`)
+		`server.http_listen (DFKV_SERVER_HTTP_LISTEN) "127.0.0.1:7601" takes the port of server.listen (DFKV_SERVER_LISTEN) "0.0.0.0:07601"`)
 	f("wildcard listen registering with an MDS", in{flags: map[string][]string{"listen": {"0.0.0.0:7600"}, "mds": {"10.0.0.1:7700"}}},
-		`server.listen (DFKV_LISTEN) "0.0.0.0:7600" is not an address clients can dial`, "set server.advertise_addr")
+		`server.listen (DFKV_SERVER_LISTEN) "0.0.0.0:7600" is not an address clients can dial`, "set server.advertise_addr")
 	f("wildcard advertise address", in{flags: map[string][]string{"advertise-addr": {"0.0.0.0:7600"}, "mds": {"10.0.0.1:7700"}}},
-		`server.advertise_addr (DFKV_ADVERTISE_ADDR) "0.0.0.0:7600" is not an address clients can dial`)
-	f("buffer budget under one buffer", in{flags: map[string][]string{"max-block-bytes": {"3MiB"}, "buffer-budget": {"3MiB"}}},
-		`server.buffer_budget_bytes (DFKV_BUFFER_BUDGET_BYTES) 3MiB is less than one buffer for the largest value (server.max_block_bytes 3MiB needs 4MiB)`)
+		`server.advertise_addr (DFKV_SERVER_ADVERTISE_ADDR) "0.0.0.0:7600" is not an address clients can dial`)
+	f("buffer budget under one buffer", in{flags: map[string][]string{"max-block-bytes": {"3MiB"}, "buffer-budget-bytes": {"3MiB"}}},
+		`server.buffer_budget_bytes (DFKV_SERVER_BUFFER_BUDGET_BYTES) 3MiB is less than one buffer for the largest value (server.max_block_bytes 3MiB needs 4MiB)`)
 	f("mds http on its control port", in{role: "mds", env: map[string]string{"DFKV_MDS_LISTEN": "127.0.0.1:7700", "DFKV_MDS_HTTP_LISTEN": "127.0.0.1:7700"}},
 		`mds.http_listen (DFKV_MDS_HTTP_LISTEN) "127.0.0.1:7700" takes the port of mds.listen (DFKV_MDS_LISTEN) "127.0.0.1:7700"`)
-	f("empty namespace", in{role: "ctl", env: map[string]string{"DFKV_NAMESPACE": ""}},
-		`client.namespace (DFKV_NAMESPACE) from env: "" is empty; allowed 1..4096 bytes`)
+	f("empty namespace", in{role: "ctl", env: map[string]string{"DFKV_CLIENT_NAMESPACE": ""}},
+		`client.namespace (DFKV_CLIENT_NAMESPACE) from env: "" is empty; allowed 1..4096 bytes`)
 	f("long namespace", in{role: "ctl", flags: map[string][]string{"namespace": {strings.Repeat("n", 4097)}}},
 		`is 4097 bytes long; allowed 1..4096 bytes`)
 
 	// Out of range.
-	f("size out of range from env", in{env: map[string]string{"DFKV_MAX_BLOCK_BYTES": "9TiB"}},
-		`server.max_block_bytes (DFKV_MAX_BLOCK_BYTES) from env: "9TiB" is out of range; allowed 4KiB..1GiB`)
+	f("size out of range from env", in{env: map[string]string{"DFKV_SERVER_MAX_BLOCK_BYTES": "9TiB"}},
+		`server.max_block_bytes (DFKV_SERVER_MAX_BLOCK_BYTES) from env: "9TiB" is out of range; allowed 4KiB..1GiB`)
 	f("size below range from file", in{file: "[server]\nmax_block_bytes = 4095\n"},
-		`server.max_block_bytes (DFKV_MAX_BLOCK_BYTES) from file PATH: 4095 is out of range; allowed 4KiB..1GiB`)
+		`server.max_block_bytes (DFKV_SERVER_MAX_BLOCK_BYTES) from file PATH: 4095 is out of range; allowed 4KiB..1GiB`)
 	f("size overflow from file", in{file: "[server]\ndisk_capacity_bytes = \"16777216TiB\"\n"},
-		`server.disk_capacity_bytes (DFKV_DISK_CAPACITY_BYTES) from file PATH: "16777216TiB" is too large`)
+		`server.disk_capacity_bytes (DFKV_SERVER_DISK_CAPACITY_BYTES) from file PATH: "16777216TiB" is too large`)
 	f("negative size from file", in{file: "[server]\ndisk_capacity_bytes = -1\n"},
-		`server.disk_capacity_bytes (DFKV_DISK_CAPACITY_BYTES) from file PATH: -1 is negative`)
+		`server.disk_capacity_bytes (DFKV_SERVER_DISK_CAPACITY_BYTES) from file PATH: -1 is negative`)
 	f("count out of range from file", in{file: "[server]\nmax_batch_items = 0\n"},
-		`server.max_batch_items (DFKV_MAX_BATCH_ITEMS) from file PATH: 0 is out of range; allowed 1..65536`)
+		`server.max_batch_items (DFKV_SERVER_MAX_BATCH_ITEMS) from file PATH: 0 is out of range; allowed 1..65536`)
 	f("count out of range from flag", in{role: "bench", flags: map[string][]string{"batch-concurrency": {"257"}}},
-		`client.batch_concurrency (DFKV_BATCH_CONCURRENCY) from flag --batch-concurrency: "257" is out of range; allowed 1..256`)
-	f("shards out of range from env", in{env: map[string]string{"DFKV_RAM_TIER_SHARDS": "65"}},
-		`server.ram_tier_shards (DFKV_RAM_TIER_SHARDS) from env: "65" is out of range; allowed 1..64`)
+		`client.batch_concurrency (DFKV_CLIENT_BATCH_CONCURRENCY) from flag --batch-concurrency: "257" is out of range; allowed 1..256`)
+	f("shards out of range from env", in{env: map[string]string{"DFKV_SERVER_RAM_TIER_SHARDS": "65"}},
+		`server.ram_tier_shards (DFKV_SERVER_RAM_TIER_SHARDS) from env: "65" is out of range; allowed 1..64`)
 	f("zero shards from file", in{file: "[server]\nram_tier_shards = 0\n"},
-		`server.ram_tier_shards (DFKV_RAM_TIER_SHARDS) from file PATH: 0 is out of range; allowed 1..64`)
-	f("large reserve over the tier's largest size", in{env: map[string]string{"DFKV_RAM_TIER_LARGE_RESERVE_BYTES": "17TiB"}},
-		`server.ram_tier_large_reserve_bytes (DFKV_RAM_TIER_LARGE_RESERVE_BYTES) from env: "17TiB" is out of range`)
-	f("read coalesce is 0 or 1", in{env: map[string]string{"DFKV_READ_COALESCE": "2"}},
-		`server.read_coalesce (DFKV_READ_COALESCE) from env: "2" is out of range; allowed 0..1`)
-	f("negative millis", in{env: map[string]string{"DFKV_TCP_FIRST_REQ_MS": "-1"}},
-		`server.first_request_ms (DFKV_TCP_FIRST_REQ_MS) from env: "-1" is out of range; allowed 0..3600000 milliseconds`)
-	f("zero shutdown timeout", in{env: map[string]string{"DFKV_SHUTDOWN_TIMEOUT_MS": "0"}},
-		`server.shutdown_timeout_ms (DFKV_SHUTDOWN_TIMEOUT_MS) from env: "0" is out of range; allowed 1..3600000 milliseconds`)
+		`server.ram_tier_shards (DFKV_SERVER_RAM_TIER_SHARDS) from file PATH: 0 is out of range; allowed 1..64`)
+	f("large reserve over the tier's largest size", in{env: map[string]string{"DFKV_SERVER_RAM_TIER_LARGE_RESERVE_BYTES": "17TiB"}},
+		`server.ram_tier_large_reserve_bytes (DFKV_SERVER_RAM_TIER_LARGE_RESERVE_BYTES) from env: "17TiB" is out of range`)
+	f("read coalesce is 0 or 1", in{env: map[string]string{"DFKV_SERVER_READ_COALESCE": "2"}},
+		`server.read_coalesce (DFKV_SERVER_READ_COALESCE) from env: "2" is out of range; allowed 0..1`)
+	f("negative millis", in{env: map[string]string{"DFKV_SERVER_FIRST_REQUEST_MS": "-1"}},
+		`server.first_request_ms (DFKV_SERVER_FIRST_REQUEST_MS) from env: "-1" is out of range; allowed 0..3600000 milliseconds`)
+	f("zero shutdown timeout", in{env: map[string]string{"DFKV_SERVER_SHUTDOWN_TIMEOUT_MS": "0"}},
+		`server.shutdown_timeout_ms (DFKV_SERVER_SHUTDOWN_TIMEOUT_MS) from env: "0" is out of range; allowed 1..3600000 milliseconds`)
 	f("dial timeout over its own max", in{role: "smoke", env: map[string]string{"DFKV_CLIENT_DIAL_TIMEOUT_MS": "600001"}},
 		`client.dial_timeout_ms (DFKV_CLIENT_DIAL_TIMEOUT_MS) from env: "600001" is out of range; allowed 1..600000 milliseconds`)
 
 	// Bad lists.
-	f("empty element in env list", in{env: map[string]string{"DFKV_DISKS": "/a,,/b"}},
-		`server.disks (DFKV_DISKS) from env: "/a,,/b" has an empty element 2; allowed one or more directories`)
-	f("trailing comma in env list", in{role: "ctl", env: map[string]string{"DFKV_MEMBERS": "a:1,"}},
-		`client.members (DFKV_MEMBERS) from env: "a:1," has an empty element 2`)
-	f("empty env list", in{env: map[string]string{"DFKV_DISKS": " "}},
-		`server.disks (DFKV_DISKS) from env: " " is empty`)
+	f("empty element in env list", in{env: map[string]string{"DFKV_SERVER_DISKS": "/a,,/b"}},
+		`server.disks (DFKV_SERVER_DISKS) from env: "/a,,/b" has an empty element 2; allowed one or more directories`)
+	f("trailing comma in env list", in{role: "ctl", env: map[string]string{"DFKV_CLIENT_MEMBERS": "a:1,"}},
+		`client.members (DFKV_CLIENT_MEMBERS) from env: "a:1," has an empty element 2`)
+	f("empty env list", in{env: map[string]string{"DFKV_SERVER_DISKS": " "}},
+		`server.disks (DFKV_SERVER_DISKS) from env: " " is empty`)
 	f("empty element in file list", in{file: "[server]\ndisks = [\"/a\", \"\"]\n"},
-		`server.disks (DFKV_DISKS) from file PATH: ["/a", ""] has an empty element 2`)
+		`server.disks (DFKV_SERVER_DISKS) from file PATH: ["/a", ""] has an empty element 2`)
 	f("empty file list", in{file: "[server]\ndisks = []\n"},
-		`server.disks (DFKV_DISKS) from file PATH: [] is empty`)
+		`server.disks (DFKV_SERVER_DISKS) from file PATH: [] is empty`)
 	f("non-string element in file list", in{file: "[server]\ndisks = [\"/a\", 1]\n"},
-		`server.disks (DFKV_DISKS) from file PATH: [/a 1] has element 2 that is a TOML integer; want an array of strings`)
-	f("empty element in flag list", in{flags: map[string][]string{"disk": {"/a", ""}}},
-		`server.disks (DFKV_DISKS) from flag --disk: ["/a", ""] has an empty element 2`)
-	f("duplicate disks after Clean", in{env: map[string]string{"DFKV_DISKS": "/d/a,/d/b/../a/"}},
-		`server.disks (DFKV_DISKS) from env: "/d/a,/d/b/../a/" names one directory twice (elements 1 and 2 are both /d/a)`)
-	f("member without port", in{role: "smoke", env: map[string]string{"DFKV_MEMBERS": "a:1, b"}},
-		`client.members (DFKV_MEMBERS) from env: "a:1, b" has element 2 "b" that is not host:port (missing port in address)`)
+		`server.disks (DFKV_SERVER_DISKS) from file PATH: [/a 1] has element 2 that is a TOML integer; want an array of strings`)
+	f("empty element in flag list", in{flags: map[string][]string{"disks": {"/a", ""}}},
+		`server.disks (DFKV_SERVER_DISKS) from flag --disks: ["/a", ""] has an empty element 2`)
+	f("duplicate disks after Clean", in{env: map[string]string{"DFKV_SERVER_DISKS": "/d/a,/d/b/../a/"}},
+		`server.disks (DFKV_SERVER_DISKS) from env: "/d/a,/d/b/../a/" names one directory twice (elements 1 and 2 are both /d/a)`)
+	f("member without port", in{role: "smoke", env: map[string]string{"DFKV_CLIENT_MEMBERS": "a:1, b"}},
+		`client.members (DFKV_CLIENT_MEMBERS) from env: "a:1, b" has element 2 "b" that is not host:port (missing port in address)`)
 	f("member with port 0", in{role: "smoke", file: "[client]\nmembers = [\"a:0\"]\n"},
-		`client.members (DFKV_MEMBERS) from file PATH: ["a:0"] has element 1 "a:0" that has port 0 out of range; allowed one or more host:port with port 1..65535`)
+		`client.members (DFKV_CLIENT_MEMBERS) from file PATH: ["a:0"] has element 1 "a:0" that has port 0 out of range; allowed one or more host:port with port 1..65535`)
 	f("member without host", in{role: "smoke", flags: map[string][]string{"members": {":7600"}}},
 		`has element 1 ":7600" that has no host`)
 	f("duplicate member", in{role: "smoke", flags: map[string][]string{"members": {"a:1", "a:1"}}},
 		`names one member twice (elements 1 and 2 are both a:1)`)
 
 	// Several problems are reported together.
-	f("all errors at once", in{env: map[string]string{"DFKV_LISTEN": "x", "DFKV_MAX_CONNS": "0"}, flags: map[string][]string{"max-batch-items": {"y"}}},
-		`server.listen (DFKV_LISTEN) from env`, `server.max_batch_items (DFKV_MAX_BATCH_ITEMS) from flag --max-batch-items`)
-	f("all range errors at once", in{env: map[string]string{"DFKV_MAX_CONNS": "0", "DFKV_MAX_BATCH_ITEMS": "0"}},
-		`server.max_batch_items (DFKV_MAX_BATCH_ITEMS) from env: "0" is out of range`, `server.max_conns (DFKV_MAX_CONNS) from env: "0" is out of range`)
+	f("all errors at once", in{env: map[string]string{"DFKV_SERVER_LISTEN": "x", "DFKV_SERVER_MAX_CONNS": "0"}, flags: map[string][]string{"max-batch-items": {"y"}}},
+		`server.listen (DFKV_SERVER_LISTEN) from env`, `server.max_batch_items (DFKV_SERVER_MAX_BATCH_ITEMS) from flag --max-batch-items`)
+	f("all range errors at once", in{env: map[string]string{"DFKV_SERVER_MAX_CONNS": "0", "DFKV_SERVER_MAX_BATCH_ITEMS": "0"}},
+		`server.max_batch_items (DFKV_SERVER_MAX_BATCH_ITEMS) from env: "0" is out of range`, `server.max_conns (DFKV_SERVER_MAX_CONNS) from env: "0" is out of range`)
 
 	// Caller mistakes.
 	f("flag of another role", in{flags: map[string][]string{"members": {"a:1"}}},
@@ -549,13 +549,13 @@ func TestScalarFlagLastWins(t *testing.T) {
 // TestLoadFromReturnsOwnLists: the Config's lists are not shared with the
 // flags map or the Resolved printout.
 func TestLoadFromReturnsOwnLists(t *testing.T) {
-	flags := map[string][]string{"disk": {"/a", "/b"}}
+	flags := map[string][]string{"disks": {"/a", "/b"}}
 	cfg, r, err := LoadFrom("server", "", nil, flags)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Server.Disks[0] = "/changed"
-	if flags["disk"][0] != "/a" {
+	if flags["disks"][0] != "/a" {
 		t.Fatal("Config shares its disk list with the caller's flags")
 	}
 	if r.cfg.Server.Disks[0] != "/a" {
@@ -604,8 +604,8 @@ func TestNoEffectWarnings(t *testing.T) {
 	}
 	w := warnings("server", map[string][]string{"ram-write-mode": {"writearound"}, "put-ack-mode": {"disk"}})
 	for _, want := range []string{
-		"server.ram_write_mode (DFKV_RAM_WRITE_MODE) is set from flag --ram-write-mode but has no effect: server.ram_tier is 0",
-		"server.put_ack_mode (DFKV_PUT_ACK_MODE) is set from flag --put-ack-mode but has no effect",
+		"server.ram_write_mode (DFKV_SERVER_RAM_WRITE_MODE) is set from flag --ram-write-mode but has no effect: server.ram_tier is 0",
+		"server.put_ack_mode (DFKV_SERVER_PUT_ACK_MODE) is set from flag --put-ack-mode but has no effect",
 	} {
 		if !strings.Contains(w, want) {
 			t.Fatalf("warnings %q lack %q", w, want)
@@ -622,13 +622,13 @@ func TestNoEffectWarnings(t *testing.T) {
 	if _, res, err := LoadFrom("server", "../dfkv.example.toml", nil, nil); err != nil || len(res.Warnings()) != 0 {
 		t.Fatalf("dfkv.example.toml: %v, warnings %q, want none", err, res.Warnings())
 	}
-	if w := warnings("server", map[string][]string{"store-engine": {"file"}, "scrub-rate": {"1GiB"}}); !strings.Contains(w, `server.scrub_bytes_per_second (DFKV_SCRUB_BYTES_PER_SECOND) is set from flag --scrub-rate but has no effect: server.store_engine is "file"`) {
+	if w := warnings("server", map[string][]string{"store-engine": {"file"}, "scrub-bytes-per-second": {"1GiB"}}); !strings.Contains(w, `server.scrub_bytes_per_second (DFKV_SERVER_SCRUB_BYTES_PER_SECOND) is set from flag --scrub-bytes-per-second but has no effect: server.store_engine is "file"`) {
 		t.Fatalf("a scrub rate with the file engine: warnings %q", w)
 	}
-	if w := warnings("server", map[string][]string{"scrub-rate": {"1GiB"}, "scrub-interval-hours": {"0"}}); w != "" {
+	if w := warnings("server", map[string][]string{"scrub-bytes-per-second": {"1GiB"}, "scrub-interval-hours": {"0"}}); w != "" {
 		t.Fatalf("scrub settings with the slab engine: warnings %q, want none", w)
 	}
-	if w := warnings("ctl", map[string][]string{"members": {"a:1"}, "mds": {"m:7700"}}); !strings.Contains(w, "client.members (DFKV_MEMBERS) is set from flag --members but has no effect: client.mds is set") {
+	if w := warnings("ctl", map[string][]string{"members": {"a:1"}, "mds": {"m:7700"}}); !strings.Contains(w, "client.members (DFKV_CLIENT_MEMBERS) is set from flag --members but has no effect: client.mds is set") {
 		t.Fatalf("members beside an MDS: warnings %q", w)
 	}
 }

@@ -27,7 +27,7 @@ type resolvedValue struct {
 // source is the layer a value came from.
 type source struct {
 	kind  string // one of fromDefault, fromFile, fromEnv, fromFlag
-	where string // file path or flag name
+	where string // file path, flag name, or the earlier env name that set it
 }
 
 const (
@@ -43,6 +43,10 @@ func (s source) String() string {
 		return "file " + s.where
 	case fromFlag:
 		return "flag --" + s.where
+	case fromEnv:
+		if s.where != "" {
+			return "env " + s.where
+		}
 	}
 	return s.kind
 }
@@ -63,7 +67,11 @@ func (r *Resolved) WriteTo(w io.Writer) (int64, error) {
 		fmt.Fprintf(b, "# config file: none\n")
 	}
 	for _, rv := range r.values {
-		fmt.Fprintf(b, "%s = %s  # %s (%s)\n", rv.s.key, rv.s.value.format(r.cfg), rv.src.kind, rv.s.env)
+		kind := rv.src.kind
+		if kind == fromEnv && rv.src.where != "" {
+			kind += " " + rv.src.where // set through the earlier name
+		}
+		fmt.Fprintf(b, "%s = %s  # %s (%s)\n", rv.s.key, rv.s.value.format(r.cfg), kind, rv.s.env)
 	}
 	err := b.Flush()
 	return cw.n, err

@@ -12,8 +12,8 @@ import (
 // TestPrintConfigSources: --print-config names the layer of every value.
 func TestPrintConfigSources(t *testing.T) {
 	path := writeTOML(t, "[server]\nlisten = \"10.0.0.1:7600\"\nmax_conns = 5\n[client]\nmembers = [\"x:1\"]\n")
-	env := envOf(map[string]string{"DFKV_MAX_CONNS": "10", "DFKV_LOG_FORMAT": "json"})
-	flags := map[string][]string{"disk": {"/d1", "/d2"}, "max-block-bytes": {"1048576"}}
+	env := envOf(map[string]string{"DFKV_SERVER_MAX_CONNS": "10", "DFKV_LOG_FORMAT": "json"})
+	flags := map[string][]string{"disks": {"/d1", "/d2"}, "max-block-bytes": {"1048576"}}
 	_, r, err := LoadFrom("server", path, env, flags)
 	if err != nil {
 		t.Fatal(err)
@@ -29,12 +29,12 @@ func TestPrintConfigSources(t *testing.T) {
 		"# config file: " + path + " (from --config)",
 		`group = "default"  # default (DFKV_GROUP)`,
 		`server.id = ""  # default (DFKV_SERVER_ID)`,
-		`server.listen = "10.0.0.1:7600"  # file (DFKV_LISTEN)`,
-		`server.max_conns = 10  # env (DFKV_MAX_CONNS)`,
-		`server.disks = ["/d1", "/d2"]  # flag (DFKV_DISKS)`,
-		`server.max_block_bytes = "1MiB"  # flag (DFKV_MAX_BLOCK_BYTES)`,
-		`server.disk_capacity_bytes = 0  # default (DFKV_DISK_CAPACITY_BYTES)`,
-		`server.first_request_ms = 30000  # default (DFKV_TCP_FIRST_REQ_MS)`,
+		`server.listen = "10.0.0.1:7600"  # file (DFKV_SERVER_LISTEN)`,
+		`server.max_conns = 10  # env (DFKV_SERVER_MAX_CONNS)`,
+		`server.disks = ["/d1", "/d2"]  # flag (DFKV_SERVER_DISKS)`,
+		`server.max_block_bytes = "1MiB"  # flag (DFKV_SERVER_MAX_BLOCK_BYTES)`,
+		`server.disk_capacity_bytes = 0  # default (DFKV_SERVER_DISK_CAPACITY_BYTES)`,
+		`server.first_request_ms = 30000  # default (DFKV_SERVER_FIRST_REQUEST_MS)`,
 		`log.format = "json"  # env (DFKV_LOG_FORMAT)`,
 	} {
 		if !strings.Contains(out, line+"\n") {
@@ -76,7 +76,7 @@ func TestPrintConfigRoles(t *testing.T) {
 func TestPrintConfigRoundTrip(t *testing.T) {
 	flags := map[string][]string{
 		"group": {"g"}, "id": {`node-"1"\x`}, "listen": {"[::1]:0"}, "http-listen": {""},
-		"disk": {"/a", "/b c"}, "disk-capacity": {"1000001"}, "store-engine": {"slab"},
+		"disks": {"/a", "/b c"}, "disk-capacity-bytes": {"1000001"}, "store-engine": {"slab"},
 		"max-block-bytes": {"4KiB"}, "max-batch-items": {"1"}, "max-conns": {"1000000"},
 		"first-request-ms": {"0"}, "shutdown-timeout-ms": {"1"}, "log-level": {"debug"}, "log-format": {"json"},
 		"ram-tier-large-reserve-bytes": {"4097"},

@@ -52,14 +52,50 @@ func validRoles() string { return roleAll.String() }
 // setting is one row of the table. The TOML decode, the DFKV_* and flag
 // bindings, --print-config and the dfkv.example.toml test all read it, so a
 // setting added here is everywhere at once.
+//
+// The env and flag names follow from the key (envName, flagName), so one
+// spelling serves everywhere. Names a setting had before that rule are
+// kept in oldEnv and oldFlag and still accepted, so no deployment breaks.
 type setting struct {
-	key   string // TOML key, dotted: "server.listen"; a top-level key has no dot
-	env   string // environment variable
-	flag  string // flag name without dashes
-	roles role   // roles that take it; only they read, check and print it
-	def   string // default, in the syntax of the env variable (a list: comma list)
-	help  string // one line for flag help and dfkv.example.toml
-	value value  // parser, validator and printer of the Config field
+	key     string // TOML key, dotted: "server.listen"; a top-level key has no dot
+	env     string // environment variable: envName(key)
+	flag    string // flag name without dashes: flagName(key)
+	oldEnv  string // earlier environment variable, still read when env is unset
+	oldFlag string // earlier flag name, still accepted as an alias
+	roles   role   // roles that take it; only they read, check and print it
+	def     string // default, in the syntax of the env variable (a list: comma list)
+	help    string // one line for flag help and dfkv.example.toml
+	value   value  // parser, validator and printer of the Config field
+}
+
+// envName is the environment variable of a TOML key: DFKV_ and the key in
+// upper case with dots as underscores (server.max_conns is
+// DFKV_SERVER_MAX_CONNS).
+func envName(key string) string {
+	return "DFKV_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// flagName is the flag of a TOML key: its name inside its table with
+// dashes for underscores (server.max_conns is --max-conns), since a role's
+// flags are its own table's; the log table's keep their table's name
+// (--log-level), which every role shares.
+func flagName(key string) string {
+	section, leaf, found := strings.Cut(key, ".")
+	if !found {
+		leaf = section
+	}
+	flag := strings.ReplaceAll(leaf, "_", "-")
+	if section == "log" {
+		flag = "log-" + flag
+	}
+	return flag
+}
+
+func init() {
+	for i := range settings {
+		settings[i].env = envName(settings[i].key)
+		settings[i].flag = flagName(settings[i].key)
+	}
 }
 
 // section is the TOML table a setting lives in ("" for top level), leaf its
@@ -96,335 +132,335 @@ const hour = 3600000 // milliseconds
 // dfkv.example.toml and --print-config show them.
 var settings = []setting{
 	{
-		key: "group", env: "DFKV_GROUP", flag: "group", roles: roleServer | roleMDS | roleTools,
+		key: "group", roles: roleServer | roleMDS | roleTools,
 		def:   "default",
 		help:  "cluster group a node or client belongs to; nodes and clients of different groups never mix",
 		value: stringValue{field: func(c *Config) *string { return &c.Group }, ok: checkName(64), text: "1-64 characters of A-Z a-z 0-9 . _ -"},
 	},
 
 	{
-		key: "server.id", env: "DFKV_SERVER_ID", flag: "id", roles: roleServer,
+		key: "server.id", roles: roleServer,
 		def:   "",
 		help:  "stable node identity; empty derives it from the host and listen address",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.ID }, ok: checkServerID, text: "empty, or up to 255 bytes without spaces or control characters"},
 	},
 	{
-		key: "server.listen", env: "DFKV_LISTEN", flag: "listen", roles: roleServer,
+		key: "server.listen", oldEnv: "DFKV_LISTEN", roles: roleServer,
 		def:   "127.0.0.1:7600",
 		help:  "data-plane TCP address",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.Listen }, ok: checkListen, text: "host:port with port 0..65535 (0 picks a free port)"},
 	},
 	{
-		key: "server.http_listen", env: "DFKV_HTTP_LISTEN", flag: "http-listen", roles: roleServer,
+		key: "server.http_listen", oldEnv: "DFKV_HTTP_LISTEN", roles: roleServer,
 		def:   "127.0.0.1:7680",
 		help:  "metrics and health HTTP address; empty turns it off",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.HTTPListen }, ok: checkHTTPListen, text: "host:port with port 0..65535, or empty for off"},
 	},
 	{
-		key: "server.advertise_addr", env: "DFKV_ADVERTISE_ADDR", flag: "advertise-addr", roles: roleServer,
+		key: "server.advertise_addr", oldEnv: "DFKV_ADVERTISE_ADDR", roles: roleServer,
 		def:   "",
 		help:  "host:port clients reach this node at, registered with the MDS; empty = the listen address",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.AdvertiseAddr }, ok: checkAdvertise, text: "empty, or host:port with a host and port 1..65535"},
 	},
 	{
-		key: "server.weight", env: "DFKV_SERVER_WEIGHT", flag: "weight", roles: roleServer,
+		key: "server.weight", roles: roleServer,
 		def:   "1",
 		help:  "relative share of blocks this node takes on the ring (registered with the MDS)",
 		value: intValue{field: func(c *Config) *int { return &c.Server.Weight }, min: 1, max: 1000},
 	},
 	{
-		key: "server.mds", env: "DFKV_MDS_ADDRS", flag: "mds", roles: roleServer,
+		key: "server.mds", oldEnv: "DFKV_MDS_ADDRS", roles: roleServer,
 		def:   "",
 		help:  "MDS addresses to register with and heartbeat to (env: comma list; flag: repeat it); empty = static membership",
 		value: listValue{field: func(c *Config) *[]string { return &c.Server.MDS }, ok: checkAddrs, text: "empty, or host:port addresses, none named twice", optional: true},
 	},
 	{
-		key: "server.disks", env: "DFKV_DISKS", flag: "disk", roles: roleServer,
+		key: "server.disks", oldEnv: "DFKV_DISKS", oldFlag: "disk", roles: roleServer,
 		def:   "./dfkv-data/disk0",
 		help:  "data directories, one per disk (env: comma list; flag: repeat it)",
 		value: listValue{field: func(c *Config) *[]string { return &c.Server.Disks }, ok: checkDisks, text: "one or more directories, none empty, none named twice"},
 	},
 	{
-		key: "server.disk_capacity_bytes", env: "DFKV_DISK_CAPACITY_BYTES", flag: "disk-capacity", roles: roleServer,
+		key: "server.disk_capacity_bytes", oldEnv: "DFKV_DISK_CAPACITY_BYTES", oldFlag: "disk-capacity", roles: roleServer,
 		def:   "0",
 		help:  "bytes each disk may hold (the slab engine preallocates them); 0 sizes it at startup",
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.DiskCapacityBytes }, min: 0, max: math.MaxUint64, note: "0 (size from the filesystem) or a size such as 512GiB"},
 	},
 	{
-		key: "server.store_engine", env: "DFKV_STORE_ENGINE", flag: "store-engine", roles: roleServer,
+		key: "server.store_engine", oldEnv: "DFKV_STORE_ENGINE", roles: roleServer,
 		def:   "slab",
 		help:  "storage engine: slab (production: preallocated extents, checksummed values, warm restart even after a crash) or file (diagnostic: one file per block)",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.StoreEngine }, ok: oneOf("file", "slab"), text: "file, slab"},
 	},
 	{
-		key: "server.slab_extent_bytes", env: "DFKV_SLAB_EXTENT_BYTES", flag: "slab-extent-bytes", roles: roleServer,
+		key: "server.slab_extent_bytes", oldEnv: "DFKV_SLAB_EXTENT_BYTES", roles: roleServer,
 		def:   "0",
 		help:  "slab engine extent size; 0 = from the disk's capacity (a power of two giving 256 extents, 1MiB to 64MiB; a formatted disk keeps its own). Larger values are stored in extent-sized pieces. Part of the on-disk geometry: changing it needs an empty disk",
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.SlabExtentBytes }, min: 0, max: 1 << 34, note: "0 (automatic) or a multiple of 1MiB such as 64MiB"},
 	},
 	{
-		key: "server.scrub_bytes_per_second", env: "DFKV_SCRUB_BYTES_PER_SECOND", flag: "scrub-rate", roles: roleServer,
+		key: "server.scrub_bytes_per_second", oldEnv: "DFKV_SCRUB_BYTES_PER_SECOND", oldFlag: "scrub-rate", roles: roleServer,
 		def:   "64MiB",
 		help:  "slab engine: the background scrub's read rate per disk (it verifies every value's checksum and drops the corrupt); 0 turns it off",
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.ScrubBytesPerSecond }, min: 0, max: 1 << 40, note: "0 (off) or a rate such as 64MiB"},
 	},
 	{
-		key: "server.scrub_interval_hours", env: "DFKV_SCRUB_INTERVAL_HOURS", flag: "scrub-interval-hours", roles: roleServer,
+		key: "server.scrub_interval_hours", oldEnv: "DFKV_SCRUB_INTERVAL_HOURS", roles: roleServer,
 		def:   "168",
 		help:  "slab engine: hours from the start of one full scrub pass over a disk to the next; 0 scrubs only after an unclean stop (which always starts a pass)",
 		value: intValue{field: func(c *Config) *int { return &c.Server.ScrubIntervalHours }, min: 0, max: 8760},
 	},
 	{
-		key: "server.uring", env: "DFKV_SERVER_URING", flag: "uring", roles: roleServer,
+		key: "server.uring", roles: roleServer,
 		def:   "1",
 		help:  "slab engine: 1 submits payload reads and writes of up to 256KiB through one io_uring ring per disk (pread/pwrite where the kernel refuses it, said once in the log); 0 always uses pread/pwrite",
 		value: intValue{field: func(c *Config) *int { return &c.Server.URing }, min: 0, max: 1},
 	},
 	{
-		key: "server.pprof", env: "DFKV_PPROF", flag: "pprof", roles: roleServer,
+		key: "server.pprof", oldEnv: "DFKV_PPROF", roles: roleServer,
 		def:   "0",
 		help:  "1 serves the Go profiler under /debug/pprof/ on http_listen, for chasing a hot spot (a CPU profile costs CPU while it runs; ask for ?seconds=10 or less, the HTTP write timeout is 30s); 0 leaves it out",
 		value: intValue{field: func(c *Config) *int { return &c.Server.PProf }, min: 0, max: 1},
 	},
 	{
-		key: "server.ram_tier", env: "DFKV_RAM_TIER", flag: "ram-tier", roles: roleServer,
+		key: "server.ram_tier", oldEnv: "DFKV_RAM_TIER", roles: roleServer,
 		def:   "0",
 		help:  "1 puts a RAM arena of ram_tier_bytes in front of the disks; 0 leaves it out entirely",
 		value: intValue{field: func(c *Config) *int { return &c.Server.RAMTier }, min: 0, max: 1},
 	},
 	{
-		key: "server.ram_tier_bytes", env: "DFKV_RAM_TIER_BYTES", flag: "ram-tier-bytes", roles: roleServer,
+		key: "server.ram_tier_bytes", oldEnv: "DFKV_RAM_TIER_BYTES", roles: roleServer,
 		def:   "0",
 		help:  "bytes of the RAM tier (arena and large-value reserve), allocated and touched at startup",
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.RAMTierBytes }, min: 0, max: 1 << 44, note: "a size such as 8GiB; required when ram_tier = 1"},
 	},
 	{
-		key: "server.ram_write_mode", env: "DFKV_RAM_WRITE_MODE", flag: "ram-write-mode", roles: roleServer,
+		key: "server.ram_write_mode", oldEnv: "DFKV_RAM_WRITE_MODE", roles: roleServer,
 		def:   "writeback",
 		help:  "writeback: a PUT lands in RAM and is flushed by workers; writearound: PUTs go to disk and a later whole-value GET fills RAM",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.RAMWriteMode }, ok: oneOf("writeback", "writearound"), text: "writeback, writearound"},
 	},
 	{
-		key: "server.put_ack_mode", env: "DFKV_PUT_ACK_MODE", flag: "put-ack-mode", roles: roleServer,
+		key: "server.put_ack_mode", oldEnv: "DFKV_PUT_ACK_MODE", roles: roleServer,
 		def:   "ram",
 		help:  "with the RAM tier in writeback: ram acknowledges a PUT once it is in RAM, disk once it is on disk",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.PutAckMode }, ok: oneOf("ram", "disk"), text: "ram, disk"},
 	},
 	{
-		key: "server.ram_flush_threads", env: "DFKV_RAM_FLUSH_THREADS", flag: "ram-flush-threads", roles: roleServer,
+		key: "server.ram_flush_threads", oldEnv: "DFKV_RAM_FLUSH_THREADS", roles: roleServer,
 		def:   "0",
 		help:  "RAM tier flush workers; 0 = 4 per disk, at most 16",
 		value: intValue{field: func(c *Config) *int { return &c.Server.RAMFlushThreads }, min: 0, max: 64},
 	},
 	{
-		key: "server.ram_flush_delay_ms", env: "DFKV_RAM_FLUSH_DELAY_MS", flag: "ram-flush-delay-ms", roles: roleServer,
+		key: "server.ram_flush_delay_ms", oldEnv: "DFKV_RAM_FLUSH_DELAY_MS", roles: roleServer,
 		def:   "0",
 		help:  "milliseconds a write-back value stays dirty before its flush starts, so a key rewritten or removed meanwhile is written to disk once or not at all; waived past half the dirty watermark, on shutdown and with put_ack_mode = disk; 0 flushes at once",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.RAMFlushDelay }, min: 0, max: hour},
 	},
 	{
-		key: "server.ram_tier_shards", env: "DFKV_RAM_TIER_SHARDS", flag: "ram-tier-shards", roles: roleServer,
+		key: "server.ram_tier_shards", oldEnv: "DFKV_RAM_TIER_SHARDS", roles: roleServer,
 		def:   "8",
 		help:  "metadata lock shards of the RAM tier; halved automatically while a shard would hold fewer than 32 extents",
 		value: intValue{field: func(c *Config) *int { return &c.Server.RAMTierShards }, min: 1, max: 64},
 	},
 	{
-		key: "server.ram_tier_large_reserve_bytes", env: "DFKV_RAM_TIER_LARGE_RESERVE_BYTES", flag: "ram-tier-large-reserve-bytes", roles: roleServer,
+		key: "server.ram_tier_large_reserve_bytes", oldEnv: "DFKV_RAM_TIER_LARGE_RESERVE_BYTES", roles: roleServer,
 		def:   "auto",
 		help:  "part of ram_tier_bytes kept for values larger than one 16MiB arena extent; auto = two extents, 0 = none (such values bypass RAM and go to disk)",
 		value: autoSizeValue{field: func(c *Config) *int64 { return &c.Server.RAMTierLargeReserve }, max: 1 << 44, note: "auto (two extents), 0 (none) or a size such as 64MiB"},
 	},
 	{
-		key: "server.ram_tier_numa", env: "DFKV_RAM_TIER_NUMA", flag: "ram-tier-numa", roles: roleServer,
+		key: "server.ram_tier_numa", oldEnv: "DFKV_RAM_TIER_NUMA", roles: roleServer,
 		def:   "interleave",
 		help:  "memory policy of the RAM arena: interleave spreads its pages over every online NUMA node; off leaves the kernel's default",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.RAMTierNUMA }, ok: oneOf("interleave", "off"), text: "interleave, off"},
 	},
 	{
-		key: "server.read_coalesce", env: "DFKV_READ_COALESCE", flag: "read-coalesce", roles: roleServer,
+		key: "server.read_coalesce", oldEnv: "DFKV_READ_COALESCE", roles: roleServer,
 		def:   "1",
 		help:  "1: identical concurrent whole-value RAM-tier misses share one disk read; 0: each reads the disk itself",
 		value: intValue{field: func(c *Config) *int { return &c.Server.ReadCoalesce }, min: 0, max: 1},
 	},
 	{
-		key: "server.max_block_bytes", env: "DFKV_MAX_BLOCK_BYTES", flag: "max-block-bytes", roles: roleServer | roleTools,
+		key: "server.max_block_bytes", oldEnv: "DFKV_MAX_BLOCK_BYTES", roles: roleServer | roleTools,
 		def:   "64MiB",
 		help:  "largest value a PUT may store, and the largest frame body",
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.MaxBlockBytes }, min: 4 * kib, max: gib},
 	},
 	{
-		key: "server.max_batch_items", env: "DFKV_MAX_BATCH_ITEMS", flag: "max-batch-items", roles: roleServer,
+		key: "server.max_batch_items", oldEnv: "DFKV_MAX_BATCH_ITEMS", roles: roleServer,
 		def:   "4096",
 		help:  "items in one batch frame",
 		value: intValue{field: func(c *Config) *int { return &c.Server.MaxBatchItems }, min: 1, max: 65536},
 	},
 	{
-		key: "server.max_conns", env: "DFKV_MAX_CONNS", flag: "max-conns", roles: roleServer,
+		key: "server.max_conns", oldEnv: "DFKV_MAX_CONNS", roles: roleServer,
 		def:   "4096",
 		help:  "open data-plane connections; past it new ones are refused",
 		value: intValue{field: func(c *Config) *int { return &c.Server.MaxConns }, min: 1, max: 1000000},
 	},
 	{
-		key: "server.buffer_budget_bytes", env: "DFKV_BUFFER_BUDGET_BYTES", flag: "buffer-budget", roles: roleServer,
+		key: "server.buffer_budget_bytes", oldEnv: "DFKV_BUFFER_BUDGET_BYTES", oldFlag: "buffer-budget", roles: roleServer,
 		def:   "0",
 		help:  "bytes of payload buffers all connections may hold at once (PUT bodies being received, GET values being sent from disk); past it requests wait for one (small ones may use a reserve of an eighth on top). 0 = max(1GiB, twice max_block_bytes rounded up to a power of two)",
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.BufferBudgetBytes }, min: 0, max: 1 << 50, note: "0 (automatic) or a size such as 2GiB"},
 	},
 	{
-		key: "server.socket_buffer_bytes", env: "DFKV_SOCKET_BUFFER_BYTES", flag: "socket-buffer", roles: roleServer,
+		key: "server.socket_buffer_bytes", oldEnv: "DFKV_SOCKET_BUFFER_BYTES", oldFlag: "socket-buffer", roles: roleServer,
 		def:   "0",
 		help:  "SO_SNDBUF and SO_RCVBUF of each data connection; 0 leaves the kernel's autotuning on",
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.SocketBufferBytes }, min: 0, max: 1 << 30, note: "0 (kernel autotuning) or a size such as 4MiB"},
 	},
 	{
-		key: "server.first_request_ms", env: "DFKV_TCP_FIRST_REQ_MS", flag: "first-request-ms", roles: roleServer,
+		key: "server.first_request_ms", oldEnv: "DFKV_TCP_FIRST_REQ_MS", roles: roleServer,
 		def:   "30000",
 		help:  "milliseconds a new connection may take to send its first request; 0 waits forever",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.FirstRequest }, min: 0, max: hour, note: "0 = off"},
 	},
 	{
-		key: "server.body_timeout_ms", env: "DFKV_TCP_BODY_TIMEOUT_MS", flag: "body-timeout-ms", roles: roleServer,
+		key: "server.body_timeout_ms", oldEnv: "DFKV_TCP_BODY_TIMEOUT_MS", roles: roleServer,
 		def:   "60000",
 		help:  "milliseconds a request's body (a PUT's value, a batch) may take to arrive after its header, so a stalled client cannot hold a RAM-tier slot or buffer",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.BodyTimeout }, min: 1, max: hour},
 	},
 	{
-		key: "server.metrics_first_request_ms", env: "DFKV_METRICS_FIRST_REQ_MS", flag: "metrics-first-request-ms", roles: roleServer,
+		key: "server.metrics_first_request_ms", oldEnv: "DFKV_METRICS_FIRST_REQ_MS", roles: roleServer,
 		def:   "30000",
 		help:  "milliseconds an HTTP (metrics/health) connection may take to send its request headers; 0 waits forever",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.MetricsFirstRequest }, min: 0, max: hour, note: "0 = off"},
 	},
 	{
-		key: "server.shutdown_timeout_ms", env: "DFKV_SHUTDOWN_TIMEOUT_MS", flag: "shutdown-timeout-ms", roles: roleServer,
+		key: "server.shutdown_timeout_ms", oldEnv: "DFKV_SHUTDOWN_TIMEOUT_MS", roles: roleServer,
 		def:   "30000",
 		help:  "milliseconds SIGTERM waits for in-flight requests",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.ShutdownTimeout }, min: 1, max: hour},
 	},
 	{
-		key: "server.tenant_quotas_file", env: "DFKV_TENANT_QUOTAS_FILE", flag: "tenant-quotas-file", roles: roleServer,
+		key: "server.tenant_quotas_file", oldEnv: "DFKV_TENANT_QUOTAS_FILE", roles: roleServer,
 		def:   "",
 		help:  "TOML file of per-tenant byte quotas for this node ([tenants] name = size); empty = none",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.TenantQuotasFile }, ok: func(string) error { return nil }, text: "a file path, or empty"},
 	},
 	{
-		key: "server.tenant_default_quota_bytes", env: "DFKV_TENANT_DEFAULT_QUOTA_BYTES", flag: "tenant-default-quota", roles: roleServer,
+		key: "server.tenant_default_quota_bytes", oldEnv: "DFKV_TENANT_DEFAULT_QUOTA_BYTES", oldFlag: "tenant-default-quota", roles: roleServer,
 		def:   "0",
 		help:  "byte quota per node of every tenant the quotas file does not list; 0 = unlimited",
 		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.TenantDefaultQuotaBytes }, min: 0, max: math.MaxUint64, note: "0 (unlimited) or a size such as 100GiB"},
 	},
 
 	{
-		key: "client.members", env: "DFKV_MEMBERS", flag: "members", roles: roleTools,
+		key: "client.members", oldEnv: "DFKV_MEMBERS", roles: roleTools,
 		def:   "127.0.0.1:7600",
 		help:  "static member list of cache nodes (env and flag: comma list; the flag may repeat)",
 		value: listValue{field: func(c *Config) *[]string { return &c.Client.Members }, ok: checkMembers, text: "one or more host:port with port 1..65535, none named twice"},
 	},
 	{
-		key: "client.mds", env: "DFKV_MDS_ADDRS", flag: "mds", roles: roleTools,
+		key: "client.mds", oldEnv: "DFKV_MDS_ADDRS", roles: roleTools,
 		def:   "",
 		help:  "MDS addresses to discover members from; when set, client.members is ignored (env: comma list)",
 		value: listValue{field: func(c *Config) *[]string { return &c.Client.MDS }, ok: checkAddrs, text: "empty, or host:port addresses, none named twice", optional: true},
 	},
 	{
-		key: "client.mds_poll_ms", env: "DFKV_MDS_POLL_MS", flag: "mds-poll-ms", roles: roleTools,
+		key: "client.mds_poll_ms", oldEnv: "DFKV_MDS_POLL_MS", roles: roleTools,
 		def:   "500",
 		help:  "milliseconds between member-list checks with the MDS",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Client.MDSPoll }, min: 50, max: 60000},
 	},
 	{
-		key: "client.namespace", env: "DFKV_NAMESPACE", flag: "namespace", roles: roleTools,
+		key: "client.namespace", oldEnv: "DFKV_NAMESPACE", roles: roleTools,
 		def:   "dfkv-tools",
 		help:  "namespace bytes the tools address blocks in",
 		value: stringValue{field: func(c *Config) *string { return &c.Client.Namespace }, ok: checkNamespace, text: "1..4096 bytes"},
 	},
 	{
-		key: "client.timeout_ms", env: "DFKV_CLIENT_TIMEOUT_MS", flag: "timeout-ms", roles: roleTools,
+		key: "client.timeout_ms", roles: roleTools,
 		def:   "10000",
 		help:  "milliseconds one request may take",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Client.Timeout }, min: 1, max: hour},
 	},
 	{
-		key: "client.dial_timeout_ms", env: "DFKV_CLIENT_DIAL_TIMEOUT_MS", flag: "dial-timeout-ms", roles: roleTools,
+		key: "client.dial_timeout_ms", roles: roleTools,
 		def:   "2000",
 		help:  "milliseconds a connect may take",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Client.DialTimeout }, min: 1, max: 600000},
 	},
 	{
-		key: "client.pool_size", env: "DFKV_CLIENT_POOL_SIZE", flag: "pool-size", roles: roleTools,
+		key: "client.pool_size", roles: roleTools,
 		def:   "16",
 		help:  "idle connections kept per node",
 		value: intValue{field: func(c *Config) *int { return &c.Client.PoolSize }, min: 1, max: 1024},
 	},
 	{
-		key: "client.batch_concurrency", env: "DFKV_BATCH_CONCURRENCY", flag: "batch-concurrency", roles: roleTools,
+		key: "client.batch_concurrency", oldEnv: "DFKV_BATCH_CONCURRENCY", roles: roleTools,
 		def:   "8",
 		help:  "nodes one batch talks to at once",
 		value: intValue{field: func(c *Config) *int { return &c.Client.BatchConcurrency }, min: 1, max: 256},
 	},
 
 	{
-		key: "mds.listen", env: "DFKV_MDS_LISTEN", flag: "listen", roles: roleMDS,
+		key: "mds.listen", roles: roleMDS,
 		def:   "127.0.0.1:7700",
 		help:  "address of the MDS control protocol",
 		value: stringValue{field: func(c *Config) *string { return &c.MDS.Listen }, ok: checkListen, text: "host:port (port 0..65535)"},
 	},
 	{
-		key: "mds.http_listen", env: "DFKV_MDS_HTTP_LISTEN", flag: "http-listen", roles: roleMDS,
+		key: "mds.http_listen", roles: roleMDS,
 		def:   "127.0.0.1:7780",
 		help:  "address of the MDS /healthz, /readyz, /members and /metrics; empty = off",
 		value: stringValue{field: func(c *Config) *string { return &c.MDS.HTTPListen }, ok: checkHTTPListen, text: "empty, or host:port (port 0..65535)"},
 	},
 	{
-		key: "mds.etcd_endpoints", env: "DFKV_ETCD_ENDPOINTS", flag: "etcd", roles: roleMDS,
+		key: "mds.etcd_endpoints", oldEnv: "DFKV_ETCD_ENDPOINTS", oldFlag: "etcd", roles: roleMDS,
 		def:   "",
 		help:  "etcd endpoints holding the directory (production); empty = an embedded bbolt file at mds.db_path",
 		value: listValue{field: func(c *Config) *[]string { return &c.MDS.EtcdEndpoints }, ok: checkEtcdEndpoints, text: "empty, or host:port / http(s)://host:port endpoints", optional: true},
 	},
 	{
-		key: "mds.etcd_prefix", env: "DFKV_ETCD_PREFIX", flag: "etcd-prefix", roles: roleMDS,
+		key: "mds.etcd_prefix", oldEnv: "DFKV_ETCD_PREFIX", roles: roleMDS,
 		def:   "/dfkv",
 		help:  "etcd key prefix under which the directory lives",
 		value: stringValue{field: func(c *Config) *string { return &c.MDS.EtcdPrefix }, ok: checkEtcdPrefix, text: "a path starting with / and not ending with /"},
 	},
 	{
-		key: "mds.db_path", env: "DFKV_MDS_DB", flag: "db", roles: roleMDS,
+		key: "mds.db_path", oldEnv: "DFKV_MDS_DB", oldFlag: "db", roles: roleMDS,
 		def:   "./dfkv-data/mds.db",
 		help:  "bbolt file of the directory when no etcd endpoints are set",
 		value: stringValue{field: func(c *Config) *string { return &c.MDS.DBPath }, ok: checkNonEmpty, text: "a file path"},
 	},
 	{
-		key: "mds.heartbeat_ttl_ms", env: "DFKV_MDS_HEARTBEAT_TTL_MS", flag: "heartbeat-ttl-ms", roles: roleMDS,
+		key: "mds.heartbeat_ttl_ms", roles: roleMDS,
 		def:   "10000",
 		help:  "milliseconds a node may stay silent before the directory drops it; nodes heartbeat at a third of it",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.MDS.HeartbeatTTL }, min: 2000, max: 600000},
 	},
 	{
-		key: "mds.first_request_ms", env: "DFKV_MDS_FIRST_REQ_MS", flag: "first-request-ms", roles: roleMDS,
+		key: "mds.first_request_ms", oldEnv: "DFKV_MDS_FIRST_REQ_MS", roles: roleMDS,
 		def:   "30000",
 		help:  "milliseconds a control connection may take to send each request whole (the first, and every one after it); 0 waits forever",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.MDS.FirstRequest }, min: 0, max: hour, note: "0 = off"},
 	},
 	{
-		key: "mds.metrics_first_request_ms", env: "DFKV_METRICS_FIRST_REQ_MS", flag: "metrics-first-request-ms", roles: roleMDS,
+		key: "mds.metrics_first_request_ms", oldEnv: "DFKV_METRICS_FIRST_REQ_MS", roles: roleMDS,
 		def:   "30000",
 		help:  "milliseconds an HTTP connection to the MDS may take to send its request headers; 0 waits forever",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.MDS.MetricsFirstRequest }, min: 0, max: hour, note: "0 = off"},
 	},
 	{
-		key: "mds.probe_cache_ms", env: "DFKV_MDS_PROBE_CACHE_MS", flag: "probe-cache-ms", roles: roleMDS,
+		key: "mds.probe_cache_ms", roles: roleMDS,
 		def:   "2500",
 		help:  "milliseconds /readyz reuses an etcd reachability probe; 0 probes on every request",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.MDS.ProbeCache }, min: 0, max: 600000, note: "0 = probe every request"},
 	},
 
 	{
-		key: "log.level", env: "DFKV_LOG_LEVEL", flag: "log-level", roles: roleAll,
+		key: "log.level", roles: roleAll,
 		def:   "info",
 		help:  "least severe log level written",
 		value: stringValue{field: func(c *Config) *string { return &c.Log.Level }, ok: oneOf("debug", "info", "warn", "error"), text: "debug, info, warn, error"},
 	},
 	{
-		key: "log.format", env: "DFKV_LOG_FORMAT", flag: "log-format", roles: roleAll,
+		key: "log.format", roles: roleAll,
 		def:   "text",
 		help:  "log line format",
 		value: stringValue{field: func(c *Config) *string { return &c.Log.Format }, ok: oneOf("text", "json"), text: "text, json"},

@@ -5,74 +5,74 @@ import (
 	"testing"
 )
 
-// TestSettingsTable pins each row's names, roles and default, which roles,
-// scripts and operators rely on.
+// TestSettingsTable pins each row's names, the earlier names it still
+// accepts, its roles and default, which roles, scripts and operators rely on.
 func TestSettingsTable(t *testing.T) {
 	const all = "server, mds, smoke, bench, ctl"
 	const tools = "smoke, bench, ctl"
-	want := [][5]string{ // key, env, flag, roles, default
-		{"group", "DFKV_GROUP", "group", all, "default"},
-		{"server.id", "DFKV_SERVER_ID", "id", "server", ""},
-		{"server.listen", "DFKV_LISTEN", "listen", "server", "127.0.0.1:7600"},
-		{"server.http_listen", "DFKV_HTTP_LISTEN", "http-listen", "server", "127.0.0.1:7680"},
-		{"server.advertise_addr", "DFKV_ADVERTISE_ADDR", "advertise-addr", "server", ""},
-		{"server.weight", "DFKV_SERVER_WEIGHT", "weight", "server", "1"},
-		{"server.mds", "DFKV_MDS_ADDRS", "mds", "server", ""},
-		{"server.disks", "DFKV_DISKS", "disk", "server", "./dfkv-data/disk0"},
-		{"server.disk_capacity_bytes", "DFKV_DISK_CAPACITY_BYTES", "disk-capacity", "server", "0"},
-		{"server.store_engine", "DFKV_STORE_ENGINE", "store-engine", "server", "slab"},
-		{"server.slab_extent_bytes", "DFKV_SLAB_EXTENT_BYTES", "slab-extent-bytes", "server", "0"},
-		{"server.scrub_bytes_per_second", "DFKV_SCRUB_BYTES_PER_SECOND", "scrub-rate", "server", "64MiB"},
-		{"server.scrub_interval_hours", "DFKV_SCRUB_INTERVAL_HOURS", "scrub-interval-hours", "server", "168"},
-		{"server.uring", "DFKV_SERVER_URING", "uring", "server", "1"},
-		{"server.pprof", "DFKV_PPROF", "pprof", "server", "0"},
-		{"server.ram_tier", "DFKV_RAM_TIER", "ram-tier", "server", "0"},
-		{"server.ram_tier_bytes", "DFKV_RAM_TIER_BYTES", "ram-tier-bytes", "server", "0"},
-		{"server.ram_write_mode", "DFKV_RAM_WRITE_MODE", "ram-write-mode", "server", "writeback"},
-		{"server.put_ack_mode", "DFKV_PUT_ACK_MODE", "put-ack-mode", "server", "ram"},
-		{"server.ram_flush_threads", "DFKV_RAM_FLUSH_THREADS", "ram-flush-threads", "server", "0"},
-		{"server.ram_flush_delay_ms", "DFKV_RAM_FLUSH_DELAY_MS", "ram-flush-delay-ms", "server", "0"},
-		{"server.ram_tier_shards", "DFKV_RAM_TIER_SHARDS", "ram-tier-shards", "server", "8"},
-		{"server.ram_tier_large_reserve_bytes", "DFKV_RAM_TIER_LARGE_RESERVE_BYTES", "ram-tier-large-reserve-bytes", "server", "auto"},
-		{"server.ram_tier_numa", "DFKV_RAM_TIER_NUMA", "ram-tier-numa", "server", "interleave"},
-		{"server.read_coalesce", "DFKV_READ_COALESCE", "read-coalesce", "server", "1"},
-		{"server.max_block_bytes", "DFKV_MAX_BLOCK_BYTES", "max-block-bytes", "server, " + tools, "64MiB"},
-		{"server.max_batch_items", "DFKV_MAX_BATCH_ITEMS", "max-batch-items", "server", "4096"},
-		{"server.max_conns", "DFKV_MAX_CONNS", "max-conns", "server", "4096"},
-		{"server.buffer_budget_bytes", "DFKV_BUFFER_BUDGET_BYTES", "buffer-budget", "server", "0"},
-		{"server.socket_buffer_bytes", "DFKV_SOCKET_BUFFER_BYTES", "socket-buffer", "server", "0"},
-		{"server.first_request_ms", "DFKV_TCP_FIRST_REQ_MS", "first-request-ms", "server", "30000"},
-		{"server.body_timeout_ms", "DFKV_TCP_BODY_TIMEOUT_MS", "body-timeout-ms", "server", "60000"},
-		{"server.metrics_first_request_ms", "DFKV_METRICS_FIRST_REQ_MS", "metrics-first-request-ms", "server", "30000"},
-		{"server.shutdown_timeout_ms", "DFKV_SHUTDOWN_TIMEOUT_MS", "shutdown-timeout-ms", "server", "30000"},
-		{"server.tenant_quotas_file", "DFKV_TENANT_QUOTAS_FILE", "tenant-quotas-file", "server", ""},
-		{"server.tenant_default_quota_bytes", "DFKV_TENANT_DEFAULT_QUOTA_BYTES", "tenant-default-quota", "server", "0"},
-		{"client.members", "DFKV_MEMBERS", "members", tools, "127.0.0.1:7600"},
-		{"client.mds", "DFKV_MDS_ADDRS", "mds", tools, ""},
-		{"client.mds_poll_ms", "DFKV_MDS_POLL_MS", "mds-poll-ms", tools, "500"},
-		{"client.namespace", "DFKV_NAMESPACE", "namespace", tools, "dfkv-tools"},
-		{"client.timeout_ms", "DFKV_CLIENT_TIMEOUT_MS", "timeout-ms", tools, "10000"},
-		{"client.dial_timeout_ms", "DFKV_CLIENT_DIAL_TIMEOUT_MS", "dial-timeout-ms", tools, "2000"},
-		{"client.pool_size", "DFKV_CLIENT_POOL_SIZE", "pool-size", tools, "16"},
-		{"client.batch_concurrency", "DFKV_BATCH_CONCURRENCY", "batch-concurrency", tools, "8"},
-		{"mds.listen", "DFKV_MDS_LISTEN", "listen", "mds", "127.0.0.1:7700"},
-		{"mds.http_listen", "DFKV_MDS_HTTP_LISTEN", "http-listen", "mds", "127.0.0.1:7780"},
-		{"mds.etcd_endpoints", "DFKV_ETCD_ENDPOINTS", "etcd", "mds", ""},
-		{"mds.etcd_prefix", "DFKV_ETCD_PREFIX", "etcd-prefix", "mds", "/dfkv"},
-		{"mds.db_path", "DFKV_MDS_DB", "db", "mds", "./dfkv-data/mds.db"},
-		{"mds.heartbeat_ttl_ms", "DFKV_MDS_HEARTBEAT_TTL_MS", "heartbeat-ttl-ms", "mds", "10000"},
-		{"mds.first_request_ms", "DFKV_MDS_FIRST_REQ_MS", "first-request-ms", "mds", "30000"},
-		{"mds.metrics_first_request_ms", "DFKV_METRICS_FIRST_REQ_MS", "metrics-first-request-ms", "mds", "30000"},
-		{"mds.probe_cache_ms", "DFKV_MDS_PROBE_CACHE_MS", "probe-cache-ms", "mds", "2500"},
-		{"log.level", "DFKV_LOG_LEVEL", "log-level", all, "info"},
-		{"log.format", "DFKV_LOG_FORMAT", "log-format", all, "text"},
+	want := [][7]string{ // key, env, flag, old env, old flag, roles, default
+		{"group", "DFKV_GROUP", "group", "", "", all, "default"},
+		{"server.id", "DFKV_SERVER_ID", "id", "", "", "server", ""},
+		{"server.listen", "DFKV_SERVER_LISTEN", "listen", "DFKV_LISTEN", "", "server", "127.0.0.1:7600"},
+		{"server.http_listen", "DFKV_SERVER_HTTP_LISTEN", "http-listen", "DFKV_HTTP_LISTEN", "", "server", "127.0.0.1:7680"},
+		{"server.advertise_addr", "DFKV_SERVER_ADVERTISE_ADDR", "advertise-addr", "DFKV_ADVERTISE_ADDR", "", "server", ""},
+		{"server.weight", "DFKV_SERVER_WEIGHT", "weight", "", "", "server", "1"},
+		{"server.mds", "DFKV_SERVER_MDS", "mds", "DFKV_MDS_ADDRS", "", "server", ""},
+		{"server.disks", "DFKV_SERVER_DISKS", "disks", "DFKV_DISKS", "disk", "server", "./dfkv-data/disk0"},
+		{"server.disk_capacity_bytes", "DFKV_SERVER_DISK_CAPACITY_BYTES", "disk-capacity-bytes", "DFKV_DISK_CAPACITY_BYTES", "disk-capacity", "server", "0"},
+		{"server.store_engine", "DFKV_SERVER_STORE_ENGINE", "store-engine", "DFKV_STORE_ENGINE", "", "server", "slab"},
+		{"server.slab_extent_bytes", "DFKV_SERVER_SLAB_EXTENT_BYTES", "slab-extent-bytes", "DFKV_SLAB_EXTENT_BYTES", "", "server", "0"},
+		{"server.scrub_bytes_per_second", "DFKV_SERVER_SCRUB_BYTES_PER_SECOND", "scrub-bytes-per-second", "DFKV_SCRUB_BYTES_PER_SECOND", "scrub-rate", "server", "64MiB"},
+		{"server.scrub_interval_hours", "DFKV_SERVER_SCRUB_INTERVAL_HOURS", "scrub-interval-hours", "DFKV_SCRUB_INTERVAL_HOURS", "", "server", "168"},
+		{"server.uring", "DFKV_SERVER_URING", "uring", "", "", "server", "1"},
+		{"server.pprof", "DFKV_SERVER_PPROF", "pprof", "DFKV_PPROF", "", "server", "0"},
+		{"server.ram_tier", "DFKV_SERVER_RAM_TIER", "ram-tier", "DFKV_RAM_TIER", "", "server", "0"},
+		{"server.ram_tier_bytes", "DFKV_SERVER_RAM_TIER_BYTES", "ram-tier-bytes", "DFKV_RAM_TIER_BYTES", "", "server", "0"},
+		{"server.ram_write_mode", "DFKV_SERVER_RAM_WRITE_MODE", "ram-write-mode", "DFKV_RAM_WRITE_MODE", "", "server", "writeback"},
+		{"server.put_ack_mode", "DFKV_SERVER_PUT_ACK_MODE", "put-ack-mode", "DFKV_PUT_ACK_MODE", "", "server", "ram"},
+		{"server.ram_flush_threads", "DFKV_SERVER_RAM_FLUSH_THREADS", "ram-flush-threads", "DFKV_RAM_FLUSH_THREADS", "", "server", "0"},
+		{"server.ram_flush_delay_ms", "DFKV_SERVER_RAM_FLUSH_DELAY_MS", "ram-flush-delay-ms", "DFKV_RAM_FLUSH_DELAY_MS", "", "server", "0"},
+		{"server.ram_tier_shards", "DFKV_SERVER_RAM_TIER_SHARDS", "ram-tier-shards", "DFKV_RAM_TIER_SHARDS", "", "server", "8"},
+		{"server.ram_tier_large_reserve_bytes", "DFKV_SERVER_RAM_TIER_LARGE_RESERVE_BYTES", "ram-tier-large-reserve-bytes", "DFKV_RAM_TIER_LARGE_RESERVE_BYTES", "", "server", "auto"},
+		{"server.ram_tier_numa", "DFKV_SERVER_RAM_TIER_NUMA", "ram-tier-numa", "DFKV_RAM_TIER_NUMA", "", "server", "interleave"},
+		{"server.read_coalesce", "DFKV_SERVER_READ_COALESCE", "read-coalesce", "DFKV_READ_COALESCE", "", "server", "1"},
+		{"server.max_block_bytes", "DFKV_SERVER_MAX_BLOCK_BYTES", "max-block-bytes", "DFKV_MAX_BLOCK_BYTES", "", "server, " + tools, "64MiB"},
+		{"server.max_batch_items", "DFKV_SERVER_MAX_BATCH_ITEMS", "max-batch-items", "DFKV_MAX_BATCH_ITEMS", "", "server", "4096"},
+		{"server.max_conns", "DFKV_SERVER_MAX_CONNS", "max-conns", "DFKV_MAX_CONNS", "", "server", "4096"},
+		{"server.buffer_budget_bytes", "DFKV_SERVER_BUFFER_BUDGET_BYTES", "buffer-budget-bytes", "DFKV_BUFFER_BUDGET_BYTES", "buffer-budget", "server", "0"},
+		{"server.socket_buffer_bytes", "DFKV_SERVER_SOCKET_BUFFER_BYTES", "socket-buffer-bytes", "DFKV_SOCKET_BUFFER_BYTES", "socket-buffer", "server", "0"},
+		{"server.first_request_ms", "DFKV_SERVER_FIRST_REQUEST_MS", "first-request-ms", "DFKV_TCP_FIRST_REQ_MS", "", "server", "30000"},
+		{"server.body_timeout_ms", "DFKV_SERVER_BODY_TIMEOUT_MS", "body-timeout-ms", "DFKV_TCP_BODY_TIMEOUT_MS", "", "server", "60000"},
+		{"server.metrics_first_request_ms", "DFKV_SERVER_METRICS_FIRST_REQUEST_MS", "metrics-first-request-ms", "DFKV_METRICS_FIRST_REQ_MS", "", "server", "30000"},
+		{"server.shutdown_timeout_ms", "DFKV_SERVER_SHUTDOWN_TIMEOUT_MS", "shutdown-timeout-ms", "DFKV_SHUTDOWN_TIMEOUT_MS", "", "server", "30000"},
+		{"server.tenant_quotas_file", "DFKV_SERVER_TENANT_QUOTAS_FILE", "tenant-quotas-file", "DFKV_TENANT_QUOTAS_FILE", "", "server", ""},
+		{"server.tenant_default_quota_bytes", "DFKV_SERVER_TENANT_DEFAULT_QUOTA_BYTES", "tenant-default-quota-bytes", "DFKV_TENANT_DEFAULT_QUOTA_BYTES", "tenant-default-quota", "server", "0"},
+		{"client.members", "DFKV_CLIENT_MEMBERS", "members", "DFKV_MEMBERS", "", tools, "127.0.0.1:7600"},
+		{"client.mds", "DFKV_CLIENT_MDS", "mds", "DFKV_MDS_ADDRS", "", tools, ""},
+		{"client.mds_poll_ms", "DFKV_CLIENT_MDS_POLL_MS", "mds-poll-ms", "DFKV_MDS_POLL_MS", "", tools, "500"},
+		{"client.namespace", "DFKV_CLIENT_NAMESPACE", "namespace", "DFKV_NAMESPACE", "", tools, "dfkv-tools"},
+		{"client.timeout_ms", "DFKV_CLIENT_TIMEOUT_MS", "timeout-ms", "", "", tools, "10000"},
+		{"client.dial_timeout_ms", "DFKV_CLIENT_DIAL_TIMEOUT_MS", "dial-timeout-ms", "", "", tools, "2000"},
+		{"client.pool_size", "DFKV_CLIENT_POOL_SIZE", "pool-size", "", "", tools, "16"},
+		{"client.batch_concurrency", "DFKV_CLIENT_BATCH_CONCURRENCY", "batch-concurrency", "DFKV_BATCH_CONCURRENCY", "", tools, "8"},
+		{"mds.listen", "DFKV_MDS_LISTEN", "listen", "", "", "mds", "127.0.0.1:7700"},
+		{"mds.http_listen", "DFKV_MDS_HTTP_LISTEN", "http-listen", "", "", "mds", "127.0.0.1:7780"},
+		{"mds.etcd_endpoints", "DFKV_MDS_ETCD_ENDPOINTS", "etcd-endpoints", "DFKV_ETCD_ENDPOINTS", "etcd", "mds", ""},
+		{"mds.etcd_prefix", "DFKV_MDS_ETCD_PREFIX", "etcd-prefix", "DFKV_ETCD_PREFIX", "", "mds", "/dfkv"},
+		{"mds.db_path", "DFKV_MDS_DB_PATH", "db-path", "DFKV_MDS_DB", "db", "mds", "./dfkv-data/mds.db"},
+		{"mds.heartbeat_ttl_ms", "DFKV_MDS_HEARTBEAT_TTL_MS", "heartbeat-ttl-ms", "", "", "mds", "10000"},
+		{"mds.first_request_ms", "DFKV_MDS_FIRST_REQUEST_MS", "first-request-ms", "DFKV_MDS_FIRST_REQ_MS", "", "mds", "30000"},
+		{"mds.metrics_first_request_ms", "DFKV_MDS_METRICS_FIRST_REQUEST_MS", "metrics-first-request-ms", "DFKV_METRICS_FIRST_REQ_MS", "", "mds", "30000"},
+		{"mds.probe_cache_ms", "DFKV_MDS_PROBE_CACHE_MS", "probe-cache-ms", "", "", "mds", "2500"},
+		{"log.level", "DFKV_LOG_LEVEL", "log-level", "", "", all, "info"},
+		{"log.format", "DFKV_LOG_FORMAT", "log-format", "", "", all, "text"},
 	}
 	if len(settings) != len(want) {
 		t.Errorf("table has %d rows; want %d", len(settings), len(want))
 	}
 	for i := 0; i < len(settings) && i < len(want); i++ {
 		s := &settings[i]
-		got := [5]string{s.key, s.env, s.flag, s.roles.String(), s.def}
+		got := [7]string{s.key, s.env, s.flag, s.oldEnv, s.oldFlag, s.roles.String(), s.def}
 		if got != want[i] {
 			t.Errorf("row %d:\n got %q\nwant %q", i, got, want[i])
 		}
@@ -82,9 +82,8 @@ func TestSettingsTable(t *testing.T) {
 // TestSettingsTableWellFormed: names are unique and spelled alike, so the
 // env, flag and TOML bindings cannot collide, and every row has help.
 func TestSettingsTableWellFormed(t *testing.T) {
-	// Env names and flags may repeat only across rows of disjoint roles
-	// (server.mds and client.mds share DFKV_MDS_ADDRS and --mds); within
-	// one role every binding is unique.
+	// Flags may repeat only across rows of disjoint roles (server.mds and
+	// client.mds share --mds); within one role every binding is unique.
 	keys := map[string]bool{}
 	envs, flags := map[string]role{}, map[string]role{}
 	lastSection := ""
@@ -97,6 +96,9 @@ func TestSettingsTableWellFormed(t *testing.T) {
 		keys[s.key] = true
 		envs[s.env] |= s.roles
 		flags[s.flag] |= s.roles
+		if s.env != envName(s.key) || s.flag != flagName(s.key) {
+			t.Errorf("%s: env %s and flag %s do not follow from the key", s.key, s.env, s.flag)
+		}
 		if !strings.HasPrefix(s.env, "DFKV_") || strings.ToUpper(s.env) != s.env {
 			t.Errorf("%s: env %s is not DFKV_ upper case", s.key, s.env)
 		}
@@ -116,6 +118,17 @@ func TestSettingsTableWellFormed(t *testing.T) {
 				t.Errorf("%s: section [%s] split across the table", s.key, sec)
 			}
 			seenSection[sec], lastSection = true, sec
+		}
+	}
+	// An earlier name must not be a current name in the same role, or one
+	// spelling would set two settings.
+	for i := range settings {
+		s := &settings[i]
+		if s.oldEnv != "" && envs[s.oldEnv]&s.roles != 0 {
+			t.Errorf("%s: earlier env %s is a current env name in its roles", s.key, s.oldEnv)
+		}
+		if s.oldFlag != "" && flags[s.oldFlag]&s.roles != 0 {
+			t.Errorf("%s: earlier flag %s is a current flag in its roles", s.key, s.oldFlag)
 		}
 	}
 	for _, name := range append(append([]string{}, otherEnv...), notBuiltEnv...) {

@@ -10,8 +10,8 @@ func TestUnknownEnv(t *testing.T) {
 		"PATH=/bin",
 		"DFKV_SERVER_LISTEN=127.0.0.1:1", // a setting
 		"DFKV_CLIENT_MEMBERS=a:1",        // a setting of another role: still known
-		"DFKV_CONFIG=/x.toml",     // the config file
-		"DFKV_RDMA_DEV=mlx5_0",    // the original dfkv's name for a feature to come: warned as not built
+		"DFKV_CONFIG=/x.toml",            // the config file
+		"DFKV_RDMA_DEV=mlx5_0",           // the original dfkv's name for a feature to come: warned as not built
 		"DFKV_LIBRARY=/lib/libdfkv.so",
 		"DFKV_LISTN=127.0.0.1:1", // typo
 		"DFKV_BOGUS",             // no '='

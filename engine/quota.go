@@ -23,6 +23,11 @@ const quotaStripes = 256
 // together overshoot. GETs never touch quotas. Quotas are per node by
 // design, not a cluster-wide reservation protocol: a tenant with quota Q
 // may hold up to Q on every node.
+//
+// A listed limit of 0 means unlimited (it exempts that tenant from the
+// default). A limit lowered below what a tenant already holds applies to
+// new bytes only: the tenant is refused until its own removals or
+// evictions bring it under; nothing is evicted to meet it.
 type Quotas struct {
 	def    uint64            // limit of unlisted tenants; 0 = unlimited
 	limits map[uint64]uint64 // per-tenant limits; immutable after NewQuotas

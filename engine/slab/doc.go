@@ -301,6 +301,12 @@
 //   - A value larger than an extent is evicted as a whole when any of its
 //     pieces or its head is chosen: its eviction frees more than the
 //     slot that was wanted.
+//   - On ext4 mounted with online discard, the first write into each part
+//     of a fallocate'd extent converts it under the file's block-map lock
+//     with synchronous discards: a fresh 8 GiB disk filling with 64 KiB
+//     PUTs stalled up to 1.3 s (p99.9 718 ms) against 36 ms mounted
+//     nodiscard. Once every extent has been written the two are alike.
+//     The node warns about such a mount; trim with fstrim.timer instead.
 //   - PutBatch overlaps up to 8 items' writes when its keys are distinct
 //     and stores them one after another when a key repeats; it does no
 //     grouping beyond that.

@@ -40,12 +40,21 @@ def dtype_name(dtype: Any) -> str:
     return s[len("torch."):] if s.startswith("torch.") else s
 
 
-def setting(extra: Optional[Dict[str, Any]], name: str, env: Optional[str] = None, default: Any = None) -> Any:
-    """extra_config[name], else $env, else default."""
+# The environment names of the client settings, as the dfkv binary reads
+# them (DFKV_ and the TOML key), each followed by the earlier name that is
+# still accepted.
+ENV_MDS = ("DFKV_CLIENT_MDS", "DFKV_MDS_ADDRS")
+ENV_MEMBERS = ("DFKV_CLIENT_MEMBERS", "DFKV_MEMBERS")
+
+
+def setting(extra: Optional[Dict[str, Any]], name: str, env: Any = None, default: Any = None) -> Any:
+    """extra_config[name], else the first set of the environment variables
+    env names (one name or a tuple of them), else default."""
     if extra and extra.get(name) not in (None, ""):
         return extra[name]
-    if env and os.environ.get(env):
-        return os.environ[env]
+    for var in (env,) if isinstance(env, str) else (env or ()):
+        if os.environ.get(var):
+            return os.environ[var]
     return default
 
 
@@ -54,7 +63,8 @@ class Endpoints:
     the directory, so adding or replacing a node needs no engine restart)
     or, as the fallback, a static member list. From the engine's extra
     config (dfkv_mds, dfkv_members, dfkv_group) or the environment
-    (DFKV_MDS_ADDRS, DFKV_MEMBERS, DFKV_GROUP); an MDS wins over static
+    (DFKV_CLIENT_MDS, DFKV_CLIENT_MEMBERS, DFKV_GROUP; the earlier
+    DFKV_MDS_ADDRS and DFKV_MEMBERS still count); an MDS wins over static
     members when both are set, as in every dfkv role."""
 
     __slots__ = ("mds", "members", "group")
@@ -69,13 +79,13 @@ class Endpoints:
         the environment. Raises ValueError naming the settings when there
         is neither, so an engine refuses to start rather than running
         without its cache tier unnoticed."""
-        mds = mds or setting(extra, "dfkv_mds", "DFKV_MDS_ADDRS")
-        members = members or setting(extra, "dfkv_members", "DFKV_MEMBERS")
+        mds = mds or setting(extra, "dfkv_mds", ENV_MDS)
+        members = members or setting(extra, "dfkv_members", ENV_MEMBERS)
         group = setting(extra, "dfkv_group", "DFKV_GROUP")
         if not mds and not members:
             raise ValueError(f"{who}: no dfkv nodes configured; set dfkv_mds (an MDS list, host:port,...) "
                              "or dfkv_members (static nodes) in the engine's extra config, "
-                             "or DFKV_MDS_ADDRS / DFKV_MEMBERS in its environment")
+                             "or DFKV_CLIENT_MDS / DFKV_CLIENT_MEMBERS in its environment")
         return cls(_join(mds), _join(members), str(group) if group else None)
 
     def client_kwargs(self) -> Dict[str, Any]:

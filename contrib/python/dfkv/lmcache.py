@@ -30,7 +30,7 @@ LMCache builds a RemoteBackend per plugin name and asks the adapter for the
 URL ``plugin://dfkv``; ``dfkv.instance`` names (``plugin://dfkv.primary``)
 work too, with their settings under ``remote_storage_plugin.dfkv.primary.``.
 Every setting may instead be given unscoped as ``dfkv_<name>`` in
-extra_config or in the environment (DFKV_MDS_ADDRS, DFKV_MEMBERS,
+extra_config or in the environment (DFKV_CLIENT_MDS, DFKV_CLIENT_MEMBERS,
 DFKV_GROUP, DFKV_LIBRARY); ``remote_storage_plugin.dfkv.url:
 dfkv://host:port,host:port?tenant=t`` is also read. Names: ``mds``,
 ``members``, ``group``, ``tenant`` ("default"), ``model_revision`` (""),
@@ -453,7 +453,6 @@ def _release(objs: Any) -> None:
 
 # ---------------------------------------------------------------- connector
 
-_ENV = {"mds": "DFKV_MDS_ADDRS", "members": "DFKV_MEMBERS", "group": "DFKV_GROUP", "library": "DFKV_LIBRARY"}
 _NAMES = ("mds", "members", "group", "tenant", "model_revision", "library", "timeout_ms", "url")
 
 

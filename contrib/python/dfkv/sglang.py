@@ -27,9 +27,9 @@ Launch (README):
 ``"interface_v1": 1`` is what makes SGLang's controller call batch_get_v1 /
 batch_set_v1 (pages straight between dfkv and the host pool) for a dynamic
 backend; without it SGLang takes its generic path, one extra copy per page,
-and this backend logs a warning. ``dfkv_mds`` (or $DFKV_MDS_ADDRS) finds the
+and this backend logs a warning. ``dfkv_mds`` (or $DFKV_CLIENT_MDS) finds the
 nodes through an MDS and follows node changes without a restart;
-``dfkv_members`` (or $DFKV_MEMBERS) is a static list, used alone or as the
+``dfkv_members`` (or $DFKV_CLIENT_MEMBERS) is a static list, used alone or as the
 fallback when the MDS cannot be reached at open.
 
 Identity. The namespace is a canonical descriptor: tenant, model_name,
@@ -227,8 +227,8 @@ class _Plan:
 class DfkvHiCacheStorage(_HiCacheStorageBase):
     """HiCacheStorage on dfkv. Keys are SGLang's page hashes (strings).
 
-    extra_config settings (env fallback): dfkv_mds ($DFKV_MDS_ADDRS),
-    dfkv_members ($DFKV_MEMBERS), dfkv_group ($DFKV_GROUP), dfkv_tenant
+    extra_config settings (env fallback): dfkv_mds ($DFKV_CLIENT_MDS),
+    dfkv_members ($DFKV_CLIENT_MEMBERS), dfkv_group ($DFKV_GROUP), dfkv_tenant
     ("default"), dfkv_model_revision (""), dfkv_timeout_ms,
     dfkv_batch_concurrency, dfkv_library ($DFKV_LIBRARY),
     dfkv_reopen_interval_s (2: how often a failed open is retried),

@@ -19,8 +19,8 @@ Load it with
       "kv_connector_module_path": "dfkv.vllm", "kv_role": "kv_both",
       "kv_connector_extra_config": {"dfkv_mds": "10.0.0.9:7700", "dfkv_tenant": "team-a"}}'
 
-Nodes come from an MDS (dfkv_mds / $DFKV_MDS_ADDRS, optionally
-dfkv_group) or a static list (dfkv_members / $DFKV_MEMBERS); with both
+Nodes come from an MDS (dfkv_mds / $DFKV_CLIENT_MDS, optionally
+dfkv_group) or a static list (dfkv_members / $DFKV_CLIENT_MEMBERS); with both
 set, a failed open through the MDS falls back to the static list.
 
 Storage: per block. One object per (block hash, TP rank, PP rank, DCP

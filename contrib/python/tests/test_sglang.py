@@ -239,7 +239,8 @@ class IdentityTest(SGLangCase):
         self.assertIn(b"pool=mamba|", mla._plan_keys(mla._plans["mamba"], ["ab"])[0])
 
     def test_missing_endpoints_is_a_clear_error(self):
-        with mock.patch.dict(os.environ, {"DFKV_MEMBERS": "", "DFKV_MDS_ADDRS": ""}):
+        with mock.patch.dict(os.environ, {"DFKV_CLIENT_MEMBERS": "", "DFKV_CLIENT_MDS": "",
+                                          "DFKV_MEMBERS": "", "DFKV_MDS_ADDRS": ""}):
             with self.assertRaises(ValueError) as cm:
                 dsg.DfkvHiCacheStorage(self.config(extra_config={}), {})
         self.assertIn("dfkv_members", str(cm.exception))

@@ -1,5 +1,5 @@
 // Package enginetest is the conformance suite every engine.StoreEngine runs
-// (the file engine now, the slab engine next), in the way bbolt runs one
+// (the slab and file engines and the RAM tier), in the way bbolt runs one
 // suite over both freelists and etcd ships wal/testing. The range contract
 // every engine shares is written down here once.
 //

@@ -1,5 +1,5 @@
-// Package file is the diagnostic file engine ("file", KVStore in the
-// original dfkv): one file per block on one disk directory. It is simple
+// Package file is the diagnostic file engine (server.store_engine =
+// "file"): one file per block on one disk directory. It is simple
 // enough to check by hand with ls and cmp, which is what it is for; the slab
 // engine is the production default.
 //
@@ -74,5 +74,4 @@
 //   - A failed unlink during eviction drops the entry from the index anyway
 //     (so eviction can make progress) and counts an IO error; the orphan
 //     file is picked up again at the next Open.
-//   - Per-tenant byte accounting and quotas are not implemented yet.
 package file

@@ -1,5 +1,5 @@
-// Package slab is the production storage engine ("slab", DiskSlabStore in
-// the original dfkv): per disk a fixed pool of preallocated extent files,
+// Package slab is the production storage engine (server.store_engine =
+// "slab", the default): per disk a fixed pool of preallocated extent files,
 // carved by a deterministic size-class lattice into uniform slots, with one
 // CRC-protected 64-byte record per published slot in a preallocated slot
 // table, so a restart rebuilds millions of blocks in well under a second.

@@ -130,14 +130,6 @@ func NewLogger(lc config.Log, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// NotImplemented is the action of a role or verb that does not exist yet:
-// it says so plainly and exits non-zero.
-func NotImplemented(what, issue string) cli.ActionFunc {
-	return func(c *cli.Context) error {
-		return cli.Exit(fmt.Sprintf("dfkv %s: not implemented yet (tracked in %s)", what, issue), 3)
-	}
-}
-
 // OpenClient opens a client on the [client] settings.
 func OpenClient(cfg *config.Config, log *slog.Logger) (*client.Client, error) {
 	cc := cfg.Client

@@ -432,6 +432,32 @@ func TestTableAndHTMLWarnLoudly(t *testing.T) {
 	}
 }
 
+// TestHTMLEscapes: whatever a run echoes (the target, an operation's
+// name, an error from a peer) comes out as text, never as markup.
+func TestHTMLEscapes(t *testing.T) {
+	const evil = `<script>alert("x")</script>`
+	res := &Result{Config: ResultConfig{Workload: "put", Protocol: "redis", Target: evil, ValueSize: 4096, Concurrency: 1, Ops: 1},
+		ErrorCount: 1, Errors: map[string]uint64{"REDIS_ERR": 1}, ErrorSamples: []string{"PUT " + evil + ": ERR"},
+		Ops: []OpResult{{Op: evil, Count: 1, Curve: []CurvePoint{{Percentile: 0, Us: 5}, {Percentile: 90, Us: 9}}}}}
+	var hb bytes.Buffer
+	if err := res.WriteHTML(&hb); err != nil {
+		t.Fatal(err)
+	}
+	h := hb.String()
+	if strings.Contains(h, "<script") {
+		t.Fatalf("HTML report holds a script element:\n%s", h)
+	}
+	esc := `&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;`
+	for _, where := range []string{"target " + esc, "<td>" + esc + "</td>", "<code>PUT " + esc + ": ERR</code>", `dominant-baseline="middle">` + esc + "</text>"} {
+		if !strings.Contains(h, where) {
+			t.Errorf("HTML report lacks the escaped %q", where)
+		}
+	}
+	if n := strings.Count(h, "<svg"); n != 2 || !strings.Contains(h, "<polyline") {
+		t.Errorf("HTML report has %d plots, or no plot line", n)
+	}
+}
+
 // TestInterruptedRunIsNotAResult: a run cut short (SIGINT) ends promptly,
 // keeps what it measured, and is marked as not a result.
 func TestInterruptedRunIsNotAResult(t *testing.T) {

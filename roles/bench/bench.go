@@ -33,7 +33,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
@@ -304,9 +304,5 @@ func progressBar(w io.Writer, o Options) func(time.Duration, uint64, uint64, uin
 // device: /dev/null is one too).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -26,7 +26,8 @@
 //	}}
 //
 // Sizes are read by ParseSize (64MiB, 500GB, 4096); durations are whole
-// milliseconds in settings named *_ms and time.Duration in Config.
+// milliseconds in settings named *_ms, Go durations (10s, 1m30s) in the
+// bench's stage lengths, and time.Duration in Config.
 package config
 
 import "time"
@@ -40,6 +41,7 @@ type Config struct {
 	Server Server
 	Client Client
 	MDS    MDS
+	Bench  Bench
 	Log    Log
 }
 
@@ -108,6 +110,28 @@ type MDS struct {
 	// MetricsFirstRequest bounds how long an HTTP client may take to send
 	// its headers (mds.metrics_first_request_ms); 0 = off.
 	MetricsFirstRequest time.Duration
+}
+
+// Bench configures the load generator (dfkv bench). The checks that
+// involve other settings (addr only with redis or memcache, value size
+// within server.max_block_bytes, ops or duration) are bench's own.
+type Bench struct {
+	Workload      string        // put, get, exist, mixed, prefix
+	Protocol      string        // dfkv, redis, memcache
+	Addr          string        // redis or memcached server; empty for dfkv
+	ValueSize     uint64        // bytes per value (page size of the prefix workload)
+	Keys          int           // distinct keys
+	Concurrency   int           // workers, one connection each
+	Duration      time.Duration // measured stage; ignored when Ops > 0
+	Ops           int           // measured operations; 0 = measure for Duration
+	Warmup        time.Duration // unmeasured warm-up; 0 = none
+	Fill          Switch        // unmeasured fill; auto = for get, exist and mixed
+	MixedGetRatio float64       // fraction of GETs of the mixed workload
+	Sequences     int           // prefix: sequences
+	PagesPerSeq   int           // prefix: pages per sequence
+	SharedPrefix  float64       // prefix: fraction of leading pages all sequences share
+	KeyPrefix     string        // prefix of every key
+	Seed          uint64        // seed of key choice and value bytes
 }
 
 // Log configures log/slog output.

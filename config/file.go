@@ -178,8 +178,9 @@ func topLevelKeys() string {
 }
 
 // fromTOML turns a file value into set's input, and a display of it for
-// errors. Scalars may be TOML strings or integers ("64MiB" or 67108864);
-// lists must be arrays of strings.
+// errors. Scalars may be TOML strings or integers ("64MiB" or 67108864),
+// and also floats where the setting is a number with a fraction, and
+// booleans where it is a switch; lists must be arrays of strings.
 func fromTOML(s *setting, v any) (vals []string, raw string, err error) {
 	if s.value.list() {
 		arr, ok := v.([]any)
@@ -202,6 +203,22 @@ func fromTOML(s *setting, v any) (vals []string, raw string, err error) {
 	case int64:
 		n := strconv.FormatInt(x, 10)
 		return []string{n}, n, nil
+	case float64:
+		if _, ok := s.value.(floatValue); ok {
+			f := strconv.FormatFloat(x, 'g', -1, 64)
+			return []string{f}, f, nil
+		}
+	case bool:
+		if _, ok := s.value.(switchValue); ok {
+			b := strconv.FormatBool(x)
+			return []string{b}, b, nil
+		}
+	}
+	switch s.value.(type) {
+	case floatValue:
+		return nil, tomlDisplay(v), fmt.Errorf("is a TOML %s; want a number or a string", tomlType(v))
+	case switchValue:
+		return nil, tomlDisplay(v), fmt.Errorf("is a TOML %s; want a boolean or \"auto\"", tomlType(v))
 	}
 	return nil, tomlDisplay(v), fmt.Errorf("is a TOML %s; want a string or an integer", tomlType(v))
 }

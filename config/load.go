@@ -341,6 +341,10 @@ func noEffect(cfg *Config, values []resolvedValue) []string {
 	return warns
 }
 
+// Defaults returns the configuration of defaults alone, for a role that
+// needs to tell a setting left at its default from one given.
+func Defaults() *Config { return defaultConfig() }
+
 // defaultConfig is the configuration of defaults alone.
 func defaultConfig() *Config {
 	c := new(Config)
@@ -407,8 +411,15 @@ func unspecifiedHost(addr string) bool {
 // what would be right. For example:
 //
 //	server.max_block_bytes (DFKV_SERVER_MAX_BLOCK_BYTES) from env: "9TiB" is out of range; allowed 4KiB..1GiB
+//
+// A problem that already ends with what is allowed ("is not a workload;
+// valid workloads are put, get, …") is not followed by it a second time.
 func (s *setting) errorf(src source, raw string, problem error) error {
-	return fmt.Errorf("%s (%s) from %s: %s %v; allowed %s", s.key, s.env, src, raw, problem, s.value.allowed())
+	msg := fmt.Sprintf("%s (%s) from %s: %s %v", s.key, s.env, src, raw, problem)
+	if allowed := s.value.allowed(); !strings.HasSuffix(problem.Error(), allowed) {
+		msg += "; allowed " + allowed
+	}
+	return errors.New(msg)
 }
 
 // canonicalFlags returns flags keyed by each setting's current flag name,

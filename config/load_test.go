@@ -60,6 +60,22 @@ func TestDefaults(t *testing.T) {
 			ProbeCache:          2500 * time.Millisecond,
 			MetricsFirstRequest: 30 * time.Second,
 		},
+		Bench: Bench{
+			Workload:      "put",
+			Protocol:      "dfkv",
+			ValueSize:     1 << 20,
+			Keys:          1024,
+			Concurrency:   16,
+			Duration:      10 * time.Second,
+			Warmup:        time.Second,
+			Fill:          SwitchAuto,
+			MixedGetRatio: 0.9,
+			Sequences:     64,
+			PagesPerSeq:   16,
+			SharedPrefix:  0.5,
+			KeyPrefix:     "bench/",
+			Seed:          1,
+		},
 		Log: Log{Level: "info", Format: "text"},
 	}
 	for _, rn := range roleNames {
@@ -346,7 +362,7 @@ func TestErrors(t *testing.T) {
 
 	// Unknown keys.
 	f("unknown top-level key", in{file: "listen = \"x:1\"\n"},
-		`config file PATH: unknown key listen: no such setting (did you mean server.listen (DFKV_SERVER_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?); valid top-level keys are group, [server], [client], [mds], [log]`)
+		`config file PATH: unknown key listen: no such setting (did you mean server.listen (DFKV_SERVER_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?); valid top-level keys are group, [server], [client], [mds], [bench], [log]`)
 	f("unknown key in section", in{file: "[server]\nlistn = \"x:1\"\n"},
 		`config file PATH: unknown key server.listn in [server]: no such setting (did you mean server.listen (DFKV_SERVER_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?)`,
 		`valid keys in [server] are id, listen, http_listen, advertise_addr, weight, mds, disks, disk_capacity_bytes, store_engine, slab_extent_bytes, scrub_bytes_per_second, scrub_interval_hours, uring, pprof, ram_tier, ram_tier_bytes, ram_write_mode, put_ack_mode, ram_flush_threads, ram_flush_delay_ms, ram_tier_shards, ram_tier_large_reserve_bytes, ram_tier_numa, read_coalesce, max_block_bytes, max_batch_items, max_conns, buffer_budget_bytes, socket_buffer_bytes, first_request_ms, body_timeout_ms, metrics_first_request_ms, shutdown_timeout_ms, tenant_quotas_file, tenant_default_quota_bytes`)

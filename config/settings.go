@@ -55,13 +55,14 @@ func validRoles() string { return roleAll.String() }
 //
 // The env and flag names follow from the key (envName, flagName), so one
 // spelling serves everywhere. Names a setting had before that rule are
-// kept in oldEnv and oldFlag and still accepted, so no deployment breaks.
+// kept in oldEnv and oldFlag and still accepted, so no deployment breaks;
+// oldFlag also holds a one-letter short form (bench's -c).
 type setting struct {
 	key     string // TOML key, dotted: "server.listen"; a top-level key has no dot
 	env     string // environment variable: envName(key)
 	flag    string // flag name without dashes: flagName(key)
 	oldEnv  string // earlier environment variable, still read when env is unset
-	oldFlag string // earlier flag name, still accepted as an alias
+	oldFlag string // earlier or one-letter flag name, still accepted as an alias
 	roles   role   // roles that take it; only they read, check and print it
 	def     string // default, in the syntax of the env variable (a list: comma list)
 	help    string // one line for flag help and dfkv.example.toml
@@ -451,6 +452,103 @@ var settings = []setting{
 		def:   "2500",
 		help:  "milliseconds /readyz reuses an etcd reachability probe; 0 probes on every request",
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.MDS.ProbeCache }, min: 0, max: 600000, note: "0 = probe every request"},
+	},
+
+	{
+		key: "bench.workload", roles: roleBench,
+		def:   "put",
+		help:  "put, get, exist, mixed (GET with probability mixed_get_ratio, else PUT) or prefix (sequences of pages sharing a prefix, looked up as an inference engine does)",
+		value: stringValue{field: func(c *Config) *string { return &c.Bench.Workload }, ok: oneOfKind("workload", "put", "get", "exist", "mixed", "prefix"), text: "put, get, exist, mixed, prefix"},
+	},
+	{
+		key: "bench.protocol", roles: roleBench,
+		def:   "dfkv",
+		help:  "dfkv (the cluster of client.members or client.mds), redis or memcache (the server at bench.addr, for comparison)",
+		value: stringValue{field: func(c *Config) *string { return &c.Bench.Protocol }, ok: oneOfKind("protocol", "dfkv", "redis", "memcache"), text: "dfkv, redis, memcache"},
+	},
+	{
+		key: "bench.addr", roles: roleBench,
+		def:   "",
+		help:  "host:port of the redis or memcached server; only with protocol redis or memcache",
+		value: stringValue{field: func(c *Config) *string { return &c.Bench.Addr }, ok: checkPeerAddr, text: "empty, or host:port with port 1..65535"},
+	},
+	{
+		key: "bench.value_size", roles: roleBench,
+		def:   "1MiB",
+		help:  "bytes per value (the page size of the prefix workload); with protocol dfkv at most server.max_block_bytes",
+		value: sizeValue{field: func(c *Config) *uint64 { return &c.Bench.ValueSize }, min: 1, max: gib},
+	},
+	{
+		key: "bench.keys", roles: roleBench,
+		def:   "1024",
+		help:  "distinct keys, chosen uniformly at random",
+		value: intValue{field: func(c *Config) *int { return &c.Bench.Keys }, min: 1, max: 1000000000},
+	},
+	{
+		key: "bench.concurrency", oldFlag: "c", roles: roleBench,
+		def:   "16",
+		help:  "workers, each with its own connection (dfkv: the client pool grows to at least this)",
+		value: intValue{field: func(c *Config) *int { return &c.Bench.Concurrency }, min: 1, max: 4096},
+	},
+	{
+		key: "bench.duration", roles: roleBench,
+		def:   "10s",
+		help:  "length of the measured stage, such as 10s or 2m; ignored when ops is set",
+		value: durationValue{field: func(c *Config) *time.Duration { return &c.Bench.Duration }, min: time.Millisecond, max: 720 * time.Hour},
+	},
+	{
+		key: "bench.ops", roles: roleBench,
+		def:   "0",
+		help:  "measure this many operations (all workers together) instead of a duration; 0 measures for bench.duration",
+		value: intValue{field: func(c *Config) *int { return &c.Bench.Ops }, min: 0, max: 1000000000000},
+	},
+	{
+		key: "bench.warmup", roles: roleBench,
+		def:   "1s",
+		help:  "unmeasured warm-up before the measured stage, such as 1s; 0 skips it",
+		value: durationValue{field: func(c *Config) *time.Duration { return &c.Bench.Warmup }, min: 0, max: 720 * time.Hour},
+	},
+	{
+		key: "bench.fill", roles: roleBench,
+		def:   "auto",
+		help:  "PUT every key once before measuring, unmeasured; auto fills for get, exist and mixed (prefix always stores its sequences); the flag alone means true, --fill=false skips",
+		value: switchValue{field: func(c *Config) *Switch { return &c.Bench.Fill }},
+	},
+	{
+		key: "bench.mixed_get_ratio", roles: roleBench,
+		def:   "0.9",
+		help:  "fraction of GETs in the mixed workload",
+		value: floatValue{field: func(c *Config) *float64 { return &c.Bench.MixedGetRatio }, min: 0, max: 1},
+	},
+	{
+		key: "bench.sequences", roles: roleBench,
+		def:   "64",
+		help:  "prefix workload: number of sequences (the even ones are stored)",
+		value: intValue{field: func(c *Config) *int { return &c.Bench.Sequences }, min: 1, max: 1 << 20},
+	},
+	{
+		key: "bench.pages_per_seq", roles: roleBench,
+		def:   "16",
+		help:  "prefix workload: pages per sequence",
+		value: intValue{field: func(c *Config) *int { return &c.Bench.PagesPerSeq }, min: 1, max: 4096},
+	},
+	{
+		key: "bench.shared_prefix", roles: roleBench,
+		def:   "0.5",
+		help:  "prefix workload: fraction of each sequence's leading pages shared by all sequences",
+		value: floatValue{field: func(c *Config) *float64 { return &c.Bench.SharedPrefix }, min: 0, max: 1},
+	},
+	{
+		key: "bench.key_prefix", roles: roleBench,
+		def:   "bench/",
+		help:  "prefix of every key bench writes",
+		value: stringValue{field: func(c *Config) *string { return &c.Bench.KeyPrefix }, ok: checkKeyPrefix, text: "1..200 bytes without spaces or control characters"},
+	},
+	{
+		key: "bench.seed", roles: roleBench,
+		def:   "1",
+		help:  "seed of key choice and value bytes",
+		value: uintValue{field: func(c *Config) *uint64 { return &c.Bench.Seed }, min: 0, max: math.MaxUint64},
 	},
 
 	{

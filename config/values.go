@@ -457,3 +457,221 @@ func tomlArray(vals []string) string {
 	}
 	return "[" + strings.Join(q, ", ") + "]"
 }
+
+// uintValue is a count too large for an int, such as a random seed.
+type uintValue struct {
+	field    func(*Config) *uint64
+	min, max uint64
+}
+
+func (v uintValue) set(c *Config, vals []string) error {
+	t := strings.TrimSpace(vals[0])
+	if strings.HasPrefix(t, "-") {
+		return errors.New("is negative")
+	}
+	n, err := strconv.ParseUint(t, 10, 64)
+	if err != nil {
+		return errors.New("is not a whole number")
+	}
+	*v.field(c) = n
+	return nil
+}
+
+func (v uintValue) check(c *Config) error {
+	if n := *v.field(c); n < v.min || n > v.max {
+		return errOutOfRange
+	}
+	return nil
+}
+
+// format writes a TOML integer, or a string past what TOML integers hold
+// (int64), so --print-config output still loads.
+func (v uintValue) format(c *Config) string {
+	n := *v.field(c)
+	if n > math.MaxInt64 {
+		return tomlString(strconv.FormatUint(n, 10))
+	}
+	return strconv.FormatUint(n, 10)
+}
+
+func (v uintValue) allowed() string { return fmt.Sprintf("%d..%d", v.min, v.max) }
+func (uintValue) list() bool        { return false }
+
+// floatValue is a fraction or ratio. A TOML file may give it as a float
+// or an integer.
+type floatValue struct {
+	field    func(*Config) *float64
+	min, max float64
+}
+
+func (v floatValue) set(c *Config, vals []string) error {
+	f, err := strconv.ParseFloat(strings.TrimSpace(vals[0]), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return errors.New("is not a number")
+	}
+	*v.field(c) = f
+	return nil
+}
+
+func (v floatValue) check(c *Config) error {
+	if f := *v.field(c); f < v.min || f > v.max {
+		return errOutOfRange
+	}
+	return nil
+}
+
+func (v floatValue) format(c *Config) string { return strconv.FormatFloat(*v.field(c), 'g', -1, 64) }
+func (v floatValue) allowed() string         { return fmt.Sprintf("%g..%g", v.min, v.max) }
+func (floatValue) list() bool                { return false }
+
+// durationValue is a duration written as Go writes one (10s, 1m30s,
+// 500ms; a bare 0 too), for settings that are not *_ms: the bench's
+// stage lengths, which people think of in seconds and minutes.
+type durationValue struct {
+	field    func(*Config) *time.Duration
+	min, max time.Duration
+}
+
+func (v durationValue) set(c *Config, vals []string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(vals[0]))
+	if err != nil {
+		return errors.New("is not a duration such as 10s, 1m30s or 500ms")
+	}
+	*v.field(c) = d
+	return nil
+}
+
+func (v durationValue) check(c *Config) error {
+	if d := *v.field(c); d < v.min || d > v.max {
+		return errOutOfRange
+	}
+	return nil
+}
+
+func (v durationValue) format(c *Config) string { return tomlString(formatDuration(*v.field(c))) }
+func (v durationValue) allowed() string {
+	return formatDuration(v.min) + ".." + formatDuration(v.max)
+}
+func (durationValue) list() bool { return false }
+
+// formatDuration is time.Duration's String without the zero minutes and
+// seconds it appends to whole hours and minutes (24h, not 24h0m0s), which
+// time.ParseDuration reads back the same.
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// Switch is a setting that is on, off, or left to the role (auto), such
+// as whether bench fills the key space: by default that depends on the
+// workload, and the operator can still force it either way.
+type Switch int8
+
+const (
+	SwitchAuto Switch = iota // the role decides
+	SwitchOff
+	SwitchOn
+)
+
+// Or resolves s, with auto meaning def.
+func (s Switch) Or(def bool) bool {
+	switch s {
+	case SwitchOn:
+		return true
+	case SwitchOff:
+		return false
+	}
+	return def
+}
+
+// switchValue is a Switch: auto, or a boolean in any of the forms
+// parseSwitch reads (true/false, 1/0, yes/no, on/off). A TOML file may
+// give it as a boolean; its flag may stand alone (--fill is --fill=true).
+type switchValue struct {
+	field func(*Config) *Switch
+}
+
+func (v switchValue) set(c *Config, vals []string) error {
+	t := strings.TrimSpace(vals[0])
+	if strings.EqualFold(t, "auto") {
+		*v.field(c) = SwitchAuto
+		return nil
+	}
+	on, known := parseSwitch(t)
+	switch {
+	case t == "":
+		return errors.New("is empty")
+	case !known:
+		return errors.New("is not auto or a boolean")
+	case on:
+		*v.field(c) = SwitchOn
+	default:
+		*v.field(c) = SwitchOff
+	}
+	return nil
+}
+
+func (v switchValue) check(c *Config) error {
+	if s := *v.field(c); s != SwitchAuto && s != SwitchOn && s != SwitchOff {
+		return errOutOfRange
+	}
+	return nil
+}
+
+func (v switchValue) format(c *Config) string {
+	switch *v.field(c) {
+	case SwitchOn:
+		return "true"
+	case SwitchOff:
+		return "false"
+	}
+	return tomlString("auto")
+}
+
+func (switchValue) allowed() string { return "auto, true or false (also 1/0, yes/no, on/off)" }
+func (switchValue) list() bool      { return false }
+
+// oneOfKind is oneOf whose error names the kind of value and lists the
+// valid ones ("is not a workload; valid workloads are put, get"), for
+// settings whose values are words a user picks from a short list.
+func oneOfKind(kind string, words ...string) func(string) error {
+	ok := oneOf(words...)
+	return func(s string) error {
+		if ok(s) != nil {
+			return fmt.Errorf("is not a %s; valid %ss are %s", kind, kind, strings.Join(words, ", "))
+		}
+		return nil
+	}
+}
+
+// checkPeerAddr accepts empty (no peer) or host:port with a real port.
+func checkPeerAddr(s string) error {
+	if s == "" {
+		return nil
+	}
+	return checkHostPort(s, 1, false)
+}
+
+// checkKeyPrefix accepts 1..200 bytes without spaces or control
+// characters: the bench's keys must be valid memcached keys (at most 250
+// bytes, nothing below '!'), and the prefix leaves room for the rest.
+func checkKeyPrefix(s string) error {
+	if s == "" {
+		return errors.New("is empty")
+	}
+	if len(s) > 200 {
+		return fmt.Errorf("is %d bytes long (memcached keys hold at most 250)", len(s))
+	}
+	for i, r := range s {
+		if r <= ' ' || r == 0x7f {
+			return fmt.Errorf("has a space or control character at byte %d (memcached keys cannot hold them)", i+1)
+		}
+	}
+	return nil
+}

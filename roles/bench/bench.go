@@ -26,7 +26,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -34,7 +33,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
@@ -46,24 +45,11 @@ const (
 	exitUsage  = 2 // bad flags or configuration
 )
 
-func benchFlags() []cli.Flag {
+// outputFlags are the files one run writes its result to. They are not
+// settings (nothing to keep in a config file or the environment), so they
+// are bench's own flags, beside the [bench] settings of config.Flags.
+func outputFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "workload", Value: wPut, Usage: "put, get, exist, mixed or prefix"},
-		&cli.StringFlag{Name: "protocol", Value: "dfkv", Usage: "dfkv (the cluster in --members), redis or memcache (the server at --addr)"},
-		&cli.StringFlag{Name: "addr", Usage: "host:port of the redis or memcached server (--protocol redis|memcache)"},
-		&cli.StringFlag{Name: "value-size", Value: "1MiB", Usage: "bytes per value (the page size for --workload prefix), e.g. 4KiB, 64KiB, 1MiB"},
-		&cli.IntFlag{Name: "keys", Value: 1024, Usage: "number of distinct keys, chosen uniformly at random"},
-		&cli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 16, Usage: "workers, each with its own connection (dfkv: the client pool grows to at least this)"},
-		&cli.DurationFlag{Name: "duration", Value: 10 * time.Second, Usage: "length of the measured stage"},
-		&cli.Int64Flag{Name: "ops", Usage: "measure this many operations (all workers together) instead of --duration"},
-		&cli.DurationFlag{Name: "warmup", Value: time.Second, Usage: "unmeasured warm-up before the measured stage"},
-		&cli.BoolFlag{Name: "fill", Usage: "PUT every key once before measuring, unmeasured (default on for get, exist, mixed, off for put; --fill=false to skip)", DisableDefaultText: true},
-		&cli.Float64Flag{Name: "mixed-get-ratio", Value: 0.9, Usage: "fraction of GETs in --workload mixed"},
-		&cli.IntFlag{Name: "sequences", Value: 64, Usage: "prefix: number of sequences (the even ones are stored)"},
-		&cli.IntFlag{Name: "pages-per-seq", Value: 16, Usage: "prefix: pages per sequence"},
-		&cli.Float64Flag{Name: "shared-prefix", Value: 0.5, Usage: "prefix: fraction of each sequence's leading pages shared by all sequences"},
-		&cli.StringFlag{Name: "key-prefix", Value: "bench/", Usage: "prefix of every key bench writes"},
-		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of key choice and value bytes"},
 		&cli.StringFlag{Name: "json", Usage: "write the result as JSON to FILE (- for stdout; the table then goes to stderr)", TakesFile: true},
 		&cli.StringFlag{Name: "html", Usage: "write a self-contained HTML report with plots to FILE", TakesFile: true},
 	}
@@ -78,18 +64,23 @@ func Command() *cli.Command {
 		Description: "Runs fill (unmeasured, for get/exist/mixed), warm-up (unmeasured), then the measured stage.\n" +
 			"Prints a table; --json and --html write the full result. Exit status 1 when any operation\n" +
 			"failed (the counts are in the table's WARNING line and in the JSON \"errors\"), 2 on bad usage.\n" +
-			"--protocol redis|memcache --addr host:port measures a peer cache with the same workers.",
-		Flags:  append(config.Flags("bench"), benchFlags()...),
+			"--protocol redis|memcache --addr host:port measures a peer cache with the same workers.\n" +
+			"Every option but --json and --html is a [bench] setting: it may also come from the config\n" +
+			"file or the DFKV_BENCH_* environment, and --print-config shows where each came from.",
+		Flags:  append(config.Flags("bench"), outputFlags()...),
 		Action: action,
 	}
 }
 
 func action(c *cli.Context) error {
+	if err := fillValueApart(c); err != nil {
+		return err
+	}
 	cfg, log, done, err := rolekit.Load(c, "bench")
 	if err != nil || done {
 		return err
 	}
-	o, err := optionsFrom(c, cfg)
+	o, err := optionsFrom(cfg, c.String("json"), c.String("html"))
 	if err != nil {
 		return cli.Exit("dfkv bench: "+err.Error(), exitUsage)
 	}
@@ -172,98 +163,76 @@ func report(c *cli.Context, res *Result) error {
 	return nil
 }
 
-// optionsFrom reads and checks the bench flags.
-func optionsFrom(c *cli.Context, cfg *config.Config) (Options, error) {
+// fillValueApart refuses "--fill false": --fill is a boolean flag, so
+// its value must follow "=", and "false" would be taken as an argument
+// (refused anyway, but with a message that does not say why).
+func fillValueApart(c *cli.Context) error {
+	if c.NArg() == 0 || !c.IsSet("fill") {
+		return nil
+	}
+	switch w := strings.ToLower(c.Args().First()); w {
+	case "auto", "true", "false", "1", "0", "yes", "no", "on", "off":
+		return cli.Exit(fmt.Sprintf("dfkv bench: unexpected argument %q after --fill: give its value after \"=\", as --fill=%s (--fill alone means true)", c.Args().First(), w), exitUsage)
+	}
+	return nil
+}
+
+// optionsFrom turns the [bench] settings into Options, with the checks
+// that involve more than one setting (each alone was checked by Load)
+// and the two output files.
+func optionsFrom(cfg *config.Config, jsonPath, htmlPath string) (Options, error) {
+	b := &cfg.Bench
 	o := Options{
-		Workload:     c.String("workload"),
-		Protocol:     c.String("protocol"),
-		Keys:         c.Int("keys"),
-		Concurrency:  c.Int("concurrency"),
-		Duration:     c.Duration("duration"),
-		Ops:          c.Int64("ops"),
-		Warmup:       c.Duration("warmup"),
-		GetRatio:     c.Float64("mixed-get-ratio"),
-		KeyPrefix:    c.String("key-prefix"),
-		Seed:         c.Uint64("seed"),
-		Sequences:    c.Int("sequences"),
-		PagesPerSeq:  c.Int("pages-per-seq"),
-		SharedPrefix: c.Float64("shared-prefix"),
+		Workload:     b.Workload,
+		Protocol:     b.Protocol,
+		ValueSize:    int(b.ValueSize),
+		Keys:         b.Keys,
+		Concurrency:  b.Concurrency,
+		Duration:     b.Duration,
+		Ops:          int64(b.Ops),
+		Warmup:       b.Warmup,
+		GetRatio:     b.MixedGetRatio,
+		KeyPrefix:    b.KeyPrefix,
+		Seed:         b.Seed,
+		Sequences:    b.Sequences,
+		PagesPerSeq:  b.PagesPerSeq,
+		SharedPrefix: b.SharedPrefix,
+		// The prefix workload always stores its sequences: they are its
+		// premise. Otherwise auto fills where the workload reads keys.
+		Fill: b.Workload == wPrefix || b.Fill.Or(b.Workload == wGet || b.Workload == wExist || b.Workload == wMixed),
 	}
-	if c.IsSet("ops") && c.IsSet("duration") {
-		return o, fmt.Errorf("--ops %d and --duration %s both given: a run measures a number of operations or a length of time; give one", o.Ops, o.Duration)
+	if b.Ops > 0 && b.Duration != config.Defaults().Bench.Duration {
+		return o, fmt.Errorf("--ops %d and --duration %s both given (bench.ops, bench.duration): a run measures a number of operations or a length of time; give one", b.Ops, b.Duration)
 	}
-	switch o.Workload {
-	case wPut, wGet, wExist, wMixed, wPrefix:
-	default:
-		return o, fmt.Errorf("--workload %q: valid workloads are put, get, exist, mixed, prefix", o.Workload)
-	}
-	o.Fill = o.Workload == wGet || o.Workload == wExist || o.Workload == wMixed
-	if c.IsSet("fill") {
-		o.Fill = c.Bool("fill")
-	}
-	if o.Workload == wPrefix {
-		o.Fill = true // the stored sequences are the workload's premise
-	}
-	size, err := config.ParseSize(c.String("value-size"))
-	if err != nil {
-		return o, fmt.Errorf("--value-size: %v", err)
-	}
-	if size == 0 || size > 1<<30 {
-		return o, fmt.Errorf("--value-size %s: want 1 byte to 1GiB", c.String("value-size"))
-	}
-	o.ValueSize = int(size)
-	switch o.Protocol {
-	case "dfkv":
-		if c.IsSet("addr") {
-			return o, fmt.Errorf("--addr is for --protocol redis|memcache; give dfkv nodes with --members")
-		}
-		if size > cfg.Server.MaxBlockBytes {
-			return o, fmt.Errorf("--value-size %s exceeds max_block_bytes %s (DFKV_MAX_BLOCK_BYTES, --max-block-bytes)", config.FormatSize(size), config.FormatSize(cfg.Server.MaxBlockBytes))
-		}
-		o.Target = strings.Join(cfg.Client.Members, ",")
-		if len(cfg.Client.MDS) > 0 {
-			o.Target = "members from MDS " + strings.Join(cfg.Client.MDS, ",")
-		}
-	case "redis", "memcache":
-		o.Target = c.String("addr")
-		if _, _, err := net.SplitHostPort(o.Target); err != nil || o.Target == "" {
-			return o, fmt.Errorf("--protocol %s needs --addr host:port of the server (got %q)", o.Protocol, o.Target)
-		}
-	default:
-		return o, fmt.Errorf("--protocol %q: valid protocols are dfkv, redis, memcache", o.Protocol)
-	}
-	switch {
-	case o.Keys < 1:
-		return o, fmt.Errorf("--keys %d: want at least 1", o.Keys)
-	case o.Concurrency < 1 || o.Concurrency > 4096:
-		return o, fmt.Errorf("--concurrency %d: want 1..4096", o.Concurrency)
-	case o.Ops < 0:
-		return o, fmt.Errorf("--ops %d: want 0 (use --duration) or more", o.Ops)
-	case o.Ops == 0 && o.Duration <= 0:
-		return o, fmt.Errorf("--duration %s: want a positive duration, or give --ops", o.Duration)
-	case o.Warmup < 0:
-		return o, fmt.Errorf("--warmup %s: want 0 or more", o.Warmup)
-	case o.GetRatio < 0 || o.GetRatio > 1:
-		return o, fmt.Errorf("--mixed-get-ratio %g: want 0..1", o.GetRatio)
-	case o.Sequences < 1:
-		return o, fmt.Errorf("--sequences %d: want at least 1", o.Sequences)
-	case o.PagesPerSeq < 1 || o.PagesPerSeq > 4096:
-		return o, fmt.Errorf("--pages-per-seq %d: want 1..4096", o.PagesPerSeq)
-	case o.SharedPrefix < 0 || o.SharedPrefix > 1:
-		return o, fmt.Errorf("--shared-prefix %g: want 0..1", o.SharedPrefix)
-	case o.KeyPrefix == "":
-		return o, fmt.Errorf("--key-prefix must not be empty")
-	}
-	if c.String("json") == "-" && c.String("html") == "-" {
+	if jsonPath == "-" && htmlPath == "-" {
 		return o, fmt.Errorf("--json - and --html - would both write to stdout; send one of them to a file")
 	}
-	if strings.ContainsFunc(o.KeyPrefix, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-		return o, fmt.Errorf("--key-prefix %q: spaces and control characters are not allowed (memcached keys cannot hold them)", o.KeyPrefix)
+	var err error
+	o.Target, err = targetOf(cfg)
+	return o, err
+}
+
+// targetOf checks the protocol's own settings and names what the run
+// measures, for the report.
+func targetOf(cfg *config.Config) (string, error) {
+	b := &cfg.Bench
+	if b.Protocol != "dfkv" {
+		if b.Addr == "" {
+			return "", fmt.Errorf("--protocol %s needs --addr host:port of the server (bench.addr, DFKV_BENCH_ADDR)", b.Protocol)
+		}
+		return b.Addr, nil
 	}
-	if len(o.KeyPrefix) > 200 {
-		return o, fmt.Errorf("--key-prefix is %d bytes; keep it under 200 (memcached keys hold at most 250)", len(o.KeyPrefix))
+	if b.Addr != "" {
+		return "", fmt.Errorf("--addr is for --protocol redis|memcache (bench.addr is %q); give dfkv nodes with --members", b.Addr)
 	}
-	return o, nil
+	if b.ValueSize > cfg.Server.MaxBlockBytes {
+		return "", fmt.Errorf("--value-size %s exceeds server.max_block_bytes %s (DFKV_SERVER_MAX_BLOCK_BYTES, --max-block-bytes)",
+			config.FormatSize(b.ValueSize), config.FormatSize(cfg.Server.MaxBlockBytes))
+	}
+	if len(cfg.Client.MDS) > 0 {
+		return "members from MDS " + strings.Join(cfg.Client.MDS, ","), nil
+	}
+	return strings.Join(cfg.Client.Members, ","), nil
 }
 
 // execute runs o against t: fill, warm-up, measured stage. progress, if
@@ -335,9 +304,5 @@ func progressBar(w io.Writer, o Options) func(time.Duration, uint64, uint64, uin
 // device: /dev/null is one too).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return ok && term.IsTerminal(int(f.Fd()))
 }

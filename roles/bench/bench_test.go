@@ -312,25 +312,88 @@ func TestBenchUsageErrors(t *testing.T) {
 			t.Fatalf("bench %v: exit %d (want %d), stderr %q (want %q)\nstdout %s", args, code, exitUsage, errs, want, out)
 		}
 	}
-	f(`--workload "scan": valid workloads are put, get, exist, mixed, prefix`, "--workload", "scan")
-	f(`--protocol "http"`, "--protocol", "http")
+	f(`bench.workload (DFKV_BENCH_WORKLOAD) from flag --workload: "scan" is not a workload; valid workloads are put, get, exist, mixed, prefix`, "--workload", "scan")
+	f(`bench.protocol (DFKV_BENCH_PROTOCOL) from flag --protocol: "http" is not a protocol; valid protocols are dfkv, redis, memcache`, "--protocol", "http")
 	f("--protocol redis needs --addr host:port", "--protocol", "redis")
 	f("--addr is for --protocol redis|memcache", "--addr", "127.0.0.1:6379")
-	f("--value-size", "--value-size", "1.5MiB")
-	f("--value-size 0", "--value-size", "0")
-	f("exceeds max_block_bytes", "--value-size", "128MiB")
-	f("--mixed-get-ratio 2", "--mixed-get-ratio", "2")
-	f("--concurrency 0", "-c", "0")
-	f("--keys 0", "--keys", "0")
-	f("--duration 0s", "--duration", "0")
-	f("--shared-prefix 1.5", "--shared-prefix", "1.5")
-	f("spaces and control characters", "--key-prefix", "a b")
+	f(`bench.addr (DFKV_BENCH_ADDR) from flag --addr: "redis" is not host:port`, "--protocol", "redis", "--addr", "redis")
+	f(`bench.value_size (DFKV_BENCH_VALUE_SIZE) from flag --value-size: "1.5MiB" has a fraction`, "--value-size", "1.5MiB")
+	f(`from flag --value-size: "0" is out of range; allowed 1..1GiB`, "--value-size", "0")
+	f("--value-size 128MiB exceeds server.max_block_bytes 64MiB", "--value-size", "128MiB")
+	f(`bench.mixed_get_ratio (DFKV_BENCH_MIXED_GET_RATIO) from flag --mixed-get-ratio: "2" is out of range; allowed 0..1`, "--mixed-get-ratio", "2")
+	f(`bench.concurrency (DFKV_BENCH_CONCURRENCY) from flag --concurrency: "0" is out of range; allowed 1..4096`, "-c", "0")
+	f(`from flag --keys: "0" is out of range; allowed 1..1000000000`, "--keys", "0")
+	f(`from flag --duration: "0" is out of range; allowed 1ms..720h`, "--duration", "0")
+	f(`from flag --duration: "10" is not a duration such as 10s`, "--duration", "10")
+	f(`from flag --warmup: "-1s" is out of range; allowed 0s..720h`, "--warmup", "-1s")
+	f(`from flag --shared-prefix: "1.5" is out of range; allowed 0..1`, "--shared-prefix", "1.5")
+	f(`from flag --pages-per-seq: "4097" is out of range; allowed 1..4096`, "--pages-per-seq", "4097")
+	f(`from flag --sequences: "0" is out of range`, "--sequences", "0")
+	f("has a space or control character at byte 2", "--key-prefix", "a b")
+	f("is 201 bytes long", "--key-prefix", strings.Repeat("k", 201))
 	f("DFKV_CLIENT_TIMEOUT_MS", "--timeout-ms", "0")
 	f("would both write to stdout", "--json", "-", "--html", "-")
+	f("--ops 5 and --duration 1s both given", "--ops", "5", "--duration", "1s")
+	f(`unexpected argument "false" after --fill: give its value after "=", as --fill=false`, "--fill", "false", "--ops", "1")
+	f(`bench.fill (DFKV_BENCH_FILL) from flag --fill: "maybe" is not auto or a boolean`, "--fill=maybe")
 
-	code, out, _ := runBench(t, "--print-config")
-	if code != 0 || !strings.Contains(out, "client.members") {
-		t.Fatalf("--print-config: %d %s", code, out)
+	// The same settings from the environment: the table reads them all.
+	t.Setenv("DFKV_BENCH_WORKLOAD", "scan")
+	f(`bench.workload (DFKV_BENCH_WORKLOAD) from env: "scan" is not a workload`)
+	t.Setenv("DFKV_BENCH_WORKLOAD", "get")
+	t.Setenv("DFKV_BENCH_OPS", "10")
+	f("--ops 10 and --duration 2s both given", "--duration", "2s")
+
+	code, out, _ := runBench(t, "--print-config", "--fill", "-c", "3", "--warmup", "0s")
+	for _, line := range []string{"client.members = ", `bench.workload = "get"  # env (DFKV_BENCH_WORKLOAD)`, "bench.ops = 10  # env (DFKV_BENCH_OPS)",
+		"bench.fill = true  # flag (DFKV_BENCH_FILL)", "bench.concurrency = 3  # flag (DFKV_BENCH_CONCURRENCY)", `bench.warmup = "0s"  # flag`,
+		`bench.duration = "10s"  # default (DFKV_BENCH_DURATION)`} {
+		if code != 0 || !strings.Contains(out, line) {
+			t.Fatalf("--print-config: exit %d, no line %q in\n%s", code, line, out)
+		}
+	}
+}
+
+// TestBenchOptions: the settings become the run's options; fill follows
+// the workload unless given, and the prefix workload always fills.
+func TestBenchOptions(t *testing.T) {
+	opts := func(flags map[string][]string) Options {
+		t.Helper()
+		cfg, _, err := config.LoadFrom("bench", "", nil, flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := optionsFrom(cfg, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	for w, fill := range map[string]bool{"put": false, "get": true, "exist": true, "mixed": true, "prefix": true} {
+		if o := opts(map[string][]string{"workload": {w}}); o.Fill != fill {
+			t.Errorf("workload %s fills %v by default; want %v", w, o.Fill, fill)
+		}
+	}
+	if o := opts(map[string][]string{"workload": {"put"}, "fill": {"true"}}); !o.Fill {
+		t.Error("put --fill does not fill")
+	}
+	if o := opts(map[string][]string{"workload": {"get"}, "fill": {"false"}}); o.Fill {
+		t.Error("get --fill=false fills")
+	}
+	if o := opts(map[string][]string{"workload": {"prefix"}, "fill": {"false"}}); !o.Fill {
+		t.Error("prefix --fill=false does not store its sequences")
+	}
+	o := opts(map[string][]string{"protocol": {"memcache"}, "addr": {"127.0.0.1:11211"}, "value-size": {"4KiB"}, "ops": {"7"},
+		"warmup": {"0"}, "seed": {"18446744073709551615"}, "mixed-get-ratio": {"0.5"}, "c": {"2"}, "key-prefix": {"p/"}})
+	want := Options{Workload: wPut, Protocol: "memcache", Target: "127.0.0.1:11211", ValueSize: 4096, Keys: 1024, Concurrency: 2,
+		Duration: 10 * time.Second, Ops: 7, GetRatio: 0.5, KeyPrefix: "p/", Seed: 1<<64 - 1, Sequences: 64, PagesPerSeq: 16, SharedPrefix: 0.5}
+	if o != want {
+		t.Fatalf("options\n got %+v\nwant %+v", o, want)
+	}
+	// A config file that spells out the default duration (as
+	// dfkv.example.toml does) does not clash with --ops.
+	if o := opts(map[string][]string{"ops": {"3"}, "duration": {"10s"}}); o.Ops != 3 {
+		t.Fatalf("--ops 3 with the default duration: %+v", o)
 	}
 }
 
@@ -366,6 +429,32 @@ func TestTableAndHTMLWarnLoudly(t *testing.T) {
 	h := hb.String()
 	if !strings.Contains(h, `class="warn"`) || !strings.Contains(h, "TIMEOUT 2") || !strings.Contains(h, "&lt;boom&gt;") {
 		t.Fatalf("HTML does not warn (or does not escape):\n%s", h)
+	}
+}
+
+// TestHTMLEscapes: whatever a run echoes (the target, an operation's
+// name, an error from a peer) comes out as text, never as markup.
+func TestHTMLEscapes(t *testing.T) {
+	const evil = `<script>alert("x")</script>`
+	res := &Result{Config: ResultConfig{Workload: "put", Protocol: "redis", Target: evil, ValueSize: 4096, Concurrency: 1, Ops: 1},
+		ErrorCount: 1, Errors: map[string]uint64{"REDIS_ERR": 1}, ErrorSamples: []string{"PUT " + evil + ": ERR"},
+		Ops: []OpResult{{Op: evil, Count: 1, Curve: []CurvePoint{{Percentile: 0, Us: 5}, {Percentile: 90, Us: 9}}}}}
+	var hb bytes.Buffer
+	if err := res.WriteHTML(&hb); err != nil {
+		t.Fatal(err)
+	}
+	h := hb.String()
+	if strings.Contains(h, "<script") {
+		t.Fatalf("HTML report holds a script element:\n%s", h)
+	}
+	esc := `&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;`
+	for _, where := range []string{"target " + esc, "<td>" + esc + "</td>", "<code>PUT " + esc + ": ERR</code>", `dominant-baseline="middle">` + esc + "</text>"} {
+		if !strings.Contains(h, where) {
+			t.Errorf("HTML report lacks the escaped %q", where)
+		}
+	}
+	if n := strings.Count(h, "<svg"); n != 2 || !strings.Contains(h, "<polyline") {
+		t.Errorf("HTML report has %d plots, or no plot line", n)
 	}
 }
 

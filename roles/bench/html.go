@@ -2,7 +2,7 @@ package bench
 
 import (
 	"fmt"
-	"html"
+	"html/template"
 	"io"
 	"maps"
 	"math"
@@ -14,7 +14,8 @@ import (
 // The HTML report is one self-contained file: inline CSS and inline SVG
 // drawn here, no script, no font or stylesheet fetched from anywhere, so
 // it opens the same on an air-gapped machine and can be attached to a
-// ticket.
+// ticket. html/template escapes every value put into it (a target or an
+// error message may hold any bytes), by where it lands: text or attribute.
 
 // plot geometry, in SVG user units.
 const (
@@ -63,69 +64,115 @@ func fmtTick(v float64) string {
 	return strconv.FormatFloat(v, 'g', 6, 64)
 }
 
-// svgPlot draws lines against x (from 0 when xFromZero) on a linear y axis
-// from 0, or a logarithmic one (yLog) spanning the positive values; xTicks
-// maps x positions to labels (nil: numeric ticks over the x range).
-func svgPlot(b *strings.Builder, title, xLabel, yLabel string, lines []plotLine, xTicks map[float64]string, xFromZero, yLog bool) {
-	xMin, xMax := math.Inf(1), math.Inf(-1)
-	yMax, yMinPos := 0.0, math.Inf(1)
+// figure is one plot, laid out: every position the template writes, in
+// SVG user units.
+type figure struct {
+	Title, XLabel, YLabel string
+	W, H                  int     // the SVG
+	Left, Top             int     // the plot area's top left corner
+	Right, Bottom         float64 // and its bottom right one
+	IW, IH                float64 // its size
+	YTicks, XTicks        []tick
+	Lines                 []figLine
+}
+
+// tick is one grid line with its label, at Pos on its axis.
+type tick struct {
+	Pos   float64
+	Label string
+}
+
+// figLine is one drawn line: its points, a dot where it has only one,
+// and its legend entry (LegendY 0: none).
+type figLine struct {
+	Color, Points, Name  string
+	Dot                  bool
+	DotX, DotY           float64
+	LegendY, LegendRectY int
+}
+
+// Template helpers for the positions derived from a figure's own.
+func (f figure) TickLabelX() int     { return f.Left - 6 }
+func (f figure) TickLabelY() float64 { return f.Bottom + 16 }
+func (f figure) XLabelX() float64    { return float64(f.Left) + f.IW/2 }
+func (f figure) XLabelY() int        { return f.H - 8 }
+func (f figure) YLabelY() float64    { return float64(f.Top) + f.IH/2 }
+func (f figure) LegendX() int        { return f.Left + 10 }
+func (f figure) LegendTextX() int    { return f.Left + 26 }
+
+// xRange is the x extent of lines (from 0 when fromZero), never empty.
+func xRange(lines []plotLine, fromZero bool) (lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
 	for _, l := range lines {
-		for i := range l.xs {
-			xMin, xMax = math.Min(xMin, l.xs[i]), math.Max(xMax, l.xs[i])
-			yMax = math.Max(yMax, l.ys[i])
-			if l.ys[i] > 0 {
-				yMinPos = math.Min(yMinPos, l.ys[i])
-			}
+		for _, x := range l.xs {
+			lo, hi = math.Min(lo, x), math.Max(hi, x)
 		}
 	}
-	if math.IsInf(xMin, 0) {
-		xMin, xMax = 0, 1
+	if math.IsInf(lo, 0) {
+		lo, hi = 0, 1
 	}
-	if xFromZero {
-		xMin = math.Min(xMin, 0)
+	if fromZero {
+		lo = math.Min(lo, 0)
 	}
-	if xMax <= xMin {
-		xMax = xMin + 1
+	if hi <= lo {
+		hi = lo + 1
+	}
+	return lo, hi
+}
+
+// yAxis returns the y ticks of lines and the mapping of a value to its
+// position in a plot area ih high below top: linear from 0, or
+// logarithmic (yLog) over the positive values.
+func yAxis(lines []plotLine, yLog bool, top, ih float64) ([]float64, func(float64) float64) {
+	yMax, yMinPos := 0.0, math.Inf(1)
+	for _, l := range lines {
+		for _, y := range l.ys {
+			yMax = math.Max(yMax, y)
+			if y > 0 {
+				yMinPos = math.Min(yMinPos, y)
+			}
+		}
 	}
 	if yMax <= 0 {
 		yMax = 1
 	}
-	iw, ih := float64(plotW-padL-padR), float64(plotH-padTop-padBottom)
-	px := func(x float64) float64 { return padL + (x-xMin)/(xMax-xMin)*iw }
+	if !yLog || math.IsInf(yMinPos, 0) {
+		yt := niceTicks(0, yMax, 5)
+		yTop := math.Max(yMax, yt[len(yt)-1])
+		return yt, func(y float64) float64 { return top + ih - y/yTop*ih }
+	}
+	// Decades with 1-2-5 steps, from the decade below the smallest
+	// positive value to the step above the largest.
 	var yt []float64
-	var py func(float64) float64
-	if yLog && !math.IsInf(yMinPos, 0) {
-		// Decades with 1-2-5 steps, from the decade below the smallest
-		// positive value to the step above the largest.
-		lo := math.Pow(10, math.Floor(math.Log10(yMinPos)))
-	decades:
-		for d := lo; ; d *= 10 {
-			for _, m := range []float64{1, 2, 5} {
-				yt = append(yt, d*m)
-				if d*m >= yMax && len(yt) >= 2 {
-					break decades
-				}
+	lo := math.Pow(10, math.Floor(math.Log10(yMinPos)))
+decades:
+	for d := lo; ; d *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			yt = append(yt, d*m)
+			if d*m >= yMax && len(yt) >= 2 {
+				break decades
 			}
 		}
-		l0, l1 := math.Log10(yt[0]), math.Log10(yt[len(yt)-1])
-		py = func(y float64) float64 {
-			y = math.Max(y, yt[0])
-			return padTop + ih - (math.Log10(y)-l0)/(l1-l0)*ih
-		}
-	} else {
-		yt = niceTicks(0, yMax, 5)
-		yTop := math.Max(yMax, yt[len(yt)-1])
-		py = func(y float64) float64 { return padTop + ih - y/yTop*ih }
 	}
+	l0, l1 := math.Log10(yt[0]), math.Log10(yt[len(yt)-1])
+	return yt, func(y float64) float64 {
+		y = math.Max(y, yt[0])
+		return top + ih - (math.Log10(y)-l0)/(l1-l0)*ih
+	}
+}
 
-	fmt.Fprintf(b, "<figure><figcaption>%s</figcaption>\n", html.EscapeString(title))
-	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s">`+"\n",
-		plotW, plotH, plotW, plotH, html.EscapeString(title))
-	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%.0f" height="%.0f" fill="#fff" stroke="#999"/>`+"\n", padL, padTop, iw, ih)
+// plot lays out lines against x (from 0 when xFromZero) on a linear y
+// axis from 0, or a logarithmic one (yLog) spanning the positive values;
+// xTicks maps x positions to labels (nil: numeric ticks over the x range).
+func plot(title, xLabel, yLabel string, lines []plotLine, xTicks map[float64]string, xFromZero, yLog bool) figure {
+	iw, ih := float64(plotW-padL-padR), float64(plotH-padTop-padBottom)
+	f := figure{Title: title, XLabel: xLabel, YLabel: yLabel, W: plotW, H: plotH, Left: padL, Top: padTop,
+		Right: padL + iw, Bottom: padTop + ih, IW: iw, IH: ih}
+	xMin, xMax := xRange(lines, xFromZero)
+	px := func(x float64) float64 { return padL + (x-xMin)/(xMax-xMin)*iw }
+	yt, py := yAxis(lines, yLog, padTop, ih)
 	for _, v := range yt {
-		y := py(v)
-		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#e5e5e5"/><text x="%d" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`+"\n",
-			padL, y, padL+iw, y, padL-6, y, fmtTick(v))
+		f.YTicks = append(f.YTicks, tick{Pos: py(v), Label: fmtTick(v)})
 	}
 	if xTicks == nil {
 		xTicks = map[float64]string{}
@@ -134,39 +181,35 @@ func svgPlot(b *strings.Builder, title, xLabel, yLabel string, lines []plotLine,
 		}
 	}
 	for _, v := range slices.Sorted(maps.Keys(xTicks)) { // sorted: the same report for the same data
-		label := xTicks[v]
-		if v < xMin-1e-9 || v > xMax+1e-9 {
-			continue
+		if v >= xMin-1e-9 && v <= xMax+1e-9 {
+			f.XTicks = append(f.XTicks, tick{Pos: px(v), Label: xTicks[v]})
 		}
-		x := px(v)
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%.0f" stroke="#e5e5e5"/><text x="%.1f" y="%.0f" text-anchor="middle">%s</text>`+"\n",
-			x, padTop, x, padTop+ih, x, padTop+ih+16, html.EscapeString(label))
 	}
-	fmt.Fprintf(b, `<text x="%.0f" y="%d" text-anchor="middle">%s</text>`+"\n", padL+iw/2, plotH-8, html.EscapeString(xLabel))
-	fmt.Fprintf(b, `<text transform="translate(16 %.0f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", padTop+ih/2, html.EscapeString(yLabel))
 	for i, l := range lines {
-		color := palette[i%len(palette)]
+		fl := figLine{Color: palette[i%len(palette)], Name: l.name}
 		var pts strings.Builder
 		for j := range l.xs {
 			fmt.Fprintf(&pts, "%.1f,%.1f ", px(l.xs[j]), py(l.ys[j]))
 		}
-		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", color, strings.TrimSpace(pts.String()))
+		fl.Points = strings.TrimSpace(pts.String())
 		if len(l.xs) == 1 {
-			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", px(l.xs[0]), py(l.ys[0]), color)
+			fl.Dot, fl.DotX, fl.DotY = true, px(l.xs[0]), py(l.ys[0])
 		}
 		if l.name != "" { // legend, top left: curves rise to the right
-			ly := padTop + 14 + 16*i
-			fmt.Fprintf(b, `<rect x="%d" y="%d" width="12" height="3" fill="%s"/><text x="%d" y="%d" dominant-baseline="middle">%s</text>`+"\n",
-				padL+10, ly-1, color, padL+26, ly, html.EscapeString(l.name))
+			fl.LegendY = padTop + 14 + 16*i
+			fl.LegendRectY = fl.LegendY - 1
 		}
+		f.Lines = append(f.Lines, fl)
 	}
-	b.WriteString("</svg></figure>\n")
+	return f
 }
 
-// WriteHTML writes the self-contained report.
-func (res *Result) WriteHTML(w io.Writer) error {
-	var b strings.Builder
-	b.WriteString(`<!DOCTYPE html>
+// reportTemplate is the page. Numbers are formatted by the Go code or by
+// printf here, every string is escaped by html/template.
+var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
+	"sig3":    sig3,
+	"percent": func(f float64) float64 { return 100 * f },
+}).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dfkv bench report</title>
 <style>
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em;max-width:980px;color:#222}
@@ -178,33 +221,60 @@ figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.3em}svg text{fo
 code{background:#f3f3f3;padding:1px 4px}
 </style></head><body>
 <h1>dfkv bench report</h1>
-`)
-	fmt.Fprintf(&b, "<p>%s</p>\n<p>started %s, %s</p>\n", html.EscapeString(res.summary()), res.Started.Format("2006-01-02 15:04:05 MST"), html.EscapeString(res.GoVer))
-	if warn := res.warning(); warn != "" {
-		fmt.Fprintf(&b, "<div class=\"warn\">%s", html.EscapeString(warn))
-		for _, s := range res.ErrorSamples {
-			fmt.Fprintf(&b, "<br><code>%s</code>", html.EscapeString(s))
-		}
-		b.WriteString("</div>\n")
-	} else {
-		b.WriteString("<div class=\"ok\">no errors</div>\n")
+<p>{{.Summary}}</p>
+<p>started {{.Started}}, {{.GoVersion}}</p>
+{{if .Warning}}<div class="warn">{{.Warning}}{{range .ErrorSamples}}<br><code>{{.}}</code>{{end}}</div>
+{{else}}<div class="ok">no errors</div>
+{{end -}}
+<table><tr><th>op</th><th>ops</th><th>ops/s</th><th>GB/s</th><th>min</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>max</th></tr>
+{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end -}}
+{{with .Totals}}<tr><th>total</th><th>{{.Ops}}</th><th>{{sig3 .OpsPerS}}</th><th>{{sig3 .GBPerS}}</th><th colspan="7">measured {{printf "%.2f" .Seconds}} s</th></tr></table>
+{{end -}}
+{{with .Prefix}}<p>prefix workload: {{.Sequences}} sequences × {{.PagesPerSeq}} pages ({{.SharedPages}} shared, {{.CachedSequences}} sequences cached): {{.Lookups}} lookups, hit rate <b>{{printf "%.1f" (percent .HitRate)}} %</b>, mean loadable prefix <b>{{printf "%.2f" .MeanPrefixPages}} pages</b></p>
+{{end -}}
+{{range .Figures}}<figure><figcaption>{{.Title}}</figcaption>
+<svg xmlns="http://www.w3.org/2000/svg" width="{{.W}}" height="{{.H}}" viewBox="0 0 {{.W}} {{.H}}" role="img" aria-label="{{.Title}}">
+<rect x="{{.Left}}" y="{{.Top}}" width="{{printf "%.0f" .IW}}" height="{{printf "%.0f" .IH}}" fill="#fff" stroke="#999"/>
+{{$f := .}}{{range .YTicks}}<line x1="{{$f.Left}}" y1="{{printf "%.1f" .Pos}}" x2="{{printf "%.0f" $f.Right}}" y2="{{printf "%.1f" .Pos}}" stroke="#e5e5e5"/><text x="{{$f.TickLabelX}}" y="{{printf "%.1f" .Pos}}" text-anchor="end" dominant-baseline="middle">{{.Label}}</text>
+{{end}}{{range .XTicks}}<line x1="{{printf "%.1f" .Pos}}" y1="{{$f.Top}}" x2="{{printf "%.1f" .Pos}}" y2="{{printf "%.0f" $f.Bottom}}" stroke="#e5e5e5"/><text x="{{printf "%.1f" .Pos}}" y="{{printf "%.0f" $f.TickLabelY}}" text-anchor="middle">{{.Label}}</text>
+{{end}}<text x="{{printf "%.0f" .XLabelX}}" y="{{.XLabelY}}" text-anchor="middle">{{.XLabel}}</text>
+<text transform="translate(16 {{printf "%.0f" .YLabelY}}) rotate(-90)" text-anchor="middle">{{.YLabel}}</text>
+{{range .Lines}}<polyline fill="none" stroke="{{.Color}}" stroke-width="2" points="{{.Points}}"/>
+{{if .Dot}}<circle cx="{{printf "%.1f" .DotX}}" cy="{{printf "%.1f" .DotY}}" r="3" fill="{{.Color}}"/>
+{{end}}{{if .LegendY}}<rect x="{{$f.LegendX}}" y="{{.LegendRectY}}" width="12" height="3" fill="{{.Color}}"/><text x="{{$f.LegendTextX}}" y="{{.LegendY}}" dominant-baseline="middle">{{.Name}}</text>
+{{end}}{{end}}</svg></figure>
+{{end -}}
+<p>Generated by <code>dfkv bench</code>. Failed operations are not part of any figure; the JSON output (<code>--json</code>) has the same data.</p>
+</body></html>
+`))
+
+// WriteHTML writes the self-contained report.
+func (res *Result) WriteHTML(w io.Writer) error {
+	page := struct {
+		Summary, Started, GoVersion, Warning string
+		ErrorSamples                         []string
+		Rows                                 [][]string
+		Totals                               Totals
+		Prefix                               *PrefixResult
+		Figures                              []figure
+	}{
+		Summary: res.summary(), Started: res.Started.Format("2006-01-02 15:04:05 MST"), GoVersion: res.GoVer,
+		Warning: res.warning(), ErrorSamples: res.ErrorSamples, Totals: res.Totals, Prefix: res.Prefix,
+		Figures: []figure{throughputPlot(res), latencyPlot(res)},
 	}
-	b.WriteString("<table><tr><th>op</th><th>ops</th><th>ops/s</th><th>GB/s</th><th>min</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>max</th></tr>\n")
 	for _, o := range res.Ops {
 		l := o.Latency
-		fmt.Fprintf(&b, "<tr><td>%s</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-			html.EscapeString(o.Op), o.Count, sig3(o.OpsPerS), sig3(o.GBPerS), fmtUs(l.Min), fmtUs(l.Mean), fmtUs(l.P50), fmtUs(l.P90), fmtUs(l.P99), fmtUs(l.P999), fmtUs(l.Max))
+		page.Rows = append(page.Rows, []string{o.Op, strconv.FormatUint(o.Count, 10), sig3(o.OpsPerS), sig3(o.GBPerS),
+			fmtUs(l.Min), fmtUs(l.Mean), fmtUs(l.P50), fmtUs(l.P90), fmtUs(l.P99), fmtUs(l.P999), fmtUs(l.Max)})
 	}
-	t := res.Totals
-	fmt.Fprintf(&b, "<tr><th>total</th><th>%d</th><th>%s</th><th>%s</th><th colspan=\"7\">measured %.2f s</th></tr></table>\n", t.Ops, sig3(t.OpsPerS), sig3(t.GBPerS), t.Seconds)
-	if p := res.Prefix; p != nil {
-		fmt.Fprintf(&b, "<p>prefix workload: %d sequences × %d pages (%d shared, %d sequences cached): %d lookups, hit rate <b>%.1f %%</b>, mean loadable prefix <b>%.2f pages</b></p>\n",
-			p.Sequences, p.PagesPerSeq, p.SharedPages, p.CachedSequences, p.Lookups, 100*p.HitRate, p.MeanPrefixPages)
-	}
+	return reportTemplate.Execute(w, page)
+}
 
-	// Throughput over time: GB/s when values move, else ops/s.
-	byBytes := t.Bytes > 0
-	// A step line: each sample holds its rate over its whole interval.
+// throughputPlot is throughput over time: GB/s when values move, else
+// ops/s, as a step line (each sample holds its rate over its interval).
+func throughputPlot(res *Result) figure {
+	byBytes := res.Totals.Bytes > 0
 	tl := plotLine{}
 	for _, s := range res.Series {
 		y := s.OpsPerS
@@ -218,16 +288,20 @@ code{background:#f3f3f3;padding:1px 4px}
 	if byBytes {
 		unit = "GB/s (values, 1e9 bytes)"
 	}
-	svgPlot(&b, "Throughput over time", "seconds into the measured stage", unit, []plotLine{tl}, nil, true, false)
+	return plot("Throughput over time", "seconds into the measured stage", unit, []plotLine{tl}, nil, true, false)
+}
 
-	// Latency percentile curve on the HDR x axis: position log10(1/(1-q)).
-	var lines []plotLine
+// latencyPlot is the latency percentile curve of each operation on the
+// HDR x axis (position log10(1/(1-q))) and a log latency axis: the tail
+// spans decades above the median.
+func latencyPlot(res *Result) figure {
 	yScale, yUnit := 1.0, "µs"
 	for _, o := range res.Ops {
 		if o.Latency.Max >= 5000 {
 			yScale, yUnit = 1e-3, "ms"
 		}
 	}
+	var lines []plotLine
 	for _, o := range res.Ops {
 		l := plotLine{name: o.Op}
 		for _, p := range o.Curve {
@@ -242,10 +316,5 @@ code{background:#f3f3f3;padding:1px 4px}
 		lines = append(lines, l)
 	}
 	xt := map[float64]string{0: "0%", 1: "90%", 2: "99%", 3: "99.9%", 4: "99.99%", 5: "99.999%"}
-	// Log latency axis: the tail spans decades above the median.
-	svgPlot(&b, "Latency by percentile", "percentile", "latency ("+yUnit+", log scale)", lines, xt, true, true)
-
-	b.WriteString("<p>Generated by <code>dfkv bench</code>. Failed operations are not part of any figure; the JSON output (<code>--json</code>) has the same data.</p>\n</body></html>\n")
-	_, err := io.WriteString(w, b.String())
-	return err
+	return plot("Latency by percentile", "percentile", "latency ("+yUnit+", log scale)", lines, xt, true, true)
 }

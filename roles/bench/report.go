@@ -7,8 +7,8 @@ import (
 	"math"
 	"runtime"
 	"strings"
+	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/dfkv/dfkv/config"
 )
@@ -340,7 +340,9 @@ func (res *Result) WriteTable(w io.Writer) error {
 	}
 	t := res.Totals
 	rows = append(rows, []string{"total", fmt.Sprint(t.Ops), sig3(t.OpsPerS), sig3(t.GBPerS)})
-	writeAligned(&b, rows)
+	if err := writeColumns(&b, rows); err != nil {
+		return err
+	}
 	fmt.Fprintf(&b, "measured %.2fs; GB = 1e9 bytes of values; latency percentiles within %.2f%%\n", t.Seconds, 100*RelativeError)
 	if p := res.Prefix; p != nil {
 		fmt.Fprintf(&b, "prefix: %d sequences x %d pages (%d shared, %d sequences cached): %d lookups, hit rate %.1f%%, mean loadable prefix %.2f pages\n",
@@ -357,31 +359,25 @@ func (res *Result) WriteJSON(w io.Writer) error {
 	return enc.Encode(res)
 }
 
-// writeAligned writes rows as columns two spaces apart, the first column
-// left-aligned and the others right-aligned, with no trailing blanks.
-func writeAligned(b *strings.Builder, rows [][]string) {
-	var widths []int
+// writeColumns writes rows as columns two spaces apart, the first column
+// (names) left-aligned and the others (figures) right-aligned. One
+// tabwriter aligns all its columns alike, so the figures are aligned
+// first and the names then put in a column before them.
+func writeColumns(w io.Writer, rows [][]string) error {
+	var figures strings.Builder
+	tw := tabwriter.NewWriter(&figures, 0, 0, 2, ' ', tabwriter.AlignRight)
 	for _, r := range rows {
-		for i, c := range r {
-			if i == len(widths) {
-				widths = append(widths, 0)
-			}
-			widths[i] = max(widths[i], utf8.RuneCountInString(c))
-		}
+		// Every cell ends with a tab: tabwriter aligns only the cells a
+		// tab closes.
+		fmt.Fprintln(tw, strings.Join(r[1:], "\t")+"\t")
 	}
-	for _, r := range rows {
-		for i, c := range r {
-			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
-			switch {
-			case i == 0:
-				b.WriteString(c)
-				if len(r) > 1 {
-					b.WriteString(pad)
-				}
-			default:
-				b.WriteString("  " + pad + c)
-			}
-		}
-		b.WriteString("\n")
+	if err := tw.Flush(); err != nil {
+		return err
 	}
+	lines := strings.SplitAfter(figures.String(), "\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 0, ' ', 0)
+	for i, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s", r[0], lines[i])
+	}
+	return tw.Flush()
 }

@@ -19,8 +19,8 @@ import (
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/roles/internal/accept"
 	"github.com/dfkv/dfkv/wire"
-	"github.com/dfkv/dfkv/wire/accept"
 	"github.com/dfkv/dfkv/wire/deadline"
 )
 

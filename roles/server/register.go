@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dfkv/dfkv/roles/server/internal/ratelog"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
@@ -62,18 +63,18 @@ const stillFailingEvery = 30 * time.Second
 type failureLog struct {
 	failing bool
 	since   time.Time
-	lines   rateLimitedWarn
+	lines   ratelog.Limiter
 }
 
 func (f *failureLog) fail(log *slog.Logger, now time.Time, msg string, args ...any) {
 	if !f.failing {
 		f.failing, f.since = true, now
-		f.lines.every = stillFailingEvery
-		f.lines.reset() // a new run of failures: its first line at once
+		f.lines.Every = stillFailingEvery
+		f.lines.Reset() // a new run of failures: its first line at once
 	} else {
 		args = append(args, "failing_for", now.Sub(f.since).Round(time.Second).String())
 	}
-	f.lines.warn(log, now, msg, args...)
+	f.lines.Warn(log, now, msg, args...)
 }
 
 // advertiseAddr is the address registered for the node: the configured

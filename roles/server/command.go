@@ -27,6 +27,7 @@ import (
 	"github.com/dfkv/dfkv/engine/slab"
 	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
+	"github.com/dfkv/dfkv/roles/server/hostcheck"
 	"github.com/dfkv/dfkv/roles/version"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -105,25 +106,21 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		if sc.RAMTierBytes == 0 { // config.Load refuses it too; Run may get a Config built by hand
 			return errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES), e.g. 8GiB")
 		}
-		if err := checkRAMTierFits(sc.RAMTierBytes, hostMemInfo); err != nil {
+		if err := hostcheck.CheckRAMTier(sc.RAMTierBytes); err != nil {
 			return err
 		}
 	}
 
-	for _, w := range socketBufferWarnings(sc.SocketBufferBytes, procSysctl) {
-		log.Warn(w)
-	}
+	hostcheck.WarnSocketBuffers(log, sc.SocketBufferBytes)
 
 	group, err := OpenEngines(cfg, deps.FS, deps.Clock, log)
 	if err != nil {
 		return err
 	}
-	warnFDLimit(log, sc.MaxConns) // after the open: the engines' files are counted
+	hostcheck.WarnFDLimit(log, sc.MaxConns) // after the open: the engines' files are counted
 	if sc.StoreEngine == "slab" {
 		// After the open: the directories exist, so stat finds their mounts.
-		for _, w := range onlineDiscardWarnings(sc.Disks, procMounts(), deviceOf) {
-			w.log(log)
-		}
+		hostcheck.WarnOnlineDiscard(log, sc.Disks)
 	}
 	// eng is what the server serves: the disk group, or the RAM tier in
 	// front of it. Closing eng closes everything below it.

@@ -1,4 +1,4 @@
-package server
+package hostcheck
 
 import (
 	"bufio"
@@ -119,6 +119,15 @@ type discardWarning struct{ dir, source, mountPoint string }
 func (w discardWarning) log(log *slog.Logger) {
 	log.Warn("disk: its ext4 filesystem is mounted with online discard, so while the disk's preallocated extents are first written, ext4 issues synchronous discards that stall this disk's PUTs and GETs (up to a second on some devices); remount it with nodiscard and trim periodically (fstrim.timer)",
 		"dir", w.dir, "device", w.source, "mount", w.mountPoint)
+}
+
+// WarnOnlineDiscard logs a warning for each of dirs (a node's slab
+// disks, which must exist by then so their mounts can be found) whose
+// filesystem is ext4 mounted with online discard.
+func WarnOnlineDiscard(log *slog.Logger, dirs []string) {
+	for _, w := range onlineDiscardWarnings(dirs, procMounts(), deviceOf) {
+		w.log(log)
+	}
 }
 
 // procMounts reads this process's mount table; nil if it cannot.

@@ -1,4 +1,4 @@
-package server
+package hostcheck
 
 import (
 	"bufio"
@@ -141,9 +141,12 @@ func readUint(path string) (uint64, bool) {
 	return v, err == nil
 }
 
-// checkRAMTierFits refuses a RAM tier budget larger than the memory the
+// CheckRAMTier refuses a RAM tier budget larger than the memory this
 // process can take, naming the setting, both sizes and where the bound
-// comes from.
+// comes from. It is called before any disk is opened.
+func CheckRAMTier(budget uint64) error { return checkRAMTierFits(budget, hostMemInfo) }
+
+// checkRAMTierFits is CheckRAMTier against the files m names.
 func checkRAMTierFits(budget uint64, m memInfo) error {
 	avail, source, ok := m.available()
 	if !ok || budget <= avail {

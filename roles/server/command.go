@@ -28,6 +28,7 @@ import (
 	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
 	"github.com/dfkv/dfkv/roles/server/hostcheck"
+	"github.com/dfkv/dfkv/roles/server/quota"
 	"github.com/dfkv/dfkv/roles/version"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -50,7 +51,7 @@ func Command() *cli.Command {
 			if done {
 				// --print-config checks the configuration: the quotas
 				// file it names is part of it.
-				if _, err := LoadQuotas(cfg.Server.TenantQuotasFile, cfg.Server.TenantDefaultQuotaBytes); err != nil {
+				if _, err := quota.Load(cfg.Server.TenantQuotasFile, cfg.Server.TenantDefaultQuotaBytes); err != nil {
 					return cli.Exit(fmt.Sprintf("dfkv server: configuration: %v", err), rolekit.ExitConfig)
 				}
 				return nil
@@ -284,7 +285,7 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 	if sc.StoreEngine != "slab" && sc.StoreEngine != "file" {
 		return nil, fmt.Errorf("unknown store engine %q (server.store_engine / DFKV_STORE_ENGINE); valid: slab, file", sc.StoreEngine)
 	}
-	quotas, err := LoadQuotas(sc.TenantQuotasFile, sc.TenantDefaultQuotaBytes)
+	quotas, err := quota.Load(sc.TenantQuotasFile, sc.TenantDefaultQuotaBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +329,7 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 	if quotas != nil {
 		g.SetQuotas(quotas)
 		log.Info("tenant quotas on", "file", sc.TenantQuotasFile, "default_quota_bytes", sc.TenantDefaultQuotaBytes)
-		warnOverQuota(log, quotas)
+		quota.WarnOver(log, quotas)
 	}
 	return g, nil
 }
@@ -346,32 +347,6 @@ func writable(path string) error {
 	}
 	abs, _ := filepath.Abs(path)
 	return fmt.Errorf("%s is not writable (%v): a disk needs a directory this user can write on a read-write filesystem", abs, err)
-}
-
-// overQuotaLines bounds the start-up lines about tenants over their quota.
-const overQuotaLines = 10
-
-// warnOverQuota says at start which tenants already hold more than their
-// quota (it was lowered, or the default set, since they stored it): their
-// new keys are refused until their own removals or evictions bring them
-// under, and nothing is evicted to meet the quota, so an operator who
-// lowered one should know it bites at once.
-func warnOverQuota(log *slog.Logger, q *engine.Quotas) {
-	over := 0
-	for tenant, used := range q.Usage() {
-		limit := q.Limit(tenant)
-		if limit == 0 || used <= int64(limit) {
-			continue
-		}
-		if over < overQuotaLines {
-			log.Warn("tenant holds more than its quota: its new keys are refused until removals or evictions bring it under (nothing is evicted to meet a quota)",
-				"tenant", q.Label(tenant), "committed_bytes", used, "quota_bytes", limit)
-		}
-		over++
-	}
-	if over > overQuotaLines {
-		log.Warn("more tenants hold more than their quota", "not_listed", over-overQuotaLines)
-	}
 }
 
 // openRAMTier puts the RAM tier in front of group.

@@ -29,6 +29,7 @@ import (
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
 	"github.com/dfkv/dfkv/roles/server/hostcheck"
 	"github.com/dfkv/dfkv/roles/server/quota"
+	"github.com/dfkv/dfkv/roles/server/register"
 	"github.com/dfkv/dfkv/roles/version"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -221,9 +222,10 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		"max_block_bytes", sc.MaxBlockBytes,
 		"started_in", time.Since(start).Round(time.Millisecond).String(),
 	)
-	var reg *registrar
+	var reg *register.Registrar
+	regDone := make(chan struct{})
 	if len(sc.MDS) > 0 {
-		addr, err := advertiseAddr(sc.AdvertiseAddr, ln.Addr())
+		addr, err := register.AdvertiseAddr(sc.AdvertiseAddr, ln.Addr())
 		if err != nil {
 			_ = ln.Close()
 			_ = closeGroup()
@@ -235,21 +237,25 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 			_ = closeGroup()
 			return fmt.Errorf("server.mds (DFKV_MDS_ADDRS): %w", err)
 		}
-		reg = &registrar{mds: mc, log: log, done: make(chan struct{}), serving: anyDiskHealthy(group), info: wire.MemberInfo{
+		info := wire.MemberInfo{
 			ID: serverID(cfg, ln.Addr()), Addr: addr, Weight: sc.Weight, Disks: sc.Disks,
 			CapacityBytes: st.CapacityBytes, Version: version.Version,
-		}}
-		if err := wire.ValidateMemberID(reg.info.ID); err != nil {
+		}
+		if err := wire.ValidateMemberID(info.ID); err != nil {
 			_ = ln.Close()
 			_ = closeGroup()
 			return fmt.Errorf("server.id (DFKV_SERVER_ID): %w", err)
 		}
-		if err := promReg.Register(reg.gauge()); err != nil {
+		reg = register.New(mc, info, anyDiskHealthy(group), log)
+		if err := promReg.Register(reg.Gauge()); err != nil {
 			_ = ln.Close()
 			_ = closeGroup()
 			return err
 		}
-		go reg.run(ctx)
+		go func() {
+			defer close(regDone)
+			reg.Run(ctx)
+		}()
 	}
 	if deps.Ready != nil {
 		deps.Ready(srv)
@@ -257,7 +263,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 
 	serveErr := srv.Serve(ctx)
 	if reg != nil {
-		<-reg.done
+		<-regDone
 	}
 	log.Info("dfkv server stopped accepting; syncing engines")
 	if httpSrv != nil {

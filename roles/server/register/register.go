@@ -1,4 +1,10 @@
-package server
+// Package register keeps a cache node in its group's membership at the
+// MDS, which is how clients that discover members through the MDS learn
+// where to route keys. It registers at start and again whenever the MDS
+// forgets the node, heartbeats within the MDS's TTL, leaves when the node
+// stops or can no longer serve, and exports whether the node is currently
+// registered, so a node no client can find is something to alert on.
+package register
 
 import (
 	"context"
@@ -15,16 +21,15 @@ import (
 	"github.com/dfkv/dfkv/wire/client"
 )
 
-// registrar keeps a node registered with the MDS: it registers at start
+// Registrar keeps a node registered with the MDS: it registers at start
 // (retrying until an MDS answers), heartbeats at a third of the TTL the
 // MDS gives, registers again when the MDS no longer knows the node (it
 // expired, or the MDS's directory was reset), and deregisters when its
 // context ends, so clients stop routing to a node that is shutting down.
-type registrar struct {
+type Registrar struct {
 	mds  *client.MDSClient
 	info wire.MemberInfo
 	log  *slog.Logger
-	done chan struct{}
 	// serving reports whether the node can still serve anything: false
 	// once every disk failed closed. Such a node is deregistered, so
 	// clients route its keys elsewhere (misses, then re-cached on healthy
@@ -38,8 +43,16 @@ type registrar struct {
 	current atomic.Bool
 }
 
-// gauge is dfkv_server_registered, for the node's registry.
-func (r *registrar) gauge() prometheus.Collector {
+// New returns a Registrar that registers info through mds once Run is
+// called. serving (nil: always) reports whether the node can still serve
+// anything; while it cannot, the node stays out of the membership.
+func New(mds *client.MDSClient, info wire.MemberInfo, serving func() bool, log *slog.Logger) *Registrar {
+	return &Registrar{mds: mds, info: info, serving: serving, log: log}
+}
+
+// Gauge is dfkv_server_registered, for the node's registry. A zero
+// Registrar's reads 0.
+func (r *Registrar) Gauge() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "dfkv_server_registered",
 		Help: "1 while this node is registered with the MDS and its heartbeats are answered; 0 while it registers or they fail (exported only with server.mds).",
@@ -77,9 +90,9 @@ func (f *failureLog) fail(log *slog.Logger, now time.Time, msg string, args ...a
 	f.lines.Warn(log, now, msg, args...)
 }
 
-// advertiseAddr is the address registered for the node: the configured
+// AdvertiseAddr is the address registered for the node: the configured
 // advertise address, or the listen address if it is specific.
-func advertiseAddr(configured string, listen net.Addr) (string, error) {
+func AdvertiseAddr(configured string, listen net.Addr) (string, error) {
 	if configured != "" {
 		return configured, nil
 	}
@@ -93,8 +106,9 @@ func advertiseAddr(configured string, listen net.Addr) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-func (r *registrar) run(ctx context.Context) {
-	defer close(r.done)
+// Run keeps the node registered until ctx ends, then deregisters it
+// and returns.
+func (r *Registrar) Run(ctx context.Context) {
 	ttl := time.Duration(0)
 	registered := false
 	var failures failureLog
@@ -186,7 +200,7 @@ func (r *registrar) run(ctx context.Context) {
 }
 
 // deregister leaves the MDS, so clients stop routing here at once.
-func (r *registrar) deregister() {
+func (r *Registrar) deregister() {
 	dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := r.mds.Deregister(dctx, r.info.ID); err != nil {

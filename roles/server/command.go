@@ -81,10 +81,57 @@ type Deps struct {
 // gracefully and syncs the engines. It returns an error only when the node
 // could not start or its engines failed to close cleanly.
 func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
-	start := time.Now()
-	log := deps.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	n := newNode(cfg, deps)
+	if err := n.start(ctx); err != nil {
+		_ = n.closers.run()
+		return err
+	}
+	return n.serve(ctx)
+}
+
+// node is one run of a cache node: what its start opened, and in closers
+// how to undo it.
+type node struct {
+	cfg     *config.Config
+	sc      config.Server
+	deps    Deps
+	log     *slog.Logger
+	started time.Time
+
+	group *engine.Group
+	tier  *ramtier.Tier // nil without the RAM tier
+	// eng is what the server serves: the disk group, or the RAM tier in
+	// front of it. Closing eng closes everything below it.
+	eng     engine.StoreEngine
+	ln      net.Listener
+	srv     *Server
+	prom    *prometheus.Registry
+	regDone chan struct{} // closed once registration has left the MDS; nil without server.mds
+	closers closers
+}
+
+// closers undo a node's start, last first: on a failed start, and at the
+// end of a run once serving stopped.
+type closers []func() error
+
+func (c *closers) add(f func() error) { *c = append(*c, f) }
+
+// run calls every closer, the last added first, and returns the first
+// error one reported.
+func (c closers) run() error {
+	var first error
+	for i := len(c) - 1; i >= 0; i-- {
+		if err := c[i](); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func newNode(cfg *config.Config, deps Deps) *node {
+	started := time.Now()
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
 	}
 	if deps.FS == nil {
 		deps.FS = vfs.OS{}
@@ -92,60 +139,96 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if deps.Clock == nil {
 		deps.Clock = engine.SystemClock{}
 	}
-	sc := cfg.Server
-	if sc.RAMTier == 1 {
-		// Before any disk is opened or formatted: a tier that cannot be
-		// had should not leave a half-started node behind.
-		if sc.RAMTierBytes == 0 { // config.Load refuses it too; Run may get a Config built by hand
-			return errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES), e.g. 8GiB")
-		}
-		if err := hostcheck.CheckRAMTier(sc.RAMTierBytes); err != nil {
+	return &node{cfg: cfg, sc: cfg.Server, deps: deps, log: deps.Logger, started: started}
+}
+
+// start takes the node from its configuration to accepting connections.
+// Each step adds to n.closers what undoes it; on an error the caller runs
+// them.
+func (n *node) start(ctx context.Context) error {
+	for _, step := range []func() error{n.checkHost, n.openEngines, n.listen, n.newServer, n.serveHTTP} {
+		if err := step(); err != nil {
 			return err
 		}
 	}
+	st := n.group.Stats()
+	n.logListening(st)
+	return n.register(ctx, st.CapacityBytes)
+}
 
-	hostcheck.WarnSocketBuffers(log, sc.SocketBufferBytes)
+// checkHost refuses a RAM tier the host cannot hold, before any disk is
+// opened or formatted (a tier that cannot be had should not leave a
+// half-started node behind), and warns about socket buffers the kernel
+// caps.
+func (n *node) checkHost() error {
+	if n.sc.RAMTier == 1 {
+		if n.sc.RAMTierBytes == 0 { // config.Load refuses it too; Run may get a Config built by hand
+			return errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES), e.g. 8GiB")
+		}
+		if err := hostcheck.CheckRAMTier(n.sc.RAMTierBytes); err != nil {
+			return err
+		}
+	}
+	hostcheck.WarnSocketBuffers(n.log, n.sc.SocketBufferBytes)
+	return nil
+}
 
-	group, err := OpenEngines(cfg, deps.FS, deps.Clock, log)
+// openEngines opens the disks and, when configured, the RAM tier in
+// front of them.
+func (n *node) openEngines() error {
+	group, err := OpenEngines(n.cfg, n.deps.FS, n.deps.Clock, n.log)
 	if err != nil {
 		return err
 	}
-	hostcheck.WarnFDLimit(log, sc.MaxConns) // after the open: the engines' files are counted
-	if sc.StoreEngine == "slab" {
-		// After the open: the directories exist, so stat finds their mounts.
-		hostcheck.WarnOnlineDiscard(log, sc.Disks)
-	}
-	// eng is what the server serves: the disk group, or the RAM tier in
-	// front of it. Closing eng closes everything below it.
-	var eng engine.StoreEngine = group
-	var tier *ramtier.Tier
-	if sc.RAMTier == 1 {
-		if tier, err = openRAMTier(sc, group, log); err != nil {
-			_ = group.Close()
-			return err
-		}
-		eng = tier
-	}
-	closeGroup := func() error {
-		if err := eng.Close(); err != nil {
+	n.group, n.eng = group, group
+	n.closers.add(func() error {
+		if err := n.eng.Close(); err != nil {
 			return fmt.Errorf("close engines: %w", err)
 		}
 		return nil
+	})
+	hostcheck.WarnFDLimit(n.log, n.sc.MaxConns) // after the open: the engines' files are counted
+	if n.sc.StoreEngine == "slab" {
+		// After the open: the directories exist, so stat finds their mounts.
+		hostcheck.WarnOnlineDiscard(n.log, n.sc.Disks)
 	}
+	if n.sc.RAMTier != 1 {
+		return nil
+	}
+	tier, err := openRAMTier(n.sc, group, n.log)
+	if err != nil {
+		return err
+	}
+	n.tier, n.eng = tier, tier
+	return nil
+}
 
-	ln := deps.Listener
-	if ln == nil {
-		ln, err = net.Listen("tcp", sc.Listen)
+// listen takes the data-plane listener from deps or opens one.
+func (n *node) listen() error {
+	n.ln = n.deps.Listener
+	if n.ln == nil {
+		ln, err := net.Listen("tcp", n.sc.Listen)
 		if err != nil {
-			_ = closeGroup()
-			return fmt.Errorf("listen on %s (server.listen / DFKV_LISTEN): %w", sc.Listen, err)
+			return fmt.Errorf("listen on %s (server.listen / DFKV_LISTEN): %w", n.sc.Listen, err)
 		}
+		n.ln = ln
 	}
+	n.closers.add(func() error {
+		_ = n.ln.Close() // after Serve: already closed
+		return nil
+	})
+	return nil
+}
+
+// newServer builds the protocol server over the engines, with what STATS
+// reports about the node and the metrics it exports.
+func (n *node) newServer() error {
+	sc := n.sc
 	srv, err := New(Options{
-		Engine:          eng,
-		Listener:        ln,
-		Logger:          log,
-		Clock:           deps.Clock,
+		Engine:          n.eng,
+		Listener:        n.ln,
+		Logger:          n.log,
+		Clock:           n.deps.Clock,
 		MaxBlockBytes:   sc.MaxBlockBytes,
 		MaxBatchItems:   sc.MaxBatchItems,
 		MaxConns:        sc.MaxConns,
@@ -156,53 +239,64 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		BufferBudget:    sc.BufferBudgetBytes,
 	})
 	if err != nil {
-		_ = ln.Close()
-		_ = closeGroup()
 		return err
 	}
-
-	srv.group = group
+	n.srv = srv
+	srv.group = n.group
 	srv.SetInfo(NodeInfo{
-		ID: serverID(cfg, ln.Addr()), Group: cfg.Group, Listen: ln.Addr().String(), Engine: sc.StoreEngine,
-		ConfigFile: deps.ConfigFile, ConfigSources: deps.ConfigSources, StartedUnixMS: start.UnixMilli(), MDS: sc.MDS,
+		ID: serverID(n.cfg, n.ln.Addr()), Group: n.cfg.Group, Listen: n.ln.Addr().String(), Engine: sc.StoreEngine,
+		ConfigFile: n.deps.ConfigFile, ConfigSources: n.deps.ConfigSources, StartedUnixMS: n.started.UnixMilli(), MDS: sc.MDS,
 	})
-	promReg := prometheus.NewRegistry()
-	if srv.metrics, err = NewMetrics(promReg, srv, group); err == nil && tier != nil {
-		err = promReg.Register(&ramCollector{tier: tier})
-	}
-	if err != nil {
-		_ = ln.Close()
-		_ = closeGroup()
+	n.prom = prometheus.NewRegistry()
+	if srv.metrics, err = NewMetrics(n.prom, srv, n.group); err != nil {
 		return err
 	}
-
-	var httpSrv *http.Server
-	if hln := deps.HTTPListener; hln != nil || sc.HTTPListen != "" {
-		if hln == nil {
-			if hln, err = net.Listen("tcp", sc.HTTPListen); err != nil {
-				_ = ln.Close()
-				_ = closeGroup()
-				return fmt.Errorf("listen on %s (server.http_listen / DFKV_HTTP_LISTEN): %w", sc.HTTPListen, err)
-			}
-		}
-		httpSrv = newHTTPServer(srv, eng, promReg, sc.MetricsFirstRequest, sc.PProf == 1)
-		go func() {
-			if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("http listener failed", "addr", sc.HTTPListen, "error", err.Error())
-			}
-		}()
+	if n.tier != nil {
+		return n.prom.Register(&ramCollector{tier: n.tier})
 	}
+	return nil
+}
 
-	st := group.Stats()
-	if tier != nil {
-		r := tier.RAM()
-		log.Info("RAM tier on", "bytes", r.BudgetBytes, "arena_bytes", r.ArenaBytes, "large_reserve_bytes", r.LargeReserveBytes,
+// serveHTTP starts /metrics, /healthz and /readyz, unless the node has no
+// HTTP listener.
+func (n *node) serveHTTP() error {
+	hln := n.deps.HTTPListener
+	if hln == nil && n.sc.HTTPListen == "" {
+		return nil
+	}
+	if hln == nil {
+		var err error
+		if hln, err = net.Listen("tcp", n.sc.HTTPListen); err != nil {
+			return fmt.Errorf("listen on %s (server.http_listen / DFKV_HTTP_LISTEN): %w", n.sc.HTTPListen, err)
+		}
+	}
+	httpSrv := newHTTPServer(n.srv, n.eng, n.prom, n.sc.MetricsFirstRequest, n.sc.PProf == 1)
+	go func() {
+		if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("http listener failed", "addr", n.sc.HTTPListen, "error", err.Error())
+		}
+	}()
+	n.closers.add(func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = httpSrv.Shutdown(sctx)
+		return nil
+	})
+	return nil
+}
+
+// logListening says the node is up, and how its RAM tier came out.
+func (n *node) logListening(st engine.Stats) {
+	sc := n.sc
+	if n.tier != nil {
+		r := n.tier.RAM()
+		n.log.Info("RAM tier on", "bytes", r.BudgetBytes, "arena_bytes", r.ArenaBytes, "large_reserve_bytes", r.LargeReserveBytes,
 			"write_mode", sc.RAMWriteMode, "put_ack_mode", sc.PutAckMode, "flush_threads", r.FlushThreads,
 			"shards", r.Shards, "flush_queues", r.FlushQueues, "numa", r.NUMA, "read_coalesce", sc.ReadCoalesce == 1)
 	}
-	log.Info("dfkv server listening",
-		"id", serverID(cfg, ln.Addr()),
-		"listen", ln.Addr().String(),
+	n.log.Info("dfkv server listening",
+		"id", serverID(n.cfg, n.ln.Addr()),
+		"listen", n.ln.Addr().String(),
 		"http", sc.HTTPListen,
 		"engine", sc.StoreEngine,
 		"disks", sc.Disks,
@@ -211,67 +305,66 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		"used_bytes", st.UsedBytes,
 		"direct_io", st.DirectIO,
 		"max_block_bytes", sc.MaxBlockBytes,
-		"started_in", time.Since(start).Round(time.Millisecond).String(),
+		"started_in", time.Since(n.started).Round(time.Millisecond).String(),
 	)
-	var reg *register.Registrar
-	regDone := make(chan struct{})
-	if len(sc.MDS) > 0 {
-		addr, err := register.AdvertiseAddr(sc.AdvertiseAddr, ln.Addr())
-		if err != nil {
-			_ = ln.Close()
-			_ = closeGroup()
-			return err
-		}
-		mc, err := client.NewMDSClient(sc.MDS, cfg.Group, nil, 5*time.Second)
-		if err != nil {
-			_ = ln.Close()
-			_ = closeGroup()
-			return fmt.Errorf("server.mds (DFKV_MDS_ADDRS): %w", err)
-		}
-		info := wire.MemberInfo{
-			ID: serverID(cfg, ln.Addr()), Addr: addr, Weight: sc.Weight, Disks: sc.Disks,
-			CapacityBytes: st.CapacityBytes, Version: version.Version,
-		}
-		if err := wire.ValidateMemberID(info.ID); err != nil {
-			_ = ln.Close()
-			_ = closeGroup()
-			return fmt.Errorf("server.id (DFKV_SERVER_ID): %w", err)
-		}
-		reg = register.New(mc, info, anyDiskHealthy(group), log)
-		if err := promReg.Register(reg.Gauge()); err != nil {
-			_ = ln.Close()
-			_ = closeGroup()
-			return err
-		}
-		go func() {
-			defer close(regDone)
-			reg.Run(ctx)
-		}()
-	}
-	if deps.Ready != nil {
-		deps.Ready(srv)
-	}
+}
 
-	serveErr := srv.Serve(ctx)
-	if reg != nil {
-		<-regDone
+// register starts keeping the node registered with the MDS, when
+// server.mds names one. It is the last step of a start: once its
+// goroutine runs, nothing can fail and need it stopped.
+func (n *node) register(ctx context.Context, capacity uint64) error {
+	sc := n.sc
+	if len(sc.MDS) == 0 {
+		return nil
 	}
-	log.Info("dfkv server stopped accepting; syncing engines")
-	if httpSrv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = httpSrv.Shutdown(sctx)
-		cancel()
+	addr, err := register.AdvertiseAddr(sc.AdvertiseAddr, n.ln.Addr())
+	if err != nil {
+		return err
 	}
-	closeErr := closeGroup()
+	mc, err := client.NewMDSClient(sc.MDS, n.cfg.Group, nil, 5*time.Second)
+	if err != nil {
+		return fmt.Errorf("server.mds (DFKV_MDS_ADDRS): %w", err)
+	}
+	info := wire.MemberInfo{
+		ID: serverID(n.cfg, n.ln.Addr()), Addr: addr, Weight: sc.Weight, Disks: sc.Disks,
+		CapacityBytes: capacity, Version: version.Version,
+	}
+	if err := wire.ValidateMemberID(info.ID); err != nil {
+		return fmt.Errorf("server.id (DFKV_SERVER_ID): %w", err)
+	}
+	reg := register.New(mc, info, anyDiskHealthy(n.group), n.log)
+	if err := n.prom.Register(reg.Gauge()); err != nil {
+		return err
+	}
+	n.regDone = make(chan struct{})
+	go func() {
+		defer close(n.regDone)
+		reg.Run(ctx)
+	}()
+	return nil
+}
+
+// serve serves until ctx ends, then stops: the node leaves the MDS, the
+// HTTP side stops, and the engines are synced and closed.
+func (n *node) serve(ctx context.Context) error {
+	if n.deps.Ready != nil {
+		n.deps.Ready(n.srv)
+	}
+	serveErr := n.srv.Serve(ctx)
+	if n.regDone != nil {
+		<-n.regDone
+	}
+	n.log.Info("dfkv server stopped accepting; syncing engines")
+	closeErr := n.closers.run()
 	// After the close: a RAM tier's flush has landed on the disks by now.
-	final := group.Stats()
+	final := n.group.Stats()
 	if serveErr != nil {
-		return fmt.Errorf("accept on %s: %w", ln.Addr(), serveErr)
+		return fmt.Errorf("accept on %s: %w", n.ln.Addr(), serveErr)
 	}
 	if closeErr != nil {
 		return closeErr
 	}
-	log.Info("dfkv server stopped cleanly", "objects", final.Objects, "used_bytes", final.UsedBytes)
+	n.log.Info("dfkv server stopped cleanly", "objects", final.Objects, "used_bytes", final.UsedBytes)
 	return nil
 }
 

@@ -1,7 +1,10 @@
 // Package server is the cache node: it accepts TCP connections, decodes
 // wire frames and answers them from a StoreEngine (normally an
 // engine.Group over the node's disks). The role's command (command.go)
-// wires configuration, engines, listener and signals around it.
+// wires configuration, engines (engines.go), listeners, the HTTP side
+// (http.go) and signals around it, with what is not the node's own in
+// subpackages: hostcheck (what the host gives it), quota (the tenant
+// quotas file) and register (membership at the MDS).
 //
 // The listener, the clock and the engine are passed in, so
 // tests run several nodes in one process and inject faults.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,22 +18,52 @@ const mountinfoFixture = `22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
 31 22 259:3 / /mnt/nvme1 rw,noatime shared:10 - ext4 /dev/nvme1n1 rw
 32 22 259:4 / /mnt/xfs rw,noatime shared:11 - xfs /dev/nvme2n1 rw,discard
 33 22 254:1 /srv /srv/bind rw,relatime shared:1 - ext4 /dev/vda rw,discard,resv_strict
-garbage line
+34 22 259:5 / /mnt/dis\040card rw,noatime - ext4 /dev/nvme\0403n1 rw,discard
 `
 
-// TestParseMountinfo: the device, mount point (octal escapes undone),
-// filesystem type, source and superblock options are read; a line that is
-// not mountinfo is skipped.
-func TestParseMountinfo(t *testing.T) {
-	m, err := parseMountinfo(strings.NewReader(mountinfoFixture))
-	if err != nil {
+// fixtureMounts reads mountinfo as procMounts reads a host's: from
+// self/mountinfo of a proc filesystem.
+func fixtureMounts(t *testing.T, mountinfo string) string {
+	t.Helper()
+	proc := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(proc, "self"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if len(m) != 6 {
-		t.Fatalf("parsed %d entries, want 6: %+v", len(m), m)
+	if err := os.WriteFile(filepath.Join(proc, "self", "mountinfo"), []byte(mountinfo), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if e := m[2]; e.device != "259:2" || e.mountPoint != "/mnt/nvme 0" || e.fsType != "ext4" || e.source != "/dev/nvme0n1" || strings.Join(e.superOpts, ",") != "rw,nodiscard" {
+	return proc
+}
+
+// TestProcMounts: the device, mount point, filesystem type, source and
+// superblock options are read; a table that is not mountinfo gives no
+// mounts (and so no warnings), not an error.
+func TestProcMounts(t *testing.T) {
+	m := procMounts(fixtureMounts(t, mountinfoFixture))
+	if len(m) != 7 {
+		t.Fatalf("read %d entries, want 7: %+v", len(m), m)
+	}
+	if e := m[2]; e.MajorMinorVer != "259:2" || e.MountPoint != `/mnt/nvme\0400` || e.FSType != "ext4" || e.Source != "/dev/nvme0n1" || len(e.SuperOptions) != 2 {
 		t.Fatalf("entry 2 = %+v", e)
+	}
+	if _, ok := m[2].SuperOptions["nodiscard"]; !ok {
+		t.Fatalf("entry 2 lacks nodiscard: %+v", m[2].SuperOptions)
+	}
+	if m := procMounts(fixtureMounts(t, mountinfoFixture+"garbage line\n")); m != nil {
+		t.Fatalf("a table with a line that is not mountinfo: %+v", m)
+	}
+	if m := procMounts(filepath.Join(t.TempDir(), "none")); m != nil {
+		t.Fatalf("no proc filesystem: %+v", m)
+	}
+}
+
+// TestUnescapeMountinfo: the kernel's octal escapes are undone; a
+// backslash not followed by three octal digits is kept.
+func TestUnescapeMountinfo(t *testing.T) {
+	for in, want := range map[string]string{`/mnt/nvme\0400`: "/mnt/nvme 0", `a\011b\012c\134d`: "a\tb\nc\\d", `/plain`: "/plain", `x\9`: `x\9`, `end\04`: `end\04`} {
+		if got := unescapeMountinfo(in); got != want {
+			t.Errorf("unescapeMountinfo(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 
@@ -39,20 +71,18 @@ func TestParseMountinfo(t *testing.T) {
 // named (with its mount and what to do) in one structured line; nodiscard, no option, another
 // filesystem, or a directory that cannot be placed gives nothing.
 func TestOnlineDiscardWarnings(t *testing.T) {
-	mounts, err := parseMountinfo(strings.NewReader(mountinfoFixture))
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs := map[string]string{"/data/d0": "254:1", "/mnt/nvme 0/d": "259:2", "/mnt/nvme1/d": "259:3", "/mnt/xfs/d": "259:4", "/elsewhere": "8:1"}
+	mounts := procMounts(fixtureMounts(t, mountinfoFixture))
+	devs := map[string]string{"/data/d0": "254:1", "/mnt/nvme 0/d": "259:2", "/mnt/nvme1/d": "259:3", "/mnt/xfs/d": "259:4", "/elsewhere": "8:1", "/mnt/dis card/d": "259:5"}
 	dev := func(dir string) (string, error) {
 		if d, ok := devs[dir]; ok {
 			return d, nil
 		}
 		return "", errors.New("no such directory")
 	}
-	w := onlineDiscardWarnings([]string{"/data/d0", "/mnt/nvme 0/d", "/mnt/nvme1/d", "/mnt/xfs/d", "/elsewhere", "/missing"}, mounts, dev)
-	if len(w) != 1 || w[0] != (discardWarning{dir: "/data/d0", source: "/dev/vda", mountPoint: "/"}) {
-		t.Fatalf("warnings = %+v, want one for /data/d0 on /dev/vda at /", w)
+	w := onlineDiscardWarnings([]string{"/data/d0", "/mnt/nvme 0/d", "/mnt/nvme1/d", "/mnt/xfs/d", "/elsewhere", "/missing", "/mnt/dis card/d"}, mounts, dev)
+	if len(w) != 2 || w[0] != (discardWarning{dir: "/data/d0", source: "/dev/vda", mountPoint: "/"}) ||
+		w[1] != (discardWarning{dir: "/mnt/dis card/d", source: "/dev/nvme 3n1", mountPoint: "/mnt/dis card"}) {
+		t.Fatalf("warnings = %+v, want one for /data/d0 on /dev/vda at / and one for /mnt/dis card/d (escapes undone)", w)
 	}
 	var buf bytes.Buffer
 	w[0].log(slog.New(slog.NewTextHandler(&buf, nil)))
@@ -75,9 +105,9 @@ func TestDeviceOfFindsItsMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mounts := procMounts()
+	mounts := procMounts("/proc")
 	for _, m := range mounts {
-		if m.device == dev {
+		if m.MajorMinorVer == dev {
 			return
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync/atomic"
 	"time"
@@ -41,13 +42,38 @@ type Registrar struct {
 	// joined (clients discovering through the MDS never route to it) is
 	// something to alert on, not only one WARN at startup.
 	current atomic.Bool
+	// draw returns a duration uniformly in [0, d): rand.N, or a seeded
+	// source in tests.
+	draw func(d time.Duration) time.Duration
 }
 
 // New returns a Registrar that registers info through mds once Run is
 // called. serving (nil: always) reports whether the node can still serve
 // anything; while it cannot, the node stays out of the membership.
 func New(mds *client.MDSClient, info wire.MemberInfo, serving func() bool, log *slog.Logger) *Registrar {
-	return &Registrar{mds: mds, info: info, serving: serving, log: log}
+	return &Registrar{mds: mds, info: info, serving: serving, log: log, draw: rand.N[time.Duration]}
+}
+
+// A registration that fails is retried after a wait that starts at
+// firstRetry and doubles up to maxRetry.
+const (
+	firstRetry = 200 * time.Millisecond
+	maxRetry   = 5 * time.Second
+)
+
+// jitter is the wait before a retry whose back-off has reached d: drawn
+// uniformly from [0, d) ("full jitter"). An MDS restart fails every
+// node's heartbeat and registration at the same moment; with fixed waits
+// they would all retry, and register again, in lock-step for as long as
+// they back off, each round a burst at the MDS.
+func (r *Registrar) jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	if r.draw == nil {
+		return rand.N(d)
+	}
+	return r.draw(d)
 }
 
 // Gauge is dfkv_server_registered, for the node's registry. A zero
@@ -115,7 +141,7 @@ func (r *Registrar) Run(ctx context.Context) {
 	fail := func(msg string, err error) {
 		failures.fail(r.log, time.Now(), msg, "id", r.info.ID, "group", r.mds.Group(), "error", err.Error())
 	}
-	backoff := 200 * time.Millisecond
+	backoff := firstRetry
 	benched := false // deregistered because no disk serves
 	for {
 		wait := backoff
@@ -147,7 +173,7 @@ func (r *Registrar) Run(ctx context.Context) {
 			if err == nil {
 				registered = true
 				failures.failing = false
-				backoff = 200 * time.Millisecond
+				backoff = firstRetry
 				r.current.Store(true)
 				ttl = time.Duration(rep.HeartbeatTTLMS) * time.Millisecond
 				if ttl <= 0 {
@@ -157,7 +183,8 @@ func (r *Registrar) Run(ctx context.Context) {
 				wait = ttl / 3
 			} else if ctx.Err() == nil {
 				fail("cannot register with the MDS; retrying (clients that discover members through it do not route here)", err)
-				backoff = min(backoff*2, 5*time.Second)
+				wait = r.jitter(backoff)
+				backoff = min(backoff*2, maxRetry)
 			}
 		} else {
 			hctx, cancel := context.WithTimeout(ctx, max(ttl/3, time.Second))
@@ -184,7 +211,7 @@ func (r *Registrar) Run(ctx context.Context) {
 			default:
 				r.current.Store(false)
 				fail("MDS heartbeat failed; retrying", err)
-				wait = min(ttl/6, time.Second)
+				wait = r.jitter(min(ttl/6, time.Second))
 			}
 		}
 		select {

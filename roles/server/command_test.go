@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -55,18 +56,15 @@ func TestFailedStartClosesWhatItOpened(t *testing.T) {
 	}
 	for _, l := range []net.Listener{ln, hln} {
 		// The HTTP server closes its listener from its own goroutine when
-		// Shutdown came first; poll until refused.
-		for deadline := time.Now().Add(10 * time.Second); ; {
+		// Shutdown came first: poll until refused.
+		waitUntil(t, 10*time.Second, func() error {
 			c, err := net.DialTimeout("tcp", l.Addr().String(), time.Second)
 			if err != nil {
-				break
+				return nil
 			}
 			c.Close()
-			if time.Now().After(deadline) {
-				t.Fatalf("%s still accepts connections after a failed start", l.Addr())
-			}
-			time.Sleep(10 * time.Millisecond) // polling a socket: no event to wait on
-		}
+			return fmt.Errorf("%s still accepts connections after a failed start", l.Addr())
+		})
 	}
 	g, err := OpenEngines(cfg, vfs.OS{}, engine.SystemClock{}, slog.New(slog.DiscardHandler))
 	if err != nil {

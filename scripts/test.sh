@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of dfkv: formatting and vet, the Go suites with the race
 # detector (fuzz seed corpora included: `go test` replays testdata/fuzz),
-# the multi-process tests that build and start real dfkv binaries (and a
-# real etcd), and the C ABI and Python connector tests against real nodes.
+# the multi-process tests of roles/e2e that build and start real dfkv
+# binaries (and a real etcd), and the C ABI and Python connector tests
+# against real nodes.
 # This is the README's test command and what .ci/run calls.
 set -euo pipefail
 cd "$(dirname "$0")/.."

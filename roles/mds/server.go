@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dfkv/dfkv/roles/internal/accept"
 	"github.com/dfkv/dfkv/wire"
-	"github.com/dfkv/dfkv/wire/accept"
 )
 
 // controlServer answers the MDS control protocol from a Directory.

@@ -131,6 +131,8 @@ func TestBatchAfterBackoffReachesRecoveredNode(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(sctx) }()
 	defer func() { cancel(); <-done }()
+	// Kept: the client's back-off runs on the real clock, with no hook,
+	// and a probe before the window passed would lengthen it.
 	time.Sleep(300 * time.Millisecond) // past the first window (100 ms)
 	keys := make([][]byte, 6)
 	vals := make([][]byte, 6)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -16,20 +17,16 @@ import (
 // failing at once if check finds them wrong on the way.
 func waitStats(t *testing.T, n *testNode, what string, cond, check func(Stats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitUntil(t, 30*time.Second, func() error {
 		st := n.srv.Stats()
 		if check != nil && !check(st) {
 			t.Fatalf("while waiting for %s: %+v", what, st)
 		}
-		if cond(st) {
-			return
+		if !cond(st) {
+			return fmt.Errorf("%s: %+v", what, st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30 s: %+v", what, st)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestBufferBudgetBoundsPUTs: with a budget of two 1 MiB buffers, three

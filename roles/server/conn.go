@@ -392,7 +392,7 @@ func (c *conn) serve() {
 		if _, err := c.br.Peek(1); err != nil {
 			if !c.pastFirst && isTimeout(err) && !c.isStopped() {
 				c.s.stats.firstReqTimeouts.Add(1)
-				c.s.firstReqWarn.warn(log, time.Now(), "closing connection: no complete first request within the deadline",
+				c.s.firstReqWarn.Warn(log, time.Now(), "closing connection: no complete first request within the deadline",
 					"remote", c.nc.RemoteAddr().String(), "first_request_ms", c.s.opts.FirstRequest.Milliseconds())
 			}
 			return
@@ -433,7 +433,7 @@ func (c *conn) onError(err error) {
 	var fe *wire.FrameError
 	if errors.As(err, &fe) {
 		c.s.stats.frameErrors.Add(1)
-		c.s.frameWarn.warn(c.s.log, time.Now(), "closing connection after malformed request",
+		c.s.frameWarn.Warn(c.s.log, time.Now(), "closing connection after malformed request",
 			"remote", c.nc.RemoteAddr().String(), "status", fe.Status.String(), "error", fe.Message)
 		msg := fe.Message
 		if len(msg) > wire.MaxErrorMessage {
@@ -452,12 +452,12 @@ func (c *conn) onError(err error) {
 	if !c.pastFirst && c.s.opts.FirstRequest > 0 && isTimeout(err) {
 		// The first request's deadline (its body has it too, when set).
 		c.s.stats.firstReqTimeouts.Add(1)
-		c.s.firstReqWarn.warn(c.s.log, time.Now(), "closing connection: no complete first request within the deadline",
+		c.s.firstReqWarn.Warn(c.s.log, time.Now(), "closing connection: no complete first request within the deadline",
 			"remote", c.nc.RemoteAddr().String(), "first_request_ms", c.s.opts.FirstRequest.Milliseconds())
 		return
 	}
 	if isTimeout(err) {
-		c.s.bodyStallWarn.warn(c.s.log, time.Now(), "closing connection: a request (its prefix or body) stalled past the body deadline",
+		c.s.bodyStallWarn.Warn(c.s.log, time.Now(), "closing connection: a request (its prefix or body) stalled past the body deadline",
 			"remote", c.nc.RemoteAddr().String(), "body_timeout", c.s.opts.BodyTimeout.String())
 		return
 	}

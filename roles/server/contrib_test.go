@@ -13,6 +13,7 @@ import (
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/ramtier"
+	"github.com/dfkv/dfkv/roles/server/register"
 )
 
 // mdsMetricNames are the MDS's metrics, as roles/mds/mds.go declares them
@@ -95,7 +96,7 @@ func TestGrafanaDashboardUsesRealMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	// dfkv_server_registered, as a node with server.mds exports it.
-	if err := reg.Register((&registrar{}).gauge()); err != nil {
+	if err := reg.Register((&register.Registrar{}).Gauge()); err != nil {
 		t.Fatal(err)
 	}
 	mfs, err := reg.Gather()

@@ -20,13 +20,19 @@ import (
 // startMDS runs a bbolt-backed MDS in-process with a short heartbeat TTL.
 func startMDS(t *testing.T) string {
 	t.Helper()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	return startMDSOn(t, ln)
+}
+
+// startMDSOn is startMDS on the listener ln.
+func startMDSOn(t *testing.T, ln net.Listener) string {
+	t.Helper()
 	cfg, _, err := config.LoadFrom("mds", "", nil, map[string][]string{
 		"db": {filepath.Join(t.TempDir(), "mds.db")}, "heartbeat-ttl-ms": {"2000"}, "http-listen": {""},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan struct{})
@@ -52,14 +58,43 @@ func startRegisteredNode(t *testing.T, mdsAddr, id string) (addr string, stop fu
 // how long that took.
 func waitMembers(t *testing.T, cl *client.Client, n int) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for len(cl.Members()) != n {
-		if time.Since(start) > 15*time.Second {
-			t.Fatalf("client sees %d members, want %d", len(cl.Members()), n)
+	return waitUntil(t, 15*time.Second, func() error {
+		if got := len(cl.Members()); got != n {
+			return fmt.Errorf("client sees %d members, want %d", got, n)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	})
+}
+
+// dirMembers waits until the MDS at mc lists want members.
+func dirMembers(t *testing.T, mc *client.MDSClient, want int) {
+	t.Helper()
+	waitUntil(t, 20*time.Second, func() error {
+		_, ms, _, err := mc.Members(context.Background(), 0)
+		if err != nil || len(ms) != want {
+			return fmt.Errorf("directory holds %d members (%v), want %d", len(ms), err, want)
+		}
+		return nil
+	})
+}
+
+// acceptSignal is a listener that signals each connection it accepts.
+// An MDS client dials a connection per call, so once nothing else calls
+// an MDS, its accepts count a client's polls.
+type acceptSignal struct {
+	net.Listener
+	accepted chan struct{}
+}
+
+func (l acceptSignal) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		select {
+		case l.accepted <- struct{}{}:
+		default: // nobody counting yet
+		}
 	}
-	return time.Since(start)
+	return c, err
 }
 
 // TestDiscoveryFollowsMembership: nodes register on start and leave on
@@ -143,21 +178,7 @@ func TestReregisterAfterDirectoryReset(t *testing.T) {
 	stopMDS := run(ln, filepath.Join(t.TempDir(), "a.db"))
 	startRegisteredNode(t, mdsAddr, "n1")
 	mc, _ := client.NewMDSClient([]string{mdsAddr}, "default", nil, time.Second)
-	waitFor := func(want int) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			_, ms, _, err := mc.Members(context.Background(), 0)
-			if err == nil && len(ms) == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("directory holds %d members (%v), want %d", len(ms), err, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	waitFor(1)
+	dirMembers(t, mc, 1)
 	stopMDS()
 	ln2, err := net.Listen("tcp", mdsAddr)
 	if err != nil {
@@ -165,7 +186,7 @@ func TestReregisterAfterDirectoryReset(t *testing.T) {
 	}
 	stopMDS = run(ln2, filepath.Join(t.TempDir(), "fresh.db"))
 	defer stopMDS()
-	waitFor(1)
+	dirMembers(t, mc, 1)
 }
 
 // TestRegisteredGauge: dfkv_server_registered says whether the node's
@@ -183,17 +204,12 @@ func TestRegisteredGauge(t *testing.T) {
 	}
 	waitFor := func(httpAddr string, want float64) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			got, ok := registered(httpAddr)
-			if ok && got == want {
-				return
+		waitUntil(t, 15*time.Second, func() error {
+			if got, ok := registered(httpAddr); !ok || got != want {
+				return fmt.Errorf("dfkv_server_registered = %v (exported: %v), want %v", got, ok, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("dfkv_server_registered = %v (exported: %v), want %v", got, ok, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 
 	dead, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -218,7 +234,9 @@ func TestRegisteredGauge(t *testing.T) {
 // every call with "no cache node is registered"; when the MDS lists
 // members again, the client takes them.
 func TestClientKeepsMembersWhenMDSListsNone(t *testing.T) {
-	mdsAddr := startMDS(t)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	polls := acceptSignal{Listener: ln, accepted: make(chan struct{}, 1024)}
+	mdsAddr := startMDSOn(t, polls)
 	a1, stop1 := startRegisteredNode(t, mdsAddr, "n1")
 	cl, err := client.Open(client.Options{Namespace: []byte("disc"), MDS: []string{mdsAddr}, MDSPoll: 20 * time.Millisecond, Timeout: 10 * time.Second})
 	if err != nil {
@@ -232,30 +250,39 @@ func TestClientKeepsMembersWhenMDSListsNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
+	waitUntil(t, 15*time.Second, func() error {
 		epoch, ms, _, err := mc.Members(context.Background(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ms) == 0 && epoch > e1 {
-			break
+		if len(ms) != 0 || epoch <= e1 {
+			return fmt.Errorf("the MDS lists %d members at epoch %d after the stop (before: epoch %d)", len(ms), epoch, e1)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	})
+	// From here only the client calls the MDS: ten accepted connections
+	// are ten of its polls, the nine before the last answered with the
+	// empty list.
+	for len(polls.accepted) > 0 {
+		<-polls.accepted
 	}
-	time.Sleep(200 * time.Millisecond) // ten polls
+	for i := range 10 {
+		select {
+		case <-polls.accepted:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("the client stopped polling the MDS after %d polls", i)
+		}
+	}
 	if ms := cl.Members(); len(ms) != 1 || ms[0] != a1 || cl.Epoch() != e1 {
 		t.Fatalf("with the MDS listing none, the client routes over %v at epoch %d; want the last member %s at epoch %d", ms, cl.Epoch(), a1, e1)
 	}
 	a2, _ := startRegisteredNode(t, mdsAddr, "n2")
-	for start := time.Now(); ; {
-		if ms := cl.Members(); len(ms) == 1 && ms[0] == a2 {
-			break
+	waitUntil(t, 15*time.Second, func() error {
+		if ms := cl.Members(); len(ms) != 1 || ms[0] != a2 {
+			return fmt.Errorf("the client did not take the new member list: %v", ms)
 		}
-		if time.Since(start) > 15*time.Second {
-			t.Fatalf("the client did not take the new member list: %v", cl.Members())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestNodeLeavesWhenEveryDiskFailedClosed: a node whose only disk failed
@@ -296,15 +323,16 @@ func TestNodeLeavesWhenEveryDiskFailedClosed(t *testing.T) {
 		}
 		return len(ms)
 	}
-	waitUntil := func(what string, cond func() bool) {
+	wantMembers := func(what string, want int) {
 		t.Helper()
-		for start := time.Now(); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Since(start) > 15*time.Second {
-				t.Fatalf("%s: not within 15 s", what)
+		waitUntil(t, 15*time.Second, func() error {
+			if got := members(); got != want {
+				return fmt.Errorf("%s: the MDS lists %d members", what, got)
 			}
-		}
+			return nil
+		})
 	}
-	waitUntil("the node registered", func() bool { return members() == 1 })
+	wantMembers("the node registered", 1)
 	cl, err := client.Open(client.Options{Namespace: []byte("ro"), Members: []string{ln.Addr().String()}, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -314,5 +342,5 @@ func TestNodeLeavesWhenEveryDiskFailedClosed(t *testing.T) {
 	if err := cl.Put(context.Background(), []byte("k"), []byte("value")); err == nil {
 		t.Fatal("a PUT through a read-only slot table succeeded")
 	}
-	waitUntil("the node left the MDS", func() bool { return members() == 0 })
+	wantMembers("the node left the MDS", 0)
 }

@@ -214,3 +214,40 @@ func TestOpenDiskReadOnlyNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyQuotasFileWarns: a quotas file that lists no tenant (empty, or
+// an empty [tenants] table) starts the node, with one warning naming the
+// file, since it is more often a mistake than meant; a file that lists one
+// gets no such warning.
+func TestEmptyQuotasFileWarns(t *testing.T) {
+	dir := t.TempDir()
+	start := func(name, content string) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
+			"disk": {filepath.Join(dir, "disk-"+name)}, "disk-capacity": {"256MiB"}, "tenant-quotas-file": {path}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		g, err := OpenEngines(cfg, vfs.OS{}, engine.SystemClock{}, slog.New(slog.NewTextHandler(&buf, nil)))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	for name, content := range map[string]string{"empty.toml": "", "bare.toml": "# quotas\n[tenants]\n"} {
+		if got := start(name, content); strings.Count(got, "lists no tenants") != 1 || !strings.Contains(got, name) {
+			t.Errorf("%s: start-up log %q, want one warning naming the file", name, got)
+		}
+	}
+	if got := start("one.toml", "[tenants]\nacme = \"1GiB\"\n"); strings.Contains(got, "lists no tenants") {
+		t.Errorf("a file listing a tenant warned: %q", got)
+	}
+}

@@ -62,7 +62,9 @@ func TestRawSockWritesAcrossFullBuffers(t *testing.T) {
 				break
 			}
 			if all.Len() < 1<<20 {
-				time.Sleep(time.Millisecond) // slow at first: the writer waits for room
+				// Slow at first, so the writer fills the real socket's
+				// buffer and waits for room (nothing else forces it).
+				time.Sleep(time.Millisecond)
 			}
 		}
 		got <- all.Bytes()

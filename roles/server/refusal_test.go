@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -214,11 +215,12 @@ func refusedPrefix(t *testing.T, addr string) net.Conn {
 func TestLingerEnds(t *testing.T) {
 	n := startNode(t, newMemEngine(), nil)
 	refusedPrefix(t, n.addr) // kept open by the client until the test's cleanup
-	for wait := time.Now().Add(30 * time.Second); n.srv.Stats().OpenConns != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(wait) {
-			t.Fatalf("the node still holds the stalled connection after 30 s (linger bound %s)", lingerTime)
+	waitUntil(t, 30*time.Second, func() error {
+		if n.srv.Stats().OpenConns != 0 {
+			return fmt.Errorf("the node still holds the stalled connection (linger bound %s)", lingerTime)
 		}
-	}
+		return nil
+	})
 }
 
 // TestLingerStopsAtItsByteBound: a client that declares a refused body

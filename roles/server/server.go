@@ -1,7 +1,10 @@
 // Package server is the cache node: it accepts TCP connections, decodes
 // wire frames and answers them from a StoreEngine (normally an
 // engine.Group over the node's disks). The role's command (command.go)
-// wires configuration, engines, listener and signals around it.
+// wires configuration, engines (engines.go), listeners, the HTTP side
+// (http.go) and signals around it, with what is not the node's own in
+// subpackages: hostcheck (what the host gives it), quota (the tenant
+// quotas file) and register (membership at the MDS).
 //
 // The listener, the clock and the engine are passed in, so
 // tests run several nodes in one process and inject faults.
@@ -19,8 +22,9 @@ import (
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/roles/internal/accept"
+	"github.com/dfkv/dfkv/roles/server/internal/ratelog"
 	"github.com/dfkv/dfkv/wire"
-	"github.com/dfkv/dfkv/wire/accept"
 	"github.com/dfkv/dfkv/wire/deadline"
 )
 
@@ -88,8 +92,9 @@ type Server struct {
 
 	stats counters
 	// Per-connection warnings a flood of bad connections could repeat,
-	// logged at most once per warnEvery each (the counters count all).
-	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn, refusedWarn, idleCutWarn rateLimitedWarn
+	// logged at most once per ratelog.DefaultEvery each (the counters
+	// count all).
+	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn, refusedWarn, idleCutWarn ratelog.Limiter
 	cutting                                                                      int           // connections closeIdlest closed that have not ended yet (under mu)
 	metrics                                                                      *Metrics      // nil = not exported
 	info                                                                         NodeInfo      // reported by STATS
@@ -203,7 +208,7 @@ func (s *Server) Serve(ctx context.Context) error {
 				fails++
 				s.stats.acceptErrors.Add(1)
 				pause := accept.Pause(fails)
-				s.acceptWarn.warn(s.log, time.Now(), "accept failed; retrying: open connections are still served, new ones wait (if it is too many open files, raise LimitNOFILE or lower server.max_conns)",
+				s.acceptWarn.Warn(s.log, time.Now(), "accept failed; retrying: open connections are still served, new ones wait (if it is too many open files, raise LimitNOFILE or lower server.max_conns)",
 					"listen", s.Addr().String(), "err", err, "retry_in", pause.String())
 				select {
 				case <-time.After(pause):
@@ -245,7 +250,7 @@ func (s *Server) startConn(nc net.Conn) {
 		s.mu.Unlock()
 		s.stats.refused.Add(1)
 		if !closing {
-			s.refusedWarn.warn(s.log, time.Now(), "refusing connection: max_conns reached and no connection idle for long",
+			s.refusedWarn.Warn(s.log, time.Now(), "refusing connection: max_conns reached and no connection idle for long",
 				"remote", nc.RemoteAddr().String(), "max_conns", s.opts.MaxConns)
 			// Best effort: tell the client why before closing.
 			msg := "node has max_conns open connections; retry later or raise DFKV_MAX_CONNS"
@@ -293,7 +298,7 @@ func (s *Server) closeIdlest() {
 	victim.cut = true
 	s.cutting++
 	s.stats.idleClosed.Add(1)
-	s.idleCutWarn.warn(s.log, time.Now(), "max_conns reached: closed the longest-idle connection to admit a new one",
+	s.idleCutWarn.Warn(s.log, time.Now(), "max_conns reached: closed the longest-idle connection to admit a new one",
 		"remote", victim.nc.RemoteAddr().String(), "idle", longest.Round(time.Millisecond).String(), "max_conns", s.opts.MaxConns)
 }
 

@@ -245,6 +245,12 @@ func TestFirstRequestDeadline(t *testing.T) {
 	// 1 s: long enough for the connection that must send in time to do so
 	// on a loaded machine; the drip feeder and the silent one wait it out.
 	n := startNode(t, newMemEngine(), func(o *Options) { o.FirstRequest = time.Second })
+	// A connection whose first frame arrives in time may then idle: it
+	// sends it before the two below are dialed, so it has idled past the
+	// deadline by the time the node closed them.
+	ok := dial(t, n.addr)
+	writeReq(t, ok, wire.RequestHeader{Op: wire.OpPing}, nil)
+	readResp(t, ok)
 	// A drip feeder that never completes its first frame is closed.
 	drip := dial(t, n.addr)
 	_, _ = drip.Write(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})[:10])
@@ -254,11 +260,6 @@ func TestFirstRequestDeadline(t *testing.T) {
 	if got := n.srv.Stats().FirstReqTimeouts; got != 2 {
 		t.Fatalf("first-request timeouts %d, want 2", got)
 	}
-	// A connection whose first frame arrived in time may then idle.
-	ok := dial(t, n.addr)
-	writeReq(t, ok, wire.RequestHeader{Op: wire.OpPing}, nil)
-	readResp(t, ok)
-	time.Sleep(1500 * time.Millisecond) // outlive the deadline on purpose
 	writeReq(t, ok, wire.RequestHeader{Op: wire.OpPing}, nil)
 	if h, _ := readResp(t, ok); h.Status != wire.StatusOK {
 		t.Fatalf("idle connection after first request: %s", h.Status)

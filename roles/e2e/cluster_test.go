@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -6,12 +6,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,92 +18,6 @@ import (
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
-
-// child is one dfkv process of a cluster test.
-type child struct {
-	name string
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan struct{}
-}
-
-// syncBuffer is the log of a running child: os/exec writes it from its own
-// goroutine while a test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// startChild starts `dfkv args...` and waits until readyURL answers 200.
-func startChild(t *testing.T, name, readyURL string, args ...string) *child {
-	t.Helper()
-	return startChildCmd(t, name, readyURL, exec.Command(binPath, args...))
-}
-
-// startChildCmd starts cmd (a dfkv process, perhaps through a shell that
-// sets its limits first) and waits until readyURL answers 200.
-func startChildCmd(t *testing.T, name, readyURL string, cmd *exec.Cmd) *child {
-	t.Helper()
-	cmd.Env = cleanEnv()
-	c := &child{name: name, cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = c.logs, c.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(c.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-c.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-c.done
-		}
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, c.logs.String())
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(readyURL)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return c
-			}
-		}
-		select {
-		case <-c.done:
-			t.Fatalf("%s exited before it was ready:\n%s", name, c.logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after 60s:\n%s", name, c.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (c *child) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	_ = c.cmd.Process.Signal(sig)
-	select {
-	case <-c.done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not exit on %v", c.name, sig)
-	}
-}
 
 // mdsMembers reads the MDS's member IDs over HTTP.
 func mdsMembers(t *testing.T, httpAddr string) []string {
@@ -126,18 +38,6 @@ func mdsMembers(t *testing.T, httpAddr string) []string {
 		ids = append(ids, m.ID)
 	}
 	return ids
-}
-
-func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > limit {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 // TestClusterProcessesWithEtcd runs a real cluster: two `dfkv mds`

@@ -1,13 +1,14 @@
-package server
+package hostcheck
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/dfkv/dfkv/config"
 )
@@ -19,32 +20,33 @@ import (
 // OOM killer ends the node. So the node checks the budget against what is
 // available before it opens anything, and refuses with the figures.
 
-// memInfo is where the available memory is read: the kernel's meminfo, the
-// process's cgroup list and the cgroup filesystem. Tests point it at files
-// of their own.
+// memInfo is where the available memory is read: the proc filesystem
+// (its meminfo and the process's cgroup list, read with procfs) and the
+// cgroup filesystem, whose memory files procfs does not read. Tests point
+// it at directories of their own.
 type memInfo struct {
-	meminfo    string // /proc/meminfo
-	selfCgroup string // /proc/self/cgroup
+	proc       string // /proc
 	cgroupRoot string // /sys/fs/cgroup
 }
 
-var hostMemInfo = memInfo{meminfo: "/proc/meminfo", selfCgroup: "/proc/self/cgroup", cgroupRoot: "/sys/fs/cgroup"}
+var hostMemInfo = memInfo{proc: procfs.DefaultMountPoint, cgroupRoot: "/sys/fs/cgroup"}
 
 // available returns the bytes this process can still take and where the
 // bound comes from: MemAvailable, or the cgroup's limit less its usage
 // when that is smaller. ok is false when the kernel's figure cannot be read
 // (not Linux, /proc not mounted): the caller then skips the check.
 func (m memInfo) available() (avail uint64, source string, ok bool) {
-	data, err := os.ReadFile(m.meminfo)
+	fs, err := procfs.NewFS(m.proc)
 	if err != nil {
 		return 0, "", false
 	}
-	avail, ok = meminfoField(data, "MemAvailable")
-	if !ok {
+	mi, err := fs.Meminfo()
+	if err != nil || mi.MemAvailableBytes == nil { // MemAvailable: Linux 3.14 on
 		return 0, "", false
 	}
-	source = fmt.Sprintf("MemAvailable in %s", m.meminfo)
-	if limit, used, where, ok := m.cgroupLimit(); ok && limit > used && limit-used < avail {
+	avail = *mi.MemAvailableBytes
+	source = fmt.Sprintf("MemAvailable in %s", filepath.Join(m.proc, "meminfo"))
+	if limit, used, where, ok := m.cgroupLimit(fs); ok && limit > used && limit-used < avail {
 		avail, source = limit-used, fmt.Sprintf("the memory cgroup's limit %s less its usage %s without inactive page cache (%s)", approxSize(limit), approxSize(used), where)
 	} else if ok && limit <= used {
 		avail, source = 0, fmt.Sprintf("the memory cgroup's limit %s, already used (%s)", approxSize(limit), where)
@@ -52,45 +54,26 @@ func (m memInfo) available() (avail uint64, source string, ok bool) {
 	return avail, source, true
 }
 
-// meminfoField parses "Name:   123 kB" out of /proc/meminfo.
-func meminfoField(data []byte, name string) (uint64, bool) {
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && f[0] == name+":" {
-			v, err := strconv.ParseUint(f[1], 10, 64)
-			if err != nil {
-				return 0, false
-			}
-			if len(f) >= 3 && f[2] == "kB" {
-				v <<= 10
-			}
-			return v, true
-		}
-	}
-	return 0, false
-}
-
 // cgroupLimit reads the memory limit and usage of this process's cgroup:
 // cgroup v2 (memory.max, memory.current) or v1 (memory.limit_in_bytes,
 // memory.usage_in_bytes). ok is false without a limit ("max", or v1's
 // near-2^63 "unlimited") or when nothing can be read.
-func (m memInfo) cgroupLimit() (limit, used uint64, where string, ok bool) {
-	data, err := os.ReadFile(m.selfCgroup)
+func (m memInfo) cgroupLimit(fs procfs.FS) (limit, used uint64, where string, ok bool) {
+	self, err := fs.Self()
 	if err != nil {
 		return 0, 0, "", false
 	}
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
+	cgroups, err := self.Cgroups()
+	if err != nil {
+		return 0, 0, "", false
+	}
+	for _, cg := range cgroups {
 		var dir, limitFile, usageFile, inactiveKey string
 		switch {
-		case parts[0] == "0" && parts[1] == "":
-			dir, limitFile, usageFile, inactiveKey = filepath.Join(m.cgroupRoot, parts[2]), "memory.max", "memory.current", "inactive_file"
-		case hasController(parts[1], "memory"):
-			dir, limitFile, usageFile, inactiveKey = filepath.Join(m.cgroupRoot, "memory", parts[2]), "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"
+		case cg.HierarchyID == 0 && len(cg.Controllers) == 0:
+			dir, limitFile, usageFile, inactiveKey = filepath.Join(m.cgroupRoot, cg.Path), "memory.max", "memory.current", "inactive_file"
+		case slices.Contains(cg.Controllers, "memory"):
+			dir, limitFile, usageFile, inactiveKey = filepath.Join(m.cgroupRoot, "memory", cg.Path), "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"
 		default:
 			continue
 		}
@@ -123,15 +106,6 @@ func statField(data []byte, name string) (uint64, bool) {
 	return 0, false
 }
 
-func hasController(list, name string) bool {
-	for _, c := range strings.Split(list, ",") {
-		if c == name {
-			return true
-		}
-	}
-	return false
-}
-
 func readUint(path string) (uint64, bool) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -141,9 +115,12 @@ func readUint(path string) (uint64, bool) {
 	return v, err == nil
 }
 
-// checkRAMTierFits refuses a RAM tier budget larger than the memory the
+// CheckRAMTier refuses a RAM tier budget larger than the memory this
 // process can take, naming the setting, both sizes and where the bound
-// comes from.
+// comes from. It is called before any disk is opened.
+func CheckRAMTier(budget uint64) error { return checkRAMTierFits(budget, hostMemInfo) }
+
+// checkRAMTierFits is CheckRAMTier against the files m names.
 func checkRAMTierFits(budget uint64, m memInfo) error {
 	avail, source, ok := m.available()
 	if !ok || budget <= avail {

@@ -1,4 +1,4 @@
-package server
+package hostcheck
 
 import (
 	"os"
@@ -8,13 +8,14 @@ import (
 	"testing"
 )
 
-// fakeMem writes a meminfo with MemAvailable avail (bytes), a
-// /proc/self/cgroup with cgroupLine, and each file of files under the
+// fakeMem lays out a proc filesystem whose meminfo has MemAvailable avail
+// (bytes) and whose self (a link to a process directory, as in /proc)
+// has cgroupLine as its cgroup list, and each file of files under a
 // cgroup root, and returns a memInfo reading them.
 func fakeMem(t *testing.T, avail uint64, cgroupLine string, files map[string]string) memInfo {
 	t.Helper()
 	dir := t.TempDir()
-	m := memInfo{meminfo: filepath.Join(dir, "meminfo"), selfCgroup: filepath.Join(dir, "cgroup"), cgroupRoot: filepath.Join(dir, "fs")}
+	m := memInfo{proc: filepath.Join(dir, "proc"), cgroupRoot: filepath.Join(dir, "fs")}
 	write := func(path, data string) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
@@ -23,9 +24,12 @@ func fakeMem(t *testing.T, avail uint64, cgroupLine string, files map[string]str
 			t.Fatal(err)
 		}
 	}
-	write(m.meminfo, "MemTotal:       24576000 kB\nMemFree:         1000000 kB\nMemAvailable:   "+
-		strconv.FormatUint(avail>>10, 10)+" kB\n")
-	write(m.selfCgroup, cgroupLine+"\n")
+	write(filepath.Join(m.proc, "meminfo"), "MemTotal:       24576000 kB\nMemFree:         1000000 kB\nMemAvailable:   "+
+		strconv.FormatUint(avail>>10, 10)+" kB\nHugePages_Total:       0\n")
+	write(filepath.Join(m.proc, "4242", "cgroup"), cgroupLine+"\n")
+	if err := os.Symlink("4242", filepath.Join(m.proc, "self")); err != nil {
+		t.Fatal(err)
+	}
 	for name, data := range files {
 		write(filepath.Join(m.cgroupRoot, name), data)
 	}
@@ -78,5 +82,22 @@ func TestRAMTierFitsMemory(t *testing.T) {
 		"memory/x/memory.limit_in_bytes": "9223372036854771712\n", "memory/x/memory.usage_in_bytes": "1097658368\n"})
 	check("v1 unlimited", v1Unlimited, 8*gib)
 
-	check("no /proc: not checked", memInfo{meminfo: "/nonexistent/meminfo"}, 1<<60)
+	check("no /proc: not checked", memInfo{proc: "/nonexistent/proc"}, 1<<60)
+	noAvailable := fakeMem(t, 0, "0::/", nil)
+	if err := os.WriteFile(filepath.Join(noAvailable.proc, "meminfo"), []byte("MemTotal:       24576000 kB\nMemFree:         1000000 kB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("a kernel without MemAvailable: not checked", noAvailable, 1<<60)
+	noCgroup := fakeMem(t, 16*gib, "0::/", nil)
+	check("no cgroup files: MemAvailable bounds it", noCgroup, 32*gib, "16.0 GiB", "MemAvailable in "+filepath.Join(noCgroup.proc, "meminfo"))
+}
+
+// TestHostMemInfoReadable: this machine's /proc gives the figure the
+// check needs, so the check runs on a real host rather than skipping.
+func TestHostMemInfoReadable(t *testing.T) {
+	avail, source, ok := hostMemInfo.available()
+	if !ok || avail == 0 || (!strings.Contains(source, "/proc/meminfo") && !strings.Contains(source, "cgroup")) {
+		t.Fatalf("available() = %d, %q, %v on this host", avail, source, ok)
+	}
+	t.Logf("%s: %s", approxSize(avail), source)
 }

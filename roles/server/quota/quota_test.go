@@ -1,4 +1,4 @@
-package server
+package quota
 
 import (
 	"bytes"
@@ -8,13 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
-	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/wire"
 )
 
-func TestLoadQuotas(t *testing.T) {
+func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	write := func(body string) string {
 		p := filepath.Join(dir, "q.toml")
@@ -23,7 +21,7 @@ func TestLoadQuotas(t *testing.T) {
 		}
 		return p
 	}
-	q, err := LoadQuotas(write("[tenants]\n\"acme\" = \"1MiB\"\n\"0x00000000000000ff\" = 4096\n"), 77)
+	q, err := Load(write("[tenants]\n\"acme\" = \"1MiB\"\n\"0x00000000000000ff\" = 4096\n"), 77)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,12 +53,12 @@ func TestLoadQuotas(t *testing.T) {
 	if q.Limit(wire.TenantHash(ns)) != 1<<20 {
 		t.Fatal("a descriptor's tenant does not match the quota name")
 	}
-	if q, err := LoadQuotas("", 0); q != nil || err != nil {
+	if q, err := Load("", 0); q != nil || err != nil {
 		t.Fatalf("no file, no default: %v %v", q, err)
 	}
 	bad := func(body, want string) {
 		t.Helper()
-		_, err := LoadQuotas(write(body), 0)
+		_, err := Load(write(body), 0)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%q: got %v, want an error containing %q", body, err, want)
 		}
@@ -70,21 +68,21 @@ func TestLoadQuotas(t *testing.T) {
 	bad("[tenants]\nx = -1\n", "negative")
 	bad("[tenants]\nx = 1.5\n", "size must be")
 	bad("[tenants\n", "q.toml")
-	if _, err := LoadQuotas(filepath.Join(dir, "missing.toml"), 0); err == nil || !strings.Contains(err.Error(), "DFKV_TENANT_QUOTAS_FILE") {
+	if _, err := Load(filepath.Join(dir, "missing.toml"), 0); err == nil || !strings.Contains(err.Error(), "DFKV_TENANT_QUOTAS_FILE") {
 		t.Fatalf("missing file: %v", err)
 	}
 }
 
-// TestWarnOverQuota: at start, each tenant already holding more than its
+// TestWarnOver: at start, each tenant already holding more than its
 // quota is named (its hash, what it holds, its quota), at most ten lines
 // and then a count; tenants within their quota or without one are not.
-func TestWarnOverQuota(t *testing.T) {
+func TestWarnOver(t *testing.T) {
 	q := engine.NewQuotas(0, map[uint64]uint64{1: 100, 2: 100})
 	q.Committed(1, 150) // over
 	q.Committed(2, 50)  // within
 	q.Committed(3, 1e9) // no quota
 	var buf bytes.Buffer
-	warnOverQuota(slog.New(slog.NewTextHandler(&buf, nil)), q)
+	WarnOver(slog.New(slog.NewTextHandler(&buf, nil)), q)
 	if got := buf.String(); strings.Count(got, "level=WARN") != 1 || !strings.Contains(got, "tenant=0x0000000000000001 committed_bytes=150 quota_bytes=100") {
 		t.Fatalf("warnings: %s", got)
 	}
@@ -98,45 +96,8 @@ func TestWarnOverQuota(t *testing.T) {
 		q.Committed(tenant, 2)
 	}
 	buf.Reset()
-	warnOverQuota(slog.New(slog.NewTextHandler(&buf, nil)), q)
+	WarnOver(slog.New(slog.NewTextHandler(&buf, nil)), q)
 	if got := buf.String(); strings.Count(got, "level=WARN") != overQuotaLines+1 || !strings.Contains(got, "not_listed=2") {
 		t.Fatalf("twelve tenants over quota: %s", got)
-	}
-}
-
-// TestEmptyQuotasFileWarns: a quotas file that lists no tenant (empty, or
-// an empty [tenants] table) starts the node, with one warning naming the
-// file, since it is more often a mistake than meant; a file that lists one
-// gets no such warning.
-func TestEmptyQuotasFileWarns(t *testing.T) {
-	dir := t.TempDir()
-	start := func(name, content string) string {
-		t.Helper()
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
-			"disk": {filepath.Join(dir, "disk-"+name)}, "disk-capacity": {"256MiB"}, "tenant-quotas-file": {path}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		g, err := OpenEngines(cfg, vfs.OS{}, engine.SystemClock{}, slog.New(slog.NewTextHandler(&buf, nil)))
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if err := g.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return buf.String()
-	}
-	for name, content := range map[string]string{"empty.toml": "", "bare.toml": "# quotas\n[tenants]\n"} {
-		if got := start(name, content); strings.Count(got, "lists no tenants") != 1 || !strings.Contains(got, name) {
-			t.Errorf("%s: start-up log %q, want one warning naming the file", name, got)
-		}
-	}
-	if got := start("one.toml", "[tenants]\nacme = \"1GiB\"\n"); strings.Contains(got, "lists no tenants") {
-		t.Errorf("a file listing a tenant warned: %q", got)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package hostcheck
 
 import (
 	"log/slog"
@@ -21,10 +21,11 @@ func fdLimitShort(open, maxConns int, limit uint64) (want uint64, short bool) {
 	return want, limit < want
 }
 
-// warnFDLimit logs once at start when the process's open-file limit is
+// WarnFDLimit logs once at start when the process's open-file limit is
 // below what the node may use. It reads the limit after the Go runtime
-// raised the soft limit to the hard one, so it is the real ceiling.
-func warnFDLimit(log *slog.Logger, maxConns int) {
+// raised the soft limit to the hard one, so it is the real ceiling. Call
+// it after the engines are open, so their files are counted.
+func WarnFDLimit(log *slog.Logger, maxConns int) {
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
 		return

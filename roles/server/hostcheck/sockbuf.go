@@ -1,10 +1,19 @@
-package server
+package hostcheck
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/dfkv/dfkv/config"
 )
+
+// WarnSocketBuffers logs a warning for each of the kernel's caps on
+// socket buffers that server.socket_buffer_bytes exceeds.
+func WarnSocketBuffers(log *slog.Logger, requested uint64) {
+	for _, w := range socketBufferWarnings(requested, procSysctl) {
+		log.Warn(w)
+	}
+}
 
 // socketBufferWarnings says what the kernel will make of
 // server.socket_buffer_bytes. Linux caps SO_SNDBUF and SO_RCVBUF at

@@ -1,29 +1,36 @@
-package server
+// Package register keeps a cache node in its group's membership at the
+// MDS, which is how clients that discover members through the MDS learn
+// where to route keys. It registers at start and again whenever the MDS
+// forgets the node, heartbeats within the MDS's TTL, leaves when the node
+// stops or can no longer serve, and exports whether the node is currently
+// registered, so a node no client can find is something to alert on.
+package register
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dfkv/dfkv/roles/server/internal/ratelog"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
 
-// registrar keeps a node registered with the MDS: it registers at start
+// Registrar keeps a node registered with the MDS: it registers at start
 // (retrying until an MDS answers), heartbeats at a third of the TTL the
 // MDS gives, registers again when the MDS no longer knows the node (it
 // expired, or the MDS's directory was reset), and deregisters when its
 // context ends, so clients stop routing to a node that is shutting down.
-type registrar struct {
+type Registrar struct {
 	mds  *client.MDSClient
 	info wire.MemberInfo
 	log  *slog.Logger
-	done chan struct{}
 	// serving reports whether the node can still serve anything: false
 	// once every disk failed closed. Such a node is deregistered, so
 	// clients route its keys elsewhere (misses, then re-cached on healthy
@@ -35,10 +42,43 @@ type registrar struct {
 	// joined (clients discovering through the MDS never route to it) is
 	// something to alert on, not only one WARN at startup.
 	current atomic.Bool
+	// draw returns a duration uniformly in [0, d): rand.N, or a seeded
+	// source in tests.
+	draw func(d time.Duration) time.Duration
 }
 
-// gauge is dfkv_server_registered, for the node's registry.
-func (r *registrar) gauge() prometheus.Collector {
+// New returns a Registrar that registers info through mds once Run is
+// called. serving (nil: always) reports whether the node can still serve
+// anything; while it cannot, the node stays out of the membership.
+func New(mds *client.MDSClient, info wire.MemberInfo, serving func() bool, log *slog.Logger) *Registrar {
+	return &Registrar{mds: mds, info: info, serving: serving, log: log, draw: rand.N[time.Duration]}
+}
+
+// A registration that fails is retried after a wait that starts at
+// firstRetry and doubles up to maxRetry.
+const (
+	firstRetry = 200 * time.Millisecond
+	maxRetry   = 5 * time.Second
+)
+
+// jitter is the wait before a retry whose back-off has reached d: drawn
+// uniformly from [0, d) ("full jitter"). An MDS restart fails every
+// node's heartbeat and registration at the same moment; with fixed waits
+// they would all retry, and register again, in lock-step for as long as
+// they back off, each round a burst at the MDS.
+func (r *Registrar) jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	if r.draw == nil {
+		return rand.N(d)
+	}
+	return r.draw(d)
+}
+
+// Gauge is dfkv_server_registered, for the node's registry. A zero
+// Registrar's reads 0.
+func (r *Registrar) Gauge() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "dfkv_server_registered",
 		Help: "1 while this node is registered with the MDS and its heartbeats are answered; 0 while it registers or they fail (exported only with server.mds).",
@@ -62,23 +102,23 @@ const stillFailingEvery = 30 * time.Second
 type failureLog struct {
 	failing bool
 	since   time.Time
-	lines   rateLimitedWarn
+	lines   ratelog.Limiter
 }
 
 func (f *failureLog) fail(log *slog.Logger, now time.Time, msg string, args ...any) {
 	if !f.failing {
 		f.failing, f.since = true, now
-		f.lines.every = stillFailingEvery
-		f.lines.reset() // a new run of failures: its first line at once
+		f.lines.Every = stillFailingEvery
+		f.lines.Reset() // a new run of failures: its first line at once
 	} else {
 		args = append(args, "failing_for", now.Sub(f.since).Round(time.Second).String())
 	}
-	f.lines.warn(log, now, msg, args...)
+	f.lines.Warn(log, now, msg, args...)
 }
 
-// advertiseAddr is the address registered for the node: the configured
+// AdvertiseAddr is the address registered for the node: the configured
 // advertise address, or the listen address if it is specific.
-func advertiseAddr(configured string, listen net.Addr) (string, error) {
+func AdvertiseAddr(configured string, listen net.Addr) (string, error) {
 	if configured != "" {
 		return configured, nil
 	}
@@ -92,15 +132,16 @@ func advertiseAddr(configured string, listen net.Addr) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-func (r *registrar) run(ctx context.Context) {
-	defer close(r.done)
+// Run keeps the node registered until ctx ends, then deregisters it
+// and returns.
+func (r *Registrar) Run(ctx context.Context) {
 	ttl := time.Duration(0)
 	registered := false
 	var failures failureLog
 	fail := func(msg string, err error) {
 		failures.fail(r.log, time.Now(), msg, "id", r.info.ID, "group", r.mds.Group(), "error", err.Error())
 	}
-	backoff := 200 * time.Millisecond
+	backoff := firstRetry
 	benched := false // deregistered because no disk serves
 	for {
 		wait := backoff
@@ -132,7 +173,7 @@ func (r *registrar) run(ctx context.Context) {
 			if err == nil {
 				registered = true
 				failures.failing = false
-				backoff = 200 * time.Millisecond
+				backoff = firstRetry
 				r.current.Store(true)
 				ttl = time.Duration(rep.HeartbeatTTLMS) * time.Millisecond
 				if ttl <= 0 {
@@ -142,7 +183,8 @@ func (r *registrar) run(ctx context.Context) {
 				wait = ttl / 3
 			} else if ctx.Err() == nil {
 				fail("cannot register with the MDS; retrying (clients that discover members through it do not route here)", err)
-				backoff = min(backoff*2, 5*time.Second)
+				wait = r.jitter(backoff)
+				backoff = min(backoff*2, maxRetry)
 			}
 		} else {
 			hctx, cancel := context.WithTimeout(ctx, max(ttl/3, time.Second))
@@ -169,7 +211,7 @@ func (r *registrar) run(ctx context.Context) {
 			default:
 				r.current.Store(false)
 				fail("MDS heartbeat failed; retrying", err)
-				wait = min(ttl/6, time.Second)
+				wait = r.jitter(min(ttl/6, time.Second))
 			}
 		}
 		select {
@@ -185,7 +227,7 @@ func (r *registrar) run(ctx context.Context) {
 }
 
 // deregister leaves the MDS, so clients stop routing here at once.
-func (r *registrar) deregister() {
+func (r *Registrar) deregister() {
 	dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := r.mds.Deregister(dctx, r.info.ID); err != nil {

@@ -1,9 +1,15 @@
-package server
+// Package quota reads the tenant quotas file a node is configured with
+// (server.tenant_quotas_file) into the engine's per-tenant byte limits,
+// and says at start which tenants already hold more than theirs. The file
+// is the operator's; its errors name the file, the entry and the setting,
+// and `dfkv server --print-config` checks it as a start would.
+package quota
 
 import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -14,7 +20,7 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
-// LoadQuotas reads the tenant quotas file (DFKV_TENANT_QUOTAS_FILE):
+// Load reads the tenant quotas file (DFKV_TENANT_QUOTAS_FILE):
 //
 //	[tenants]
 //	"acme" = "100GiB"              # a tenant name: the tenant field of its namespace
@@ -23,9 +29,9 @@ import (
 // A name is hashed exactly as the client hashes a namespace's tenant
 // (wire.TenantHash), so operators write the names their connectors use.
 // Sizes take the same forms as every size setting. Anything else in the
-// file is an error naming it. With no file and a zero default, LoadQuotas
+// file is an error naming it. With no file and a zero default, Load
 // returns nil: no quotas.
-func LoadQuotas(path string, def uint64) (*engine.Quotas, error) {
+func Load(path string, def uint64) (*engine.Quotas, error) {
 	limits := map[uint64]uint64{}
 	names := map[uint64]string{}
 	bad := func(format string, args ...any) error {
@@ -108,5 +114,31 @@ func quotaSize(raw any) (uint64, error) {
 		return uint64(v), nil
 	default:
 		return 0, fmt.Errorf("size must be a string such as \"100GiB\" or a number of bytes, not %T", raw)
+	}
+}
+
+// overQuotaLines bounds the start-up lines about tenants over their quota.
+const overQuotaLines = 10
+
+// WarnOver says at start which tenants already hold more than their
+// quota (it was lowered, or the default set, since they stored it): their
+// new keys are refused until their own removals or evictions bring them
+// under, and nothing is evicted to meet the quota, so an operator who
+// lowered one should know it bites at once.
+func WarnOver(log *slog.Logger, q *engine.Quotas) {
+	over := 0
+	for tenant, used := range q.Usage() {
+		limit := q.Limit(tenant)
+		if limit == 0 || used <= int64(limit) {
+			continue
+		}
+		if over < overQuotaLines {
+			log.Warn("tenant holds more than its quota: its new keys are refused until removals or evictions bring it under (nothing is evicted to meet a quota)",
+				"tenant", q.Label(tenant), "committed_bytes", used, "quota_bytes", limit)
+		}
+		over++
+	}
+	if over > overQuotaLines {
+		log.Warn("more tenants hold more than their quota", "not_listed", over-overQuotaLines)
 	}
 }

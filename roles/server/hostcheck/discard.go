@@ -1,59 +1,19 @@
-package server
+package hostcheck
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 )
 
-// mountEntry is one line of /proc/self/mountinfo, the parts the disk check
-// reads.
-type mountEntry struct {
-	device     string // "major:minor" of the filesystem, as stat reports it
-	mountPoint string
-	fsType     string
-	source     string
-	superOpts  []string // the filesystem's own options (ext4's discard is one)
-}
-
-// parseMountinfo reads the format of proc(5)'s /proc/PID/mountinfo:
-//
-//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-//
-// Lines it cannot read are skipped: the check built on it only warns.
-func parseMountinfo(r io.Reader) ([]mountEntry, error) {
-	var out []mountEntry
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		sep := slices.Index(f, "-")
-		if sep < 6 || len(f) < sep+4 {
-			continue
-		}
-		out = append(out, mountEntry{
-			device:     f[2],
-			mountPoint: unescapeMountinfo(f[4]),
-			fsType:     f[sep+1],
-			source:     unescapeMountinfo(f[sep+2]),
-			superOpts:  strings.Split(f[sep+3], ","),
-		})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
-	}
-	return out, nil
-}
-
 // unescapeMountinfo undoes the kernel's octal escapes (\040 for a space,
-// \011, \012, \134) in a path field.
+// \011, \012, \134) in a path field of mountinfo, which procfs leaves
+// as the kernel wrote them.
 func unescapeMountinfo(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
@@ -92,20 +52,20 @@ func deviceOf(path string) (string, error) {
 // written once; with nodiscard the same fill had no stall over 36 ms.
 // Periodic fstrim does the same trimming without the stall. A disk whose
 // mount cannot be found is not judged.
-func onlineDiscardWarnings(dirs []string, mounts []mountEntry, deviceOf func(string) (string, error)) []discardWarning {
+func onlineDiscardWarnings(dirs []string, mounts []*procfs.MountInfo, deviceOf func(string) (string, error)) []discardWarning {
 	var out []discardWarning
 	for _, dir := range dirs {
 		dev, err := deviceOf(dir)
 		if err != nil {
 			continue
 		}
-		i := slices.IndexFunc(mounts, func(m mountEntry) bool { return m.device == dev })
+		i := slices.IndexFunc(mounts, func(m *procfs.MountInfo) bool { return m.MajorMinorVer == dev })
 		if i < 0 {
 			continue
 		}
 		m := mounts[i]
-		if m.fsType == "ext4" && slices.Contains(m.superOpts, "discard") {
-			out = append(out, discardWarning{dir: dir, source: m.source, mountPoint: m.mountPoint})
+		if _, discard := m.SuperOptions["discard"]; m.FSType == "ext4" && discard {
+			out = append(out, discardWarning{dir: dir, source: unescapeMountinfo(m.Source), mountPoint: unescapeMountinfo(m.MountPoint)})
 		}
 	}
 	return out
@@ -121,13 +81,25 @@ func (w discardWarning) log(log *slog.Logger) {
 		"dir", w.dir, "device", w.source, "mount", w.mountPoint)
 }
 
-// procMounts reads this process's mount table; nil if it cannot.
-func procMounts() []mountEntry {
-	f, err := os.Open("/proc/self/mountinfo")
+// WarnOnlineDiscard logs a warning for each of dirs (a node's slab
+// disks, which must exist by then so their mounts can be found) whose
+// filesystem is ext4 mounted with online discard.
+func WarnOnlineDiscard(log *slog.Logger, dirs []string) {
+	for _, w := range onlineDiscardWarnings(dirs, procMounts(procfs.DefaultMountPoint), deviceOf) {
+		w.log(log)
+	}
+}
+
+// procMounts reads this process's mount table (self/mountinfo) from the
+// proc filesystem at proc; nil if it cannot, and then no disk is judged.
+func procMounts(proc string) []*procfs.MountInfo {
+	fs, err := procfs.NewFS(proc)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	mounts, _ := parseMountinfo(f)
+	mounts, err := fs.GetMounts()
+	if err != nil {
+		return nil
+	}
 	return mounts
 }

@@ -89,6 +89,9 @@ func TestShardsPartitionTheArena(t *testing.T) {
 	enginetest.WantStatus(t, tr.CommitReceive(k2, buf, loan), wire.StatusInvalid, "CommitReceive under another shard's key")
 	wantNotFound(t, tr, k2, "after the refused commit")
 	checkTier(t, tr)
+	if err := tr.Flush(); err != nil { // the PUTs' flushes unpin their slots
+		t.Fatal(err)
+	}
 	checkIdle(t, tr)
 
 	for _, bad := range []int{-1, MaxShards + 1} {

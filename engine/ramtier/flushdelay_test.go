@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dfkv/dfkv/engine"
@@ -14,14 +15,12 @@ import (
 )
 
 // In-process tests of Options.FlushDelay over memBacking. The delays are an
-// hour, so "nothing flushed yet" cannot be a race the test happens to win;
-// the short sleeps before those checks give a broken delay (one that
-// flushes at once) time to show.
+// hour, so "nothing flushed yet" cannot be a race the test happens to win.
+// Tests that check it run in a synctest bubble: synctest.Wait returns once
+// every flush worker is idle, so a broken delay (one that flushes at once)
+// has flushed by then.
 
 const noFlushForAnHour = time.Hour
-
-// quiet is how long a test waits for a flush that must not happen.
-const quiet = 50 * time.Millisecond
 
 // delayedTier is smallOpts over m with a flush delay; edit adjusts the
 // options further before Open.
@@ -68,45 +67,47 @@ func wantBacking(t *testing.T, m *memBacking, first, n, size int, what string) {
 // a key removed within the delay reach the backing as one write of the
 // last generation and no write at all.
 func TestFlushDelayWritesARewrittenKeyOnce(t *testing.T) {
-	m := newMem()
-	tr := delayedTier(t, m, noFlushForAnHour, nil)
-	defer tr.Close()
-	k, gone := key(1), key(2)
-	for g := range 3 {
-		if err := tr.Put(k, val(uint64(10+g), 20000)); err != nil {
-			t.Fatalf("Put generation %d: %v", g, err)
+	synctest.Test(t, func(t *testing.T) {
+		m := newMem()
+		tr := delayedTier(t, m, noFlushForAnHour, nil)
+		defer tr.Close()
+		k, gone := key(1), key(2)
+		for g := range 3 {
+			if err := tr.Put(k, val(uint64(10+g), 20000)); err != nil {
+				t.Fatalf("Put generation %d: %v", g, err)
+			}
 		}
-	}
-	if err := tr.Put(gone, val(2, 3000)); err != nil {
-		t.Fatalf("Put: %v", err)
-	}
-	if err := tr.Remove(gone); err != nil {
-		t.Fatalf("Remove: %v", err)
-	}
-	time.Sleep(quiet)
-	if n := m.caches.Load(); n != 0 {
-		t.Fatalf("%d backing writes within the flush delay, want 0", n)
-	}
-	mustGet(t, tr, k, val(12, 20000))
-	if s := tr.RAM(); s.DirtyObjects != 1 || s.FlushBacklog == 0 {
-		t.Fatalf("before Flush: %d dirty objects, backlog %d; want 1 and the held items", s.DirtyObjects, s.FlushBacklog)
-	}
-	promptly(t, "Flush", tr.Flush) // waives the delay
-	if c := m.cacheCalls(k); c != 1 {
-		t.Fatalf("the rewritten key was written %d times, want once", c)
-	}
-	if got, _ := m.get(k); !bytes.Equal(got, val(12, 20000)) {
-		t.Fatal("the backing does not hold the last generation")
-	}
-	if c := m.cacheCalls(gone); c != 0 {
-		t.Fatalf("the removed key was written %d times, want never", c)
-	}
-	wantNotFound(t, tr, gone, "removed within the delay")
-	if s := tr.RAM(); s.Flushed != 1 || s.DirtyObjects != 0 || s.DirtyBytes != 0 || s.FlushSkipped != 3 || s.FlushDelayMS != noFlushForAnHour.Milliseconds() {
-		t.Fatalf("after Flush: %d flushed, %d dirty (%d bytes), %d skipped, delay %d ms; want 1, 0, 0, 3 (two superseded, one removed), %d",
-			s.Flushed, s.DirtyObjects, s.DirtyBytes, s.FlushSkipped, s.FlushDelayMS, noFlushForAnHour.Milliseconds())
-	}
-	checkIdle(t, tr)
+		if err := tr.Put(gone, val(2, 3000)); err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+		if err := tr.Remove(gone); err != nil {
+			t.Fatalf("Remove: %v", err)
+		}
+		synctest.Wait() // every flush worker idle
+		if n := m.caches.Load(); n != 0 {
+			t.Fatalf("%d backing writes within the flush delay, want 0", n)
+		}
+		mustGet(t, tr, k, val(12, 20000))
+		if s := tr.RAM(); s.DirtyObjects != 1 || s.FlushBacklog == 0 {
+			t.Fatalf("before Flush: %d dirty objects, backlog %d; want 1 and the held items", s.DirtyObjects, s.FlushBacklog)
+		}
+		promptly(t, "Flush", tr.Flush) // waives the delay
+		if c := m.cacheCalls(k); c != 1 {
+			t.Fatalf("the rewritten key was written %d times, want once", c)
+		}
+		if got, _ := m.get(k); !bytes.Equal(got, val(12, 20000)) {
+			t.Fatal("the backing does not hold the last generation")
+		}
+		if c := m.cacheCalls(gone); c != 0 {
+			t.Fatalf("the removed key was written %d times, want never", c)
+		}
+		wantNotFound(t, tr, gone, "removed within the delay")
+		if s := tr.RAM(); s.Flushed != 1 || s.DirtyObjects != 0 || s.DirtyBytes != 0 || s.FlushSkipped != 3 || s.FlushDelayMS != noFlushForAnHour.Milliseconds() {
+			t.Fatalf("after Flush: %d flushed, %d dirty (%d bytes), %d skipped, delay %d ms; want 1, 0, 0, 3 (two superseded, one removed), %d",
+				s.Flushed, s.DirtyObjects, s.DirtyBytes, s.FlushSkipped, s.FlushDelayMS, noFlushForAnHour.Milliseconds())
+		}
+		checkIdle(t, tr)
+	})
 }
 
 // TestFlushDelayWaivedPastEagerThreshold: once dirty bytes reach half the
@@ -114,29 +115,34 @@ func TestFlushDelayWritesARewrittenKeyOnce(t *testing.T) {
 // are below it again, so a delay never pushes PUTs of new keys into
 // CACHE_FULL.
 func TestFlushDelayWaivedPastEagerThreshold(t *testing.T) {
-	m := newMem()
-	// 512 KiB of the 1 MiB arena; eager at 256 KiB
-	tr := delayedTier(t, m, noFlushForAnHour, func(o *Options) { o.DirtyWatermark = 0.5 })
-	defer tr.Close()
-	const n = 64 << 10
-	cacheAll(t, tr, 100, 3, n)
-	time.Sleep(quiet)
-	if c := m.caches.Load(); c != 0 {
-		t.Fatalf("%d backing writes with 192 KiB dirty (under the 256 KiB eager threshold), want 0", c)
-	}
-	for i := 3; i < 12; i++ { // 768 KiB in all: past the watermark without the waiver
-		if err := tr.Put(key(100+i), val(uint64(100+i), n)); err != nil {
-			t.Fatalf("Put %d past the eager threshold: %v", i, err)
+	synctest.Test(t, func(t *testing.T) {
+		m := newMem()
+		// 512 KiB of the 1 MiB arena; eager at 256 KiB
+		tr := delayedTier(t, m, noFlushForAnHour, func(o *Options) { o.DirtyWatermark = 0.5 })
+		defer tr.Close()
+		const n = 64 << 10
+		cacheAll(t, tr, 100, 3, n)
+		synctest.Wait() // every flush worker idle
+		if c := m.caches.Load(); c != 0 {
+			t.Fatalf("%d backing writes with 192 KiB dirty (under the 256 KiB eager threshold), want 0", c)
 		}
-		eventually(t, "dirty bytes back under the eager threshold", func() bool { return tr.RAM().DirtyBytes < tr.eagerBytes })
-	}
-	if c := m.caches.Load(); c < 9 {
-		t.Fatalf("%d backing writes, want at least 9 (dirty stays under 256 KiB)", c)
-	}
-	if err := tr.Flush(); err != nil {
-		t.Fatalf("Flush: %v", err)
-	}
-	wantBacking(t, m, 100, 12, n, "after Flush")
+		for i := 3; i < 12; i++ { // 768 KiB in all: past the watermark without the waiver
+			if err := tr.Put(key(100+i), val(uint64(100+i), n)); err != nil {
+				t.Fatalf("Put %d past the eager threshold: %v", i, err)
+			}
+			synctest.Wait() // the waived flushes ran until the queue holds back again
+			if d := tr.RAM().DirtyBytes; d >= tr.eagerBytes {
+				t.Fatalf("Put %d: %d dirty bytes, want them back under the %d-byte eager threshold", i, d, tr.eagerBytes)
+			}
+		}
+		if c := m.caches.Load(); c < 9 {
+			t.Fatalf("%d backing writes, want at least 9 (dirty stays under 256 KiB)", c)
+		}
+		if err := tr.Flush(); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		wantBacking(t, m, 100, 12, n, "after Flush")
+	})
 }
 
 // TestFlushDelayIgnoredWithDiskAck: with disk acknowledgement every PUT
@@ -236,40 +242,45 @@ func TestFlushDelayTimerRearms(t *testing.T) {
 // flushes are held at a gate, so dirty bytes stay past the threshold and
 // only the crossing itself can wake disk 0's idle queue.
 func TestFlushDelayEagerWaivesEveryDisk(t *testing.T) {
-	m := newMem()
-	diskOf := func(k wire.BlockKey) int { return int(k.ID[0]) % 2 }
-	gate := make(chan struct{})
-	tr := delayedTier(t, m, noFlushForAnHour, func(o *Options) {
-		o.Backing = &diskGate{StoreEngine: m, gate: gate, gated: func(k wire.BlockKey) bool { return diskOf(k) == 1 }}
-		o.DirtyWatermark = 0.5 // eager at 256 KiB
-		o.Disks, o.DiskOf = 2, diskOf
-	})
-	defer tr.Close()
-	defer close(gate) // before Close, which flushes disk 1's values
-	var held wire.BlockKey
-	for i := 0; ; i++ { // one small value on disk 0
-		if held = key(200 + i); diskOf(held) == 0 {
-			break
+	synctest.Test(t, func(t *testing.T) {
+		m := newMem()
+		diskOf := func(k wire.BlockKey) int { return int(k.ID[0]) % 2 }
+		gate := make(chan struct{})
+		tr := delayedTier(t, m, noFlushForAnHour, func(o *Options) {
+			o.Backing = &diskGate{StoreEngine: m, gate: gate, gated: func(k wire.BlockKey) bool { return diskOf(k) == 1 }}
+			o.DirtyWatermark = 0.5 // eager at 256 KiB
+			o.Disks, o.DiskOf = 2, diskOf
+		})
+		defer tr.Close()
+		defer close(gate) // before Close, which flushes disk 1's values
+		var held wire.BlockKey
+		for i := 0; ; i++ { // one small value on disk 0
+			if held = key(200 + i); diskOf(held) == 0 {
+				break
+			}
 		}
-	}
-	if err := tr.Put(held, val(1, 4000)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(quiet)
-	if c := m.cacheCalls(held); c != 0 {
-		t.Fatalf("disk 0's value was flushed %d times under the delay, before the threshold", c)
-	}
-	for i, n := 0, 0; n < 5; i++ { // 320 KiB on disk 1
-		k := key(300 + i)
-		if diskOf(k) != 1 {
-			continue
-		}
-		if err := tr.Put(k, val(uint64(i), 64<<10)); err != nil {
+		if err := tr.Put(held, val(1, 4000)); err != nil {
 			t.Fatal(err)
 		}
-		n++
-	}
-	eventually(t, "disk 0's held value flushed past the eager threshold", func() bool { return m.cacheCalls(held) == 1 })
+		synctest.Wait() // every flush worker idle
+		if c := m.cacheCalls(held); c != 0 {
+			t.Fatalf("disk 0's value was flushed %d times under the delay, before the threshold", c)
+		}
+		for i, n := 0, 0; n < 5; i++ { // 320 KiB on disk 1
+			k := key(300 + i)
+			if diskOf(k) != 1 {
+				continue
+			}
+			if err := tr.Put(k, val(uint64(i), 64<<10)); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		synctest.Wait() // disk 0's worker idle again, disk 1's at the gate
+		if c := m.cacheCalls(held); c != 1 {
+			t.Fatalf("disk 0's held value was flushed %d times past the eager threshold, want once", c)
+		}
+	})
 }
 
 // diskGate holds the flushes of the keys gated selects until gate closes.
@@ -291,23 +302,28 @@ func (g *diskGate) Put(key wire.BlockKey, value []byte) error {
 // (each new generation takes over the queued one's age), so the disk is
 // never more than one delay behind a hot key.
 func TestFlushDelayBoundsARewrittenKey(t *testing.T) {
-	m := newMem()
-	tr := delayedTier(t, m, 200*time.Millisecond, nil)
-	defer tr.Close()
-	k := key(5)
-	deadline := time.Now().Add(10 * time.Second)
-	for g := 0; m.cacheCalls(k) == 0; g++ { // a rewrite every 10 ms, never 200 ms apart
-		if time.Now().After(deadline) {
-			t.Fatal("a key rewritten every 10 ms was not flushed in 10 s under a 200 ms delay")
+	synctest.Test(t, func(t *testing.T) {
+		const delay, every = 200 * time.Millisecond, 10 * time.Millisecond
+		m := newMem()
+		tr := delayedTier(t, m, delay, nil)
+		defer tr.Close()
+		k := key(5)
+		first := time.Now()
+		for g := 0; m.cacheCalls(k) == 0; g++ { // a rewrite every 10 ms, never 200 ms apart
+			// The bubble's clock: the flush is due at exactly first+delay,
+			// and the check after the next rewrite sees it.
+			if waited := time.Since(first); waited > delay+every {
+				t.Fatalf("a key rewritten every %v was not flushed in %v under a %v delay", every, waited, delay)
+			}
+			if err := tr.Put(k, val(uint64(g), 4000)); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(every)
 		}
-		if err := tr.Put(k, val(uint64(g), 4000)); err != nil {
-			t.Fatal(err)
+		if s := tr.RAM(); s.FlushBacklog > 1 {
+			t.Fatalf("%d queued flushes for one key", s.FlushBacklog)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if s := tr.RAM(); s.FlushBacklog > 1 {
-		t.Fatalf("%d queued flushes for one key", s.FlushBacklog)
-	}
+	})
 }
 
 // lockedBuffer is a bytes.Buffer a logger writes while a test reads it.

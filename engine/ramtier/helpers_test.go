@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/slab"
@@ -102,13 +102,17 @@ func concurrentGets(t *testing.T, tr *Tier, k wire.BlockKey, want []byte, reader
 
 // closeWhile starts tr.Close while the caller still holds a loan or a
 // reservation, checks that Close waits for it, and returns Close's
-// result channel for after the caller lets go.
+// result channel for after the caller lets go. The caller runs in a
+// synctest bubble (and opened tr in it): synctest.Wait returns once Close
+// is blocked, or has returned if it does not wait.
 func closeWhile(t *testing.T, tr *Tier, holding string) <-chan error {
 	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- tr.Close() }()
-	eventually(t, "Close to begin", tr.closed.Load)
-	time.Sleep(10 * time.Millisecond) // room for a broken Close to return
+	synctest.Wait()
+	if !tr.closed.Load() {
+		t.Fatal("Close did not begin")
+	}
 	select {
 	case <-closed:
 		t.Fatalf("Close returned while %s", holding)

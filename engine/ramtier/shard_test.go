@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"unsafe"
 
 	"github.com/dfkv/dfkv/engine"
@@ -88,6 +89,9 @@ func TestShardsPartitionTheArena(t *testing.T) {
 	enginetest.WantStatus(t, tr.CommitReceive(k2, buf, loan), wire.StatusInvalid, "CommitReceive under another shard's key")
 	wantNotFound(t, tr, k2, "after the refused commit")
 	checkTier(t, tr)
+	if err := tr.Flush(); err != nil { // the PUTs' flushes unpin their slots
+		t.Fatal(err)
+	}
 	checkIdle(t, tr)
 
 	for _, bad := range []int{-1, MaxShards + 1} {
@@ -256,78 +260,80 @@ var _ engine.StoreEngine = (*diskGated)(nil)
 // the loan, and the range contract holds. Misses and dedicated large
 // values are not lent.
 func TestLendInPlace(t *testing.T) {
-	m := newMem()
-	o := smallOpts(m)
-	o.LargeReserveBytes = 256 << 10
-	o.Bytes = 1<<20 + 256<<10
-	tr := openTier(t, o)
-	k, v := key(1), val(1, 40000)
-	if err := tr.Put(k, v); err != nil {
-		t.Fatal(err)
-	}
-	data, stored, loan, ok, err := tr.Lend(k, 0, 0)
-	if !ok || err != nil || stored != uint64(len(v)) || !bytes.Equal(data, v) {
-		t.Fatalf("Lend: ok %v err %v stored %d", ok, err, stored)
-	}
-	arena := tr.arena.mem
-	if p := uintptr(unsafe.Pointer(&data[0])); p < uintptr(unsafe.Pointer(&arena[0])) || p >= uintptr(unsafe.Pointer(&arena[0]))+uintptr(len(arena)) {
-		t.Fatal("lent bytes are not the arena's: a copy was made")
-	}
-	// Eviction pressure: 60 more 40 KB values through a 1 MiB arena.
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 60 {
-		if err := tr.Put(key(100+i), val(uint64(100+i), 40000)); err != nil {
-			t.Fatalf("Put %d: %v", i, err)
+	synctest.Test(t, func(t *testing.T) {
+		m := newMem()
+		o := smallOpts(m)
+		o.LargeReserveBytes = 256 << 10
+		o.Bytes = 1<<20 + 256<<10
+		tr := openTier(t, o)
+		k, v := key(1), val(1, 40000)
+		if err := tr.Put(k, v); err != nil {
+			t.Fatal(err)
 		}
+		data, stored, loan, ok, err := tr.Lend(k, 0, 0)
+		if !ok || err != nil || stored != uint64(len(v)) || !bytes.Equal(data, v) {
+			t.Fatalf("Lend: ok %v err %v stored %d", ok, err, stored)
+		}
+		arena := tr.arena.mem
+		if p := uintptr(unsafe.Pointer(&data[0])); p < uintptr(unsafe.Pointer(&arena[0])) || p >= uintptr(unsafe.Pointer(&arena[0]))+uintptr(len(arena)) {
+			t.Fatal("lent bytes are not the arena's: a copy was made")
+		}
+		// Eviction pressure: 60 more 40 KB values through a 1 MiB arena.
 		if err := tr.Flush(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := tr.Remove(k); err != nil {
-		t.Fatal(err)
-	}
-	wantNotFound(t, tr, k, "removed while lent")
-	if !bytes.Equal(data, v) {
-		t.Fatal("lent bytes changed before Return")
-	}
-	closed := closeWhile(t, tr, "bytes were lent")
-	tr.Return(loan)
-	if err := <-closed; err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+		for i := range 60 {
+			if err := tr.Put(key(100+i), val(uint64(100+i), 40000)); err != nil {
+				t.Fatalf("Put %d: %v", i, err)
+			}
+			if err := tr.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tr.Remove(k); err != nil {
+			t.Fatal(err)
+		}
+		wantNotFound(t, tr, k, "removed while lent")
+		if !bytes.Equal(data, v) {
+			t.Fatal("lent bytes changed before Return")
+		}
+		closed := closeWhile(t, tr, "bytes were lent")
+		tr.Return(loan)
+		if err := <-closed; err != nil {
+			t.Fatalf("Close: %v", err)
+		}
 
-	tr = openTier(t, o)
-	defer tr.Close()
-	if err := tr.Put(k, v); err != nil {
-		t.Fatal(err)
-	}
-	_, _, _, ok, err = tr.Lend(k, uint64(len(v))+1, 0)
-	enginetest.WantStatus(t, err, wire.StatusInvalid, "Lend past the stored length")
-	if !ok {
-		t.Fatal("Lend past the stored length: not a final answer")
-	}
-	data, stored, _, ok, err = tr.Lend(k, uint64(len(v)), 0)
-	if !ok || err != nil || len(data) != 0 || stored != uint64(len(v)) {
-		t.Fatalf("Lend at the stored length: ok %v err %v %d bytes", ok, err, len(data))
-	}
-	data, _, loan, ok, err = tr.Lend(k, 100, 50)
-	if !ok || err != nil || !bytes.Equal(data, v[100:150]) {
-		t.Fatalf("ranged Lend: ok %v err %v", ok, err)
-	}
-	tr.Return(loan)
-	if _, _, _, ok, _ := tr.Lend(key(2), 0, 0); ok {
-		t.Fatal("a miss was lent")
-	}
-	big := val(3, 100000) // past the 64 KiB extent: a dedicated allocation
-	if err := tr.Put(key(3), big); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, _, ok, _ := tr.Lend(key(3), 0, 0); ok {
-		t.Fatal("a dedicated large value was lent")
-	}
-	mustGet(t, tr, key(3), big)
+		tr = openTier(t, o)
+		defer tr.Close()
+		if err := tr.Put(k, v); err != nil {
+			t.Fatal(err)
+		}
+		_, _, _, ok, err = tr.Lend(k, uint64(len(v))+1, 0)
+		enginetest.WantStatus(t, err, wire.StatusInvalid, "Lend past the stored length")
+		if !ok {
+			t.Fatal("Lend past the stored length: not a final answer")
+		}
+		data, stored, _, ok, err = tr.Lend(k, uint64(len(v)), 0)
+		if !ok || err != nil || len(data) != 0 || stored != uint64(len(v)) {
+			t.Fatalf("Lend at the stored length: ok %v err %v %d bytes", ok, err, len(data))
+		}
+		data, _, loan, ok, err = tr.Lend(k, 100, 50)
+		if !ok || err != nil || !bytes.Equal(data, v[100:150]) {
+			t.Fatalf("ranged Lend: ok %v err %v", ok, err)
+		}
+		tr.Return(loan)
+		if _, _, _, ok, _ := tr.Lend(key(2), 0, 0); ok {
+			t.Fatal("a miss was lent")
+		}
+		big := val(3, 100000) // past the 64 KiB extent: a dedicated allocation
+		if err := tr.Put(key(3), big); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, ok, _ := tr.Lend(key(3), 0, 0); ok {
+			t.Fatal("a dedicated large value was lent")
+		}
+		mustGet(t, tr, key(3), big)
+	})
 }
 
 // TestIdenticalRePutWritesNothing: a PUT of the bytes RAM already holds
@@ -384,76 +390,78 @@ func TestIdenticalRePutWritesNothing(t *testing.T) {
 // hold in a slot are refused to the copying path; Close waits for an open
 // receive, which then fails UNAVAILABLE.
 func TestReceiveInPlace(t *testing.T) {
-	m := newMem()
-	o := smallOpts(m)
-	o.Limited = func(tenant uint64) bool { return tenant == 7 }
-	tr := openTier(t, o)
-	k, v := key(1), val(1, 20000)
-	buf, loan, ok := tr.Receive(k, uint64(len(v)))
-	if !ok || len(buf) != len(v) {
-		t.Fatalf("Receive: ok %v, %d bytes", ok, len(buf))
-	}
-	arena := tr.arena.mem
-	if p := uintptr(unsafe.Pointer(&buf[0])); p < uintptr(unsafe.Pointer(&arena[0])) || p >= uintptr(unsafe.Pointer(&arena[0]))+uintptr(len(arena)) {
-		t.Fatal("Receive did not hand out arena memory")
-	}
-	copy(buf, v)
-	wantNotFound(t, tr, k, "received, not committed")
-	if err := tr.CommitReceive(k, buf, loan); err != nil {
-		t.Fatalf("CommitReceive: %v", err)
-	}
-	mustGet(t, tr, k, v)
-	if err := tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := m.get(k); !bytes.Equal(got, v) {
-		t.Fatal("the received value did not reach the backing")
-	}
-	// Identical bytes again: nothing admitted, the reservation given back.
-	buf, loan, _ = tr.Receive(k, uint64(len(v)))
-	copy(buf, v)
-	if err := tr.CommitReceive(k, buf, loan); err != nil {
-		t.Fatal(err)
-	}
-	if s := tr.RAM(); s.PutsUnchanged != 1 || s.Objects != 1 {
-		t.Fatalf("identical receive: %+v", s)
-	}
-	k2 := key(2)
-	_, loan, _ = tr.Receive(k2, 5000)
-	tr.AbortReceive(loan)
-	wantNotFound(t, tr, k2, "aborted receive")
-	checkTier(t, tr)
-	checkIdle(t, tr)
-
-	limited := key(3)
-	limited.Tenant = 7
-	for _, c := range []struct {
-		what string
-		key  wire.BlockKey
-		n    uint64
-	}{{"zero bytes", k2, 0}, {"larger than an extent", k2, 64<<10 + 1}, {"a quota-limited tenant", limited, 100}} {
-		if _, _, ok := tr.Receive(c.key, c.n); ok {
-			t.Errorf("Receive of %s was accepted", c.what)
+	synctest.Test(t, func(t *testing.T) {
+		m := newMem()
+		o := smallOpts(m)
+		o.Limited = func(tenant uint64) bool { return tenant == 7 }
+		tr := openTier(t, o)
+		k, v := key(1), val(1, 20000)
+		buf, loan, ok := tr.Receive(k, uint64(len(v)))
+		if !ok || len(buf) != len(v) {
+			t.Fatalf("Receive: ok %v, %d bytes", ok, len(buf))
 		}
-	}
+		arena := tr.arena.mem
+		if p := uintptr(unsafe.Pointer(&buf[0])); p < uintptr(unsafe.Pointer(&arena[0])) || p >= uintptr(unsafe.Pointer(&arena[0]))+uintptr(len(arena)) {
+			t.Fatal("Receive did not hand out arena memory")
+		}
+		copy(buf, v)
+		wantNotFound(t, tr, k, "received, not committed")
+		if err := tr.CommitReceive(k, buf, loan); err != nil {
+			t.Fatalf("CommitReceive: %v", err)
+		}
+		mustGet(t, tr, k, v)
+		if err := tr.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := m.get(k); !bytes.Equal(got, v) {
+			t.Fatal("the received value did not reach the backing")
+		}
+		// Identical bytes again: nothing admitted, the reservation given back.
+		buf, loan, _ = tr.Receive(k, uint64(len(v)))
+		copy(buf, v)
+		if err := tr.CommitReceive(k, buf, loan); err != nil {
+			t.Fatal(err)
+		}
+		if s := tr.RAM(); s.PutsUnchanged != 1 || s.Objects != 1 {
+			t.Fatalf("identical receive: %+v", s)
+		}
+		k2 := key(2)
+		_, loan, _ = tr.Receive(k2, 5000)
+		tr.AbortReceive(loan)
+		wantNotFound(t, tr, k2, "aborted receive")
+		checkTier(t, tr)
+		checkIdle(t, tr)
 
-	buf, loan, ok = tr.Receive(k2, 5000)
-	if !ok {
-		t.Fatal("Receive refused")
-	}
-	closed := closeWhile(t, tr, "a receive was open")
-	copy(buf, val(2, 5000))
-	enginetest.WantStatus(t, tr.CommitReceive(k2, buf, loan), wire.StatusUnavailable, "CommitReceive after Close began")
-	if err := <-closed; err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+		limited := key(3)
+		limited.Tenant = 7
+		for _, c := range []struct {
+			what string
+			key  wire.BlockKey
+			n    uint64
+		}{{"zero bytes", k2, 0}, {"larger than an extent", k2, 64<<10 + 1}, {"a quota-limited tenant", limited, 100}} {
+			if _, _, ok := tr.Receive(c.key, c.n); ok {
+				t.Errorf("Receive of %s was accepted", c.what)
+			}
+		}
 
-	o.Mode = ModeWriteAround
-	tr = openTier(t, o)
-	defer tr.Close()
-	if _, _, ok := tr.Receive(k, 100); ok {
-		t.Error("Receive accepted in write-around mode")
-	}
+		buf, loan, ok = tr.Receive(k2, 5000)
+		if !ok {
+			t.Fatal("Receive refused")
+		}
+		closed := closeWhile(t, tr, "a receive was open")
+		copy(buf, val(2, 5000))
+		enginetest.WantStatus(t, tr.CommitReceive(k2, buf, loan), wire.StatusUnavailable, "CommitReceive after Close began")
+		if err := <-closed; err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+
+		o.Mode = ModeWriteAround
+		tr = openTier(t, o)
+		defer tr.Close()
+		if _, _, ok := tr.Receive(k, 100); ok {
+			t.Error("Receive accepted in write-around mode")
+		}
+	})
 }
 
 // TestColdReadOverSlabLandsInArena: over a real slab store (O_DIRECT when

@@ -267,46 +267,88 @@ func Open(opts Options) (*Tier, error) {
 	if opts.Backing == nil {
 		return nil, fmt.Errorf("ram tier: no backing engine: %w", wire.StatusInvalid)
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.ExtentBytes == 0 {
-		opts.ExtentBytes = DefaultExtentBytes
-	}
-	if opts.FlushThreads <= 0 {
-		opts.FlushThreads = DefaultFlushThreads
-	}
-	if opts.Shards == 0 {
-		opts.Shards = DefaultShards
-	}
-	if opts.Shards < 1 || opts.Shards > MaxShards {
-		return nil, fmt.Errorf("ram tier: %d lock shards: want 1 to %d: %w", opts.Shards, MaxShards, wire.StatusInvalid)
-	}
-	if opts.NUMA == "" {
-		opts.NUMA = NUMAInterleave
-	}
-	if opts.DirtyWatermark == 0 {
-		opts.DirtyWatermark = DefaultDirtyWatermark
-	}
-	if opts.DirtyWatermark < 0 || opts.DirtyWatermark > 1 {
-		return nil, fmt.Errorf("ram tier: dirty watermark %v: want a fraction in (0, 1]: %w", opts.DirtyWatermark, wire.StatusInvalid)
-	}
-	if opts.FlushDelay < 0 {
-		return nil, fmt.Errorf("ram tier: flush delay %v: want 0 or more: %w", opts.FlushDelay, wire.StatusInvalid)
-	}
-	if opts.DiskOf != nil && opts.Disks < 1 {
-		return nil, fmt.Errorf("ram tier: DiskOf without a disk count: %w", wire.StatusInvalid)
+	opts.setDefaults()
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
 	t := &Tier{backing: opts.Backing, log: opts.Logger, extent: opts.ExtentBytes, coalesce: opts.ReadCoalesce,
 		limited: opts.Limited, seed: maphash.MakeSeed()}
-	switch opts.Mode {
+	if err := t.setModes(opts.Mode, opts.AckMode); err != nil {
+		return nil, err
+	}
+	lat, err := slab.NewLattice(opts.ExtentBytes)
+	if err != nil {
+		return nil, fmt.Errorf("ram tier: %v: %w", err, wire.StatusInvalid)
+	}
+	extents, reserve, err := opts.arenaSplit()
+	if err != nil {
+		return nil, err
+	}
+	if err := t.makeShards(lat, opts.Shards, extents); err != nil {
+		return nil, err
+	}
+	t.setBudgets(&opts, extents, reserve)
+	start := time.Now()
+	t.arena, t.numa, err = newArena(t.arenaBytes, opts.NUMA)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, wire.StatusInvalid)
+	}
+	t.startFlushers(&opts)
+	t.log.Info("ram tier: arena ready", "arena_bytes", t.arenaBytes, "extents", extents, "extent_bytes", t.extent,
+		"shards", len(t.shards), "large_reserve_bytes", t.large.budget, "write_back", t.writeBack, "disk_ack", t.diskAck,
+		"flush_threads", t.threads, "flush_queues", len(t.queues), "flush_delay", t.flushDelay, "read_coalesce", t.coalesce, "numa", t.numa, "touch", time.Since(start))
+	return t, nil
+}
+
+// setDefaults fills in the zero values Options documents a default for.
+func (o *Options) setDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ExtentBytes == 0 {
+		o.ExtentBytes = DefaultExtentBytes
+	}
+	if o.FlushThreads <= 0 {
+		o.FlushThreads = DefaultFlushThreads
+	}
+	if o.Shards == 0 {
+		o.Shards = DefaultShards
+	}
+	if o.NUMA == "" {
+		o.NUMA = NUMAInterleave
+	}
+	if o.DirtyWatermark == 0 {
+		o.DirtyWatermark = DefaultDirtyWatermark
+	}
+}
+
+// check refuses options out of range (after setDefaults).
+func (o *Options) check() error {
+	if o.Shards < 1 || o.Shards > MaxShards {
+		return fmt.Errorf("ram tier: %d lock shards: want 1 to %d: %w", o.Shards, MaxShards, wire.StatusInvalid)
+	}
+	if o.DirtyWatermark < 0 || o.DirtyWatermark > 1 {
+		return fmt.Errorf("ram tier: dirty watermark %v: want a fraction in (0, 1]: %w", o.DirtyWatermark, wire.StatusInvalid)
+	}
+	if o.FlushDelay < 0 {
+		return fmt.Errorf("ram tier: flush delay %v: want 0 or more: %w", o.FlushDelay, wire.StatusInvalid)
+	}
+	if o.DiskOf != nil && o.Disks < 1 {
+		return fmt.Errorf("ram tier: DiskOf without a disk count: %w", wire.StatusInvalid)
+	}
+	return nil
+}
+
+// setModes sets the write mode and the acknowledgement mode.
+func (t *Tier) setModes(mode, ack string) error {
+	switch mode {
 	case "", ModeWriteBack:
 		t.writeBack = true
 	case ModeWriteAround:
 	default:
-		return nil, fmt.Errorf("ram tier: write mode %q: want %q or %q: %w", opts.Mode, ModeWriteBack, ModeWriteAround, wire.StatusInvalid)
+		return fmt.Errorf("ram tier: write mode %q: want %q or %q: %w", mode, ModeWriteBack, ModeWriteAround, wire.StatusInvalid)
 	}
-	switch opts.AckMode {
+	switch ack {
 	case "":
 		t.diskAck = !t.writeBack
 	case AckRAM:
@@ -314,38 +356,51 @@ func Open(opts Options) (*Tier, error) {
 	case AckDisk:
 		t.diskAck = true
 	default:
-		return nil, fmt.Errorf("ram tier: ack mode %q: want %q or %q: %w", opts.AckMode, AckRAM, AckDisk, wire.StatusInvalid)
+		return fmt.Errorf("ram tier: ack mode %q: want %q or %q: %w", ack, AckRAM, AckDisk, wire.StatusInvalid)
 	}
-	lat, err := slab.NewLattice(opts.ExtentBytes)
-	if err != nil {
-		return nil, fmt.Errorf("ram tier: %v: %w", err, wire.StatusInvalid)
-	}
-	reserve := uint64(0)
+	return nil
+}
+
+// arenaSplit divides the budget into the large-value reserve and whole
+// arena extents, refusing a budget that leaves no extent.
+func (o *Options) arenaSplit() (extents, reserve uint64, err error) {
 	switch {
-	case opts.LargeReserveBytes == 0:
-		reserve = 2 * opts.ExtentBytes
-	case opts.LargeReserveBytes > 0:
-		reserve = uint64(opts.LargeReserveBytes)
+	case o.LargeReserveBytes == 0:
+		reserve = 2 * o.ExtentBytes
+	case o.LargeReserveBytes > 0:
+		reserve = uint64(o.LargeReserveBytes)
 	}
-	if opts.Bytes < reserve || (opts.Bytes-reserve)/opts.ExtentBytes == 0 {
-		return nil, fmt.Errorf("ram tier: budget of %d bytes leaves no %d-byte extent after the %d-byte large-value reserve; raise the RAM tier bytes or lower the extent size or reserve: %w",
-			opts.Bytes, opts.ExtentBytes, reserve, wire.StatusInvalid)
+	if o.Bytes < reserve || (o.Bytes-reserve)/o.ExtentBytes == 0 {
+		return 0, 0, fmt.Errorf("ram tier: budget of %d bytes leaves no %d-byte extent after the %d-byte large-value reserve; raise the RAM tier bytes or lower the extent size or reserve: %w",
+			o.Bytes, o.ExtentBytes, reserve, wire.StatusInvalid)
 	}
-	extents := (opts.Bytes - reserve) / opts.ExtentBytes
+	extents = (o.Bytes - reserve) / o.ExtentBytes
 	if extents > 1<<32-1 {
-		return nil, fmt.Errorf("ram tier: %d extents is too many; use larger extents: %w", extents, wire.StatusInvalid)
+		return 0, 0, fmt.Errorf("ram tier: %d extents is too many; use larger extents: %w", extents, wire.StatusInvalid)
 	}
-	nShards := shardCount(opts.Shards, extents)
+	return extents, reserve, nil
+}
+
+// makeShards splits the arena's extents over the lock shards (want of
+// them, fewer when each would hold too few extents).
+func (t *Tier) makeShards(lat *slab.Lattice, want int, extents uint64) error {
+	n := shardCount(want, extents)
 	first := uint64(0)
-	for i := range nShards {
-		n := splitExtents(extents, nShards, i)
-		s, err := newShard(lat, first, uint32(n))
+	for i := range n {
+		share := splitExtents(extents, n, i)
+		s, err := newShard(lat, first, uint32(share))
 		if err != nil {
-			return nil, fmt.Errorf("ram tier: %v: %w", err, wire.StatusInvalid)
+			return fmt.Errorf("ram tier: %v: %w", err, wire.StatusInvalid)
 		}
 		t.shards = append(t.shards, s)
-		first += n * opts.ExtentBytes
+		first += share * t.extent
 	}
+	return nil
+}
+
+// setBudgets sizes the arena, the large-value budget and the dirty
+// watermark, and sets the flush delay in force and the largest value.
+func (t *Tier) setBudgets(opts *Options, extents, reserve uint64) {
 	t.arenaBytes = extents * opts.ExtentBytes
 	t.large.m = map[wire.BlockKey]*largeBuf{}
 	t.large.budget = opts.Bytes - t.arenaBytes
@@ -365,11 +420,11 @@ func Open(opts Options) (*Tier, error) {
 	if t.maxValue == 0 {
 		t.maxValue = opts.Backing.Stats().CapacityBytes
 	}
-	start := time.Now()
-	t.arena, t.numa, err = newArena(t.arenaBytes, opts.NUMA)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", err, wire.StatusInvalid)
-	}
+}
+
+// startFlushers makes the flush queues (one per disk with DiskOf, else
+// one) and starts the workers, at least one per queue.
+func (t *Tier) startFlushers(opts *Options) {
 	nq := 1
 	if opts.DiskOf != nil && opts.Disks > 1 {
 		nq = opts.Disks
@@ -383,10 +438,6 @@ func Open(opts Options) (*Tier, error) {
 		q := t.queues[i%nq]
 		t.workers.Go(func() { t.flushWorker(q) })
 	}
-	t.log.Info("ram tier: arena ready", "arena_bytes", t.arenaBytes, "extents", extents, "extent_bytes", t.extent,
-		"shards", len(t.shards), "large_reserve_bytes", t.large.budget, "write_back", t.writeBack, "disk_ack", t.diskAck,
-		"flush_threads", t.threads, "flush_queues", nq, "flush_delay", t.flushDelay, "read_coalesce", t.coalesce, "numa", t.numa, "touch", time.Since(start))
-	return t, nil
 }
 
 // pastEager reports whether dirty bytes have reached the eager threshold,

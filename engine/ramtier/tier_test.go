@@ -20,7 +20,8 @@ var (
 )
 
 // eventually polls cond until it holds or 10 s pass (a deadline, not a
-// sleep standing in for synchronization).
+// sleep standing in for synchronization): for states no channel announces.
+// The 200 µs sleep is only the poll interval.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

@@ -81,6 +81,10 @@ func (t *Tier) wait(e *entry) error {
 // concurrent Remove made it moot). pre, when not nil, is a slot of key's
 // shard that Receive reserved and value is its filled bytes: it becomes
 // the new generation without a copy, or is given back.
+//
+// A write-back admission runs in three steps: reserve (under s.mu: settle
+// a pending generation, then take room), copy the value in (no lock), and
+// publish (under s.mu again), so no payload copy happens under the lock.
 func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *entry, err error) {
 	st, s := t.locate(&key)
 	if pre != nil {
@@ -93,60 +97,24 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 		}()
 	}
 	n := uint64(len(value))
-	if n == 0 {
-		return nil, fmt.Errorf("ram tier: cache %s: zero-byte value: %w", key, wire.StatusInvalid)
-	}
-	if n > t.maxValue {
-		return nil, fmt.Errorf("ram tier: cache %s: %d-byte value exceeds the %d-byte maximum: %w", key, n, t.maxValue, wire.StatusTooLarge)
-	}
-	if t.writeBack && t.queueOf(&key).failedClosed.Load() {
-		return nil, fmt.Errorf("ram tier: cache %s: the disk it belongs to failed closed, so it could never be made durable; restart the node once the disk is fixed: %w: %w",
-			key, engine.ErrFailedClosed, wire.StatusIOError)
+	if err := t.refusal(&key, n); err != nil {
+		return nil, err
 	}
 	st.Lock()
 	defer st.Unlock()
 	if !t.writeBack {
 		return nil, t.writeThrough(s, key, value, false)
 	}
-	if (n > t.extent && n > t.large.budget) || (t.limited != nil && t.limited(key.Tenant)) {
-		// No RAM budget can hold it, or its tenant has a quota: a PUT
-		// acknowledged from RAM would meet the quota only at flush time,
-		// where a refusal would drop an acknowledged value, so a limited
-		// tenant bypasses write-back.
+	if t.bypassesRAM(&key, n) {
 		return nil, t.writeThrough(s, key, value, true)
 	}
-	// The backing's current length of key, for Stats (a dirty value of a
-	// key the backing lacks is one more object).
-	shadow, lerr := t.backing.Exist(key)
-	had := lerr == nil
-
+	shadow, had := t.backingLen(key)
 	s.mu.Lock()
-	for {
-		if waitRemoval(s, &key) {
-			// The backing's value went away meanwhile: look again, so
-			// Stats counts this generation as a new object.
-			s.mu.Unlock()
-			shadow, lerr = t.backing.Exist(key)
-			had = lerr == nil
-			s.mu.Lock()
-			continue
-		}
-		// Same-key PUT while a flush is pending: identical bytes join its
-		// commit result (keys are content-addressed, so this is the normal
-		// case); different bytes supersede it (the engine contract
-		// replaces). sameBytes drops mu while it compares, so look again.
-		p := s.dirty[key]
-		if p == nil || p.n != n {
-			break
-		}
-		if t.sameBytes(p, value) {
-			s.mu.Unlock()
-			t.puts.Add(1)
-			return p, nil
-		}
-		if s.dirty[key] == p && s.removing[key] == nil {
-			break
-		}
+	p, shadow, had := t.joinPending(s, &key, value, shadow, had)
+	if p != nil {
+		s.mu.Unlock()
+		t.puts.Add(1)
+		return p, nil
 	}
 	if had && shadow == n && t.sameResident(s, &key, value) {
 		// A re-PUT of the bytes RAM already holds durably (the disk holds
@@ -158,122 +126,238 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 		t.putsUnchanged.Add(1)
 		return nil, nil
 	}
-	owned := t.ownerLocked(s, &key)
-	if dirty := t.dirtyBytes.Load(); !owned && t.dirtyLimit > 0 && dirty+n > t.dirtyLimit {
+	if err := t.pastWatermark(s, &key, n); err != nil {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("ram tier: cache %s: %d dirty bytes + %d would pass the %d-byte watermark while flushes catch up: %w",
-			key, dirty, n, t.dirtyLimit, wire.StatusCacheFull)
+		return nil, err
 	}
 	e = &entry{key: key, sh: s, q: t.queueOf(&key), n: n, had: had, shadow: shadow}
 	e.done.Add(1)
-	var dst []byte
-	if pre != nil {
-		e.ref = *pre // filled by the caller already
-	} else if n <= t.extent {
-		r, err := s.alloc.Reserve(n)
-		if err != nil {
-			// Every slot is pinned: the one synchronous disk path.
-			s.mu.Unlock()
-			return nil, t.writeThrough(s, key, value, true)
-		}
-		t.evictions.Add(uint64(len(s.alloc.Victims())))
-		e.ref = r
-		dst = t.slotBytes(s, r, n)
-	} else {
-		t.large.mu.Lock()
-		evicted, ok := t.large.charge(roundPage(n))
-		t.large.mu.Unlock()
-		t.evictions.Add(uint64(evicted))
-		if !ok {
-			s.mu.Unlock()
-			return nil, t.writeThrough(s, key, value, true)
-		}
-	}
+	dst, ok := t.reserveRoom(s, e, pre)
 	s.mu.Unlock()
-
-	if dst == nil && pre == nil {
-		mem, err := mapAnon(roundPage(n))
-		if err != nil {
-			t.large.mu.Lock()
-			t.large.used -= roundPage(n)
-			t.large.mu.Unlock()
-			t.log.Warn("ram tier: dedicated allocation failed; writing to disk", "key", key, "bytes", n, "err", err)
-			return nil, t.writeThrough(s, key, value, true)
-		}
-		e.lg = &largeBuf{mem: mem, n: n, refs: 1}
-		dst = mem[:n]
-	}
-	if pre == nil {
-		copy(dst, value)
+	if !ok || !t.copyIn(e, dst, value, pre) {
+		// No room in RAM: the one synchronous disk path.
+		return nil, t.writeThrough(s, key, value, true)
 	}
 	if t.beforePublish != nil {
 		t.beforePublish()
 	}
+	published := t.publish(e, pre)
+	t.puts.Add(1)
+	if !published {
+		return nil, nil
+	}
+	return e, nil
+}
 
+// refusal is why a PUT of n bytes of key is refused before anything is
+// admitted, or nil.
+func (t *Tier) refusal(key *wire.BlockKey, n uint64) error {
+	if n == 0 {
+		return fmt.Errorf("ram tier: cache %s: zero-byte value: %w", *key, wire.StatusInvalid)
+	}
+	if n > t.maxValue {
+		return fmt.Errorf("ram tier: cache %s: %d-byte value exceeds the %d-byte maximum: %w", *key, n, t.maxValue, wire.StatusTooLarge)
+	}
+	if t.writeBack && t.queueOf(key).failedClosed.Load() {
+		return fmt.Errorf("ram tier: cache %s: the disk it belongs to failed closed, so it could never be made durable; restart the node once the disk is fixed: %w: %w",
+			*key, engine.ErrFailedClosed, wire.StatusIOError)
+	}
+	return nil
+}
+
+// bypassesRAM reports whether a write-back PUT of n bytes of key goes to
+// the backing synchronously: no RAM budget can hold it, or its tenant has
+// a quota (a PUT acknowledged from RAM would meet the quota only at flush
+// time, where a refusal would drop an acknowledged value).
+func (t *Tier) bypassesRAM(key *wire.BlockKey, n uint64) bool {
+	return (n > t.extent && n > t.large.budget) || (t.limited != nil && t.limited(key.Tenant))
+}
+
+// backingLen is the backing's current length of key and whether it holds
+// key, for Stats (a dirty value of a key the backing lacks is one more
+// object).
+func (t *Tier) backingLen(key wire.BlockKey) (shadow uint64, had bool) {
+	shadow, err := t.backing.Exist(key)
+	return shadow, err == nil
+}
+
+// joinPending settles a same-key generation still pending: identical
+// bytes join its commit result (keys are content-addressed, so this is the
+// normal case) and it is returned; different bytes will supersede it (the
+// engine contract replaces) and nil is returned. A Remove of key in
+// progress is waited for, and the backing's length (shadow, had) looked
+// up again, so Stats counts this generation as a new object. The caller
+// holds s.mu; it is dropped and taken again.
+func (t *Tier) joinPending(s *shard, key *wire.BlockKey, value []byte, shadow uint64, had bool) (*entry, uint64, bool) {
+	for {
+		if waitRemoval(s, key) {
+			s.mu.Unlock()
+			shadow, had = t.backingLen(*key)
+			s.mu.Lock()
+			continue
+		}
+		p := s.dirty[*key]
+		if p == nil || p.n != uint64(len(value)) {
+			return nil, shadow, had
+		}
+		if t.sameBytes(p, value) {
+			return p, shadow, had
+		}
+		// sameBytes dropped mu while it compared: look again unless p is
+		// still the pending generation and no Remove started.
+		if s.dirty[*key] == p && s.removing[*key] == nil {
+			return nil, shadow, had
+		}
+	}
+}
+
+// pastWatermark refuses a PUT of n bytes of a key with no RAM owner when
+// it would take dirty bytes past the watermark while flushes catch up.
+// The caller holds s.mu.
+func (t *Tier) pastWatermark(s *shard, key *wire.BlockKey, n uint64) error {
+	owned := t.ownerLocked(s, key)
+	if dirty := t.dirtyBytes.Load(); !owned && t.dirtyLimit > 0 && dirty+n > t.dirtyLimit {
+		return fmt.Errorf("ram tier: cache %s: %d dirty bytes + %d would pass the %d-byte watermark while flushes catch up: %w",
+			*key, dirty, n, t.dirtyLimit, wire.StatusCacheFull)
+	}
+	return nil
+}
+
+// reserveRoom takes RAM for new generation e: pre as it is (Receive
+// filled it), an arena slot for a value up to one extent (dst is its
+// bytes), or a charge to the large-value budget (mapped by copyIn, outside
+// the lock). ok is false when there is no room: every slot pinned, or the
+// budget held by dirty values. The caller holds s.mu.
+func (t *Tier) reserveRoom(s *shard, e *entry, pre *slab.SlotRef) (dst []byte, ok bool) {
+	switch {
+	case pre != nil:
+		e.ref = *pre // filled by the caller already
+		return nil, true
+	case e.n <= t.extent:
+		r, err := s.alloc.Reserve(e.n)
+		if err != nil {
+			return nil, false
+		}
+		t.evictions.Add(uint64(len(s.alloc.Victims())))
+		e.ref = r
+		return t.slotBytes(s, r, e.n), true
+	}
+	t.large.mu.Lock()
+	evicted, ok := t.large.charge(roundPage(e.n))
+	t.large.mu.Unlock()
+	t.evictions.Add(uint64(evicted))
+	return nil, ok
+}
+
+// copyIn copies value into e's room dst, first mapping the dedicated
+// allocation of a large value (dst nil). With pre the value is there
+// already. It reports false, with the large charge given back, when the
+// mapping fails.
+func (t *Tier) copyIn(e *entry, dst, value []byte, pre *slab.SlotRef) bool {
+	if pre != nil {
+		return true
+	}
+	if dst == nil {
+		mem, err := mapAnon(roundPage(e.n))
+		if err != nil {
+			t.large.mu.Lock()
+			t.large.used -= roundPage(e.n)
+			t.large.mu.Unlock()
+			t.log.Warn("ram tier: dedicated allocation failed; writing to disk", "key", e.key, "bytes", e.n, "err", err)
+			return false
+		}
+		e.lg = &largeBuf{mem: mem, n: e.n, refs: 1}
+		dst = mem[:e.n]
+	}
+	copy(dst, value)
+	return true
+}
+
+// publish makes e its key's visible value and queues its flush. When a
+// Remove of the key started while the value was copied in (the PUT
+// happened, then the Remove), nothing becomes visible: e's room is given
+// back and publish reports false.
+func (t *Tier) publish(e *entry, pre *slab.SlotRef) bool {
+	s := e.sh
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	// Fence cold reads of key here, in the section that publishes, not
 	// before the copy: a GET that missed RAM during the copy started a
 	// read of the older disk value, and were it not fenced it could
 	// publish that value once this generation is flushed and evicted.
-	fence(s, &key)
-	if s.removing[key] != nil {
-		// A Remove of the key started while we copied: the PUT happened,
-		// then the Remove. Nothing becomes visible.
+	fence(s, &e.key)
+	if s.removing[e.key] != nil {
 		if e.lg != nil {
 			t.unrefLarge(e.lg)
 		} else if pre == nil {
 			s.alloc.Abort(e.ref)
 			s.alloc.Release(e.ref)
 		}
-		s.mu.Unlock()
-		t.puts.Add(1)
-		return nil, nil
+		return false
 	}
-	old := s.dirty[key]
+	old := s.dirty[e.key]
+	t.swapLarge(e)
+	t.swapSlot(e)
+	t.enqueue(e, old)
+	return true
+}
+
+// swapLarge replaces key's dedicated-allocation owner, if any, by e's
+// (when e has one), flush-pinned. The caller holds e.sh.mu.
+func (t *Tier) swapLarge(e *entry) {
 	t.large.mu.Lock()
-	var uerr error
-	if lg := t.large.m[key]; lg != nil {
+	var err error
+	if lg := t.large.m[e.key]; lg != nil {
 		// Replaced by this generation: a slot owner is replaced by
-		// Publish below, a dedicated one here.
-		delete(t.large.m, key)
-		uerr = t.large.unref(lg)
+		// swapSlot, a dedicated one here.
+		delete(t.large.m, e.key)
+		err = t.large.unref(lg)
 	}
 	if e.lg != nil {
 		e.lg.refs++ // flush-pin; the first ref is the published value
 		e.lg.dirty = true
-		t.large.m[key] = e.lg
+		t.large.m[e.key] = e.lg
 	}
 	t.large.mu.Unlock()
-	if uerr != nil {
-		t.log.Error("ram tier: releasing a large value", "err", uerr)
+	if err != nil {
+		t.log.Error("ram tier: releasing a large value", "err", err)
 	}
+}
+
+// swapSlot publishes e's slot as key's owner, flush-pinned, replacing an
+// older slot owner; a large e only drops the older slot owner (of another
+// size). The caller holds e.sh.mu.
+func (t *Tier) swapSlot(e *entry) {
+	s := e.sh
 	if e.lg != nil {
-		if r, _, ok := s.alloc.Remove(&key); ok { // a slot owner of the old size
+		if r, _, ok := s.alloc.Remove(&e.key); ok {
 			s.alloc.Release(r)
 		}
-	} else {
-		if o, _, replaced := s.alloc.Publish(e.ref, &key); replaced {
-			s.alloc.Release(o)
-		}
-		if _, _, _, err := s.alloc.Acquire(&key); err != nil { // flush-pin
-			panic("BUG: ram tier: flush-pin of a fresh slot: " + err.Error())
-		}
+		return
 	}
-	// A generation still queued hands its place (and its age) to the
-	// new one, so a key rewritten faster than the flush delay is still
-	// flushed within the delay of its first dirty write.
+	if o, _, replaced := s.alloc.Publish(e.ref, &e.key); replaced {
+		s.alloc.Release(o)
+	}
+	if _, _, _, err := s.alloc.Acquire(&e.key); err != nil { // flush-pin
+		panic("BUG: ram tier: flush-pin of a fresh slot: " + err.Error())
+	}
+}
+
+// enqueue makes e its key's pending generation in place of old (nil if
+// none) and queues its flush. A generation still queued hands its place
+// (and its age) to the new one, so a key rewritten faster than the flush
+// delay is still flushed within the delay of its first dirty write. The
+// caller holds e.sh.mu.
+func (t *Tier) enqueue(e, old *entry) {
 	tookOver := old != nil && e.q.takeOver(old, e)
 	if old != nil {
 		t.cancel(old, e)
 	}
-	s.dirty[key] = e
+	e.sh.dirty[e.key] = e
 	t.addDirty(e, 1)
 	if !tookOver {
 		e.q.push(e)
 	}
-	s.mu.Unlock()
-	t.puts.Add(1)
-	return e, nil
 }
 
 // sameBytes reports whether pending generation p holds value, comparing

@@ -828,43 +828,9 @@ func (a *Allocator) InFlight() (pinned, reserved, dead int) {
 func (a *Allocator) Check() error {
 	var objects, used uint64
 	for e := range a.ext {
-		em := &a.ext[e]
-		if em.class < 0 {
-			if len(em.slots) != 0 && em.live != 0 {
-				return fmt.Errorf("unbound extent %d has live slots", e)
-			}
-			continue
-		}
-		var live, busy, nfree uint32
-		var useful, score uint64
-		for s := range em.slots {
-			sm := &em.slots[s]
-			if sm.pins > 0 || sm.state == stReserved || sm.state == stDead {
-				busy++
-			}
-			switch sm.state {
-			case stLive:
-				live++
-				useful += uint64(sm.length)
-				score += uint64(sm.length) * (1 + uint64(sm.heat))
-				if id, ok := a.idx.get(&sm.key); !ok || id != uint32(a.Ref(uint32(e), uint32(s))) {
-					return fmt.Errorf("live slot %d/%d (key %s) is not what the key map names", e, s, sm.key)
-				}
-			case stFree:
-				if sm.pins != 0 {
-					return fmt.Errorf("free slot %d/%d has %d pins", e, s, sm.pins)
-				}
-			}
-		}
-		for f := em.freeHead; f != 0; f = em.slots[f-1].length {
-			if em.slots[f-1].state != stFree || nfree > uint32(len(em.slots)) {
-				return fmt.Errorf("extent %d: free list reaches slot %d in state %d", e, f-1, em.slots[f-1].state)
-			}
-			nfree++
-		}
-		if live != em.live || busy != em.busy || nfree != em.nfree || useful != em.useful || score != em.score {
-			return fmt.Errorf("extent %d: counted live %d busy %d free %d useful %d score %d; recorded %d %d %d %d %d",
-				e, live, busy, nfree, useful, score, em.live, em.busy, em.nfree, em.useful, em.score)
+		live, useful, err := a.checkExtent(e)
+		if err != nil {
+			return err
 		}
 		objects += uint64(live)
 		used += useful
@@ -873,4 +839,59 @@ func (a *Allocator) Check() error {
 		return fmt.Errorf("totals: %d objects %d bytes counted, %d and %d recorded, %d in the key map", objects, used, a.objects, a.used, a.idx.n)
 	}
 	return nil
+}
+
+// checkExtent verifies extent e's counters against its slots and free
+// list, and returns its live slots and their useful bytes.
+func (a *Allocator) checkExtent(e int) (live uint32, useful uint64, err error) {
+	em := &a.ext[e]
+	if em.class < 0 {
+		if len(em.slots) != 0 && em.live != 0 {
+			return 0, 0, fmt.Errorf("unbound extent %d has live slots", e)
+		}
+		return 0, 0, nil
+	}
+	var busy uint32
+	var score uint64
+	for s := range em.slots {
+		sm := &em.slots[s]
+		if sm.pins > 0 || sm.state == stReserved || sm.state == stDead {
+			busy++
+		}
+		switch sm.state {
+		case stLive:
+			live++
+			useful += uint64(sm.length)
+			score += uint64(sm.length) * (1 + uint64(sm.heat))
+			if id, ok := a.idx.get(&sm.key); !ok || id != uint32(a.Ref(uint32(e), uint32(s))) {
+				return 0, 0, fmt.Errorf("live slot %d/%d (key %s) is not what the key map names", e, s, sm.key)
+			}
+		case stFree:
+			if sm.pins != 0 {
+				return 0, 0, fmt.Errorf("free slot %d/%d has %d pins", e, s, sm.pins)
+			}
+		}
+	}
+	nfree, err := em.countFree(e)
+	if err != nil {
+		return 0, 0, err
+	}
+	if live != em.live || busy != em.busy || nfree != em.nfree || useful != em.useful || score != em.score {
+		return 0, 0, fmt.Errorf("extent %d: counted live %d busy %d free %d useful %d score %d; recorded %d %d %d %d %d",
+			e, live, busy, nfree, useful, score, em.live, em.busy, em.nfree, em.useful, em.score)
+	}
+	return live, useful, nil
+}
+
+// countFree walks the free list of extent e (em), checking that it holds
+// only free slots and ends.
+func (em *extentMeta) countFree(e int) (uint32, error) {
+	var nfree uint32
+	for f := em.freeHead; f != 0; f = em.slots[f-1].length {
+		if em.slots[f-1].state != stFree || nfree > uint32(len(em.slots)) {
+			return 0, fmt.Errorf("extent %d: free list reaches slot %d in state %d", e, f-1, em.slots[f-1].state)
+		}
+		nfree++
+	}
+	return nfree, nil
 }

@@ -54,7 +54,8 @@ func (g *gate) fs() *vfs.FaultFS {
 }
 
 // waitFor polls cond (a state change in another goroutine that has no
-// channel to announce it) for up to 10 s.
+// channel to announce it) for up to 10 s. The 1 ms sleep is only the poll
+// interval: the wait ends as soon as cond holds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {

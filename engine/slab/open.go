@@ -43,72 +43,12 @@ func open(opts Options) (*Store, error) {
 	if opts.Dir == "" {
 		return nil, invalid("no directory given")
 	}
-	if opts.FS == nil {
-		opts.FS = vfs.OS{}
-	}
-	if opts.Clock == nil {
-		opts.Clock = engine.SystemClock{}
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Accounting == nil {
-		opts.Accounting = engine.NoAccounting{}
-	}
-	if opts.ExtentBytes == 0 {
-		opts.ExtentBytes = ExtentFor(opts.CapacityBytes)
-	}
-	if opts.MaxValueBytes == 0 {
-		opts.MaxValueBytes = DefaultMaxValueBytes
-	}
-	lat, err := NewLattice(opts.ExtentBytes)
+	opts.setDefaults()
+	s, err := newStore(&opts)
 	if err != nil {
-		return nil, invalid("%s: %v", opts.Dir, err)
+		return nil, err
 	}
-	if opts.MaxValueBytes > maxExtentBytes || opts.MaxValueBytes/opts.ExtentBytes >= pieceFlag {
-		return nil, invalid("%s: max value size %d is too large (at most %d bytes)", opts.Dir, opts.MaxValueBytes, maxExtentBytes)
-	}
-	if opts.CapacityBytes < opts.ExtentBytes {
-		return nil, invalid("%s: capacity %d bytes is smaller than one extent (%d bytes); raise the disk capacity or lower the extent size",
-			opts.Dir, opts.CapacityBytes, opts.ExtentBytes)
-	}
-	count := opts.CapacityBytes / opts.ExtentBytes
-	if count*uint64(lat.MaxSlots()) >= 1<<32-1 {
-		return nil, invalid("%s: %d extents of %d bytes need more than 2^32 slot records; use larger extents", opts.Dir, count, opts.ExtentBytes)
-	}
-	want := geometry{
-		version:     formatVersion,
-		recordSize:  RecordSize,
-		capacity:    opts.CapacityBytes,
-		extentBytes: opts.ExtentBytes,
-		extents:     uint32(count),
-		maxSlots:    lat.MaxSlots(),
-		minClass:    MinClass,
-		growth:      growthShift,
-		classes:     uint32(lat.Len()),
-	}
-	s := &Store{
-		dir:      opts.Dir,
-		capacity: opts.CapacityBytes,
-		// A value larger than the whole pool can never be stored.
-		maxValue:  min(opts.MaxValueBytes, count*opts.ExtentBytes),
-		geo:       want,
-		fs:        opts.FS,
-		clock:     opts.Clock,
-		log:       opts.Logger,
-		acct:      opts.Accounting,
-		pool:      iobuf.NewPool(chunkBytes),
-		sums:      make(sumTable, count),
-		flights:   map[wire.BlockKey]*flight{},
-		spans:     map[wire.BlockKey]span{},
-		pieceKeys: map[wire.BlockKey]pieceOf{},
-		align:     pageAlign,
-	}
-	s.alloc, err = NewAllocator(lat, want.extents)
-	if err != nil {
-		return nil, invalid("%s: %v", opts.Dir, err)
-	}
-	fresh, missing, damaged, err := s.checkDir(want)
+	fresh, missing, damaged, err := s.checkDir(s.geo)
 	if err != nil {
 		return nil, err
 	}
@@ -119,41 +59,8 @@ func open(opts Options) (*Store, error) {
 			s.removeMade()
 		}
 	}()
-	if missing {
-		// Sized against the filesystem the directory would be made on,
-		// so a refusal leaves not even the directory behind.
-		if err := s.checkSpace(vfs.ExistingAncestor(s.fs, s.dir), true); err != nil {
-			return nil, err
-		}
-		if err := s.mkdirs(); err != nil {
-			return nil, err
-		}
-	}
-	if s.lock, err = s.fs.OpenFile(s.dir, os.O_RDONLY, 0); err != nil {
+	if fresh, err = s.claimDir(fresh, missing, damaged); err != nil {
 		return nil, err
-	}
-	if err := lockDir(s.lock); err != nil {
-		_ = s.lock.Close()
-		s.lock = nil
-		// Another store holds the directory (it may have made it, or be
-		// formatting it, since checkDir looked): nothing here is ours to
-		// remove.
-		s.made = nil
-		if errors.Is(err, errLocked) {
-			return nil, fmt.Errorf("%s is in use by another slab store (another dfkv server, or a second disk entry naming the same directory); nothing was changed: %w", s.dir, wire.StatusUnavailable)
-		}
-		return nil, err
-	}
-	if damaged != "" {
-		// The store's own files without a geometry to read them by:
-		// nothing in them can be placed, so they go and the disk is
-		// formatted anew, cold, rather than the node refusing to start.
-		s.log.Error("slab engine: "+damaged+"; the disk starts cold: its extent files, slot table and state were removed and the disk formatted again with the configured geometry",
-			"dir", s.dir, "file", filepath.Join(s.dir, metaName))
-		if err := s.removeStore(); err != nil {
-			return nil, err
-		}
-		fresh = true
 	}
 	prev, clean, failedBefore, err := s.readState(fresh)
 	if err != nil {
@@ -171,68 +78,222 @@ func open(opts Options) (*Store, error) {
 	// directory is ours; until Open succeeds, whatever it creates is noted
 	// (noteNew) and removed again if it fails, so a retry with a smaller
 	// capacity finds the directory as it was.
+	tableCold, err := s.openFiles(&opts, fresh, cold)
+	if err != nil {
+		return nil, err
+	}
+	stats, err := s.startEpoch(prev, tableCold)
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	s.made = nil
+	s.chargeRestored()
+	s.log.Info("slab engine: opened", "dir", s.dir, "epoch", s.epoch, "cold", tableCold, "after_unclean_stop", !clean && !fresh,
+		"objects", s.alloc.Objects(), "used_bytes", s.alloc.Used(), "capacity_bytes", s.capacity,
+		"extents", s.geo.extents, "extent_bytes", s.geo.extentBytes, "classes", s.geo.classes,
+		"direct_io", s.direct, "io_uring", s.ring != nil, "dropped_records", stats.dropped, "rebuild", stats.took.String())
+	s.startScrub(opts.Scrub, !clean && !tableCold)
+	s.warnFewExtents()
+	return s, nil
+}
+
+// setDefaults fills in the zero values Options documents a default for.
+func (o *Options) setDefaults() {
+	if o.FS == nil {
+		o.FS = vfs.OS{}
+	}
+	if o.Clock == nil {
+		o.Clock = engine.SystemClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Accounting == nil {
+		o.Accounting = engine.NoAccounting{}
+	}
+	if o.ExtentBytes == 0 {
+		o.ExtentBytes = ExtentFor(o.CapacityBytes)
+	}
+	if o.MaxValueBytes == 0 {
+		o.MaxValueBytes = DefaultMaxValueBytes
+	}
+}
+
+// newStore checks the geometry opts asks for and returns the store for
+// it, with its allocator; it touches no file.
+func newStore(opts *Options) (*Store, error) {
+	lat, err := NewLattice(opts.ExtentBytes)
+	if err != nil {
+		return nil, invalid("%s: %v", opts.Dir, err)
+	}
+	if opts.MaxValueBytes > maxExtentBytes || opts.MaxValueBytes/opts.ExtentBytes >= pieceFlag {
+		return nil, invalid("%s: max value size %d is too large (at most %d bytes)", opts.Dir, opts.MaxValueBytes, maxExtentBytes)
+	}
+	if opts.CapacityBytes < opts.ExtentBytes {
+		return nil, invalid("%s: capacity %d bytes is smaller than one extent (%d bytes); raise the disk capacity or lower the extent size",
+			opts.Dir, opts.CapacityBytes, opts.ExtentBytes)
+	}
+	count := opts.CapacityBytes / opts.ExtentBytes
+	if count*uint64(lat.MaxSlots()) >= 1<<32-1 {
+		return nil, invalid("%s: %d extents of %d bytes need more than 2^32 slot records; use larger extents", opts.Dir, count, opts.ExtentBytes)
+	}
+	geo := geometry{
+		version:     formatVersion,
+		recordSize:  RecordSize,
+		capacity:    opts.CapacityBytes,
+		extentBytes: opts.ExtentBytes,
+		extents:     uint32(count),
+		maxSlots:    lat.MaxSlots(),
+		minClass:    MinClass,
+		growth:      growthShift,
+		classes:     uint32(lat.Len()),
+	}
+	s := &Store{
+		dir:      opts.Dir,
+		capacity: opts.CapacityBytes,
+		// A value larger than the whole pool can never be stored.
+		maxValue:  min(opts.MaxValueBytes, count*opts.ExtentBytes),
+		geo:       geo,
+		fs:        opts.FS,
+		clock:     opts.Clock,
+		log:       opts.Logger,
+		acct:      opts.Accounting,
+		pool:      iobuf.NewPool(chunkBytes),
+		sums:      make(sumTable, count),
+		flights:   map[wire.BlockKey]*flight{},
+		spans:     map[wire.BlockKey]span{},
+		pieceKeys: map[wire.BlockKey]pieceOf{},
+		align:     pageAlign,
+	}
+	if s.alloc, err = NewAllocator(lat, geo.extents); err != nil {
+		return nil, invalid("%s: %v", opts.Dir, err)
+	}
+	return s, nil
+}
+
+// claimDir makes Dir ours: it creates a missing Dir (checking the space
+// first, against the filesystem it would be made on, so a refusal leaves
+// not even the directory behind), takes the directory lock, and removes
+// the files of a damaged store, which is then formatted anew (fresh).
+func (s *Store) claimDir(fresh, missing bool, damaged string) (bool, error) {
+	if missing {
+		if err := s.checkSpace(vfs.ExistingAncestor(s.fs, s.dir), true); err != nil {
+			return fresh, err
+		}
+		if err := s.mkdirs(); err != nil {
+			return fresh, err
+		}
+	}
+	if err := s.lockStore(); err != nil {
+		return fresh, err
+	}
+	if damaged != "" {
+		// The store's own files without a geometry to read them by:
+		// nothing in them can be placed, so they go and the disk is
+		// formatted anew, cold, rather than the node refusing to start.
+		s.log.Error("slab engine: "+damaged+"; the disk starts cold: its extent files, slot table and state were removed and the disk formatted again with the configured geometry",
+			"dir", s.dir, "file", filepath.Join(s.dir, metaName))
+		if err := s.removeStore(); err != nil {
+			return fresh, err
+		}
+		fresh = true
+	}
+	return fresh, nil
+}
+
+// lockStore opens Dir and flocks it for the life of the store.
+func (s *Store) lockStore() error {
+	var err error
+	if s.lock, err = s.fs.OpenFile(s.dir, os.O_RDONLY, 0); err != nil {
+		return err
+	}
+	if err := lockDir(s.lock); err != nil {
+		_ = s.lock.Close()
+		s.lock = nil
+		// Another store holds the directory (it may have made it, or be
+		// formatting it, since checkDir looked): nothing here is ours to
+		// remove.
+		s.made = nil
+		if errors.Is(err, errLocked) {
+			return fmt.Errorf("%s is in use by another slab store (another dfkv server, or a second disk entry naming the same directory); nothing was changed: %w", s.dir, wire.StatusUnavailable)
+		}
+		return err
+	}
+	return nil
+}
+
+// openFiles writes slab_meta for a new or upgraded store, opens the
+// extents, the io_uring ring (if asked for) and the slot table, and makes
+// the names of the files it created durable. tableCold reports that the
+// slot table starts empty.
+func (s *Store) openFiles(opts *Options, fresh, cold bool) (tableCold bool, err error) {
 	if fresh || s.upgrade {
 		path := filepath.Join(s.dir, metaName)
 		s.noteNew(path)
-		if err := writeAtomic(s.fs, path, want.encode()); err != nil {
-			return nil, err
+		if err := writeAtomic(s.fs, path, s.geo.encode()); err != nil {
+			return false, err
 		}
 		if s.upgrade {
 			s.log.Info("slab engine: upgraded the on-disk format in place (its records read as they are)", "dir", s.dir, "from", upgradeFrom, "to", formatVersion)
 		}
 	}
 	if err := s.openExtents(opts.DirectIO, cold); err != nil {
-		return nil, err
+		return false, err
 	}
 	if opts.URing {
 		s.openRing()
 	}
-	tableCold, err := s.openTable(cold)
-	if err != nil {
-		return nil, err
+	if tableCold, err = s.openTable(cold); err != nil {
+		return tableCold, err
 	}
 	// Files may have been created: make their names durable before this
 	// epoch can ever be marked clean.
 	for _, d := range []string{filepath.Join(s.dir, extentsDir), s.dir} {
 		if err := s.fs.SyncDir(d); err != nil {
-			return nil, err
+			return tableCold, err
 		}
 	}
+	return tableCold, nil
+}
+
+// startEpoch rebuilds the index from the slot table (unless it starts
+// cold) and marks the next epoch, prev+1, dirty in slab_state.
+func (s *Store) startEpoch(prev uint64, tableCold bool) (rebuildStats, error) {
 	stats := rebuildStats{}
 	if !tableCold {
-		stats, err = s.rebuild()
-		if err != nil {
-			return nil, err
+		var err error
+		if stats, err = s.rebuild(); err != nil {
+			return stats, err
 		}
 	}
 	s.lost = nil
 	s.epoch = prev + 1
 	s.noteNew(filepath.Join(s.dir, stateName))
-	if err := s.writeState(state{epoch: s.epoch}); err != nil {
-		return nil, err
-	}
-	ok = true
-	s.made = nil
+	return stats, s.writeState(state{epoch: s.epoch})
+}
+
+// chargeRestored reports the bytes rebuild found to the accounting, once
+// Open has succeeded (so a failed Open leaves no charge behind).
+func (s *Store) chargeRestored() {
 	for tenant, n := range s.restored {
 		if n != 0 {
 			s.acct.Committed(tenant, n)
 		}
 	}
 	s.restored = nil
-	s.log.Info("slab engine: opened", "dir", s.dir, "epoch", s.epoch, "cold", tableCold, "after_unclean_stop", !clean && !fresh,
-		"objects", s.alloc.Objects(), "used_bytes", s.alloc.Used(), "capacity_bytes", s.capacity,
-		"extents", want.extents, "extent_bytes", want.extentBytes, "classes", want.classes,
-		"direct_io", s.direct, "io_uring", s.ring != nil, "dropped_records", stats.dropped, "rebuild", stats.took.String())
-	s.startScrub(opts.Scrub, !clean && !tableCold)
-	if want.extents < want.classes {
-		// Each size class takes whole extents: with more distinct value
-		// sizes in use than extents, a write of a size with no extent and
-		// no class within twice its size evicts a whole extent of another
-		// class, though the disk is nearly empty.
+}
+
+// warnFewExtents warns when the disk has fewer extents than size classes.
+// Each size class takes whole extents: with more distinct value sizes in
+// use than extents, a write of a size with no extent and no class within
+// twice its size evicts a whole extent of another class, though the disk
+// is nearly empty.
+func (s *Store) warnFewExtents() {
+	if s.geo.extents < s.geo.classes {
 		s.log.Warn("slab engine: fewer extents than size classes; values of many distinct sizes will evict each other long before the disk is full: give the disk more capacity (server.disk_capacity_bytes) or use smaller extents (server.slab_extent_bytes; values larger than an extent are stored in pieces)",
-			"dir", s.dir, "extents", want.extents, "classes", want.classes, "extent_bytes", want.extentBytes)
+			"dir", s.dir, "extents", s.geo.extents, "classes", s.geo.classes, "extent_bytes", s.geo.extentBytes)
 	}
-	return s, nil
 }
 
 // checkDir decides whether Dir is a fresh directory (fresh; missing too if
@@ -385,15 +446,7 @@ func (s *Store) openExtents(direct, cold bool) error {
 	if err := s.fs.MkdirAll(filepath.Join(s.dir, extentsDir), 0o755); err != nil {
 		return err
 	}
-	direct = direct && oDirect != 0
-	if direct {
-		if a := dioAlign(filepath.Join(s.dir, metaName)); a > pageAlign {
-			s.log.Warn("slab engine: the filesystem needs O_DIRECT alignment above 4 KiB; using buffered I/O", "dir", s.dir, "align", a)
-			direct = false
-		} else if a != 0 {
-			s.align = uint64(a)
-		}
-	}
+	direct = s.directAllowed(direct)
 	size := int64(s.geo.extentBytes)
 	s.extents = make([]vfs.File, 0, s.geo.extents)
 	var damaged []string
@@ -405,75 +458,138 @@ func (s *Store) openExtents(direct, cold bool) error {
 		if isNew {
 			flag |= os.O_CREATE
 			s.made = append(s.made, path)
-			if !cold {
-				s.loseExtent(e, 0)
-				damaged = append(damaged, filepath.Base(path)+" missing")
-			}
 		}
-		var f vfs.File
-		var err error
-		if direct {
-			f, err = s.fs.OpenFile(path, flag|oDirect, 0o644)
-			if err != nil && directRefused(err) {
-				s.log.Warn("slab engine: O_DIRECT open refused; using buffered payload I/O", "dir", s.dir, "extent", path, "err", err)
-				direct = false
-				s.align = pageAlign
-				// The extents opened before this one must not keep
-				// O_DIRECT: payload I/O follows s.direct, for all of them.
-				if err := s.reopenBuffered(); err != nil {
-					return err
-				}
-			}
-		}
-		if !direct {
-			f, err = s.fs.OpenFile(path, flag, 0o644)
-		}
+		f, stillDirect, err := s.openExtent(path, flag, direct)
 		if err != nil {
 			return err
 		}
+		direct = stillDirect
 		s.extents = append(s.extents, f)
-		fi, err := f.Stat()
+		found, err := fitExtent(f, path, size)
 		if err != nil {
 			return err
 		}
-		if fi.Size() > size {
-			if err := f.Truncate(size); err != nil {
-				return fmt.Errorf("extent %s is %d bytes, want %d; cutting it to size failed: %w", path, fi.Size(), size, err)
-			}
-		}
-		if fi.Size() != size {
-			if !cold && !isNew {
-				s.loseExtent(e, uint64(min(fi.Size(), size)))
-				damaged = append(damaged, fmt.Sprintf("%s %d bytes", filepath.Base(path), fi.Size()))
-			}
-			if err := fallocateFn(f, size); err != nil {
-				return fmt.Errorf("preallocate extent %s (%d bytes): %w; the slab engine needs a filesystem with fallocate (ext4, xfs) and the space for its capacity", path, size, err)
-			}
+		if note := s.extentDamage(e, path, isNew, cold, found, size); note != "" {
+			damaged = append(damaged, note)
 		}
 	}
-	if len(damaged) > 0 {
-		list := damaged
-		if len(list) > 8 {
-			list = append(list[:8:8], "...")
-		}
-		s.log.Warn("slab engine: extent files missing or not at their size; made them whole again: the values they held are misses, the rest of the disk serves (check what removed or cut them)",
-			"dir", s.dir, "extents", len(damaged), "extent_bytes", size, "found", strings.Join(list, "; "))
-	}
-	if direct && len(s.extents) > 0 {
-		// Probe: a direct read of the first page. (tmpfs accepts the
-		// open; a filesystem that only fails at I/O time is caught here.)
-		buf := iobuf.AlignedSlice(pageAlign)
-		if _, err := s.extents[0].ReadAt(buf, 0); err != nil && directRefused(err) {
-			s.log.Warn("slab engine: O_DIRECT read refused; using buffered payload I/O", "dir", s.dir, "err", err)
-			if err := s.reopenBuffered(); err != nil {
-				return err
-			}
-			direct = false
-			s.align = pageAlign
+	s.warnDamagedExtents(damaged, size)
+	if direct {
+		var err error
+		if direct, err = s.probeDirect(); err != nil {
+			return err
 		}
 	}
 	s.direct = direct
 	return nil
+}
+
+// directAllowed reports whether O_DIRECT payload I/O, when asked for, can
+// be tried: the platform has it and the filesystem's alignment is at most
+// 4 KiB (s.align is then set to it).
+func (s *Store) directAllowed(direct bool) bool {
+	if !direct || oDirect == 0 {
+		return false
+	}
+	a := dioAlign(filepath.Join(s.dir, metaName))
+	if a > pageAlign {
+		s.log.Warn("slab engine: the filesystem needs O_DIRECT alignment above 4 KiB; using buffered I/O", "dir", s.dir, "align", a)
+		return false
+	}
+	if a != 0 {
+		s.align = uint64(a)
+	}
+	return true
+}
+
+// openExtent opens extent file path, O_DIRECT while direct holds. If the
+// filesystem refuses the direct open, it says so and reopens the extents
+// opened before this one buffered too (payload I/O follows s.direct, for
+// all of them); it reports whether I/O stays direct.
+func (s *Store) openExtent(path string, flag int, direct bool) (vfs.File, bool, error) {
+	if direct {
+		f, err := s.fs.OpenFile(path, flag|oDirect, 0o644)
+		if err == nil || !directRefused(err) {
+			return f, true, err
+		}
+		s.log.Warn("slab engine: O_DIRECT open refused; using buffered payload I/O", "dir", s.dir, "extent", path, "err", err)
+		s.align = pageAlign
+		if err := s.reopenBuffered(); err != nil {
+			return nil, false, err
+		}
+	}
+	f, err := s.fs.OpenFile(path, flag, 0o644)
+	return f, false, err
+}
+
+// fitExtent sets extent file f to size bytes, cutting a longer one and
+// preallocating a shorter one, and returns the size it found.
+func fitExtent(f vfs.File, path string, size int64) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if fi.Size() > size {
+		if err := f.Truncate(size); err != nil {
+			return 0, fmt.Errorf("extent %s is %d bytes, want %d; cutting it to size failed: %w", path, fi.Size(), size, err)
+		}
+	}
+	if fi.Size() != size {
+		if err := fallocateFn(f, size); err != nil {
+			return 0, fmt.Errorf("preallocate extent %s (%d bytes): %w; the slab engine needs a filesystem with fallocate (ext4, xfs) and the space for its capacity", path, size, err)
+		}
+	}
+	return fi.Size(), nil
+}
+
+// extentDamage notes in s.lost an extent file of a store that is not cold
+// which was missing (isNew) or not at its size (found bytes), and returns
+// how the warning names it; "" when it was whole, or the store is cold.
+func (s *Store) extentDamage(e uint32, path string, isNew, cold bool, found, size int64) string {
+	switch {
+	case cold:
+		return ""
+	case isNew:
+		s.loseExtent(e, 0)
+		return filepath.Base(path) + " missing"
+	case found != size:
+		s.loseExtent(e, uint64(min(found, size)))
+		return fmt.Sprintf("%s %d bytes", filepath.Base(path), found)
+	}
+	return ""
+}
+
+// warnDamagedExtents says, once, which extent files were made whole again.
+func (s *Store) warnDamagedExtents(damaged []string, size int64) {
+	if len(damaged) == 0 {
+		return
+	}
+	list := damaged
+	if len(list) > 8 {
+		list = append(list[:8:8], "...")
+	}
+	s.log.Warn("slab engine: extent files missing or not at their size; made them whole again: the values they held are misses, the rest of the disk serves (check what removed or cut them)",
+		"dir", s.dir, "extents", len(damaged), "extent_bytes", size, "found", strings.Join(list, "; "))
+}
+
+// probeDirect reads the first page of the first extent O_DIRECT (tmpfs
+// accepts the open; a filesystem that only fails at I/O time is caught
+// here). If the read is refused it says so and reopens every extent
+// buffered; it reports whether I/O stays direct.
+func (s *Store) probeDirect() (bool, error) {
+	if len(s.extents) == 0 {
+		return true, nil
+	}
+	buf := iobuf.AlignedSlice(pageAlign)
+	if _, err := s.extents[0].ReadAt(buf, 0); err != nil && directRefused(err) {
+		s.log.Warn("slab engine: O_DIRECT read refused; using buffered payload I/O", "dir", s.dir, "err", err)
+		if err := s.reopenBuffered(); err != nil {
+			return true, err
+		}
+		s.align = pageAlign
+		return false, nil
+	}
+	return true, nil
 }
 
 // reopenBuffered opens every extent file opened so far again without

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dfkv/dfkv/engine/enginetest"
@@ -250,66 +251,77 @@ func TestScrubDropsCorruptValues(t *testing.T) {
 		path, off := payloadAt(t, opts, enginetest.Key(i))
 		flipByte(t, path, off+int64(recoverSize(i))-1)
 	}
-	logs := &logBuf{}
-	opts.Logger = slog.New(logs)
-	opts.Scrub = ScrubOptions{BytesPerSecond: 1 << 40}
-	s := openT(t, opts)
-	defer mustClose(t, s)
-	for s.Stats().ScrubPasses == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	st := s.Stats()
-	if st.ChecksumFailures != uint64(len(bad)) || st.Objects != n-uint64(len(bad)) || st.Misses != 0 || !st.Healthy {
-		t.Fatalf("after the scrub: %+v; want %d checksum failures, %d objects, no misses", st, len(bad), n-len(bad))
-	}
-	var slotBytes uint64
-	for i := range n {
-		slotBytes += alignUp(uint64(recoverSize(i)), pageAlign)
-	}
-	if st.ScrubbedBytes != slotBytes {
-		t.Fatalf("scrubbed %d bytes, want %d (every value once)", st.ScrubbedBytes, slotBytes)
-	}
-	for i := range bad {
-		if _, err := s.Exist(enginetest.Key(i)); wire.StatusOf(err) != wire.StatusNotFound {
-			t.Fatalf("Exist of value %d the scrub dropped: %v", i, err)
+	// In a synctest bubble the scrub's one pass (it has no interval) is
+	// over, and its goroutine gone, once synctest.Wait returns.
+	synctest.Test(t, func(t *testing.T) {
+		logs := &logBuf{}
+		opts.Logger = slog.New(logs)
+		opts.Scrub = ScrubOptions{BytesPerSecond: 1 << 40}
+		s := openT(t, opts)
+		defer mustClose(t, s)
+		synctest.Wait()
+		st := s.Stats()
+		if st.ScrubPasses != 1 {
+			t.Fatalf("%d scrub passes after an unclean stop, want 1", st.ScrubPasses)
 		}
-	}
-	if logs.count("scrub started") != 1 || logs.count("WARN slab engine: scrub finished") != 1 {
-		t.Fatalf("want one scrub start and one WARN finish line: %v", logs.msgs)
-	}
-	checkRecovered(t, s, n, func(i int) bool { return bad[i] })
+		if st.ChecksumFailures != uint64(len(bad)) || st.Objects != n-uint64(len(bad)) || st.Misses != 0 || !st.Healthy {
+			t.Fatalf("after the scrub: %+v; want %d checksum failures, %d objects, no misses", st, len(bad), n-len(bad))
+		}
+		var slotBytes uint64
+		for i := range n {
+			slotBytes += alignUp(uint64(recoverSize(i)), pageAlign)
+		}
+		if st.ScrubbedBytes != slotBytes {
+			t.Fatalf("scrubbed %d bytes, want %d (every value once)", st.ScrubbedBytes, slotBytes)
+		}
+		for i := range bad {
+			if _, err := s.Exist(enginetest.Key(i)); wire.StatusOf(err) != wire.StatusNotFound {
+				t.Fatalf("Exist of value %d the scrub dropped: %v", i, err)
+			}
+		}
+		if logs.count("scrub started") != 1 || logs.count("WARN slab engine: scrub finished") != 1 {
+			t.Fatalf("want one scrub start and one WARN finish line: %v", logs.msgs)
+		}
+		checkRecovered(t, s, n, func(i int) bool { return bad[i] })
+	})
 }
 
 // TestScrubRateAndStop: the scrub holds to its rate (here a few KiB a
 // second, so a pass over the disk would take minutes) and Close stops it
 // promptly without waiting for the pass; a clean start with no interval
-// runs no scrub at all.
+// runs no scrub at all. It runs in a synctest bubble, so the scrub's
+// timers and the test's clock are the same fake clock: a second passes at
+// once, and a Close that waited for the scrub would take some of it.
 func TestScrubRateAndStop(t *testing.T) {
 	dir := t.TempDir()
 	opts := smallOpts(dir)
 	fillForRecovery(t, opts, 40, true)
-	const rate = 8 << 10
-	opts.Scrub = ScrubOptions{BytesPerSecond: rate}
-	start := time.Now()
-	s := openT(t, opts)
-	for s.Stats().ScrubbedBytes == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
-	st := s.Stats()
-	// What the rate allows in the time that passed, plus the one value
-	// (at most 64 KiB here) it verifies before it waits.
-	allowed := uint64(time.Since(start).Seconds()*rate) + 64<<10
-	if st.ScrubPasses != 0 || st.ScrubbedBytes > allowed {
-		t.Fatalf("the scrub ran past its rate: %d bytes (%d allowed), %d passes", st.ScrubbedBytes, allowed, st.ScrubPasses)
-	}
-	mustClose(t, s) // returns: the scrub stops while it waits
+	synctest.Test(t, func(t *testing.T) {
+		const rate = 8 << 10
+		opts.Scrub = ScrubOptions{BytesPerSecond: rate}
+		start := time.Now()
+		s := openT(t, opts)
+		time.Sleep(time.Second) // of the bubble's clock: passes at once
+		st := s.Stats()
+		// What the rate allows in the time that passed, plus the one value
+		// (at most 64 KiB here) it verifies before it waits.
+		allowed := uint64(time.Since(start).Seconds()*rate) + 64<<10
+		if st.ScrubbedBytes == 0 || st.ScrubPasses != 0 || st.ScrubbedBytes > allowed {
+			t.Fatalf("the scrub did not run at its rate: %d bytes (%d allowed), %d passes", st.ScrubbedBytes, allowed, st.ScrubPasses)
+		}
+		closing := time.Now()
+		mustClose(t, s) // returns: the scrub stops while it waits
+		if d := time.Since(closing); d != 0 {
+			// No timer need fire for a Close that stops the scrub.
+			t.Fatalf("Close waited %v of the scrub's time instead of stopping it", d)
+		}
 
-	opts.Scrub = ScrubOptions{BytesPerSecond: 1 << 40} // no interval
-	s = openT(t, opts)
-	defer mustClose(t, s)
-	time.Sleep(20 * time.Millisecond)
-	if st := s.Stats(); st.ScrubbedBytes != 0 {
-		t.Fatalf("a clean start without a scrub interval scrubbed %d bytes", st.ScrubbedBytes)
-	}
+		opts.Scrub = ScrubOptions{BytesPerSecond: 1 << 40} // no interval
+		s = openT(t, opts)
+		defer mustClose(t, s)
+		synctest.Wait() // a scrub, had one started, would have made its pass
+		if st := s.Stats(); st.ScrubbedBytes != 0 {
+			t.Fatalf("a clean start without a scrub interval scrubbed %d bytes", st.ScrubbedBytes)
+		}
+	})
 }

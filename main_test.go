@@ -33,7 +33,7 @@ func TestDispatchInProcess(t *testing.T) {
 	f([]string{"dfkv", "version"}, 0, "dfkv ")
 	f([]string{"/opt/x/dfkv_server", "--print-config"}, 0, "server.listen = ")
 	f([]string{"dfkvctl", "--print-config"}, 0, "client.members = ")
-	f([]string{"dfkv", "server", "--max-block-bytes", "9TiB", "--print-config"}, 2, "DFKV_MAX_BLOCK_BYTES")
+	f([]string{"dfkv", "server", "--max-block-bytes", "9TiB", "--print-config"}, 2, "DFKV_SERVER_MAX_BLOCK_BYTES")
 	// --print-config checks the quotas file the configuration names, as
 	// the start would.
 	f([]string{"dfkv", "server", "--tenant-quotas-file", filepath.Join(t.TempDir(), "missing.toml"), "--print-config"}, 2, "server.tenant_quotas_file")

@@ -230,7 +230,7 @@ wait_port iperf3 "$iperf_port" $! "$results/iperf3-server.log"
 dfkv_port=$(free_port)
 dfkv_http=$(free_port)
 "${srv[@]}" "$dfkv" server --listen "127.0.0.1:$dfkv_port" --http-listen "127.0.0.1:$dfkv_http" \
-	--disk "$data/disk0" --disk-capacity 16GiB $server_args >"$results/dfkv-server.log" 2>&1 &
+	--disks "$data/disk0" --disk-capacity-bytes 16GiB $server_args >"$results/dfkv-server.log" 2>&1 &
 pids+=($!)
 wait_port "dfkv server" "$dfkv_port" $! "$results/dfkv-server.log"
 
@@ -414,7 +414,7 @@ ratio() {
 echo
 echo "dfkv vs redis vs memcached, one load generator (dfkv bench), $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores$([ "$quick" = 1 ] && echo ', QUICK run')"
 echo "measured ${duration}s per cell after an unmeasured fill and ${warmup} warm-up$([ "$repeat" = 1 ] || echo ", median of $repeat alternating rounds"); GB = 1e9 bytes of values"
-echo "dfkv server: --disk-capacity 16GiB ${server_args:-(default engine)}; $pinned"
+echo "dfkv server: --disk-capacity-bytes 16GiB ${server_args:-(default engine)}; $pinned"
 printf '%-6s %-6s %5s  %-5s %10s %10s %10s  %10s  %14s  %9s %9s %9s\n' op size conns unit dfkv redis memcached dfkv/redis dfkv/memcached \
 	"p99us:dfkv" redis memcached
 for row in "${rows[@]}"; do

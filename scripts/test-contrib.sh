@@ -75,7 +75,7 @@ for i in 1 2 3; do
 	mkdir -p "$work/disk$i"
 	# The nodes see no DFKV_* settings of the caller's environment.
 	env $(env | sed -n 's/^\(DFKV_[A-Za-z0-9_]*\)=.*/-u \1/p') "$work/dfkv" server --listen "$addr" --http-listen '' \
-		--disk "$work/disk$i" --disk-capacity 1GiB >"$work/node$i.log" 2>&1 &
+		--disks "$work/disk$i" --disk-capacity-bytes 1GiB >"$work/node$i.log" 2>&1 &
 	echo $! >>"$pidfile"
 	wait_accept "$addr" $!
 	members+=("$addr")

@@ -22,7 +22,7 @@ round (restores back to back), the best of the rounds; every restore is
 checked byte for byte once before it is timed.
 
     scripts/build-lib.sh
-    go build -o /tmp/dfkv . && /tmp/dfkv server --disk /tmp/dfkv-bench --disk-capacity 4GiB \\
+    go build -o /tmp/dfkv . && /tmp/dfkv server --disks /tmp/dfkv-bench --disk-capacity-bytes 4GiB \\
         --ram-tier 1 --ram-tier-bytes 3GiB --put-ack-mode disk &
     /usr/bin/python3 contrib/python/bench_restore.py --members 127.0.0.1:7600
 

@@ -43,7 +43,7 @@ func applyNUMA(mem []byte, mode string) (applied string, err error) {
 		return "off", nil
 	case NUMAInterleave:
 	default:
-		return "", fmt.Errorf("ram tier: unknown NUMA policy %q (server.ram_tier_numa / DFKV_RAM_TIER_NUMA); valid: %s, %s", mode, NUMAInterleave, NUMAOff)
+		return "", fmt.Errorf("ram tier: unknown NUMA policy %q (server.ram_tier_numa / DFKV_SERVER_RAM_TIER_NUMA); valid: %s, %s", mode, NUMAInterleave, NUMAOff)
 	}
 	if len(mem) == 0 {
 		return "", errors.New("ram tier: NUMA policy for an empty arena: nothing is mapped")
@@ -60,7 +60,7 @@ func applyNUMA(mem []byte, mode string) (applied string, err error) {
 		mpolInterleave, uintptr(unsafe.Pointer(&mask[0])), maxnode, 0)
 	if errno != 0 {
 		return "", fmt.Errorf("ram tier: cannot interleave the %d-byte arena over NUMA nodes %s: mbind: %w; "+
-			`set server.ram_tier_numa = "off" (DFKV_RAM_TIER_NUMA=off) to leave placement to the kernel`, len(mem), raw, errno)
+			`set server.ram_tier_numa = "off" (DFKV_SERVER_RAM_TIER_NUMA=off) to leave placement to the kernel`, len(mem), raw, errno)
 	}
 	return fmt.Sprintf("interleave over %d nodes", len(nodes)), nil
 }
@@ -75,12 +75,12 @@ func onlineNodes() (nodes []int, raw string, err error) {
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("ram tier: cannot read the online NUMA nodes: %w; "+
-			`set server.ram_tier_numa = "off" (DFKV_RAM_TIER_NUMA=off) to skip NUMA placement`, err)
+			`set server.ram_tier_numa = "off" (DFKV_SERVER_RAM_TIER_NUMA=off) to skip NUMA placement`, err)
 	}
 	raw = strings.TrimSpace(string(data))
 	if nodes, err = parseNodeList(raw); err != nil {
 		return nil, "", fmt.Errorf("ram tier: %s: %w; "+
-			`set server.ram_tier_numa = "off" (DFKV_RAM_TIER_NUMA=off) to skip NUMA placement`, nodeOnlinePath, err)
+			`set server.ram_tier_numa = "off" (DFKV_SERVER_RAM_TIER_NUMA=off) to skip NUMA placement`, nodeOnlinePath, err)
 	}
 	return nodes, raw, nil
 }

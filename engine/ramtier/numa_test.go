@@ -143,8 +143,8 @@ func TestApplyNUMANodes(t *testing.T) {
 
 	withNodeFile(t, "0-1,x\n")
 	if _, err := applyNUMA(mem, NUMAInterleave); err == nil || !strings.Contains(err.Error(), `node list "0-1,x"`) ||
-		!strings.Contains(err.Error(), "DFKV_RAM_TIER_NUMA=off") {
-		t.Errorf("malformed node file: %v; want an error naming the list and DFKV_RAM_TIER_NUMA=off", err)
+		!strings.Contains(err.Error(), "DFKV_SERVER_RAM_TIER_NUMA=off") {
+		t.Errorf("malformed node file: %v; want an error naming the list and DFKV_SERVER_RAM_TIER_NUMA=off", err)
 	}
 
 	// No machine has nodes 1000 and 1001, so mbind refuses (EINVAL; EPERM
@@ -156,7 +156,7 @@ func TestApplyNUMANodes(t *testing.T) {
 		t.Fatal("mbind to nodes 1000-1001 succeeded")
 	}
 	t.Logf("mbind to nodes 1000-1001: %v", err)
-	for _, want := range []string{"1048576-byte arena", "NUMA nodes 1000-1001", "mbind", `server.ram_tier_numa = "off"`, "DFKV_RAM_TIER_NUMA=off"} {
+	for _, want := range []string{"1048576-byte arena", "NUMA nodes 1000-1001", "mbind", `server.ram_tier_numa = "off"`, "DFKV_SERVER_RAM_TIER_NUMA=off"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("mbind error %q lacks %q", err, want)
 		}

@@ -10,7 +10,7 @@ import (
 // capacitySetting names the setting that sizes a disk, in all its
 // spellings, for the messages that tell the operator to change it (see
 // config/settings.go).
-const capacitySetting = "server.disk_capacity_bytes (--disk-capacity, DFKV_DISK_CAPACITY_BYTES)"
+const capacitySetting = "server.disk_capacity_bytes (--disk-capacity-bytes, DFKV_SERVER_DISK_CAPACITY_BYTES)"
 
 // checkSpace refuses, before anything is written, a cold Open whose extent
 // and slot-table preallocation the filesystem cannot hold. Without it

@@ -57,7 +57,7 @@ func wantSpaceRefusal(t *testing.T, err error, dir string, capacity, free uint64
 	t.Helper()
 	wantStatus(t, err, wire.StatusInvalid, "Open with a capacity beyond the free space")
 	for _, s := range []string{dir, strconv.FormatUint(capacity, 10), strconv.FormatUint(free, 10) + " bytes free",
-		"server.disk_capacity_bytes", "--disk-capacity", "DFKV_DISK_CAPACITY_BYTES", "nothing was written"} {
+		"server.disk_capacity_bytes", "--disk-capacity-bytes", "DFKV_SERVER_DISK_CAPACITY_BYTES", "nothing was written"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Fatalf("refusal does not say %q: %v", s, err)
 		}

@@ -52,15 +52,15 @@ func TestClusterProcessesWithEtcd(t *testing.T) {
 	mdsAddr, mdsHTTP := freePort(t), freePort(t)
 	mds2Addr, mds2HTTP := freePort(t), freePort(t)
 	startChild(t, "mds", "http://"+mdsHTTP+"/readyz", "mds", "--listen", mdsAddr, "--http-listen", mdsHTTP,
-		"--etcd", etcd.Endpoint, "--heartbeat-ttl-ms", "2000")
+		"--etcd-endpoints", etcd.Endpoint, "--heartbeat-ttl-ms", "2000")
 	mds2 := startChild(t, "mds2", "http://"+mds2HTTP+"/readyz", "mds", "--listen", mds2Addr, "--http-listen", mds2HTTP,
-		"--etcd", etcd.Endpoint, "--heartbeat-ttl-ms", "2000")
+		"--etcd-endpoints", etcd.Endpoint, "--heartbeat-ttl-ms", "2000")
 	bothMDS := mds2Addr + "," + mdsAddr
 	nodes := map[string]*child{}
 	startNode := func(id string) {
 		addr, httpAddr := freePort(t), freePort(t)
 		nodes[id] = startChild(t, id, "http://"+httpAddr+"/readyz", "server", "--listen", addr, "--http-listen", httpAddr,
-			"--disk", filepath.Join(dir, id), "--disk-capacity", "1GiB", "--mds", bothMDS, "--id", id)
+			"--disks", filepath.Join(dir, id), "--disk-capacity-bytes", "1GiB", "--mds", bothMDS, "--id", id)
 	}
 	for _, id := range []string{"n1", "n2", "n3"} {
 		startNode(id)
@@ -129,7 +129,7 @@ func TestServerProcessRAMTier(t *testing.T) {
 	dir := t.TempDir()
 	addr, httpAddr := freePort(t), freePort(t)
 	disk := filepath.Join(dir, "d0")
-	args := []string{"server", "--listen", addr, "--http-listen", httpAddr, "--disk", disk, "--disk-capacity", "1GiB"}
+	args := []string{"server", "--listen", addr, "--http-listen", httpAddr, "--disks", disk, "--disk-capacity-bytes", "1GiB"}
 	srv := startChild(t, "server", "http://"+httpAddr+"/readyz", append(args, "--ram-tier", "1", "--ram-tier-bytes", "256MiB")...)
 	code, out, errs := dfkv(t, nil, "smoke", "--members", addr, "--keep", "--run-id", "ram")
 	if code != 0 || !bytes.Contains(out, []byte(" 0 failed")) {
@@ -183,8 +183,8 @@ func TestServerProcessRAMTierSIGKILL(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			addr, httpAddr := freePort(t), freePort(t)
-			args := []string{"server", "--listen", addr, "--http-listen", httpAddr, "--disk", filepath.Join(dir, "d0"),
-				"--disk-capacity", "1GiB", "--store-engine", c.engine}
+			args := []string{"server", "--listen", addr, "--http-listen", httpAddr, "--disks", filepath.Join(dir, "d0"),
+				"--disk-capacity-bytes", "1GiB", "--store-engine", c.engine}
 			srv := startChild(t, "server", "http://"+httpAddr+"/readyz",
 				append(args, "--ram-tier", "1", "--ram-tier-bytes", "256MiB", "--put-ack-mode", c.ack)...)
 			cl, err := client.Open(client.Options{Namespace: []byte("sigkill"), Members: []string{addr}, Timeout: 10 * time.Second})

@@ -48,7 +48,7 @@ func TestServerProcessSIGKILLUnderLoad(t *testing.T) {
 	}
 	dir := t.TempDir()
 	addr, httpAddr := freePort(t), freePort(t)
-	args := []string{"server", "--listen", addr, "--http-listen", httpAddr, "--disk", filepath.Join(dir, "d0"), "--disk-capacity", "2GiB"}
+	args := []string{"server", "--listen", addr, "--http-listen", httpAddr, "--disks", filepath.Join(dir, "d0"), "--disk-capacity-bytes", "2GiB"}
 	ready := "http://" + httpAddr + "/readyz"
 	// A client per node process: one that saw the kill backs off from
 	// the address for a while.
@@ -204,7 +204,7 @@ func TestServerProcessSmallDisksSmokeAcrossRestarts(t *testing.T) {
 	dir := t.TempDir()
 	addr, httpAddr := freePort(t), freePort(t)
 	args := []string{"server", "--listen", addr, "--http-listen", httpAddr,
-		"--disk", filepath.Join(dir, "d0"), "--disk", filepath.Join(dir, "d1"), "--disk-capacity", "256MiB"}
+		"--disks", filepath.Join(dir, "d0"), "--disks", filepath.Join(dir, "d1"), "--disk-capacity-bytes", "256MiB"}
 	for round := range 4 {
 		srv := startChild(t, "server", "http://"+httpAddr+"/readyz", args...)
 		code, out, errs := dfkv(t, nil, "smoke", "--members", addr)

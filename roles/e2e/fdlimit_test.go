@@ -26,7 +26,7 @@ func TestServerProcessOutlivesDescriptorExhaustion(t *testing.T) {
 	// runtime cannot raise it again. The disk keeps one descriptor per
 	// extent: four here.
 	cmd := exec.Command("sh", "-c", `ulimit -n 64 && exec "$0" "$@"`, binPath, "server",
-		"--listen", addr, "--http-listen", httpAddr, "--disk", filepath.Join(t.TempDir(), "d0"), "--disk-capacity", "256MiB", "--slab-extent-bytes", "64MiB")
+		"--listen", addr, "--http-listen", httpAddr, "--disks", filepath.Join(t.TempDir(), "d0"), "--disk-capacity-bytes", "256MiB", "--slab-extent-bytes", "64MiB")
 	srv := startChildCmd(t, "server", "http://"+httpAddr+"/readyz", cmd)
 
 	ctx := context.Background()

@@ -165,9 +165,9 @@ func freePort(t *testing.T) string {
 // the given disks (1 GiB each) as a child process, ready to serve.
 func startServer(t *testing.T, addr, httpAddr string, disks ...string) *child {
 	t.Helper()
-	args := []string{"server", "--listen", addr, "--http-listen", httpAddr, "--disk-capacity", "1GiB"}
+	args := []string{"server", "--listen", addr, "--http-listen", httpAddr, "--disk-capacity-bytes", "1GiB"}
 	for _, d := range disks {
-		args = append(args, "--disk", d)
+		args = append(args, "--disks", d)
 	}
 	return startChild(t, "server", "http://"+httpAddr+"/readyz", args...)
 }

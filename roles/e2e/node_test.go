@@ -186,12 +186,12 @@ func TestServerProcessEndToEnd(t *testing.T) {
 // naming it; nothing is created.
 func TestServerRefusesBadConfig(t *testing.T) {
 	dir := t.TempDir()
-	code, _, errs := dfkv(t, nil, "server", "--disk", filepath.Join(dir, "d"), "--listen", "nope")
-	if code != 2 || !strings.Contains(errs, "DFKV_LISTEN") {
+	code, _, errs := dfkv(t, nil, "server", "--disks", filepath.Join(dir, "d"), "--listen", "nope")
+	if code != 2 || !strings.Contains(errs, "DFKV_SERVER_LISTEN") {
 		t.Fatalf("bad listen: exit %d: %s", code, errs)
 	}
-	code, _, errs = dfkv(t, nil, "server", "--disk", filepath.Join(dir, "d"), "--store-engine", "lsm", "--listen", freePort(t), "--http-listen", "")
-	if code != 2 || !strings.Contains(errs, "DFKV_STORE_ENGINE") {
+	code, _, errs = dfkv(t, nil, "server", "--disks", filepath.Join(dir, "d"), "--store-engine", "lsm", "--listen", freePort(t), "--http-listen", "")
+	if code != 2 || !strings.Contains(errs, "DFKV_SERVER_STORE_ENGINE") {
 		t.Fatalf("unknown engine: exit %d: %s", code, errs)
 	}
 	// A disk the file engine wrote is not silently reformatted by slab.
@@ -199,7 +199,7 @@ func TestServerRefusesBadConfig(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(fileDisk, "blocks"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	code, _, errs = dfkv(t, nil, "server", "--disk", fileDisk, "--disk-capacity", "256MiB", "--listen", freePort(t), "--http-listen", "")
+	code, _, errs = dfkv(t, nil, "server", "--disks", fileDisk, "--disk-capacity-bytes", "256MiB", "--listen", freePort(t), "--http-listen", "")
 	if code == 0 || !strings.Contains(errs, fileDisk) {
 		t.Fatalf("slab on a file-engine disk: exit %d: %s", code, errs)
 	}

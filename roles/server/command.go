@@ -31,7 +31,7 @@ func Command() *cli.Command {
 	return &cli.Command{
 		Name:  "server",
 		Usage: "run a cache node: serve blocks from local disks over TCP",
-		Description: "Starts a cache node on --listen with one storage engine per --disk directory.\n" +
+		Description: "Starts a cache node on --listen with one storage engine per --disks directory.\n" +
 			"With no configuration it serves 127.0.0.1:7600 from ./dfkv-data/disk0.\n" +
 			"SIGTERM or SIGINT stops it gracefully: in-flight requests finish, disks are synced. SIGHUP is logged and ignored.",
 		Flags: config.Flags("server"),
@@ -163,7 +163,7 @@ func (n *node) start(ctx context.Context) error {
 func (n *node) checkHost() error {
 	if n.sc.RAMTier == 1 {
 		if n.sc.RAMTierBytes == 0 { // config.Load refuses it too; Run may get a Config built by hand
-			return errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_RAM_TIER_BYTES), e.g. 8GiB")
+			return errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_SERVER_RAM_TIER_BYTES), e.g. 8GiB")
 		}
 		if err := hostcheck.CheckRAMTier(n.sc.RAMTierBytes); err != nil {
 			return err
@@ -209,7 +209,7 @@ func (n *node) listen() error {
 	if n.ln == nil {
 		ln, err := net.Listen("tcp", n.sc.Listen)
 		if err != nil {
-			return fmt.Errorf("listen on %s (server.listen / DFKV_LISTEN): %w", n.sc.Listen, err)
+			return fmt.Errorf("listen on %s (server.listen / DFKV_SERVER_LISTEN): %w", n.sc.Listen, err)
 		}
 		n.ln = ln
 	}
@@ -267,7 +267,7 @@ func (n *node) serveHTTP() error {
 	if hln == nil {
 		var err error
 		if hln, err = net.Listen("tcp", n.sc.HTTPListen); err != nil {
-			return fmt.Errorf("listen on %s (server.http_listen / DFKV_HTTP_LISTEN): %w", n.sc.HTTPListen, err)
+			return fmt.Errorf("listen on %s (server.http_listen / DFKV_SERVER_HTTP_LISTEN): %w", n.sc.HTTPListen, err)
 		}
 	}
 	httpSrv := newHTTPServer(n.srv, n.eng, n.prom, n.sc.MetricsFirstRequest, n.sc.PProf == 1)
@@ -323,7 +323,7 @@ func (n *node) register(ctx context.Context, capacity uint64) error {
 	}
 	mc, err := client.NewMDSClient(sc.MDS, n.cfg.Group, nil, 5*time.Second)
 	if err != nil {
-		return fmt.Errorf("server.mds (DFKV_MDS_ADDRS): %w", err)
+		return fmt.Errorf("server.mds (DFKV_SERVER_MDS): %w", err)
 	}
 	info := wire.MemberInfo{
 		ID: serverID(n.cfg, n.ln.Addr()), Addr: addr, Weight: sc.Weight, Disks: sc.Disks,

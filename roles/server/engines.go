@@ -28,7 +28,7 @@ import (
 func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Logger) (*engine.Group, error) {
 	sc := cfg.Server
 	if sc.StoreEngine != "slab" && sc.StoreEngine != "file" {
-		return nil, fmt.Errorf("unknown store engine %q (server.store_engine / DFKV_STORE_ENGINE); valid: slab, file", sc.StoreEngine)
+		return nil, fmt.Errorf("unknown store engine %q (server.store_engine / DFKV_SERVER_STORE_ENGINE); valid: slab, file", sc.StoreEngine)
 	}
 	quotas, err := quota.Load(sc.TenantQuotasFile, sc.TenantDefaultQuotaBytes)
 	if err != nil {
@@ -58,7 +58,7 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 		e, err := openDisk(sc, dir, fs, clock, log, acct)
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("open disk %s (server.disks / DFKV_DISKS): %w%s", dir, err, diskHint(err))
+			return nil, fmt.Errorf("open disk %s (server.disks / DFKV_SERVER_DISKS): %w%s", dir, err, diskHint(err))
 		}
 		engines = append(engines, e)
 	}
@@ -251,7 +251,7 @@ func checkSharedSpace(sc config.Server, fsys vfs.FS) error {
 		g := byFS[key]
 		if n := uint64(len(g.disks)); n > 1 && need*n > g.free {
 			fit := g.free / n / extent * extent
-			return fmt.Errorf("disks %s share one filesystem with %d bytes free, but %d disks of server.disk_capacity_bytes (--disk-capacity, DFKV_DISK_CAPACITY_BYTES) %s need %d bytes; nothing was written: lower it to %d (fills the filesystem; leave room if it is shared) or give each disk a filesystem of its own: %w",
+			return fmt.Errorf("disks %s share one filesystem with %d bytes free, but %d disks of server.disk_capacity_bytes (--disk-capacity-bytes, DFKV_SERVER_DISK_CAPACITY_BYTES) %s need %d bytes; nothing was written: lower it to %d (fills the filesystem; leave room if it is shared) or give each disk a filesystem of its own: %w",
 				strings.Join(g.disks, ", "), g.free, n, config.FormatSize(sc.DiskCapacityBytes), need*n, fit, wire.StatusInvalid)
 		}
 	}

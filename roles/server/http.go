@@ -46,7 +46,7 @@ func newHTTPServer(srv *Server, eng engine.StoreEngine, reg *prometheus.Registry
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	// firstReq (DFKV_METRICS_FIRST_REQ_MS) is the header deadline; 0 turns
+	// firstReq (server.metrics_first_request_ms) is the header deadline; 0 turns
 	// it off, and headers stay bounded in size either way.
 	return &http.Server{
 		Handler:           mux,

@@ -99,7 +99,7 @@ var (
 	descBudgetBusy  = prometheus.NewDesc("dfkv_buffer_wait_timeouts_total", "Requests answered UNAVAILABLE after waiting their whole timeout for payload buffer budget.", nil, nil)
 	descAcceptErrs  = prometheus.NewDesc("dfkv_accept_errors_total", "Accept failures the node waited out and retried (out of file descriptors or kernel memory, or a handshake that failed); steady growth means LimitNOFILE is too low for the connections.", nil, nil)
 	descFirstReq    = prometheus.NewDesc("dfkv_first_request_timeouts_total", "Connections closed for not sending a complete first request within the deadline.", nil, nil)
-	descFirstReqMS  = prometheus.NewDesc("dfkv_tcp_first_req_ms", "Resolved first-request deadline (DFKV_TCP_FIRST_REQ_MS); 0 = off.", nil, nil)
+	descFirstReqMS  = prometheus.NewDesc("dfkv_tcp_first_req_ms", "Resolved first-request deadline (DFKV_SERVER_FIRST_REQUEST_MS); 0 = off.", nil, nil)
 	descFrameErrors = prometheus.NewDesc("dfkv_frame_errors_total", "Malformed requests answered with an error and closed.", nil, nil)
 	descBytesIn     = prometheus.NewDesc("dfkv_received_bytes_total", "Request bytes received (prefixes and bodies).", nil, nil)
 	descBytesOut    = prometheus.NewDesc("dfkv_sent_bytes_total", "Response bytes sent.", nil, nil)

@@ -201,7 +201,7 @@ func TestMetricsLint(t *testing.T) {
 }
 
 // TestHTTPDripFeederCutOff: an HTTP client that never finishes its
-// headers is disconnected after DFKV_METRICS_FIRST_REQ_MS, and the
+// headers is disconnected after server.metrics_first_request_ms, and the
 // listener keeps serving others.
 func TestHTTPDripFeederCutOff(t *testing.T) {
 	dir := t.TempDir()

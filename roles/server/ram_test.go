@@ -83,11 +83,11 @@ func TestRAMTierRefusals(t *testing.T) {
 			t.Fatalf("got %v, want an error containing %q", err, want)
 		}
 	}
-	f(map[string][]string{"disk": {dir + "/a"}, "disk-capacity": {"256MiB"}, "ram-tier": {"1"}, "http-listen": {""}}, "DFKV_RAM_TIER_BYTES")
+	f(map[string][]string{"disk": {dir + "/a"}, "disk-capacity": {"256MiB"}, "ram-tier": {"1"}, "http-listen": {""}}, "DFKV_SERVER_RAM_TIER_BYTES")
 	// 16 TiB (the setting's maximum): more than this machine has (mmap refused it only after
 	// the disks were opened, with a message that did not name the setting).
 	f(map[string][]string{"disk": {dir + "/b"}, "disk-capacity": {"256MiB"}, "ram-tier": {"1"}, "ram-tier-bytes": {"16TiB"}, "http-listen": {""}},
-		"server.ram_tier_bytes (DFKV_RAM_TIER_BYTES, --ram-tier-bytes) is 16TiB, more than the")
+		"server.ram_tier_bytes (DFKV_SERVER_RAM_TIER_BYTES, --ram-tier-bytes) is 16TiB, more than the")
 	for _, d := range []string{"a", "b"} {
 		if _, err := os.Stat(filepath.Join(dir, d)); !os.IsNotExist(err) {
 			t.Fatalf("a refused RAM tier left disk %s behind (%v)", d, err)

@@ -39,7 +39,7 @@ type Options struct {
 	MaxBatchItems int
 	MaxConns      int
 	// FirstRequest is how long a new connection has to deliver its first
-	// complete frame (DFKV_TCP_FIRST_REQ_MS); 0 disables the deadline.
+	// complete frame (DFKV_SERVER_FIRST_REQUEST_MS); 0 disables the deadline.
 	FirstRequest time.Duration
 	// ShutdownTimeout bounds how long Serve waits, after its context ends,
 	// for in-flight requests before closing their connections.
@@ -253,7 +253,7 @@ func (s *Server) startConn(nc net.Conn) {
 			s.refusedWarn.Warn(s.log, time.Now(), "refusing connection: max_conns reached and no connection idle for long",
 				"remote", nc.RemoteAddr().String(), "max_conns", s.opts.MaxConns)
 			// Best effort: tell the client why before closing.
-			msg := "node has max_conns open connections; retry later or raise DFKV_MAX_CONNS"
+			msg := "node has max_conns open connections; retry later or raise DFKV_SERVER_MAX_CONNS"
 			_ = nc.SetWriteDeadline(s.opts.Clock.Now().Add(time.Second))
 			hdr := wire.AppendResponse(nil, &wire.ResponseHeader{Status: wire.StatusUnavailable, BodyLen: uint64(len(msg))})
 			_, _ = nc.Write(append(hdr, msg...))

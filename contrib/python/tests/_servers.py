@@ -41,11 +41,11 @@ class Server:
         self.addr = f"127.0.0.1:{free_port()}"
         self.log = open(os.path.join(self.dir.name, "server.log"), "wb")
         if role == "mds":
-            argv = [binary, "mds", "--listen", self.addr, "--http-listen", "", "--db",
+            argv = [binary, "mds", "--listen", self.addr, "--http-listen", "", "--db-path",
                     os.path.join(self.dir.name, "mds.db"), *args]
         else:
-            argv = [binary, "server", "--listen", self.addr, "--http-listen", "", "--disk",
-                    os.path.join(self.dir.name, "disk0"), "--disk-capacity", "1GiB", *args]
+            argv = [binary, "server", "--listen", self.addr, "--http-listen", "", "--disks",
+                    os.path.join(self.dir.name, "disk0"), "--disk-capacity-bytes", "1GiB", *args]
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
                                      env={k: v for k, v in os.environ.items() if not k.startswith("DFKV_")})
         pidfile = os.environ.get("DFKV_TEST_PIDFILE")

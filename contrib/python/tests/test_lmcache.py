@@ -477,8 +477,8 @@ class FaultTest(unittest.TestCase):
             srv = Server()
             self.addCleanup(srv.close)
             return srv, srv.addr, os.path.join(srv.dir.name, "disk0")
-        proc = subprocess.Popen([binary, "server", "--listen", addr, "--http-listen", "", "--disk", disk,
-                                 "--disk-capacity", "1GiB"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        proc = subprocess.Popen([binary, "server", "--listen", addr, "--http-listen", "", "--disks", disk,
+                                 "--disk-capacity-bytes", "1GiB"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env={k: v for k, v in os.environ.items() if not k.startswith("DFKV_")})
         if os.environ.get("DFKV_TEST_PIDFILE"):
             with open(os.environ["DFKV_TEST_PIDFILE"], "a") as f:

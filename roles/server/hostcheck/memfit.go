@@ -126,7 +126,7 @@ func checkRAMTierFits(budget uint64, m memInfo) error {
 	if !ok || budget <= avail {
 		return nil
 	}
-	return fmt.Errorf("server.ram_tier_bytes (DFKV_RAM_TIER_BYTES, --ram-tier-bytes) is %s, more than the %s this node can take (%s); the arena is touched in full at startup, so lower the setting or free the memory",
+	return fmt.Errorf("server.ram_tier_bytes (DFKV_SERVER_RAM_TIER_BYTES, --ram-tier-bytes) is %s, more than the %s this node can take (%s); the arena is touched in full at startup, so lower the setting or free the memory",
 		config.FormatSize(budget), approxSize(avail), source)
 }
 

@@ -36,7 +36,7 @@ func socketBufferWarnings(requested uint64, readSysctl func(name string) (uint64
 		if !ok || requested <= limit {
 			continue
 		}
-		out = append(out, fmt.Sprintf("server.socket_buffer_bytes (DFKV_SOCKET_BUFFER_BYTES) is %s, but the kernel caps a socket's %s buffer at net.core.%s = %d bytes and turns autotuning off: raise that sysctl, or set 0 to keep autotuning",
+		out = append(out, fmt.Sprintf("server.socket_buffer_bytes (DFKV_SERVER_SOCKET_BUFFER_BYTES) is %s, but the kernel caps a socket's %s buffer at net.core.%s = %d bytes and turns autotuning off: raise that sysctl, or set 0 to keep autotuning",
 			config.FormatSize(requested), s.what, s.name, limit))
 	}
 	return out

@@ -20,7 +20,7 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
-// Load reads the tenant quotas file (DFKV_TENANT_QUOTAS_FILE):
+// Load reads the tenant quotas file (DFKV_SERVER_TENANT_QUOTAS_FILE):
 //
 //	[tenants]
 //	"acme" = "100GiB"              # a tenant name: the tenant field of its namespace
@@ -35,12 +35,12 @@ func Load(path string, def uint64) (*engine.Quotas, error) {
 	limits := map[uint64]uint64{}
 	names := map[uint64]string{}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("tenant quotas file %s (server.tenant_quotas_file / DFKV_TENANT_QUOTAS_FILE): "+format, append([]any{path}, args...)...)
+		return fmt.Errorf("tenant quotas file %s (server.tenant_quotas_file / DFKV_SERVER_TENANT_QUOTAS_FILE): "+format, append([]any{path}, args...)...)
 	}
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("tenant quotas file (server.tenant_quotas_file / DFKV_TENANT_QUOTAS_FILE): %w", err)
+			return nil, fmt.Errorf("tenant quotas file (server.tenant_quotas_file / DFKV_SERVER_TENANT_QUOTAS_FILE): %w", err)
 		}
 		var doc map[string]any
 		_, err = toml.Decode(string(data), &doc)

@@ -68,7 +68,7 @@ func TestLoad(t *testing.T) {
 	bad("[tenants]\nx = -1\n", "negative")
 	bad("[tenants]\nx = 1.5\n", "size must be")
 	bad("[tenants\n", "q.toml")
-	if _, err := Load(filepath.Join(dir, "missing.toml"), 0); err == nil || !strings.Contains(err.Error(), "DFKV_TENANT_QUOTAS_FILE") {
+	if _, err := Load(filepath.Join(dir, "missing.toml"), 0); err == nil || !strings.Contains(err.Error(), "DFKV_SERVER_TENANT_QUOTAS_FILE") {
 		t.Fatalf("missing file: %v", err)
 	}
 }

@@ -127,7 +127,7 @@ func AdvertiseAddr(configured string, listen net.Addr) (string, error) {
 		return "", err
 	}
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-		return "", fmt.Errorf("listen address %s is not one clients can dial; set server.advertise_addr (DFKV_ADVERTISE_ADDR) to register with the MDS", listen)
+		return "", fmt.Errorf("listen address %s is not one clients can dial; set server.advertise_addr (DFKV_SERVER_ADVERTISE_ADDR) to register with the MDS", listen)
 	}
 	return net.JoinHostPort(host, port), nil
 }

@@ -88,6 +88,14 @@
 // Close waits for every loan and reservation before it unmaps the arena.
 // Dedicated large values take the copying paths.
 //
+// # Crashes
+//
+// Close (SIGTERM on a node) flushes every dirty value before the disks
+// are marked clean. After a SIGKILL, AckDisk has lost nothing it
+// acknowledged and AckRAM at most the values still dirty (bounded by the
+// watermark, and by Options.FlushDelay when one is set); nothing comes
+// back with wrong bytes, since the disk engine verifies every value.
+//
 // # Caveats
 //
 // Stats approximates Objects/UsedBytes while flushes are committing (see

@@ -8,6 +8,40 @@
 //
 // The listener, the clock and the engine are passed in, so
 // tests run several nodes in one process and inject faults.
+//
+// # Bounds
+//
+// A node stays up and fair under clients that misbehave:
+//
+//   - A request's body (a PUT's value, a batch) must arrive within
+//     server.body_timeout_ms of its header, or the connection is closed
+//     (the PUT stores nothing; a batch keeps the items stored before the
+//     stall). The first request of a connection has
+//     server.first_request_ms.
+//   - At server.max_conns open connections the node closes the one that
+//     has waited longest on its client, if it has waited a second or
+//     more, to admit the new one, and refuses the new one only when every
+//     connection is busy. A connection holds its working memory only
+//     while it serves requests.
+//   - Payload buffers of all connections together (PUT bodies being
+//     received, GET values being sent from disk; the RAM tier's arena is
+//     apart) are bounded by server.buffer_budget_bytes. Past it a request
+//     waits for a buffer, first come first served, and after its body or
+//     write timeout is answered UNAVAILABLE. A reserve of an eighth of the
+//     budget (at most 128 MiB) serves requests of up to 256 KiB, so
+//     clients that stall large transfers cannot hold up everyone's small
+//     ones.
+//   - A malformed frame (wrong epoch, unknown op, a body over
+//     max_block_bytes, an inconsistent batch table) is answered with a
+//     status and a message and that connection is closed; nothing of it is
+//     applied. A PUT over max_block_bytes is read off (within bounds)
+//     before the TOO_LARGE answer, so the client sees the status, not a
+//     reset.
+//   - When accept fails for lack of file descriptors or kernel memory the
+//     node keeps serving what it has and retries, 5 ms doubling to 1 s.
+//
+// Warnings a single client can cause are logged at most once per 10 s
+// each, with how many were held back, and counted in metrics.
 package server
 
 import (

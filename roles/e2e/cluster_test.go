@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dfkv/dfkv/roles/testetcd"
+	"github.com/dfkv/dfkv/roles/internal/testetcd"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dfkv/dfkv/roles/testetcd"
+	"github.com/dfkv/dfkv/roles/internal/testetcd"
 )
 
 // BenchmarkMembers1000 measures one MEMBERS request (full list, over TCP,

@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dfkv/dfkv/config"
-	"github.com/dfkv/dfkv/roles/testetcd"
+	"github.com/dfkv/dfkv/roles/internal/testetcd"
 )
 
 // TestReadEpoch: a list read at revision read carries the group's last

@@ -19,7 +19,7 @@ import (
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
-	"github.com/dfkv/dfkv/roles/testetcd"
+	"github.com/dfkv/dfkv/roles/internal/testetcd"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -269,9 +270,9 @@ func (d *etcdDir) Heartbeat(ctx context.Context, group, id string) (uint64, erro
 	return epoch, nil
 }
 
-func isLeaseNotFound(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "requested lease not found")
-}
+// isLeaseNotFound reports etcd's answer for a lease it does not hold (it
+// expired, or was revoked, between the read and the renewal).
+func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
 
 func (d *etcdDir) Deregister(ctx context.Context, group, id string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)

@@ -2,6 +2,7 @@ package mds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -191,4 +192,24 @@ func etcdDirForTest(t *testing.T) (*etcdDir, *clientv3.Client) {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return d, cli
+}
+
+// TestEtcdLeaseNotFoundIsTyped: the answer of a real etcd to renewing a
+// lease it does not hold is recognised by its type (a heartbeat then
+// says "register again"), wrapped or not; an error that merely reads the
+// same is not.
+func TestEtcdLeaseNotFoundIsTyped(t *testing.T) {
+	_, cli := etcdDirForTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := cli.KeepAliveOnce(ctx, clientv3.LeaseID(0x7fff_0000_dead_beef))
+	if !isLeaseNotFound(err) {
+		t.Fatalf("renewing an unknown lease: %v (%T), want etcd's lease-not-found", err, err)
+	}
+	if !isLeaseNotFound(fmt.Errorf("heartbeat: %w", err)) {
+		t.Fatal("a wrapped lease-not-found is not recognised")
+	}
+	if isLeaseNotFound(errors.New(err.Error())) || isLeaseNotFound(nil) {
+		t.Fatal("an error that only reads like lease-not-found is taken for it")
+	}
 }

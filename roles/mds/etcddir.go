@@ -13,7 +13,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/dfkv/dfkv/wire"
 )
@@ -72,8 +71,10 @@ func openEtcdDir(endpoints []string, prefix string, ttl time.Duration, log *slog
 		// than 10 s between pings.)
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
-		Logger:               zap.NewNop(), // dfkv logs through slog; etcd's own chatter stays out
-
+		// The client's warnings and errors (an endpoint it cannot
+		// reach, a watch it had to cancel) join the MDS's log; its
+		// info and debug chatter is dropped.
+		Logger: zapToSlog(log, "MDS: etcd client: "),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client for %v (mds.etcd_endpoints / DFKV_ETCD_ENDPOINTS): %w", endpoints, err)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -111,22 +112,39 @@ func (d *etcdDir) noteEpoch(group string, rev int64) uint64 {
 	return d.epochs[group]
 }
 
+// watchRetry paces the watch's attempts to read etcd again after a failed
+// one: 0.5 s, doubling up to 5 s, each drawn from half to one and a half
+// times that so the MDS processes sharing an etcd that restarts do not
+// all come back at the same instant; reset once a read succeeds.
+func watchRetry() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{
+		InitialInterval:     500 * time.Millisecond,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+		MaxInterval:         5 * time.Second,
+	}
+}
+
 // watch follows every change under the prefix so each group's epoch sees
 // deletes and lease expiries too. It restarts after errors.
 func (d *etcdDir) watch(ctx context.Context) {
 	defer close(d.done)
+	retry := watchRetry()
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
 		resp, err := d.cli.Get(rctx, d.prefix+"/groups/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		cancel()
 		if err != nil {
+			t := time.NewTimer(retry.NextBackOff())
 			select {
 			case <-ctx.Done():
+				t.Stop()
 				return
-			case <-time.After(500 * time.Millisecond):
+			case <-t.C:
 				continue
 			}
 		}
+		retry.Reset()
 		// Changes made while no watch ran (at start, or between a broken
 		// watch and this read: a lease expiry, say) are invisible in the
 		// read, which shows only the keys left. So every group known or

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/deadline"
 )
@@ -40,7 +42,8 @@ type Options struct {
 	// Group is the cluster group to ask the MDS about ("default").
 	Group string
 	// MDSPoll is how often the client asks the MDS whether membership
-	// changed.
+	// changed: each wait is drawn from half to one and a half times it,
+	// and grows while the MDS does not answer (pollBackoff).
 	MDSPoll time.Duration
 	// Timeout applies to a call whose context has no deadline. A quarter
 	// of it (at least 250 ms) is how long a node may stay silent with
@@ -211,66 +214,101 @@ func (c *Client) install(epoch uint64, members []wire.MemberInfo) error {
 	return nil
 }
 
+// mdsRetryMax caps how far apart a client's polls of an MDS that does
+// not answer grow (or MDSPoll, if that is longer).
+const mdsRetryMax = 5 * time.Second
+
+// pollBackoff paces the MDS polls of follow: MDSPoll apart, give or take
+// half of it, while the MDS answers; doubling after each failed poll up
+// to mdsRetryMax (Reset after an answer). The jitter keeps a fleet of
+// clients started together, or all cut off by one MDS restart, from
+// polling in step.
+func pollBackoff(poll time.Duration) *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{
+		InitialInterval:     poll,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+		MaxInterval:         max(poll, mdsRetryMax),
+	}
+}
+
 // follow polls the MDS for membership changes until Close. A changed
 // epoch with the same member set swaps nothing.
 func (c *Client) follow() {
 	defer close(c.done)
-	t := time.NewTicker(c.opts.MDSPoll)
+	pace := pollBackoff(c.opts.MDSPoll)
+	t := time.NewTimer(pace.NextBackOff())
 	defer t.Stop()
-	failing := false
-	holding := false // keeping the last members while the MDS lists none
+	var st followState
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
 		}
-		cur := c.table.Load()
-		ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
-		epoch, members, changed, err := c.mds.Members(ctx, cur.epoch)
-		cancel()
-		if err != nil {
-			if !failing {
-				c.opts.Logger.Warn("client: MDS unreachable; routing over the last known members", "mds", c.opts.MDS, "error", err.Error())
-				failing = true
-			}
-			continue
+		if c.poll(&st) {
+			pace.Reset()
 		}
-		if failing {
-			c.opts.Logger.Info("client: MDS reachable again", "mds", c.opts.MDS)
-			failing = false
-		}
-		if !changed {
-			continue
-		}
-		if sameMembers(cur.members, members) {
-			nt := *cur
-			nt.epoch = epoch
-			c.table.Store(&nt)
-			continue
-		}
-		if len(members) == 0 && len(cur.members) > 0 {
-			// Every node gone at once is far more often every
-			// heartbeat lapsing together (an MDS restarted with a
-			// shorter TTL, an etcd pause expiring the leases) than a
-			// fleet taken down; they register again within moments.
-			// Routing over the last list costs, if they are really
-			// gone, what an empty list costs: misses. So keep it, and
-			// keep the epoch, so the next poll asks again.
-			if !holding {
-				c.opts.Logger.Warn("client: the MDS lists no members; routing over the last known members until it lists some",
-					"epoch", epoch, "last_members", len(cur.members))
-				holding = true
-			}
-			continue
-		}
-		holding = false
-		if err := c.install(epoch, members); err != nil {
-			c.opts.Logger.Error("client: cannot route over the new member list", "epoch", epoch, "error", err.Error())
-			continue
-		}
-		c.opts.Logger.Info("client: membership changed", "epoch", epoch, "members", len(members))
+		t.Reset(pace.NextBackOff())
 	}
+}
+
+// followState is what follow carries from one poll to the next, so that
+// each condition is logged once, when it starts.
+type followState struct {
+	failing bool // the MDS does not answer
+	holding bool // keeping the last members while the MDS lists none
+}
+
+// poll asks the MDS once and installs what changed. It reports whether
+// the MDS answered.
+func (c *Client) poll(st *followState) bool {
+	cur := c.table.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
+	epoch, members, changed, err := c.mds.Members(ctx, cur.epoch)
+	cancel()
+	if err != nil {
+		if !st.failing {
+			c.opts.Logger.Warn("client: MDS unreachable; routing over the last known members", "mds", c.opts.MDS, "error", err.Error())
+			st.failing = true
+		}
+		return false
+	}
+	if st.failing {
+		c.opts.Logger.Info("client: MDS reachable again", "mds", c.opts.MDS)
+		st.failing = false
+	}
+	if !changed {
+		return true
+	}
+	if sameMembers(cur.members, members) {
+		nt := *cur
+		nt.epoch = epoch
+		c.table.Store(&nt)
+		return true
+	}
+	if len(members) == 0 && len(cur.members) > 0 {
+		// Every node gone at once is far more often every heartbeat
+		// lapsing together (an MDS restarted with a shorter TTL, an
+		// etcd pause expiring the leases) than a fleet taken down; they
+		// register again within moments. Routing over the last list
+		// costs, if they are really gone, what an empty list costs:
+		// misses. So keep it, and keep the epoch, so the next poll asks
+		// again.
+		if !st.holding {
+			c.opts.Logger.Warn("client: the MDS lists no members; routing over the last known members until it lists some",
+				"epoch", epoch, "last_members", len(cur.members))
+			st.holding = true
+		}
+		return true
+	}
+	st.holding = false
+	if err := c.install(epoch, members); err != nil {
+		c.opts.Logger.Error("client: cannot route over the new member list", "epoch", epoch, "error", err.Error())
+		return true
+	}
+	c.opts.Logger.Info("client: membership changed", "epoch", epoch, "members", len(members))
+	return true
 }
 
 func sameMembers(a, b []wire.MemberInfo) bool {

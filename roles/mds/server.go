@@ -180,108 +180,146 @@ func (s *controlServer) do(ctx context.Context, op wire.Op, known uint64, body [
 	if err := wire.ValidateGroup(req.Group); err != nil {
 		return wire.StatusInvalid, 0, []byte(err.Error())
 	}
-	fail := func(err error) (wire.Status, uint64, []byte) {
-		return wire.StatusOf(err), 0, []byte(err.Error())
-	}
 	switch op {
 	case wire.OpMDSRegister:
-		if req.Member == nil {
-			return wire.StatusInvalid, 0, []byte("REGISTER without a member")
-		}
-		m := *req.Member
-		if err := validateMember(m); err != nil {
-			return fail(err)
-		}
-		epoch, err := s.dir.Register(ctx, req.Group, m)
-		if err != nil {
-			return fail(err)
-		}
-		s.registrations.Add(1)
-		s.log.Info("MDS: member registered", "group", req.Group, "id", m.ID, "addr", m.Addr, "weight", m.Weight, "epoch", epoch)
-		out, _ := json.Marshal(wire.MDSReply{Epoch: epoch, HeartbeatTTLMS: s.ttl.Milliseconds()})
-		return wire.StatusOK, epoch, out
+		return s.register(ctx, req)
 	case wire.OpMDSHeartbeat:
-		if err := wire.ValidateMemberID(req.ID); err != nil {
-			return fail(err)
-		}
-		epoch, err := s.dir.Heartbeat(ctx, req.Group, req.ID)
-		if err != nil {
-			st, _, msg := fail(err)
-			return st, epoch, msg
-		}
-		// The TTL in force, so a node registered under another one (this
-		// MDS restarted with a new heartbeat_ttl_ms) paces itself anew
-		// rather than lapsing; older nodes read past the body.
-		out, _ := json.Marshal(wire.MDSReply{Epoch: epoch, HeartbeatTTLMS: s.ttl.Milliseconds()})
-		return wire.StatusOK, epoch, out
+		return s.heartbeat(ctx, req)
 	case wire.OpMDSDeregister:
-		if err := wire.ValidateMemberID(req.ID); err != nil {
-			return fail(err)
-		}
-		epoch, err := s.dir.Deregister(ctx, req.Group, req.ID)
-		if err != nil {
-			st, _, msg := fail(err)
-			return st, epoch, msg
-		}
-		s.deregistrations.Add(1)
-		s.log.Info("MDS: member deregistered", "group", req.Group, "id", req.ID, "epoch", epoch)
-		return wire.StatusOK, epoch, nil
+		return s.deregister(ctx, req)
 	case wire.OpMDSMembers:
-		down := s.backendDown != nil && s.backendDown()
-		if down && known != 0 {
-			// A client that holds a list asks its next MDS (see below);
-			// no need to make it wait for the backend's timeout first.
-			return wire.StatusUnavailable, 0, []byte("this MDS cannot reach its directory backend (etcd); ask another MDS")
-		}
-		if e, err := s.dir.Epoch(ctx, req.Group); err == nil && e != 0 && !down {
-			if known == e {
-				return wire.StatusOK, e, nil
-			}
-			if r, ok := s.cached(req.Group, e); ok {
-				return r.status, e, r.body
-			}
-		}
-		epoch, members, err := s.dir.Members(ctx, req.Group)
-		if err != nil {
-			// The backend is down (etcd unreachable): the last list this
-			// MDS served is what the nodes' own heartbeats last said, and
-			// better than nothing for a client starting now (an engine
-			// restarting, a ctl run), which would otherwise fail to open.
-			// A client that holds a list already is told UNAVAILABLE,
-			// not "unchanged": it then asks its next MDS, which may reach
-			// etcd and know of changes this one cannot see, and if none
-			// answers it routes over its own list, as it would anyway.
-			if r, ok := s.last(req.Group); ok && r.status == wire.StatusOK && known == 0 {
-				s.staleReplies.Add(1)
-				return r.status, r.epoch, r.body
-			}
-			return fail(err)
-		}
-		if known != 0 && known == epoch {
-			return wire.StatusOK, epoch, nil
-		}
-		r := cachedReply{epoch: epoch, at: time.Now(), status: wire.StatusOK}
-		// Routing needs id, address, weight (and capacity and heartbeat for
-		// ctl members); disks and versions stay on the HTTP /members page,
-		// which keeps the reply a client decodes every change small.
-		slim := make([]wire.MemberInfo, len(members))
-		for i, m := range members {
-			m.Disks, m.Version = nil, ""
-			slim[i] = m
-		}
-		r.body, _ = json.Marshal(wire.MDSReply{Epoch: epoch, Members: slim})
-		if len(r.body) > membersReplyCap {
-			r.status = wire.StatusTooLarge
-			r.body = []byte(fmt.Sprintf(
-				"member list of group %s is %d bytes (%d members), over the %d-byte reply cap; split the group",
-				req.Group, len(r.body), len(members), membersReplyCap))
-		}
-		if epoch != 0 {
-			s.store(req.Group, r) // not a group nobody registered in: asking must not grow the cache
-		}
-		return r.status, epoch, r.body
+		return s.members(ctx, req.Group, known)
 	}
 	return wire.StatusUnsupported, 0, []byte("unknown control op")
+}
+
+// failed is the reply to a request the directory refused: the error's
+// status and message, with epoch (0 where the directory gave none).
+func failed(epoch uint64, err error) (wire.Status, uint64, []byte) {
+	return wire.StatusOf(err), epoch, []byte(err.Error())
+}
+
+func (s *controlServer) register(ctx context.Context, req wire.MDSRequest) (wire.Status, uint64, []byte) {
+	if req.Member == nil {
+		return wire.StatusInvalid, 0, []byte("REGISTER without a member")
+	}
+	m := *req.Member
+	if err := validateMember(m); err != nil {
+		return failed(0, err)
+	}
+	epoch, err := s.dir.Register(ctx, req.Group, m)
+	if err != nil {
+		return failed(0, err)
+	}
+	s.registrations.Add(1)
+	s.log.Info("MDS: member registered", "group", req.Group, "id", m.ID, "addr", m.Addr, "weight", m.Weight, "epoch", epoch)
+	out, _ := json.Marshal(wire.MDSReply{Epoch: epoch, HeartbeatTTLMS: s.ttl.Milliseconds()})
+	return wire.StatusOK, epoch, out
+}
+
+func (s *controlServer) heartbeat(ctx context.Context, req wire.MDSRequest) (wire.Status, uint64, []byte) {
+	if err := wire.ValidateMemberID(req.ID); err != nil {
+		return failed(0, err)
+	}
+	epoch, err := s.dir.Heartbeat(ctx, req.Group, req.ID)
+	if err != nil {
+		return failed(epoch, err)
+	}
+	// The TTL in force, so a node registered under another one (this MDS
+	// restarted with a new heartbeat_ttl_ms) paces itself anew rather
+	// than lapsing; older nodes read past the body.
+	out, _ := json.Marshal(wire.MDSReply{Epoch: epoch, HeartbeatTTLMS: s.ttl.Milliseconds()})
+	return wire.StatusOK, epoch, out
+}
+
+func (s *controlServer) deregister(ctx context.Context, req wire.MDSRequest) (wire.Status, uint64, []byte) {
+	if err := wire.ValidateMemberID(req.ID); err != nil {
+		return failed(0, err)
+	}
+	epoch, err := s.dir.Deregister(ctx, req.Group, req.ID)
+	if err != nil {
+		return failed(epoch, err)
+	}
+	s.deregistrations.Add(1)
+	s.log.Info("MDS: member deregistered", "group", req.Group, "id", req.ID, "epoch", epoch)
+	return wire.StatusOK, epoch, nil
+}
+
+// members answers MEMBERS: "unchanged" or the cached reply when the
+// directory's epoch allows, else a fresh read (membersReply), else, with
+// the backend down, the last list this MDS served.
+func (s *controlServer) members(ctx context.Context, group string, known uint64) (wire.Status, uint64, []byte) {
+	down := s.backendDown != nil && s.backendDown()
+	if down && known != 0 {
+		// A client that holds a list asks its next MDS (see below); no
+		// need to make it wait for the backend's timeout first.
+		return wire.StatusUnavailable, 0, []byte("this MDS cannot reach its directory backend (etcd); ask another MDS")
+	}
+	if !down {
+		if r, ok := s.fromEpoch(ctx, group, known); ok {
+			return r.status, r.epoch, r.body
+		}
+	}
+	epoch, members, err := s.dir.Members(ctx, group)
+	if err != nil {
+		// The backend is down (etcd unreachable): the last list this MDS
+		// served is what the nodes' own heartbeats last said, and better
+		// than nothing for a client starting now (an engine restarting, a
+		// ctl run), which would otherwise fail to open. A client that
+		// holds a list already is told UNAVAILABLE, not "unchanged": it
+		// then asks its next MDS, which may reach etcd and know of
+		// changes this one cannot see, and if none answers it routes over
+		// its own list, as it would anyway.
+		if r, ok := s.last(group); ok && r.status == wire.StatusOK && known == 0 {
+			s.staleReplies.Add(1)
+			return r.status, r.epoch, r.body
+		}
+		return failed(0, err)
+	}
+	if known != 0 && known == epoch {
+		return wire.StatusOK, epoch, nil
+	}
+	r := membersReply(group, epoch, members)
+	if epoch != 0 {
+		s.store(group, r) // not a group nobody registered in: asking must not grow the cache
+	}
+	return r.status, epoch, r.body
+}
+
+// fromEpoch answers MEMBERS from the directory's epoch alone, when it can:
+// "unchanged" (no body) for a client that knows it, or the reply cached
+// at it. The reply's epoch is in r.epoch.
+func (s *controlServer) fromEpoch(ctx context.Context, group string, known uint64) (r cachedReply, ok bool) {
+	e, err := s.dir.Epoch(ctx, group)
+	if err != nil || e == 0 {
+		return cachedReply{}, false
+	}
+	if known == e {
+		return cachedReply{epoch: e, status: wire.StatusOK}, true
+	}
+	return s.cached(group, e)
+}
+
+// membersReply encodes the MEMBERS reply for members at epoch: OK with
+// the list, or TOO_LARGE with a message when it exceeds membersReplyCap.
+func membersReply(group string, epoch uint64, members []wire.MemberInfo) cachedReply {
+	r := cachedReply{epoch: epoch, at: time.Now(), status: wire.StatusOK}
+	// Routing needs id, address, weight (and capacity and heartbeat for
+	// ctl members); disks and versions stay on the HTTP /members page,
+	// which keeps the reply a client decodes every change small.
+	slim := make([]wire.MemberInfo, len(members))
+	for i, m := range members {
+		m.Disks, m.Version = nil, ""
+		slim[i] = m
+	}
+	r.body, _ = json.Marshal(wire.MDSReply{Epoch: epoch, Members: slim})
+	if len(r.body) > membersReplyCap {
+		r.status = wire.StatusTooLarge
+		r.body = []byte(fmt.Sprintf(
+			"member list of group %s is %d bytes (%d members), over the %d-byte reply cap; split the group",
+			group, len(r.body), len(members), membersReplyCap))
+	}
+	return r
 }
 
 // membersReplyCap is wire.MaxMembersReply; a variable so a test can reach

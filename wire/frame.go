@@ -149,71 +149,102 @@ func DecodeRequest(src []byte, lim Limits) (RequestHeader, error) {
 	h.BodyLen = binary.LittleEndian.Uint64(src[42:])
 
 	if h.Epoch != EpochTCP {
-		if what := foreignProtocol(src); what != "" {
-			return h, frameErr(StatusEpochMismatch, "not a dfkv request: it looks like %s; this is dfkv's binary data port (the node's /metrics, /healthz and /readyz are on server.http_listen)", what)
-		}
-		if h.Epoch == EpochMDS {
-			return h, frameErr(StatusEpochMismatch, "request epoch %d is the MDS control protocol: this address is a cache node's data port, not an MDS; give it as a member (client.members), not as an MDS address", h.Epoch)
-		}
-		return h, frameErr(StatusEpochMismatch, "request epoch %d, this node speaks TCP epoch %d; upgrade the older side", h.Epoch, EpochTCP)
+		return h, epochMismatch(src, h.Epoch)
 	}
-	zeroKey := h.Key == BlockKey{}
 	switch h.Op {
 	case OpPing, OpStats:
-		if !zeroKey || h.Offset != 0 || h.Length != 0 || h.BodyLen != 0 {
-			return h, frameErr(StatusInvalid, "%s carries non-zero key, offset, length or body", h.Op)
-		}
+		return h, h.checkBare()
 	case OpPut:
-		if h.Offset != 0 || h.Length != 0 {
-			return h, frameErr(StatusInvalid, "PUT carries non-zero offset or length")
-		}
-		if h.BodyLen == 0 {
-			return h, frameErr(StatusInvalid, "PUT of a zero-byte value; dfkv stores only non-empty values")
-		}
-		if h.BodyLen > lim.MaxBlockBytes {
-			return h, frameErr(StatusTooLarge, "PUT value of %d bytes exceeds the node's max_block_bytes %d", h.BodyLen, lim.MaxBlockBytes)
-		}
+		return h, h.checkPut(lim)
 	case OpGet:
 		if h.BodyLen != 0 {
 			return h, frameErr(StatusInvalid, "GET carries a %d-byte body", h.BodyLen)
 		}
+		return h, nil
 	case OpExist, OpRemove:
 		if h.Offset != 0 || h.Length != 0 || h.BodyLen != 0 {
 			return h, frameErr(StatusInvalid, "%s carries non-zero offset, length or body", h.Op)
 		}
+		return h, nil
 	case OpBatchPut, OpBatchGet, OpBatchExist, OpBatchRemove:
-		if !zeroKey || h.Offset != 0 {
-			return h, frameErr(StatusInvalid, "%s carries a non-zero key or offset", h.Op)
+		return h, h.checkBatch(lim)
+	}
+	return h, frameErr(StatusUnsupported, "unknown op %d", uint8(h.Op))
+}
+
+// epochMismatch is DecodeRequest's error for a prefix whose first byte is
+// not EpochTCP, naming what the peer most likely is.
+func epochMismatch(src []byte, epoch uint8) error {
+	if what := foreignProtocol(src); what != "" {
+		return frameErr(StatusEpochMismatch, "not a dfkv request: it looks like %s; this is dfkv's binary data port (the node's /metrics, /healthz and /readyz are on server.http_listen)", what)
+	}
+	if epoch == EpochMDS {
+		return frameErr(StatusEpochMismatch, "request epoch %d is the MDS control protocol: this address is a cache node's data port, not an MDS; give it as a member (client.members), not as an MDS address", epoch)
+	}
+	return frameErr(StatusEpochMismatch, "request epoch %d, this node speaks TCP epoch %d; upgrade the older side", epoch, EpochTCP)
+}
+
+// checkBare checks PING and STATS, which carry nothing but their op.
+func (h *RequestHeader) checkBare() error {
+	if h.Key != (BlockKey{}) || h.Offset != 0 || h.Length != 0 || h.BodyLen != 0 {
+		return frameErr(StatusInvalid, "%s carries non-zero key, offset, length or body", h.Op)
+	}
+	return nil
+}
+
+func (h *RequestHeader) checkPut(lim Limits) error {
+	if h.Offset != 0 || h.Length != 0 {
+		return frameErr(StatusInvalid, "PUT carries non-zero offset or length")
+	}
+	if h.BodyLen == 0 {
+		return frameErr(StatusInvalid, "PUT of a zero-byte value; dfkv stores only non-empty values")
+	}
+	if h.BodyLen > lim.MaxBlockBytes {
+		return frameErr(StatusTooLarge, "PUT value of %d bytes exceeds the node's max_block_bytes %d", h.BodyLen, lim.MaxBlockBytes)
+	}
+	return nil
+}
+
+// checkBatch checks the four batch ops: no key or offset, an item count
+// (Length) within lim, and a body that fits the count (checkBatchBody).
+func (h *RequestHeader) checkBatch(lim Limits) error {
+	if h.Key != (BlockKey{}) || h.Offset != 0 {
+		return frameErr(StatusInvalid, "%s carries a non-zero key or offset", h.Op)
+	}
+	if n := h.Length; n == 0 || n > lim.MaxBatchItems {
+		return frameErr(StatusInvalid, "%s of %d items; allowed 1..%d", h.Op, n, lim.MaxBatchItems)
+	}
+	return h.checkBatchBody(lim)
+}
+
+// checkBatchBody checks a batch's body length against its item count
+// (1..MaxBatchItems, checked already): the exact table size for the
+// fixed-size items, and for BATCH_PUT a table plus values of at least one
+// byte and, on average, at most MaxBlockBytes.
+func (h *RequestHeader) checkBatchBody(lim Limits) error {
+	n := h.Length
+	switch h.Op {
+	case OpBatchPut:
+		table := n * BatchPutItemLen
+		// n <= MaxBatchItems keeps n*MaxBlockBytes far from overflow for
+		// any sane limit; check it anyway in the division form.
+		if h.BodyLen < table+n {
+			return frameErr(StatusInvalid, "BATCH_PUT body of %d bytes is too short for %d items of at least 1 byte", h.BodyLen, n)
 		}
-		n := h.Length
-		if n == 0 || n > lim.MaxBatchItems {
-			return h, frameErr(StatusInvalid, "%s of %d items; allowed 1..%d", h.Op, n, lim.MaxBatchItems)
+		if (h.BodyLen-table)/n > lim.MaxBlockBytes {
+			// More than n values of the limit: one at least is over it.
+			return frameErr(StatusTooLarge, "BATCH_PUT body of %d bytes is more than %d values of max_block_bytes %d: a value exceeds max_block_bytes", h.BodyLen, n, lim.MaxBlockBytes)
 		}
-		switch h.Op {
-		case OpBatchPut:
-			table := n * BatchPutItemLen
-			// n <= MaxBatchItems keeps n*MaxBlockBytes far from overflow
-			// for any sane limit; check it anyway in the division form.
-			if h.BodyLen < table+n {
-				return h, frameErr(StatusInvalid, "BATCH_PUT body of %d bytes is too short for %d items of at least 1 byte", h.BodyLen, n)
-			}
-			if (h.BodyLen-table)/n > lim.MaxBlockBytes {
-				// More than n values of the limit: one at least is over it.
-				return h, frameErr(StatusTooLarge, "BATCH_PUT body of %d bytes is more than %d values of max_block_bytes %d: a value exceeds max_block_bytes", h.BodyLen, n, lim.MaxBlockBytes)
-			}
-		case OpBatchGet:
-			if h.BodyLen != n*BatchGetItemLen {
-				return h, frameErr(StatusInvalid, "BATCH_GET body of %d bytes, want %d for %d items", h.BodyLen, n*BatchGetItemLen, n)
-			}
-		default:
-			if h.BodyLen != n*BatchKeyItemLen {
-				return h, frameErr(StatusInvalid, "%s body of %d bytes, want %d for %d items", h.Op, h.BodyLen, n*BatchKeyItemLen, n)
-			}
+	case OpBatchGet:
+		if h.BodyLen != n*BatchGetItemLen {
+			return frameErr(StatusInvalid, "BATCH_GET body of %d bytes, want %d for %d items", h.BodyLen, n*BatchGetItemLen, n)
 		}
 	default:
-		return h, frameErr(StatusUnsupported, "unknown op %d", uint8(h.Op))
+		if h.BodyLen != n*BatchKeyItemLen {
+			return frameErr(StatusInvalid, "%s body of %d bytes, want %d for %d items", h.Op, h.BodyLen, n*BatchKeyItemLen, n)
+		}
 	}
-	return h, nil
+	return nil
 }
 
 // AppendResponse appends the 18-byte prefix of h to dst. A zero Epoch is

@@ -64,8 +64,8 @@ func (c *Client) split(keys [][]byte, errs func(i int, err error)) []*group {
 // and it repeats a key (a node applies one frame's items in order, but
 // frames sent at once land in any order, so the last value would not
 // reliably win), and starts with one frame alone when its node has a
-// failure on record (the node lets one call through as its probe and
-// fails the others fast until the probe's verdict).
+// failure on record (its breaker is not closed: it lets one call through
+// as the trial and fails the others fast until the trial's verdict).
 func (c *Client) fanOut(groups []*group, inOrder bool, fn func(g *group, lo, hi int)) {
 	sem := make(chan struct{}, c.opts.BatchConcurrency)
 	var wg sync.WaitGroup
@@ -94,7 +94,7 @@ func (c *Client) fanOut(groups []*group, inOrder bool, fn func(g *group, lo, hi 
 					chunk(g, lo)
 				}
 			}()
-		case g.p.downUntil.Load() != 0:
+		case !g.p.brk.closed():
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

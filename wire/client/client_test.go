@@ -338,8 +338,8 @@ func TestBackoffCountsIncidentsNotCalls(t *testing.T) {
 	for range 16 {
 		p.fail(now.Add(time.Millisecond), 0, nil)
 	}
-	if p.downUntil.Load() != windowEnd(now.Add(time.Millisecond+minBackoff)) {
-		t.Fatalf("16 simultaneous failures: down until +%v, want +%v", time.Duration(p.downUntil.Load()-monoNanos(now)), time.Millisecond+minBackoff)
+	if p.brk.word.Load() != windowEnd(now.Add(time.Millisecond+minBackoff)) {
+		t.Fatalf("16 simultaneous failures: down until +%v, want +%v", time.Duration(p.brk.word.Load()-monoNanos(now)), time.Millisecond+minBackoff)
 	}
 	later := now.Add(time.Second) // the window has ended; its probe fails too
 	ok, hold := p.admit(later, later.Add(time.Second))
@@ -347,11 +347,11 @@ func TestBackoffCountsIncidentsNotCalls(t *testing.T) {
 		t.Fatalf("after the window: admitted %v as probe %d, want the probe", ok, hold)
 	}
 	p.fail(later, hold, nil)
-	if p.downUntil.Load() != windowEnd(later.Add(2*minBackoff)) {
-		t.Fatalf("a second incident: down until +%v, want +%v", time.Duration(p.downUntil.Load()-monoNanos(later)), 2*minBackoff)
+	if p.brk.word.Load() != windowEnd(later.Add(2*minBackoff)) {
+		t.Fatalf("a second incident: down until +%v, want +%v", time.Duration(p.brk.word.Load()-monoNanos(later)), 2*minBackoff)
 	}
 	p.succeed()
-	if p.isDown(later) || p.failures.Load() != 0 {
+	if p.isDown(later) || p.brk.failures.Load() != 0 {
 		t.Fatal("a success left the node backed off")
 	}
 }
@@ -377,8 +377,8 @@ func TestBackoffConcurrentFirstFailures(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		if p.downUntil.Load() != windowEnd(now.Add(minBackoff)) || p.failures.Load() != 1 {
-			t.Fatalf("round %d: down until +%v after %d counted failures, want +%v after 1", round, time.Duration(p.downUntil.Load()-monoNanos(now)), p.failures.Load(), minBackoff)
+		if p.brk.word.Load() != windowEnd(now.Add(minBackoff)) || p.brk.failures.Load() != 1 {
+			t.Fatalf("round %d: down until +%v after %d counted failures, want +%v after 1", round, time.Duration(p.brk.word.Load()-monoNanos(now)), p.brk.failures.Load(), minBackoff)
 		}
 	}
 }
@@ -406,11 +406,9 @@ func TestBackoffFollowsMonotonicClock(t *testing.T) {
 	}
 }
 
-// isDown reports a back-off window (or a probe's hold) open at now.
-func (p *peer) isDown(now time.Time) bool {
-	u := p.downUntil.Load()
-	return u != 0 && monoNanos(now) < u
-}
+// isDown reports that the node's breaker refuses calls at now: open, or
+// held by a trial.
+func (p *peer) isDown(now time.Time) bool { return p.brk.refuses(now) }
 
 // TestBackoffOneProbe: when a window ends, of the callers arriving together
 // exactly one is let through as the probe (run with -race); the others are
@@ -463,13 +461,13 @@ func TestBackoffOneProbe(t *testing.T) {
 	// A call that was in flight since before the incident fails during
 	// the hold: the same incident, the hold stays.
 	p.fail(after, 0, nil)
-	if p.failures.Load() != 1 {
-		t.Fatalf("a plain failure during the probe counted: %d failures", p.failures.Load())
+	if p.brk.failures.Load() != 1 {
+		t.Fatalf("a plain failure during the probe counted: %d failures", p.brk.failures.Load())
 	}
 	// The probe fails: the next window is twice as long.
 	p.fail(after, probes[0], nil)
-	if p.downUntil.Load() != windowEnd(after.Add(2*minBackoff)) || p.failures.Load() != 2 {
-		t.Fatalf("failed probe: down until +%v after %d failures, want +%v after 2", time.Duration(p.downUntil.Load()-monoNanos(after)), p.failures.Load(), 2*minBackoff)
+	if p.brk.word.Load() != windowEnd(after.Add(2*minBackoff)) || p.brk.failures.Load() != 2 {
+		t.Fatalf("failed probe: down until +%v after %d failures, want +%v after 2", time.Duration(p.brk.word.Load()-monoNanos(after)), p.brk.failures.Load(), 2*minBackoff)
 	}
 	p.release(probes[0]) // settled already: no effect
 	if !p.isDown(after.Add(minBackoff)) {
@@ -540,8 +538,8 @@ func TestSilentNodeProbedOnce(t *testing.T) {
 	}
 	// The failed probe opened the next, doubled window.
 	p := peerOf(t, cl, addr)
-	if p.failures.Load() != 2 || !p.isDown(time.Now()) {
-		t.Fatalf("after the failed probe: %d failures, down %v; want 2 and backed off", p.failures.Load(), p.isDown(time.Now()))
+	if p.brk.failures.Load() != 2 || !p.isDown(time.Now()) {
+		t.Fatalf("after the failed probe: %d failures, down %v; want 2 and backed off", p.brk.failures.Load(), p.isDown(time.Now()))
 	}
 	if n := requests.Load(); n != 2 {
 		t.Fatalf("the silent node received %d requests in all, want 2", n)
@@ -566,8 +564,8 @@ func TestBackoffProbeTimesOut(t *testing.T) {
 		t.Fatal("a second probe started while the first was reporting its timeout")
 	}
 	p.fail(late, hold, nil)
-	if p.failures.Load() != 2 || p.downUntil.Load() != windowEnd(late.Add(2*minBackoff)) {
-		t.Fatalf("the timed-out probe: %d failures, down until +%v; want 2, +%v", p.failures.Load(), time.Duration(p.downUntil.Load()-monoNanos(late)), 2*minBackoff)
+	if p.brk.failures.Load() != 2 || p.brk.word.Load() != windowEnd(late.Add(2*minBackoff)) {
+		t.Fatalf("the timed-out probe: %d failures, down until +%v; want 2, +%v", p.brk.failures.Load(), time.Duration(p.brk.word.Load()-monoNanos(late)), 2*minBackoff)
 	}
 }
 
@@ -662,15 +660,15 @@ func TestUnreachableNodeProbeDialFails(t *testing.T) {
 		t.Fatalf("first call: %v, want ErrPeerDown", err)
 	}
 	p := peerOf(t, cl, addr)
-	if p.failures.Load() != 1 {
-		t.Fatalf("after the first refused dial: %d failures, want 1", p.failures.Load())
+	if p.brk.failures.Load() != 1 {
+		t.Fatalf("after the first refused dial: %d failures, want 1", p.brk.failures.Load())
 	}
 	time.Sleep(minBackoff + 20*time.Millisecond) // the window ends
 	if _, err := cl.Exist(context.Background(), []byte("k")); !errors.Is(err, ErrPeerDown) || strings.Contains(err.Error(), "backing off") {
 		t.Fatalf("the probe: %v, want a refused connection", err)
 	}
-	if p.failures.Load() != 2 || !p.isDown(time.Now()) {
-		t.Fatalf("after the probe's refused dial: %d failures, down %v; want 2 and backed off", p.failures.Load(), p.isDown(time.Now()))
+	if p.brk.failures.Load() != 2 || !p.isDown(time.Now()) {
+		t.Fatalf("after the probe's refused dial: %d failures, down %v; want 2 and backed off", p.brk.failures.Load(), p.isDown(time.Now()))
 	}
 }
 
@@ -685,8 +683,8 @@ func TestBackoffStaleProbeFailure(t *testing.T) {
 	_, hold := p.admit(at, at.Add(time.Second))
 	p.succeed() // an older call got its answer
 	p.fail(at.Add(time.Millisecond), hold, nil)
-	if p.failures.Load() != 0 || p.isDown(at.Add(2*time.Millisecond)) {
-		t.Fatalf("a stale probe failure: %d failures, down %v; want the node up", p.failures.Load(), p.isDown(at.Add(2*time.Millisecond)))
+	if p.brk.failures.Load() != 0 || p.isDown(at.Add(2*time.Millisecond)) {
+		t.Fatalf("a stale probe failure: %d failures, down %v; want the node up", p.brk.failures.Load(), p.isDown(at.Add(2*time.Millisecond)))
 	}
 }
 
@@ -696,7 +694,7 @@ func TestBackoffStaleProbeFailure(t *testing.T) {
 // mode.
 func TestSucceedClearsAWindowWithoutCount(t *testing.T) {
 	p := &peer{addr: "node", opts: &Options{Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)}}
-	p.downUntil.Store(windowEnd(time.Now().Add(time.Minute)))
+	p.brk.word.Store(windowEnd(time.Now().Add(time.Minute)))
 	p.succeed()
 	if p.isDown(time.Now()) {
 		t.Fatal("a success left an uncounted window open")

@@ -39,11 +39,12 @@ func (e *peerError) Unwrap() []error {
 	return []error{ErrPeerDown, e.cause}
 }
 
-// Per-peer back-off after a connection failure: the first failure keeps
-// the node out for minBackoff, each further one doubles it up to
-// maxBackoff. Calls inside the window fail at once without dialing; the
-// first call after it probes the node (the others still fail at once
-// until the probe settles: peer.admit), and one success clears it.
+// Per-peer back-off after a connection failure (the node's breaker): the
+// first failure keeps the node out for minBackoff, each further one
+// doubles it up to maxBackoff. Calls inside the window fail at once
+// without dialing; the first call after it is the breaker's trial (the
+// others still fail at once until it settles: peer.admit), and one
+// success closes the breaker.
 const (
 	minBackoff = 100 * time.Millisecond
 	maxBackoff = 5 * time.Second
@@ -65,12 +66,12 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 	if silent, yes := p.stalled(now); yes {
 		return &peerError{addr: p.addr, miss: read, cause: fmt.Errorf("dfkv node %s: has not answered the calls in flight for %s: %w", p.addr, silent.Round(time.Millisecond), wire.StatusUnavailable)}
 	}
-	ok, hold := p.admit(now, deadline)
+	ok, trial := p.admit(now, deadline)
 	if !ok {
 		return &peerError{addr: p.addr, miss: read, cause: fmt.Errorf("dfkv node %s: backing off after a connection failure (%s): %w", p.addr, p.lastFailure(), wire.StatusUnavailable)}
 	}
-	if hold != 0 {
-		defer p.release(hold)
+	if trial != 0 {
+		defer p.release(trial)
 	}
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -79,7 +80,7 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 		cc, reused, err := p.get(ctx, deadline)
 		if err != nil {
 			if !errors.Is(ctx.Err(), context.Canceled) {
-				p.fail(time.Now(), hold, err)
+				p.fail(time.Now(), trial, err)
 			}
 			return &peerError{addr: p.addr, miss: read, cause: err}
 		}
@@ -132,7 +133,7 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 			// The node answered, but wrongly: it is up.
 			return connError(p.addr, err)
 		}
-		p.fail(time.Now(), hold, err)
+		p.fail(time.Now(), trial, err)
 		return &peerError{addr: p.addr, miss: read, cause: connError(p.addr, err)}
 	}
 }

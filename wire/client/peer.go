@@ -27,13 +27,8 @@ type peer struct {
 	busy map[*cconn]struct{} // connections with a call in flight, for cut
 	done bool
 
-	// Health, the client's second layer of offline detection (the first is
-	// the MDS dropping a node whose heartbeat lapsed): consecutive
-	// connection failures and the end of the back-off.
-	failures  atomic.Int32
-	downUntil atomic.Int64           // 0 = none; even: monoNanos of a window's end; odd: a probe's hold (admit)
-	lastHold  atomic.Int64           // the latest hold handed out, so the next is unique
-	lastErr   atomic.Pointer[string] // why the last failed exchange failed
+	brk     breaker                // whether calls may go to the node now
+	lastErr atomic.Pointer[string] // why the last failed exchange failed
 
 	// Stall detection (stalled, Client.watch): len(busy); heard, the last
 	// time the node was heard from (a response began, a progressPiece of
@@ -196,43 +191,19 @@ func (p *peer) untrack(cc *cconn) {
 	p.mu.Unlock()
 }
 
-// admit decides whether a call may use the node now. With no failure on
-// record it may. Inside a back-off window it may not. Once a window has
-// ended, exactly one caller is let through as the probe: it holds the
-// node and the others keep failing fast, instead of all paying a silent
-// node's Timeout at the same moment. The probe's outcome settles the
-// incident: succeed clears it, fail opens the next, longer window, and a
-// probe that ends without a verdict (its caller gave up) is released for
-// the next caller. hold identifies the probe (0 for any other call); pass
-// it to fail and release.
-//
-// The hold lasts until the probe's deadline (at most one Timeout away)
-// plus minBackoff: a probe that times out reports its failure just after
-// its deadline, and must still find its hold to count it; were the hold
-// gone, a second probe would start and the window would never grow. A
-// hold is odd and larger than every earlier one, so no window end (even)
-// and no other probe's hold (calls sharing a deadline compute the same
-// time) can be mistaken for it.
-func (p *peer) admit(now, deadline time.Time) (ok bool, hold int64) {
-	for {
-		u := p.downUntil.Load()
-		if u == 0 {
-			return true, 0
-		}
-		if monoNanos(now) < u {
-			return false, 0
-		}
-		h := monoNanos(minTime(deadline, now.Add(max(p.opts.Timeout, minBackoff))).Add(minBackoff)) | 1
-		if last := p.lastHold.Load(); h <= last {
-			h = last + 2
-		}
-		if p.downUntil.CompareAndSwap(u, h) {
-			// Probes follow one another (each takes over from an
-			// ended window or hold), so this store is seen by the next.
-			p.lastHold.Store(h)
-			return true, h
-		}
+// admit decides whether a call may use the node now: the breaker's
+// allow, with the hold a trial call gets. The hold lasts until the call's
+// deadline (at most one Timeout away) plus minBackoff: a trial that times
+// out reports its failure just after its deadline, and must still find
+// its hold to count it; were the hold gone, a second trial would start
+// and the window would never grow. trial is 0 for any other call; pass it
+// to fail and release. A closed breaker costs one atomic load: the hold
+// is worked out only when the breaker is not.
+func (p *peer) admit(now, deadline time.Time) (ok bool, trial int64) {
+	if p.brk.closed() {
+		return true, 0
 	}
+	return p.brk.allow(now, minTime(deadline, now.Add(max(p.opts.Timeout, minBackoff))).Add(minBackoff))
 }
 
 // monoEpoch anchors monoNanos.
@@ -254,62 +225,25 @@ func (p *peer) lastFailure() string {
 	return "no cause recorded"
 }
 
-// fail records a connection failure (err, its cause) and extends the
-// back-off window.
-// Failures while a window is open are one incident, not several: the
-// calls in flight when a node pauses (a GC, a disk stall) all fail at
-// once, and counting each would double the window per call (16 callers:
-// the full 5 s of misses for a 50 ms pause). The window grows only when
-// the probe let through after it (hold, from admit) fails again. Callers
-// failing at the same moment race to open the window; the one whose
-// compare-and-swap opens it counts the failure, the others find it open.
-func (p *peer) fail(now time.Time, hold int64, err error) {
+// fail records a connection failure (err, its cause) of a call that was
+// the breaker's trial (trial, from admit) or not (0), and logs the
+// breaker's first opening of an incident series.
+func (p *peer) fail(now time.Time, trial int64, err error) {
 	if err != nil {
 		msg := err.Error()
 		p.lastErr.Store(&msg)
 	}
-	for {
-		until := p.downUntil.Load()
-		if hold != 0 {
-			if until != hold {
-				return // another call settled this incident meanwhile
-			}
-		} else if until != 0 && monoNanos(now) < until {
-			return
-		}
-		n := p.failures.Load() + 1
-		b := minBackoff
-		for i := int32(1); i < n && b < maxBackoff; i++ {
-			b *= 2
-		}
-		b = min(b, maxBackoff)
-		if !p.downUntil.CompareAndSwap(until, windowEnd(now.Add(b))) {
-			continue
-		}
-		p.failures.Store(n)
-		if n == 1 {
-			p.opts.Logger.Warn("client: node unreachable; backing off", "node", p.addr, "backoff", b.String())
-		}
-		return
+	if opened, n, window := p.brk.fail(now, trial); opened && n == 1 {
+		p.opts.Logger.Warn("client: node unreachable; backing off", "node", p.addr, "backoff", window.String())
 	}
 }
 
-// release ends a probe that reached no verdict on the node (its caller
-// gave up, or the node answered wrongly): the next caller probes at once.
-// After succeed or fail it does nothing.
-func (p *peer) release(hold int64) {
-	p.downUntil.CompareAndSwap(hold, windowEnd(time.Now()))
-}
+// release ends a trial that reached no verdict (breaker.release).
+func (p *peer) release(trial int64) { p.brk.release(trial) }
 
-// windowEnd is t as a back-off window's end in downUntil: even (holds are
-// odd) and never 0 (no window).
-func windowEnd(t time.Time) int64 { return max(monoNanos(t)&^1, 2) }
-
-// succeed clears the failure history after a good exchange.
+// succeed closes the breaker after a good exchange.
 func (p *peer) succeed() {
-	if p.failures.Load() != 0 || p.downUntil.Load() != 0 {
-		p.failures.Store(0)
-		p.downUntil.Store(0)
+	if p.brk.succeed() {
 		p.opts.Logger.Info("client: node reachable again", "node", p.addr)
 	}
 }

@@ -64,8 +64,8 @@ func TestRefusalAnswersAFailedSend(t *testing.T) {
 	if errors.Is(err, ErrPeerDown) {
 		t.Fatalf("a refusal reported as an unreachable node: %v", err)
 	}
-	if p.failures.Load() != 0 || p.isDown(time.Now()) {
-		t.Fatalf("after a refusal: %d failures, down %v; want the node up", p.failures.Load(), p.isDown(time.Now()))
+	if p.brk.failures.Load() != 0 || p.isDown(time.Now()) {
+		t.Fatalf("after a refusal: %d failures, down %v; want the node up", p.brk.failures.Load(), p.isDown(time.Now()))
 	}
 	p.mu.Lock()
 	idle := len(p.idle)
@@ -83,8 +83,8 @@ func TestRefusalAnswersAFailedSend(t *testing.T) {
 			t.Fatalf("BATCH_PUT item %d: %v, want the node's TOO_LARGE for the whole frame", i, err)
 		}
 	}
-	if p.failures.Load() != 0 || p.isDown(time.Now()) {
-		t.Fatalf("after a refused batch: %d failures, down %v; want the node up", p.failures.Load(), p.isDown(time.Now()))
+	if p.brk.failures.Load() != 0 || p.isDown(time.Now()) {
+		t.Fatalf("after a refused batch: %d failures, down %v; want the node up", p.brk.failures.Load(), p.isDown(time.Now()))
 	}
 	if err := cl.Put(context.Background(), []byte("k"), []byte("v")); err != nil {
 		t.Fatalf("the PUT after the batch: %v", err)
@@ -101,8 +101,8 @@ func TestResetWithoutAnswerIsAFailure(t *testing.T) {
 	if !errors.Is(err, ErrPeerDown) || wire.StatusOf(err) != wire.StatusUnavailable {
 		t.Fatalf("got %v, want an unreachable node (UNAVAILABLE)", err)
 	}
-	if p := peerOf(t, cl, addr); p.failures.Load() != 1 {
-		t.Fatalf("%d failures, want 1", p.failures.Load())
+	if p := peerOf(t, cl, addr); p.brk.failures.Load() != 1 {
+		t.Fatalf("%d failures, want 1", p.brk.failures.Load())
 	}
 }
 
@@ -150,7 +150,7 @@ func TestLingeringRefusalNotPooled(t *testing.T) {
 	if n := pooled(); n != 0 {
 		t.Fatalf("%d connections pooled after a refused BATCH_PUT, want 0", n)
 	}
-	if p.failures.Load() != 0 {
-		t.Fatalf("%d failures counted for refusals, want 0", p.failures.Load())
+	if p.brk.failures.Load() != 0 {
+		t.Fatalf("%d failures counted for refusals, want 0", p.brk.failures.Load())
 	}
 }

@@ -301,36 +301,47 @@ func (d *boltDir) sweep() {
 			return
 		case <-t.C:
 		}
-		now := d.clock.Now()
-		d.mu.Lock()
-		lapsed := map[string]map[string]time.Time{}
-		for g, ids := range d.seen {
-			for id, last := range ids {
-				if now.Sub(last) > d.ttl {
-					if lapsed[g] == nil {
-						lapsed[g] = map[string]time.Time{}
-					}
-					lapsed[g][id] = last
+		d.drop(d.lapsed(d.clock.Now()))
+	}
+}
+
+// lapsed is the sweep's choice: the members, by group, whose last
+// heartbeat is more than a TTL before now, with that heartbeat's time.
+func (d *boltDir) lapsed(now time.Time) map[string]map[string]time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	lapsed := map[string]map[string]time.Time{}
+	for g, ids := range d.seen {
+		for id, last := range ids {
+			if now.Sub(last) > d.ttl {
+				if lapsed[g] == nil {
+					lapsed[g] = map[string]time.Time{}
 				}
+				lapsed[g][id] = last
 			}
 		}
-		d.mu.Unlock()
-		for g, at := range lapsed {
-			ids := make([]string, 0, len(at))
-			for id := range at {
-				ids = append(ids, id)
-			}
-			sort.Strings(ids)
-			epoch, n, err := d.remove(g, ids, at)
-			if err != nil {
-				d.log.Error("MDS: cannot drop expired members", "group", g, "error", err.Error())
-				continue
-			}
-			if n > 0 {
-				d.log.Warn("MDS: dropped members whose heartbeat lapsed", "group", g, "members", ids, "ttl", d.ttl.String(), "epoch", epoch)
-				if d.expired != nil {
-					d.expired(n)
-				}
+	}
+	return lapsed
+}
+
+// drop removes the members lapsed chose, each only if its last heartbeat
+// is still the one it was chosen for (remove), and logs and counts them.
+func (d *boltDir) drop(lapsed map[string]map[string]time.Time) {
+	for g, at := range lapsed {
+		ids := make([]string, 0, len(at))
+		for id := range at {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		epoch, n, err := d.remove(g, ids, at)
+		if err != nil {
+			d.log.Error("MDS: cannot drop expired members", "group", g, "error", err.Error())
+			continue
+		}
+		if n > 0 {
+			d.log.Warn("MDS: dropped members whose heartbeat lapsed", "group", g, "members", ids, "ttl", d.ttl.String(), "epoch", epoch)
+			if d.expired != nil {
+				d.expired(n)
 			}
 		}
 	}

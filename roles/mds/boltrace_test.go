@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/wire"
 )
@@ -24,31 +22,47 @@ import (
 // demonstrated.
 
 // TestBoltSweepSparesMemberHeartbeatingMeanwhile: the sweeper chose a
-// lapsed member but its write waited (here behind another writer); a
-// heartbeat answered OK meanwhile, so the sweep must not drop the member.
+// lapsed member but its write came later (bbolt runs one writer at a
+// time, so it may wait behind another); a heartbeat answered OK
+// meanwhile, so the sweep must not drop the member. The sweep's two steps
+// are run by hand, in that order, with the background sweeper stopped.
 func TestBoltSweepSparesMemberHeartbeatingMeanwhile(t *testing.T) {
 	clock := &manualClock{now: time.Unix(1_000_000, 0)}
 	const ttl = 200 * time.Millisecond
 	d := mustOpenBolt(t, filepath.Join(t.TempDir(), "mds.db"), ttl, clock)
 	defer d.Close()
+	stopSweeper(d)
 	ctx := context.Background()
 	if _, err := d.Register(ctx, "g", member(1)); err != nil {
 		t.Fatal(err)
 	}
-	release := make(chan struct{})
-	holding := make(chan struct{})
-	go d.db.Update(func(*bolt.Tx) error { close(holding); <-release; return nil })
-	<-holding
 	clock.advance(2 * ttl)
-	time.Sleep(300 * time.Millisecond) // sweeper ticks (every 50 ms): it chooses node-1 and waits to write
+	chosen := d.lapsed(clock.Now())
+	if _, ok := chosen["g"]["node-1"]; !ok {
+		t.Fatalf("the sweep did not choose node-1 two TTLs after its registration: %v", chosen)
+	}
 	if _, err := d.Heartbeat(ctx, "g", "node-1"); err != nil {
 		t.Fatalf("heartbeat: %v", err)
 	}
-	close(release)
-	time.Sleep(300 * time.Millisecond) // the waiting sweep writes
+	d.drop(chosen) // the sweep's write, after the heartbeat
 	if _, ms, _ := d.Members(ctx, "g"); len(ms) != 1 {
 		t.Fatalf("a member whose heartbeat was answered OK was dropped: %+v", ms)
 	}
+	// Chosen again with no heartbeat since, it goes.
+	clock.advance(2 * ttl)
+	d.drop(d.lapsed(clock.Now()))
+	if _, ms, _ := d.Members(ctx, "g"); len(ms) != 0 {
+		t.Fatalf("a member silent for two TTLs was kept: %+v", ms)
+	}
+}
+
+// stopSweeper stops d's background sweeper, so a test runs the sweep's
+// steps itself; d.Close still works.
+func stopSweeper(d *boltDir) {
+	close(d.stop)
+	<-d.done
+	d.stop, d.done = make(chan struct{}), make(chan struct{})
+	close(d.done)
 }
 
 // TestBoltRegisterRacingDeregisterKeepsHeartbeatRecord: whatever order a

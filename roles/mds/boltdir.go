@@ -52,12 +52,18 @@ func openBoltDir(path string, ttl time.Duration, clock engine.Clock, log *slog.L
 	// bbolt panics on some corrupt pages (a failed assertion, an invalid
 	// freelist page): an MDS that cannot read its file says which file,
 	// as it does for the damage bbolt reports as an error.
+	var db *bolt.DB
 	defer func() {
 		if r := recover(); r != nil {
+			// The file stays open and locked otherwise (err was still nil
+			// when the deferred close below ran).
+			if db != nil {
+				_ = db.Close()
+			}
 			d, err = nil, fmt.Errorf("MDS database %s is corrupt (%v); move it away to start empty (members register again within one heartbeat)", path, r)
 		}
 	}()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("open MDS database %s (mds.db_path / DFKV_MDS_DB): %w; is another dfkv mds using it?", path, err)
 	}

@@ -45,19 +45,21 @@ func TestReadEpoch(t *testing.T) {
 func TestEtcdListsNeverShareAnEpoch(t *testing.T) {
 	d, cli := etcdDirForTest(t)
 	ctx := context.Background()
-	// Hold the watch back: stop it after its first read.
-	deadline := time.Now().Add(10 * time.Second)
+	// Hold the watch back: stop it after its first read, which closes
+	// the advanced channel of the moment.
+	timeout := time.After(10 * time.Second)
 	for {
 		d.mu.Lock()
-		w := d.watched
+		w, advanced := d.watched, d.advanced
 		d.mu.Unlock()
 		if w > 0 {
 			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-advanced:
+		case <-timeout:
 			t.Fatal("the watch never made its first read")
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	d.cancel()
 	<-d.done
@@ -121,7 +123,7 @@ func TestEtcdOutageLogged(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("no %q in the log within 20 s:\n%s", what, logs.String())
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // polling: the MDS probes etcd on its own ticker
 		}
 	}
 	waitFor("dfkv mds listening")

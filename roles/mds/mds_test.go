@@ -368,7 +368,7 @@ func TestEtcdDirectorySharedByTwoMDS(t *testing.T) {
 			select {
 			case <-stopBeat:
 				return
-			case <-time.After(300 * time.Millisecond):
+			case <-time.After(300 * time.Millisecond): // a node's pace against a real etcd lease: real time
 				b.Heartbeat(ctx, "node-1")
 			}
 		}
@@ -391,7 +391,7 @@ func TestEtcdDirectorySharedByTwoMDS(t *testing.T) {
 		if time.Since(start) > 15*time.Second {
 			t.Fatal("lapsed lease never dropped the member")
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polling: etcd expires the lease on its own clock
 	}
 	// B, which serves node-1's heartbeats, reports when it last heard
 	// from it, not when it registered (over 2 s ago by now).
@@ -435,7 +435,7 @@ func TestEtcdDirectorySharedByTwoMDS(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("readyz did not recover after etcd came back")
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polling: etcd and the MDS's client reconnect in real time
 	}
 }
 

@@ -201,7 +201,7 @@ func TestPeerComesBack(t *testing.T) {
 		if !errors.Is(err, ErrPeerDown) || time.Now().After(deadline) {
 			t.Fatalf("node never came back: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // polling: calls fail fast until the breaker's window runs out
 	}
 }
 
@@ -663,7 +663,7 @@ func TestUnreachableNodeProbeDialFails(t *testing.T) {
 	if p.brk.failures.Load() != 1 {
 		t.Fatalf("after the first refused dial: %d failures, want 1", p.brk.failures.Load())
 	}
-	time.Sleep(minBackoff + 20*time.Millisecond) // the window ends
+	endWindow(t, p)
 	if _, err := cl.Exist(context.Background(), []byte("k")); !errors.Is(err, ErrPeerDown) || strings.Contains(err.Error(), "backing off") {
 		t.Fatalf("the probe: %v, want a refused connection", err)
 	}
@@ -704,7 +704,7 @@ func TestSucceedClearsAWindowWithoutCount(t *testing.T) {
 // outlastWindow makes a call to a node that takes requests and never
 // answers, cut by a 1 s deadline (long enough for a fresh dial and the
 // write on a loaded machine: the request must reach the node), which opens
-// a back-off window, and waits until the window has ended.
+// a back-off window, and ends the window (endWindow).
 func outlastWindow(t *testing.T, cl *Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -713,7 +713,21 @@ func outlastWindow(t *testing.T, cl *Client) {
 	if !errors.Is(err, ErrPeerDown) {
 		t.Fatalf("first call to a silent node: %v, want ErrPeerDown", err)
 	}
-	time.Sleep(minBackoff + 20*time.Millisecond)
+	addr, _ := cl.Owner([]byte("k"))
+	endWindow(t, peerOf(t, cl, addr))
+}
+
+// endWindow ends the open back-off window of p's breaker now, as its
+// running out would, so the next call is the breaker's trial without the
+// test sleeping through the window. The windows' lengths and ends are
+// tested on explicit times (TestBackoff*, TestBreakerStates); the tests
+// that use this are about what follows a window.
+func endWindow(t *testing.T, p *peer) {
+	t.Helper()
+	w := p.brk.word.Load()
+	if p.brk.state(time.Now()) != breakerOpen || !p.brk.word.CompareAndSwap(w, windowEnd(time.Now())) {
+		t.Fatalf("the breaker is %v, not open", p.brk.state(time.Now()))
+	}
 }
 
 // waitCount waits until a fake node has counted n requests (its count

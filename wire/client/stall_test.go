@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dfkv/dfkv/wire"
@@ -23,59 +24,62 @@ import (
 // whatever request bytes it took meanwhile; it is stalled (new calls fail
 // fast) only once a liveness probe went unanswered, and neither once it
 // is heard from again; an idle node is neither. cutSilent cuts only the
-// calls that have not moved for that long either.
+// calls that have not moved for that long either. It runs in a synctest
+// bubble, so the clock moves only when the test sleeps.
 func TestStalledTracksSilence(t *testing.T) {
-	p := newPeer("n", &Options{Timeout: 4 * time.Second, Logger: slog.New(slog.DiscardHandler)})
-	if _, yes := p.silent(time.Now().Add(time.Hour)); yes {
-		t.Fatal("an idle node is silent")
-	}
-	a, b := &cconn{p: p, nc: nopConn{}}, &cconn{p: p, nc: nopConn{}}
-	p.track(a)
-	t0 := monoTime(p.heard.Load()) // going busy started the silence
-	time.Sleep(time.Millisecond)
-	p.track(b) // a second call does not restart it
-	if p.heard.Load() != monoNanos(t0) {
-		t.Fatal("a second call in flight restarted the silence")
-	}
-	if _, yes := p.silent(t0.Add(999 * time.Millisecond)); yes {
-		t.Fatal("silent before a quarter of the Timeout")
-	}
-	b.sent(progressPiece) // request bytes taken: b moved, the node is not heard
-	now := time.Now()
-	if silent, yes := p.silent(t0.Add(1001 * time.Millisecond)); !yes || silent != 1001*time.Millisecond {
-		t.Fatalf("after 1001 ms unheard with calls in flight: silent %v (%s)", yes, silent)
-	}
-	if _, yes := p.stalled(now.Add(time.Hour)); yes {
-		t.Fatal("stalled before any probe went unanswered")
-	}
-	a.progress.Store(monoNanos(now.Add(-2 * time.Second))) // a has stood still for 2 s
-	if !p.standing(now.Add(500 * time.Millisecond)) {
-		t.Fatal("a call that stood still for 2.5 s is not standing")
-	}
-	p.cutSilent(now.Add(500*time.Millisecond), time.Second)
-	if !a.cut.Load() || b.cut.Load() {
-		t.Fatalf("cutSilent 0.5 s after b moved a piece, 2.5 s after a did: cut a %v, b %v; want a only", a.cut.Load(), b.cut.Load())
-	}
-	p.unanswered.Store(true) // as the watchdog does when a probe fails
-	if _, yes := p.stalled(time.Now()); !yes {
-		t.Fatal("not stalled after an unanswered probe, with calls in flight")
-	}
-	b.heard() // an answer starts arriving
-	if _, yes := p.stalled(time.Now()); yes {
-		t.Fatal("stalled right after an answer")
-	}
-	if _, yes := p.silent(time.Now()); yes {
-		t.Fatal("silent right after an answer")
-	}
-	p.untrack(a)
-	p.untrack(b)
-	p.unanswered.Store(true)
-	if _, yes := p.stalled(time.Now().Add(time.Hour)); yes {
-		t.Fatal("stalled with nothing in flight: no call could reach the node to hear from it")
-	}
-	if d := newPeer("n", &Options{Timeout: 100 * time.Millisecond}).stallAfter(); d != minStall {
-		t.Fatalf("stallAfter with a 100 ms Timeout = %s, want the %s floor", d, minStall)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		p := newPeer("n", &Options{Timeout: 4 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		if _, yes := p.silent(time.Now().Add(time.Hour)); yes {
+			t.Fatal("an idle node is silent")
+		}
+		a, b := &cconn{p: p, nc: nopConn{}}, &cconn{p: p, nc: nopConn{}}
+		p.track(a)
+		t0 := monoTime(p.heard.Load()) // going busy started the silence
+		time.Sleep(time.Millisecond)   // on the bubble's clock: exactly 1 ms later
+		p.track(b)                     // a second call does not restart it
+		if p.heard.Load() != monoNanos(t0) {
+			t.Fatal("a second call in flight restarted the silence")
+		}
+		if _, yes := p.silent(t0.Add(999 * time.Millisecond)); yes {
+			t.Fatal("silent before a quarter of the Timeout")
+		}
+		b.sent(progressPiece) // request bytes taken: b moved, the node is not heard
+		now := time.Now()
+		if silent, yes := p.silent(t0.Add(1001 * time.Millisecond)); !yes || silent != 1001*time.Millisecond {
+			t.Fatalf("after 1001 ms unheard with calls in flight: silent %v (%s)", yes, silent)
+		}
+		if _, yes := p.stalled(now.Add(time.Hour)); yes {
+			t.Fatal("stalled before any probe went unanswered")
+		}
+		a.progress.Store(monoNanos(now.Add(-2 * time.Second))) // a has stood still for 2 s
+		if !p.standing(now.Add(500 * time.Millisecond)) {
+			t.Fatal("a call that stood still for 2.5 s is not standing")
+		}
+		p.cutSilent(now.Add(500*time.Millisecond), time.Second)
+		if !a.cut.Load() || b.cut.Load() {
+			t.Fatalf("cutSilent 0.5 s after b moved a piece, 2.5 s after a did: cut a %v, b %v; want a only", a.cut.Load(), b.cut.Load())
+		}
+		p.unanswered.Store(true) // as the watchdog does when a probe fails
+		if _, yes := p.stalled(time.Now()); !yes {
+			t.Fatal("not stalled after an unanswered probe, with calls in flight")
+		}
+		b.heard() // an answer starts arriving
+		if _, yes := p.stalled(time.Now()); yes {
+			t.Fatal("stalled right after an answer")
+		}
+		if _, yes := p.silent(time.Now()); yes {
+			t.Fatal("silent right after an answer")
+		}
+		p.untrack(a)
+		p.untrack(b)
+		p.unanswered.Store(true)
+		if _, yes := p.stalled(time.Now().Add(time.Hour)); yes {
+			t.Fatal("stalled with nothing in flight: no call could reach the node to hear from it")
+		}
+		if d := newPeer("n", &Options{Timeout: 100 * time.Millisecond}).stallAfter(); d != minStall {
+			t.Fatalf("stallAfter with a 100 ms Timeout = %s, want the %s floor", d, minStall)
+		}
+	})
 }
 
 // nopConn is a net.Conn whose deadlines cutSilent may set.
@@ -128,7 +132,7 @@ func TestStalledNodeFailsFastThenRecovers(t *testing.T) {
 		if !errors.Is(err, ErrPeerDown) {
 			t.Fatalf("a call while the node recovers: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // polling: calls fail fast until the breaker's window runs out
 	}
 }
 
@@ -382,7 +386,7 @@ loop:
 // the node answers, so the held PUT completes instead of being failed
 // and the node backed off.
 func TestBusyNodeNotCut(t *testing.T) {
-	bigDone := make(chan struct{})
+	bigStarted, bigDone := make(chan struct{}), make(chan struct{})
 	addr := fakeNode(t, func(c net.Conn) {
 		slowReader(c)
 		for {
@@ -393,6 +397,7 @@ func TestBusyNodeNotCut(t *testing.T) {
 			switch {
 			case h.Op == wire.OpPing:
 			case h.Op == wire.OpPut && h.BodyLen > 1<<20: // the long body, read at about 13 MB/s
+				close(bigStarted)
 				if readSlowly(c, make([]byte, h.BodyLen)) != nil {
 					return
 				}
@@ -423,7 +428,7 @@ func TestBusyNodeNotCut(t *testing.T) {
 	defer cancel()
 	bigErr := make(chan error, 1)
 	go func() { bigErr <- cl.Put(ctx, []byte("big"), make([]byte, 32<<20)) }()
-	time.Sleep(100 * time.Millisecond) // the long PUT is under way
+	<-bigStarted // the long PUT is under way
 	start := time.Now()
 	if err := cl.Put(ctx, []byte("small"), make([]byte, 256<<10)); err != nil {
 		t.Fatalf("the held PUT on a busy, live node (%s): %v\n%s", time.Since(start), err, logs.String())
@@ -443,7 +448,7 @@ func TestBusyNodeNotCut(t *testing.T) {
 // as long as the body takes.
 func TestUnansweredProbeIsRetried(t *testing.T) {
 	var pings atomic.Int32
-	bigDone := make(chan struct{})
+	bigStarted, bigDone := make(chan struct{}), make(chan struct{})
 	addr := fakeNode(t, func(c net.Conn) {
 		slowReader(c)
 		for {
@@ -458,6 +463,7 @@ func TestUnansweredProbeIsRetried(t *testing.T) {
 					return
 				}
 			case h.Op == wire.OpPut && h.BodyLen > 1<<20: // a long body at about 13 MB/s
+				close(bigStarted)
 				if readSlowly(c, make([]byte, h.BodyLen)) != nil {
 					return
 				}
@@ -489,12 +495,17 @@ func TestUnansweredProbeIsRetried(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	go func() { _ = cl.Put(ctx, []byte("big"), make([]byte, 48<<20)) }()
-	time.Sleep(100 * time.Millisecond)
+	<-bigStarted
 	go func() { _ = cl.Put(ctx, []byte("held"), make([]byte, 1<<10)) }() // cut after the missed PING
-	for pings.Load() == 0 {                                              // the held PUT stood for 1 s; the watchdog sent its PING
-		time.Sleep(10 * time.Millisecond)
+	// The held PUT stands for 1 s, the watchdog sends its PING, which
+	// goes unanswered for probeWait (0.5 s): wait for that verdict (or
+	// for the PING after it, if the verdict came and went meanwhile).
+	p := peerOf(t, cl, addr)
+	for wait := time.Now().Add(20 * time.Second); !p.unanswered.Load() && pings.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(wait) {
+			t.Fatalf("no verdict on the missed PING after 20 s (%d PINGs)", pings.Load())
+		}
 	}
-	time.Sleep(700 * time.Millisecond) // the PING went unanswered for probeWait (0.5 s): the verdict is in
 	var ok, fast int
 	for {
 		select {
@@ -511,7 +522,7 @@ func TestUnansweredProbeIsRetried(t *testing.T) {
 		} else {
 			fast++
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // polling, while the long body moves in real time
 	}
 }
 

@@ -65,7 +65,7 @@ func openBoltDir(path string, ttl time.Duration, clock engine.Clock, log *slog.L
 	}()
 	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
-		return nil, fmt.Errorf("open MDS database %s (mds.db_path / DFKV_MDS_DB): %w; is another dfkv mds using it?", path, err)
+		return nil, fmt.Errorf("open MDS database %s (mds.db_path / DFKV_MDS_DB_PATH): %w; is another dfkv mds using it?", path, err)
 	}
 	defer func() {
 		if err != nil {

@@ -78,7 +78,7 @@ func openEtcdDir(endpoints []string, prefix string, ttl time.Duration, log *slog
 		Logger: zapToSlog(log, "MDS: etcd client: "),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcd client for %v (mds.etcd_endpoints / DFKV_ETCD_ENDPOINTS): %w", endpoints, err)
+		return nil, fmt.Errorf("etcd client for %v (mds.etcd_endpoints / DFKV_MDS_ETCD_ENDPOINTS): %w", endpoints, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &etcdDir{cli: cli, prefix: strings.TrimSuffix(prefix, "/"), ttl: ttl, log: log,

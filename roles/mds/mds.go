@@ -1,9 +1,47 @@
-// Package mds is `dfkv mds`, the membership directory.
-// Cache nodes register (address, weight, disks, capacity) and heartbeat;
-// clients ask for the member list and its epoch and rebuild their ring
-// when the epoch moves. The directory lives in etcd when endpoints are
-// configured (several MDS processes share it) and otherwise in an embedded
-// bbolt file, so a single MDS needs nothing else installed.
+// Package mds is `dfkv mds`, the membership directory. Cache nodes register
+// (address, weight, disks, capacity) and heartbeat; clients ask for the
+// member list and its epoch and rebuild their ring when the epoch moves.
+// The directory lives in etcd when endpoints are configured (several MDS
+// processes share it) and otherwise in an embedded bbolt file, so a single
+// MDS needs nothing else installed.
+//
+// # Members and leases
+//
+// On etcd each node is one key, <prefix>/groups/<group>/members/<id>, on a
+// lease of mds.heartbeat_ttl_ms (default 10 s, at least 2 s); nodes
+// heartbeat at a third of it. A node killed without a goodbye drops out
+// when its lease lapses; a node stopped with SIGTERM deregisters at once.
+// With bbolt the MDS expires silent nodes itself.
+//
+// # Epochs
+//
+// A group's epoch is the etcd revision of its last membership change, so
+// it only grows, whichever MDS served the change. A list is always served
+// with an epoch whose state it is: when an MDS's watch has not yet
+// delivered a change its read already shows (a lease expiry, another MDS's
+// deregister), or after a restart, the list carries the read's own
+// revision, so a client refetches an unchanged list at worst and is never
+// told "unchanged" about a changed one. Clients poll (client.mds_poll_ms)
+// with the epoch they know; an unchanged epoch costs one small reply, and
+// the encoded list is cached per epoch. A list over 1 MiB is refused,
+// never truncated. Retries against etcd and the clients' polls while no
+// MDS answers back off with jitter, so a fleet does not come back in
+// lock-step after an outage.
+//
+// # Outages
+//
+// An MDS on etcd probes it every 2 s and logs losing it (one WARN) and
+// getting it back (one INFO, with how long it was gone). While etcd is
+// unreachable a starting client's MEMBERS gets the last list this MDS
+// served (dfkv_mds_stale_member_replies_total), so an engine starting
+// during the outage can still open; a client that already holds a list
+// is told UNAVAILABLE rather than "unchanged", so it asks its next MDS,
+// which may still reach etcd, and otherwise routes over its own list.
+//
+// # HTTP
+//
+// /healthz, /readyz (etcd reachability, probed at most every
+// mds.probe_cache_ms), /members (JSON) and /metrics.
 package mds
 
 import (
@@ -36,7 +74,7 @@ func Command() *cli.Command {
 		Name:  "mds",
 		Usage: "run the membership directory (etcd-backed, or an embedded bbolt file)",
 		Description: "Serves the control protocol on --listen and /healthz, /readyz, /members, /metrics on --http-listen.\n" +
-			"With --etcd endpoints the directory lives in etcd; without, in the bbolt file --db.",
+			"With --etcd-endpoints endpoints the directory lives in etcd; without, in the bbolt file --db-path.",
 		Flags: config.Flags("mds"),
 		Action: func(c *cli.Context) error {
 			cfg, log, done, err := rolekit.Load(c, "mds")
@@ -255,7 +293,7 @@ func newHTTP(dir Directory, probe *probeCache, reg *prometheus.Registry, group s
 		}{g, epoch, members})
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	// firstReq (DFKV_METRICS_FIRST_REQ_MS) is the header deadline; 0 turns
+	// firstReq (mds.metrics_first_request_ms) is the header deadline; 0 turns
 	// it off, and headers stay bounded in size either way.
 	return &http.Server{Handler: mux, ReadHeaderTimeout: firstReq, WriteTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
 }

@@ -6,6 +6,38 @@
 // without a deadline gets Options.Timeout. Failures are errors wrapping a
 // wire.Status (errors.Is(err, wire.StatusNotFound) for a miss), so callers
 // and the C ABI see the same codes as the server.
+//
+// # Node failures
+//
+// Each node has a circuit breaker. A connection failure or timeout opens
+// it for a back-off window (100 ms doubling to 5 s) during which the
+// node's blocks are answered at once as misses (GET, EXIST, and so the
+// prefix length) and its writes as UNAVAILABLE. When the window ends one
+// call probes the node while the others still get the fast answer, so a
+// silent node costs one timeout per window, not one per caller; the
+// probe's success closes the breaker, its failure doubles the window.
+// Calls that fail while it is open (those in flight when a node paused)
+// count as one failure.
+//
+// A node that keeps its connections open but stops answering (SIGSTOP, a
+// black-holed route) is noticed without waiting for a call's deadline:
+// once nothing has been heard from it for a quarter of Options.Timeout
+// (at least 250 ms) while calls are in flight, further calls fail at
+// once, and a watchdog PINGs it on a connection of its own; if that goes
+// unanswered, the calls in flight are cut, which opens the breaker. The
+// watchdog never cuts a call that is still moving data (a megabyte either
+// way within the quarter), nor the calls of a node that answers the PING.
+// Request bytes a node takes do not count as hearing from it: socket
+// buffers take megabytes from a stopped process.
+//
+// # Members
+//
+// With an MDS the client polls for the member list by epoch (every
+// Options.MDSPoll, jittered by half either way, and backing off to 5 s
+// while no MDS answers) and rebuilds its ring when the epoch moves. A
+// list with no members at all (every heartbeat lapsing at once, as after
+// an MDS restart) is not applied: the client keeps routing over the last
+// members it knew and says so once.
 package client
 
 import (

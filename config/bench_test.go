@@ -1,11 +1,8 @@
 package config
 
 import (
-	"bytes"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -142,30 +139,15 @@ func TestBenchPrintConfigRoundTrip(t *testing.T) {
 		{"fill": {"off"}, "duration": {"1500ms"}, "warmup": {"2m"}, "seed": {"0"}, "mixed-get-ratio": {"1e-07"}},
 		{},
 	} {
-		want, r, err := LoadFrom("bench", "", nil, flags)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		if _, err := r.WriteTo(&buf); err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), "printed.toml")
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := LoadFrom("bench", path, nil, nil)
-		if err != nil {
-			t.Fatalf("print-config output does not load: %v\n%s", err, buf.String())
-		}
+		got, want, _, printed := roundTrip(t, "bench", flags)
 		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("round trip:\n got %+v\nwant %+v\nprinted:\n%s", got.Bench, want.Bench, buf.String())
+			t.Fatalf("round trip:\n got %+v\nwant %+v\nprinted:\n%s", got.Bench, want.Bench, printed)
 		}
 		if len(flags) == 0 {
 			for _, line := range []string{`bench.duration = "10s"  # default (DFKV_BENCH_DURATION)`, `bench.fill = "auto"  # default (DFKV_BENCH_FILL)`,
 				`bench.mixed_get_ratio = 0.9  # default`, `bench.seed = 1  # default`} {
-				if !strings.Contains(buf.String(), line) {
-					t.Errorf("print-config lacks %s:\n%s", line, buf.String())
+				if !strings.Contains(printed, line) {
+					t.Errorf("print-config lacks %s:\n%s", line, printed)
 				}
 			}
 		}

@@ -81,7 +81,23 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 		"first-request-ms": {"0"}, "shutdown-timeout-ms": {"1"}, "log-level": {"debug"}, "log-format": {"json"},
 		"ram-tier-large-reserve-bytes": {"4097"},
 	}
-	want, r, err := LoadFrom("server", "", nil, flags)
+	got, want, r2, printed := roundTrip(t, "server", flags)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v\nprinted:\n%s", got, want, printed)
+	}
+	for _, rv := range r2.values {
+		if rv.src.kind != fromFile {
+			t.Errorf("%s came from %s; want file", rv.s.key, rv.src.kind)
+		}
+	}
+}
+
+// roundTrip loads role with flags, writes --print-config's output to a
+// file and loads that file: got should equal want, every value from the
+// file (r2 tells where each came from).
+func roundTrip(t *testing.T, role string, flags map[string][]string) (got, want *Config, r2 *Resolved, printed string) {
+	t.Helper()
+	want, r, err := LoadFrom(role, "", nil, flags)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,18 +109,11 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, r2, err := LoadFrom("server", path, nil, nil)
+	got, r2, err = LoadFrom(role, path, nil, nil)
 	if err != nil {
 		t.Fatalf("print-config output does not load: %v\n%s", err, buf.String())
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("round trip:\n got %+v\nwant %+v\nprinted:\n%s", got, want, buf.String())
-	}
-	for _, rv := range r2.values {
-		if rv.src.kind != fromFile {
-			t.Errorf("%s came from %s; want file", rv.s.key, rv.src.kind)
-		}
-	}
+	return got, want, r2, buf.String()
 }
 
 // TestPrintConfigIsASnapshot: the role changing its Config after Load (say,

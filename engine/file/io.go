@@ -33,7 +33,7 @@ func (s *Store) writeTemp(path string, value []byte) error {
 		err = s.writeFile(path, value, false)
 	}
 	if err != nil {
-		// NB: a refused O_CREAT|O_DIRECT open may still have created the
+		// A refused O_CREAT|O_DIRECT open may still have created the
 		// file, so remove it even when the open failed.
 		_ = s.fs.Remove(path)
 	}

@@ -21,11 +21,11 @@ type arena struct {
 }
 
 // newArena maps size bytes under the memory policy numa and makes sure
-// every page is resident before the tier serves: first touch of fresh
-// memory costs about 5 µs per 4 KiB page on these VMs, which would make the
-// first fill of a lazily faulted arena 10–30× slower than a warm one. The
-// policy is set before any page is faulted in, so population places pages
-// by it. applied says what policy took effect (for the startup log).
+// every page is resident before the tier serves: a first touch of fresh
+// memory costs microseconds per page, which would make the first fill of
+// a lazily faulted arena many times slower than a warm one. The policy is
+// set before any page is faulted in, so population places pages by it.
+// applied says what policy took effect (for the startup log).
 func newArena(size uint64, numa string) (a *arena, applied string, err error) {
 	if size == 0 || size%pageBytes != 0 || size > 1<<48 {
 		return nil, "", fmt.Errorf("ram tier: cannot map %d bytes: want a positive multiple of %d", size, pageBytes)

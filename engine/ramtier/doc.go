@@ -66,9 +66,8 @@
 // Every engine's Put replaces (the conformance suite pins it), so a
 // new RAM generation of a key the disk already holds replaces the disk
 // value when it flushes, and RAM never certifies bytes the disk will not
-// hold. NB: a rule that "a committed disk value wins over a new RAM
-// generation" only fits a disk store that keeps the first value of a key;
-// ours does not, so the tier keeps the one replace contract instead.
+// hold. (A rule that a committed disk value wins over a new RAM
+// generation would fit only a disk store that keeps a key's first value.)
 //
 // # Reads
 //

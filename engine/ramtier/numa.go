@@ -137,7 +137,7 @@ func parseNodeID(s string) (int, error) {
 }
 
 // nodeMask builds mbind's nodemask (an array of C unsigned long, bit n for
-// node n) and its maxnode argument. NB: the kernel reads maxnode-1 bits
+// node n) and its maxnode argument. The kernel reads maxnode-1 bits
 // (mm/mempolicy.c get_nodes decrements it first), so maxnode is the bit
 // count plus one, as libnuma passes it.
 func nodeMask(nodes []int) (mask []uint, maxnode uintptr) {

@@ -148,7 +148,7 @@ func (l *largeStore) charge(n uint64) (evicted int, ok bool) {
 }
 
 // unref drops one reference to lg, unmapping it with the last one. The
-// caller holds l.mu. NB: the munmap runs under the lock; large values
+// caller holds l.mu. The munmap runs under the lock; large values
 // are rare and it is one syscall, not I/O.
 func (l *largeStore) unref(lg *largeBuf) error {
 	lg.refs--

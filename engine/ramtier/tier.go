@@ -98,7 +98,7 @@ type Options struct {
 	AckMode string
 	// DirtyWatermark is the fraction of Bytes that may be dirty before a
 	// PUT of a new key gets CACHE_FULL (0 means DefaultDirtyWatermark). It
-	// applies to AckRAM only. NB: the operator's "watermark 0" means disk
+	// applies to AckRAM only. The operator's "watermark 0" means disk
 	// acknowledgement; the config layer maps it to AckDisk.
 	DirtyWatermark float64
 	// FlushThreads is the number of flush workers; 0 means
@@ -601,7 +601,7 @@ func (t *Tier) RAM() RAMStats {
 }
 
 // Stats implements engine.StoreEngine for the tier and its backing as one
-// engine. NB: not a plain sum of RAM and backing: a value is
+// engine. It is not a plain sum of RAM and backing: a value is
 // usually in both, and a RAM miss the backing serves is one read, so
 //   - Objects and UsedBytes are the backing's plus what only RAM holds
 //     (dirty values of keys the backing lacks, and length changes);

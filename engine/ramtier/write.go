@@ -490,7 +490,7 @@ func (t *Tier) writeThrough(s *shard, key wire.BlockKey, value []byte, bypass bo
 	for {
 		waitRemoval(s, &key)
 		if a := s.active[key]; a != nil {
-			// NB: a concurrent same-key write may be merged by the
+			// A concurrent same-key write may be merged by the
 			// backing (slab followers take the leader's result), so ours
 			// starts only after the key's flush in flight returned.
 			s.mu.Unlock()

@@ -74,9 +74,10 @@ type classState struct {
 	// from) since it last gained an extent, halved for every window bytes
 	// evicted anywhere in the pool. Once it reaches a whole extent's worth,
 	// the class takes the coldest idle extent of a class under a quarter
-	// of its pressure (rebalance). Bytes, not a count of values: a 4 KiB class evicts 256
-	// values for every one a 1 MiB class does, and both the threshold and
-	// the comparison with a donor must mean the same for both.
+	// of its pressure (rebalance). Bytes, not a count of values: a 4 KiB
+	// class evicts 256 values for every one a 1 MiB class does, and both
+	// the threshold and the comparison with a donor must mean the same for
+	// both.
 	pressure uint64
 	tick     uint64 // the pool's evicted bytes when pressure was last decayed
 }
@@ -99,7 +100,7 @@ var ErrBusy = errors.New("slot has too many reads in flight")
 // Allocator is the media-agnostic slab allocator: it binds extents (by
 // index) to lattice classes, carves them into slots, keeps the key→slot
 // map, pins, read heat, CLOCK eviction and rebalancing. It owns no files
-// and does no I/O, so the disk store and a later RAM tier (over an arena)
+// and does no I/O, so the disk store and the RAM tier (over an arena)
 // share it; the caller maps (extent, slot) to bytes.
 //
 // It is not safe for concurrent use: the caller holds one metadata lock
@@ -296,9 +297,10 @@ func (a *Allocator) free(e, s uint32) {
 // slot of its class, else a fresh extent, else (for a class without
 // extents) a borrowed slot of a slightly larger class, else (after
 // rebalancing, when it is due) a CLOCK victim of the class. The slot comes
-// back reserved with one pin, the writer's. Values evicted on the way are in Victims() until
-// the next call; Rebound() names an extent that changed class (its slot
-// records must be wiped before any new record is written into it).
+// back reserved with one pin, the writer's. Values evicted on the way are
+// in Victims() until the next call; Rebound() names an extent that changed
+// class (its slot records must be wiped before any new record is written
+// into it).
 func (a *Allocator) Reserve(n uint64) (SlotRef, error) {
 	a.victims = a.victims[:0]
 	a.rebound = -1
@@ -447,7 +449,8 @@ func (a *Allocator) pressure(c int) uint64 {
 // hand has passed is evicted instead of walking on. Without a bound, a
 // class whose every slot has heat (a pool just filled, each value
 // counting as touched once) is walked end to end in one PUT under the
-// metadata lock: about 9 ns a slot, over half a second for 64M slots.
+// metadata lock, which takes most of a second on a class of tens of
+// millions of slots.
 const clockBudget = 4096
 
 // clock runs class c's CLOCK hand: live unpinned slots with heat are
@@ -564,11 +567,11 @@ func (a *Allocator) rebalance(c int, force bool) bool {
 			continue
 		}
 		// Hysteresis: a donor under a quarter of c's pressure, one that
-		// has all but stopped evicting. With "less than c's" (or half),
-		// two classes under a steady mix took extents from each other
-		// back and forth (each takes one the moment its pressure reaches
-		// an extent's worth, when the other's is just below it), evicting
-		// a whole extent every time.
+		// has all but stopped evicting. A looser test (below c's, or half
+		// of it) lets two classes under a steady mix pass extents back
+		// and forth (each takes one the moment its pressure reaches an
+		// extent's worth, when the other's is just below it), evicting a
+		// whole extent every time.
 		if !force && (len(a.cls[em.class].extents) < 2 || a.pressure(int(em.class)) >= pressure/4) {
 			continue
 		}
@@ -790,7 +793,7 @@ func (a *Allocator) Digest() uint64 {
 			w(uint64(sm.length)<<32 | uint64(sm.pins)<<16 | uint64(sm.heat)<<8 | uint64(sm.state))
 		}
 	}
-	// NB: not the key map's bucket layout, which depends on insertion
+	// Not the key map's bucket layout, which depends on insertion
 	// order; the map's content is the live slots' keys (Check proves it).
 	w(uint64(a.idx.n))
 	for _, u := range a.unbound {

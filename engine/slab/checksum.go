@@ -185,9 +185,9 @@ func (s *Store) sumValue(e uint32, slotOff, stored uint64, seed uint32, off uint
 // value is dropped as a Remove would drop it (unpublished, its record
 // cleared in slots.tbl, its slot freed once unpinned, its tenant
 // credited), counted, and logged (rate-limited); the error is the miss a
-// read answers. A PUT that replaced the key meanwhile is left alone: its bytes are
-// another value's. The store stays healthy: one bad value says nothing
-// about the others, which are verified on their own reads.
+// read answers. A PUT that replaced the key meanwhile is left alone: its
+// bytes are another value's. The store stays healthy: one bad value says
+// nothing about the others, which are verified on their own reads.
 func (s *Store) dropCorrupt(key wire.BlockKey, r SlotRef, stored uint64, by string) error {
 	s.checksumFailures.Add(1)
 	s.mu.Lock()

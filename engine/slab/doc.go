@@ -113,8 +113,9 @@
 // in place (its records have zeros there), rewriting only slab_meta.
 //
 // An all-zero record is an empty slot (never written, cleared, or an
-// unwritten part of the preallocated file). Extent and slot repeat what the offset says, so a record
-// written to the wrong place, or a shifted page, is detected. The
+// unwritten part of the preallocated file). Extent and slot repeat what
+// the offset says, so a record written to the wrong place, or a shifted
+// page, is detected. The
 // generation is a store-wide sequence number: of two valid records for one
 // key, the higher wins at rebuild.
 //
@@ -122,14 +123,14 @@
 // with the CRC-32C of the value's identity, 36 bytes: tenant u64, object
 // id (16 bytes), extent u32, slot u32, value length u32. A payload that is
 // intact but in the wrong place (extent files swapped, a file copied from
-// another disk) therefore fails like a flipped bit. Format 3 had no
-// payload sum; Open refuses a format 3 directory like any other format
+// another disk) therefore fails like a flipped bit. Open refuses a
+// format 3 directory (records without a payload sum) like any other format
 // difference, naming it and the fix (empty the directory: a cold start).
 //
-// Restart walks only the written ranges of slots.tbl
-// (lseek SEEK_DATA/SEEK_HOLE, which report preallocated but never written
-// space as a hole on ext4, xfs and tmpfs; a bounded chunked scan of the whole table
-// where the filesystem cannot say), reading 1 MiB per pread, and validates
+// Restart walks only the written ranges of slots.tbl (lseek
+// SEEK_DATA/SEEK_HOLE, which report preallocated but never written space
+// as a hole on ext4, xfs and tmpfs; a bounded chunked scan of the whole
+// table where the filesystem cannot say), reading 1 MiB per pread, and validates
 // each record: magic, CRC, version, extent/slot against its offset, class
 // against the extent's binding (the first valid record of an extent binds
 // it), slot index and value length against the class. Invalid records are
@@ -211,15 +212,13 @@
 // floor(ExtentBytes/class) slots. The extent size follows the disk
 // (ExtentFor: capacity/256, rounded down to a power of two, between 1 MiB
 // and 64 MiB) rather than the largest value, so a small disk has as many
-// extents as a large one: with 256 extents and a 16-size mix of 1 B to
-// 4 MiB values, a 256 MiB disk first evicted at 92 % fill (2 % with the
-// 64 MiB extents it had before), a 16 GiB one at 95 %
-// (BenchmarkFirstEviction). Per slot the allocator keeps one 32-byte
-// slotMeta (key, length, pins, heat, state; no pointers); the key→slot map
-// is an open-addressing table of 4-byte slot numbers that compares against
-// the key in the slot, so a live key is stored once. The disk store adds
-// a 4-byte payload sum per slot beside it (about 45 bytes of heap per
-// block at 1M blocks in all, measured by BenchmarkRebuild1M).
+// extents as a large one and a mix of value sizes fills it nearly full
+// before the first eviction (BenchmarkFirstEviction). Per slot the
+// allocator keeps one 32-byte slotMeta (key, length, pins, heat, state; no
+// pointers); the key→slot map is an open-addressing table of 4-byte slot
+// numbers that compares against the key in the slot, so a live key is
+// stored once. The disk store adds a 4-byte payload sum per slot beside
+// it: about 45 bytes of heap per block in all (BenchmarkRebuild1M).
 //
 // When a class has no free slot and no extent is unbound, CLOCK runs over
 // the class's slots: read heat (incremented per read, capped at 63) is
@@ -279,11 +278,8 @@
 // engine/uring): each request is submitted at once, without waiting, and
 // one reaper goroutine collects the completions, so sixteen connections
 // keep sixteen I/Os in flight without sixteen threads blocked in pread.
-// Measured on the 2-core VM (a node, 16 connections, 4 KiB / 64 KiB
-// values from disk): GET 22.1k / 11.3k requests a second against 14.3k /
-// 7.2k with pread, PUT 17.3k / 12.5k against 14.3k / 9.4k, with p99
-// latency about halved; at 256 KiB the two were equal in a bare read
-// benchmark, which is where the ring stops. Where io_uring_setup or a
+// Above 256 KiB a pread moves as many bytes per system call as the ring
+// would, so larger transfers skip it. Where io_uring_setup or a
 // probe read through the ring fails (an old kernel, a seccomp profile that
 // forbids io_uring), the engine says so once and uses pread/pwrite. Record
 // writes to slots.tbl stay pwrites (64 bytes into the page cache).
@@ -303,10 +299,9 @@
 //     slot that was wanted.
 //   - On ext4 mounted with online discard, the first write into each part
 //     of a fallocate'd extent converts it under the file's block-map lock
-//     with synchronous discards: a fresh 8 GiB disk filling with 64 KiB
-//     PUTs stalled up to 1.3 s (p99.9 718 ms) against 36 ms mounted
-//     nodiscard. Once every extent has been written the two are alike.
-//     The node warns about such a mount; trim with fstrim.timer instead.
+//     with synchronous discards, so PUTs onto a fresh disk can stall for
+//     a second or more until every extent has been written once. The node
+//     warns about such a mount; trim with fstrim.timer instead.
 //   - PutBatch overlaps up to 8 items' writes when its keys are distinct
 //     and stores them one after another when a key repeats; it does no
 //     grouping beyond that.

@@ -23,10 +23,10 @@ const (
 // Lattice is the deterministic, aligned, geometric list of slot sizes an
 // extent can be carved into: from 4 KiB, each class the previous one plus
 // max(4 KiB, 12.5% rounded down to 4 KiB), cut short at every power of two
-// (so 2^k-byte blocks fill their slot exactly) and at the extent size. It depends only on the extent size (and the
-// constants above), so two stores with the same geometry have the same
-// lattice and a class index in a slots.tbl record means the same size on
-// every start.
+// (so 2^k-byte blocks fill their slot exactly) and at the extent size. It
+// depends only on the extent size (and the constants above), so two stores
+// with the same geometry have the same lattice and a class index in a
+// slots.tbl record means the same size on every start.
 //
 // Waste bound: a value of v bytes goes to the smallest class C >= v. For the
 // first class (4 KiB) the waste C-v is below 4 KiB. Otherwise the class

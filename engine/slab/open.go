@@ -393,9 +393,9 @@ func (s *Store) removeStore() error {
 
 // readState reads slab_state. clean is true only if the last run marked
 // its epoch clean; anything else (no state, a torn or foreign state file, a
-// dirty epoch) means the previous run did not shut down cleanly. That no
-// longer costs the cache: every record that validates is kept, and each
-// value is verified against its payload checksum before it is served.
+// dirty epoch) means the previous run did not shut down cleanly. That does
+// not cost the cache: every record that validates is kept, and each value
+// is verified against its payload checksum before it is served.
 //
 // failed is true when the previous run failed closed: then its slot table
 // may not describe the extents, and the cache starts empty.
@@ -619,10 +619,8 @@ func (s *Store) tableSize() int64 {
 // same way, with a warning: without it the extents' values cannot be
 // found, so the disk starts empty (cold is then true). A table of the
 // wrong size keeps the records it still has and is set to its size. The
-// table owns its disk space from the start, as the extents do: sparse, it
-// grew a block at a time as records were written, and a filesystem filled
-// meanwhile (by the capacity Open itself suggests, or by a neighbour)
-// failed the store closed on the first record write that needed a block.
+// table is preallocated like the extents, so a filesystem that fills up
+// later cannot fail a record write (which would fail the store closed).
 // Its preallocated parts are unwritten extents, which SEEK_DATA skips as
 // holes (ext4, xfs, tmpfs), so a restart still reads only the records ever
 // written.
@@ -670,10 +668,10 @@ func (s *Store) openTable(cold bool) (bool, error) {
 		}
 	}
 	if got := allocated(fi); got < uint64(s.tableSize()) {
-		// A table written sparse by an earlier version, or with holes
-		// punched where zeroing was refused: fallocate fills only the
-		// holes and keeps every record. Failing that, the store serves
-		// as before and says what it risks.
+		// A sparse table (an older store's, or one with holes punched
+		// where zeroing was refused): fallocate fills only the holes and
+		// keeps every record. Failing that, the store serves with the
+		// sparse table and says what it risks.
 		if err := fallocateFn(f, s.tableSize()); err != nil {
 			s.log.Warn("slab engine: could not preallocate the rest of the slot table; a record write that needs a new block on a full filesystem will fail this disk closed: free space on that filesystem",
 				"dir", s.dir, "table", path, "allocated_bytes", got, "table_bytes", s.tableSize(), "err", err)

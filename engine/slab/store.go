@@ -46,8 +46,8 @@ const (
 // ExtentFor is the extent size a disk of capacity bytes is formatted with
 // when none is configured: the largest power of two that gives it at least
 // autoExtents extents, between 1 MiB and 64 MiB. Values larger than an
-// extent are stored in extent-sized pieces, so the extent size no longer
-// bounds the value size, and a small disk gets as many extents (and so
+// extent are stored in extent-sized pieces, so the extent size does not
+// bound the value size, and a small disk gets as many extents (and so
 // room for as many size classes) as a large one.
 func ExtentFor(capacity uint64) uint64 {
 	e := uint64(DefaultExtentBytes)
@@ -313,7 +313,7 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span, head *wire.Bl
 	}
 	if f := s.flights[key]; f != nil {
 		// Follower: the leader's payload+record result is ours too, and
-		// our bytes are not written. NB: keys are content-addressed (the
+		// our bytes are not written. Keys are content-addressed (the
 		// connectors hash the token prefix), so a same-key PUT carries the
 		// same bytes; and as the two PUTs overlap in time, ordering ours
 		// just before the leader's is a valid linearization either way.
@@ -337,7 +337,7 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span, head *wire.Bl
 		orphans = s.takeOrphans(victims)
 	}
 	if e := s.alloc.Rebound(); e >= 0 {
-		// NB: under the lock on purpose: nobody may write a record into
+		// Under the lock on purpose: nobody may write a record into
 		// the rebound extent before its old records are gone. It is one
 		// fallocate(PUNCH_HOLE) and happens only when an extent changes
 		// class.

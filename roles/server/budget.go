@@ -12,25 +12,20 @@ import (
 // hold at once: a PUT's body while it is received and stored, a GET's
 // value while it is read from disk and sent, a BATCH_PUT's run. Each
 // connection holds at most one of these at a time, up to max_block_bytes,
-// so without a bound the node's memory grew with connections times value
-// size: 150 clients each sending all but the last byte of a 64 MiB PUT
-// took a node to 8 GB of resident memory, and max_conns of them would
-// have taken 256 GiB, so the OOM killer, not the node, chose what ended
-// (on a GPU host perhaps the inference engine). Past the budget a request
+// so without a bound memory grows with connections times value size until
+// the OOM killer, not the node, picks what ends. Past the budget a request
 // waits, first come first served (semaphore.Weighted), and its client's
 // socket fills and pushes back. A connection never waits while it holds
 // budget, so waiting cannot deadlock.
 //
-// Sizes are buffer sizes (iobuf.SizeFor: what the pool really
-// hands out), so the bound is on memory. Values the RAM tier receives into
-// or lends from its arena take no budget.
+// Sizes are buffer sizes (iobuf.SizeFor: what the pool really hands out),
+// so the bound is on memory. Values the RAM tier receives into or lends
+// from its arena take no budget.
 //
 // A reserve on top of the budget serves only small requests (up to
-// smallMax bytes each), and only when the budget cannot serve them at once:
-// clients that ask for large values and then do not read the answers can
-// hold the rest for a write timeout each, and the FIFO queue of large
-// requests behind them would otherwise hold up every 4 KiB PUT and GET of
-// the well-behaved clients too.
+// smallMax bytes each), and only when the budget cannot serve them at
+// once, so clients that stall large transfers cannot queue every small
+// PUT and GET behind them.
 type payloadBudget struct {
 	sem      *semaphore.Weighted
 	reserve  *semaphore.Weighted // nil: no reserve

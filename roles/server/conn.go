@@ -29,14 +29,10 @@ const (
 	// lingerFloor and lingerTime bound the lingering close after a refused
 	// frame (conn.linger): the node reads and drops at most the refused
 	// body, at most max(lingerFloor, 2 × max_block_bytes) bytes of it, for
-	// at most lingerTime, whichever ends first. The common refusal is a
-	// PUT from a client whose max block size is larger than the node's: a
-	// client left on the 64 MiB default against a node configured smaller
-	// (the floor covers it), or a client configured larger than the node
-	// (twice the node's limit covers the usual mismatch). 2 s moves 128
-	// MiB even over 1 GbE; a client slower than that, or one sending more,
-	// gets the reset it would have got without the linger, after the
-	// response.
+	// at most lingerTime, whichever ends first. The floor covers a client
+	// left on the 64 MiB default against a smaller node, twice the node's
+	// limit the usual mismatch, and 2 s moves 128 MiB even over 1 GbE; a
+	// client past either bound gets a reset after the response.
 	lingerFloor = 128 << 20
 	lingerTime  = 2 * time.Second
 )
@@ -218,8 +214,7 @@ func (c *conn) clearReadDeadline() { _ = c.nc.SetReadDeadline(time.Time{}) }
 // response buffer (about 272 KiB) and the batch tables. A connection holds
 // one only while it has requests to serve and gives it back before it
 // waits for the next, so thousands of idle connections do not each keep
-// it: that memory is outside the payload budget (4,096 connections that
-// had each served one large BATCH_GET held 1.4 GB).
+// it: that memory is outside the payload budget.
 type scratch struct {
 	wbuf, table, stat []byte
 }
@@ -468,23 +463,16 @@ func (c *conn) onError(err error) {
 }
 
 // linger closes a connection whose refusal was just written without
-// making the kernel reset it. Closing a socket with unread bytes in its
-// receive queue sends RST instead of FIN; a client still writing the
-// refused body (a PUT over max_block_bytes) then fails its write with
-// "connection reset by peer" and may lose the refusal itself (a stack
-// that drops received data on RST, or a response segment that needed
-// retransmitting), so it reports the node as unreachable and backs it
-// off, though the node only said TOO_LARGE. So: half-close, which sends
-// the response and then FIN (the client reads the refusal and then EOF),
-// read and drop what the client still sends of the refused body, within
-// the bounds of lingerFloor and lingerTime, and only then let serve close.
+// making the kernel reset it: closing with unread bytes queued sends RST,
+// and a client still writing the refused body may then lose the refusal
+// and back the node off as unreachable. So it half-closes (the client
+// reads the refusal, then EOF) and reads and drops the rest of the body,
+// within lingerFloor and lingerTime, before serve closes.
 //
-// The connection counts as idle while it lingers: a shutdown that has
-// already begun skips the linger, and one that begins during it cuts it
-// (stopIfIdle moves the read deadline into the past), so the linger never
-// holds up Serve's drain. Without a half-close (a net.Pipe in a test) it
-// does nothing: there is no reset to avoid, and without a FIN the client
-// would see the response end only when the linger did.
+// The connection counts as idle while it lingers, so a shutdown skips or
+// cuts the linger (stopIfIdle) and never waits on it. Without a
+// half-close (a net.Pipe in a test) it does nothing: with no FIN the
+// client would see the response end only when the linger did.
 func (c *conn) linger() {
 	n := min(c.unread, max(lingerFloor, 2*c.s.opts.MaxBlockBytes))
 	cw, ok := c.nc.(interface{ CloseWrite() error })

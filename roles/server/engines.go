@@ -100,7 +100,7 @@ func openRAMTier(sc config.Server, group *engine.Group, log *slog.Logger) (*ramt
 	if threads == 0 {
 		threads = min(4*len(sc.Disks), 16)
 	}
-	// NB: a write-back PUT is acknowledged before its flush meets the
+	// A write-back PUT is acknowledged before its flush meets the
 	// quota check, so a flush refused for quota would drop an acknowledged
 	// value. Limited tells the tier which tenants have a quota; their PUTs
 	// skip write-back and get the quota's answer synchronously.
@@ -115,7 +115,7 @@ func openRAMTier(sc config.Server, group *engine.Group, log *slog.Logger) (*ramt
 		ReadCoalesce: sc.ReadCoalesce == 1, DiskOf: group.DiskOf, Disks: len(group.Names()), Limited: limited,
 	})
 	if err != nil {
-		// NB: the tier's errors name the problem (budget, reserve, NUMA
+		// The tier's errors name the problem (budget, reserve, NUMA
 		// policy); the settings behind them all start with ram_tier.
 		return nil, fmt.Errorf("RAM tier (server.ram_tier_* / DFKV_RAM_TIER_*): %w", err)
 	}

@@ -11,12 +11,12 @@ import (
 	"github.com/dfkv/dfkv/engine"
 )
 
-// newHTTPServer serves /metrics, /healthz (the process is alive) and /readyz (it
-// accepts connections and every engine is healthy), and with withPProf the
-// Go profiler under /debug/pprof/ (server.pprof: off by default, since a
-// profile costs CPU and shows the node's internals to whoever can reach
-// the port). Header reads are bounded in time and size so a drip-feeding
-// scraper cannot pin it.
+// newHTTPServer serves /metrics, /healthz (the process is alive) and
+// /readyz (it accepts connections and every engine is healthy), and with
+// withPProf the Go profiler under /debug/pprof/ (server.pprof: off by
+// default, since a profile costs CPU and shows the node's internals to
+// whoever can reach the port). Header reads are bounded in time and size
+// so a drip-feeding scraper cannot pin it.
 func newHTTPServer(srv *Server, eng engine.StoreEngine, reg *prometheus.Registry, firstReq time.Duration, withPProf bool) *http.Server {
 	mux := http.NewServeMux()
 	if withPProf {

@@ -12,7 +12,7 @@ import (
 // maxRawCall bounds the bytes one read or writev moves: a raw system call
 // holds its P and cannot be preempted, so a garbage collection waiting to
 // stop the world waits for it, and a socket's buffers can hold tens of
-// MiB. 1 MiB is about 300 µs of kernel copy here.
+// MiB; 1 MiB keeps one call to a fraction of a millisecond of copying.
 const maxRawCall = 1 << 20
 
 // rawSock reads and writes a connection's socket with raw system calls
@@ -20,14 +20,12 @@ const maxRawCall = 1 << 20
 // when the socket says EAGAIN, so the runtime's deadlines still apply.
 //
 // Why: net.Conn's Read and Write enter the system call through the
-// scheduler (entersyscall/exitsyscall). When the node has been idle, that
-// entry wakes the runtime's sysmon thread, which then polls every 20 µs,
-// and a long write can lose its P to another thread. A node serving
-// large values at low concurrency paid for both on a host whose CPUs it
-// shares: 132–166 µs of CPU per 256 KiB GET against memcached's 105–119;
-// with raw calls, 119–146 (README, "Measured"). Socket calls on a
-// non-blocking descriptor never block, so nothing is lost by not telling
-// the scheduler about them; maxRawCall bounds how long one runs.
+// scheduler (entersyscall/exitsyscall), which after an idle spell wakes
+// the runtime's sysmon thread into polling, and a long write can lose its
+// P to another thread; both cost CPU per large GET at low concurrency.
+// Socket calls on a non-blocking descriptor never block, so nothing is
+// lost by not telling the scheduler about them; maxRawCall bounds how
+// long one runs.
 //
 // The callbacks are bound once, so a call allocates nothing. One rawSock
 // serves one connection's goroutine: it is not safe for concurrent use.

@@ -46,12 +46,10 @@ func deviceOf(path string) (string, error) {
 // with fallocate, which ext4 records as unwritten extents; the first write
 // into each part converts it, and the conversions that merge the extent
 // tree free its blocks with a synchronous discard while holding the file's
-// block-map lock. On this project's test VM that stalled a fresh disk's
-// PUTs (and the GETs of the same extent file) for 0.7 s at p99.9 and 1.3 s
-// at worst, and cut its fill rate by 40 %, until every extent had been
-// written once; with nodiscard the same fill had no stall over 36 ms.
-// Periodic fstrim does the same trimming without the stall. A disk whose
-// mount cannot be found is not judged.
+// block-map lock, stalling a fresh disk's PUTs (and GETs of the same
+// extent file) for up to seconds until every extent has been written
+// once. Periodic fstrim does the same trimming without the stall. A disk
+// whose mount cannot be found is not judged.
 func onlineDiscardWarnings(dirs []string, mounts []*procfs.MountInfo, deviceOf func(string) (string, error)) []discardWarning {
 	var out []discardWarning
 	for _, dir := range dirs {

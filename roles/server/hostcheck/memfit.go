@@ -14,11 +14,11 @@ import (
 )
 
 // The RAM tier's arena is mapped and touched in full at startup (a lazily
-// faulted arena makes the first fill 10–30× slower). A budget larger than
-// the memory this process may use is then either refused by mmap (far too
-// large) or, worse, mapped and touched until the kernel's or the cgroup's
-// OOM killer ends the node. So the node checks the budget against what is
-// available before it opens anything, and refuses with the figures.
+// faulted arena makes the first fill many times slower). A budget larger
+// than the memory this process may use is then either refused by mmap (far
+// too large) or, worse, mapped and touched until the kernel's or the
+// cgroup's OOM killer ends the node. So the node checks the budget against
+// what is available before it opens anything, and refuses with the figures.
 
 // memInfo is where the available memory is read: the proc filesystem
 // (its meminfo and the process's cgroup list, read with procfs) and the

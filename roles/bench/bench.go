@@ -1,9 +1,9 @@
 // Package bench is `dfkv bench`, the capacity-planning load generator.
 //
 // It drives a dfkv cluster (through the Go client: static members, or the
-// members an MDS lists) or, for
-// comparison, a redis or memcached (minimal RESP and meta-protocol clients
-// of its own, one connection per worker), with one of five workloads:
+// members an MDS lists) or, for comparison, a redis or memcached (minimal
+// RESP and meta-protocol clients of its own, one connection per worker),
+// with one of five workloads:
 //
 //	put     PUT values of --value-size over --keys keys
 //	get     GET them (the key space is filled first, unmeasured)

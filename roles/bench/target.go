@@ -62,7 +62,7 @@ const (
 // errClass is the key an error is counted under: a wire status name
 // (NOT_FOUND, UNAVAILABLE, TIMEOUT, …) or a peerError class.
 //
-// NB: the dfkv client answers a read of an unreachable node as a miss
+// The dfkv client answers a read of an unreachable node as a miss
 // (its error wraps wire.StatusNotFound and client.ErrPeerDown), which is
 // right for an inference engine and wrong for a benchmark: a node that
 // cannot be reached counts as UNAVAILABLE (or TIMEOUT), never as a miss.

@@ -1,10 +1,10 @@
 // Package accept tells a listener's passing Accept failures from final
 // ones, and paces the retries. A node that runs out of file descriptors
 // (a client opening connections faster than they close, or a low
-// LimitNOFILE) gets EMFILE from accept; before this package the node took
-// that as the end of its listener and shut down, so one misbehaving client
-// took every other client's cache away. The shortage passes as connections
-// close, so the loop waits and accepts again, as net/http does.
+// LimitNOFILE) gets EMFILE from accept; taking that as the end of the
+// listener would let one misbehaving client take every other client's
+// cache away. The shortage passes as connections close, so the loop waits
+// and accepts again, as net/http does.
 package accept
 
 import (

@@ -59,8 +59,9 @@ type MDSRequest struct {
 type MDSReply struct {
 	Epoch   uint64       `json:"epoch"`
 	Members []MemberInfo `json:"members,omitempty"`
-	// HeartbeatTTLMS tells a registering or heartbeating node how often to heartbeat: a
-	// node silent for longer is dropped from the directory.
+	// HeartbeatTTLMS tells a registering or heartbeating node how often
+	// to heartbeat: a node silent for longer is dropped from the
+	// directory.
 	HeartbeatTTLMS int64 `json:"heartbeat_ttl_ms,omitempty"`
 }
 

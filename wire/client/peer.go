@@ -56,14 +56,13 @@ func stallAfterFor(timeout time.Duration) time.Duration { return max(timeout/4, 
 // stalled reports a node that has calls in flight and left the last
 // liveness probe unanswered: paused (SIGSTOP, a long GC) or black-holed by
 // the network. Its connections are open, so only the calls' deadlines
-// would notice, and until the first of those passes (a whole Timeout, 10 s
-// by default) every call the engine makes to it joins the wait: a
-// client's workers all end up blocked on the one node and its throughput
-// to the healthy ones drops to zero (seen with 4 bench workers and one
-// SIGSTOPped node: 0 ops for 10 s). New calls to a stalled node fail at
-// once instead (reads as misses), and the client's watchdog cuts the
-// calls in flight (cutSilent). With nothing in flight a call goes through
-// (after any back-off window), and is how the node is heard from again.
+// would notice, and until the first of those passes (a whole Timeout)
+// every call to it joins the wait, until all of a client's workers block
+// on the one node and its throughput to the healthy ones drops to zero.
+// New calls to a stalled node fail at once instead (reads as misses), and
+// the watchdog cuts the calls in flight (cutSilent). With nothing in
+// flight a call goes through (after any back-off window), and is how the
+// node is heard from again.
 func (p *peer) stalled(now time.Time) (silent time.Duration, yes bool) {
 	if p.inflight.Load() == 0 || !p.unanswered.Load() {
 		return 0, false
@@ -417,15 +416,12 @@ const refusalWait = 100 * time.Millisecond
 // refusal returns the answer the node wrote before it closed the
 // connection under a request still being sent, or nil when there is none.
 // A node refuses a frame it will not take (a PUT over its max_block_bytes)
-// as soon as it has read the prefix, answers, and closes; if the closed
-// socket still had body bytes coming, the kernel resets the connection and
-// the send fails with EPIPE or ECONNRESET, though the node is up and said
-// why. Linux keeps bytes it had received before the reset readable (seen
-// on loopback: the answer, then EOF), so the answer is read back and
+// once it has read the prefix, answers and closes, so the rest of the send
+// may fail with EPIPE or ECONNRESET though the node is up. Linux keeps the
+// bytes received before a reset readable, so the answer is read back and
 // becomes the call's result: a status error, which exchange does not count
-// against the node. A stack that drops them, or a reset that came first,
-// leaves nothing to read, and the send's error stands. The connection is
-// broken either way.
+// against the node. With nothing to read the send's error stands. The
+// connection is broken either way.
 func (cc *cconn) refusal(sendErr error) error {
 	if !errors.Is(sendErr, syscall.EPIPE) && !errors.Is(sendErr, syscall.ECONNRESET) {
 		return nil
@@ -495,11 +491,9 @@ const directReadMin = 32 << 10
 // read on its own from the socket, so the value after it goes straight
 // into the caller's buffer instead of being read into the bufio buffer and
 // copied out again. Small ones keep the buffered read: prefix and value in
-// one syscall. NB: the prefix is read as its first byte and then the rest,
-// as the buffered path does; BenchmarkWirePath's 1 MiB GET measured
-// 3.75–4.09 GB/s that way and 2.9–3.1 GB/s with one 18-byte read (the
-// cause is not understood; the kernel's receive-window tuning is the
-// suspect).
+// one syscall. The prefix is read as its first byte and then the rest, as
+// the buffered path does: a single 18-byte read is markedly slower for
+// large GETs in BenchmarkWirePath, for reasons not yet understood.
 func (cc *cconn) readHeaderFor(expect uint64) (wire.ResponseHeader, error) {
 	src := io.Reader(cc.br)
 	if expect >= directReadMin && cc.br.Buffered() == 0 {

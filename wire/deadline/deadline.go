@@ -1,8 +1,8 @@
 // Package deadline keeps a socket's deadline without re-arming it for
 // every request. Setting a deadline on a Go net.Conn updates a runtime
-// timer; on small requests that was about 1.5 % of a client's CPU. A
-// deadline at most a small slack earlier than the one asked for is kept
-// instead: the request may then time out up to slack early, never late.
+// timer, a visible share of the CPU a small request costs. A deadline at
+// most a small slack earlier than the one asked for is kept instead: the
+// request may then time out up to slack early, never late.
 // The node's writes and the client's exchanges both use it.
 package deadline
 

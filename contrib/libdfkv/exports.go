@@ -17,7 +17,7 @@ import (
 // Exports. Each one: preset the output slots to failure, defer guard (a
 // panic becomes DFKV_INTERNAL with a message, never a crash of the host),
 // turn C spans into Go slices, call the plain function in ops.go, write
-// the outputs. NB: the header declares `dfkv_client*` and `const` pointers;
+// the outputs. The header declares `dfkv_client*` and `const` pointers;
 // cgo cannot spell const, so the prototypes are hidden from this file by
 // DFKV_INTERNAL_NO_PROTOTYPES and the token travels as uintptr_t, which
 // has the same size and calling convention as a pointer on every platform
@@ -173,7 +173,6 @@ func (s *state) finish(statuses []C.int32_t, errs []error) C.int {
 	return s.ret(first)
 }
 
-// statusSlots views and presets the statuses array.
 // storedSlots presets a batch's stored-length outputs to 0 (whenever the
 // array and n are usable, even if the statuses array is not, so no slot
 // keeps a caller's stale value) and returns them; nil when there are none.
@@ -188,6 +187,7 @@ func storedSlots(p *C.uint64_t, n C.uint64_t) []C.uint64_t {
 	return sl
 }
 
+// statusSlots views and presets the statuses array.
 func statusSlots(p *C.int32_t, n C.uint64_t) ([]C.int32_t, error) {
 	if err := checkN(n, maxBatch, "batch"); err != nil {
 		return nil, err
@@ -571,7 +571,7 @@ func dfkv_get_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *
 		if local[i] != nil {
 			continue
 		}
-		// NB: a nil dst would make wire/client allocate; a bad buffer
+		// A nil dst would make wire/client allocate; a bad buffer
 		// therefore also drops the key so the item fails locally.
 		if dsts[i], local[i] = dstSpan(bp[i], bl[i], s.maxBlock); local[i] != nil {
 			ks[i] = nil

@@ -7,15 +7,15 @@
 // slot and ownership rule is documented there. This package only adapts it
 // to wire/client.
 //
-// Layout, following STYLE.md ("rdma/ and contrib/"): exports.go holds the
-// //export functions, each a thin wrapper that presets its output slots,
-// recovers panics into DFKV_INTERNAL and calls a plain Go function in
-// ops.go that returns an error wrapping a wire.Status; handle.go maps the
+// Layout: exports.go holds the //export functions, each a thin wrapper
+// that presets its output slots, recovers panics into DFKV_INTERNAL and
+// calls a plain Go function in ops.go that returns an error wrapping a
+// wire.Status; handle.go maps the
 // opaque dfkv_client tokens to client state with runtime/cgo.Handle, so no
 // Go pointer ever reaches C. status.c holds the one function written in C
 // (dfkv_status_name, which returns static strings).
 //
-// NB: C memory (keys, values, destination buffers) is viewed through
+// C memory (keys, values, destination buffers) is viewed through
 // unsafe.Slice only for the duration of a call; wire/client finishes every
 // goroutine of a batch before the call returns, so nothing keeps a view of
 // caller memory afterwards. The namespace is copied at open.

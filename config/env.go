@@ -72,10 +72,10 @@ func suggestEnv(name string) string {
 // the node on rather than tune it. Set to a true value, one asks a node
 // for something this build cannot do, and serving without it would
 // mislead (clients set up for RDMA would find TCP), so a node refuses to
-// start rather than serve without the RDMA transport it was asked for. Client
-// roles (ctl, bench, smoke) and false values get unknownEnv's warning
-// only: an engine's environment may carry the variable into a shell where
-// an operator runs ctl to look around.
+// start rather than serve without the RDMA transport it was asked for.
+// Client roles (ctl, bench, smoke) and false values get unknownEnv's
+// warning only: an engine's environment may carry the variable into a
+// shell where an operator runs ctl to look around.
 var notBuiltSwitches = []struct{ env, feature string }{
 	{"DFKV_RDMA", "the RDMA transport"},
 }

@@ -44,7 +44,7 @@ func readFile(path, from string) (map[string]any, error) {
 		}
 		return nil, fmt.Errorf("cannot decode config file %s: %w", path, err)
 	}
-	// NB: decoding into a map marks every key decoded, so md.Undecoded() is
+	// Decoding into a map marks every key decoded, so md.Undecoded() is
 	// always empty here; and decoding into a struct would match keys case-
 	// insensitively ("Listen" would pass for "listen"). So the keys the file
 	// holds (md.Keys(), in file order) are checked against the table directly.

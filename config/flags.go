@@ -13,9 +13,8 @@ import (
 // help shows the default and env name all the same. A switch's flag may
 // stand alone (--fill means --fill=true) or take its value after "="
 // (--fill=false); "--fill false" would leave "false" as an argument, as
-// with any boolean flag. Each call builds new
-// flags, since cli keeps state in them. An unknown role is a bug in the
-// caller and panics.
+// with any boolean flag. Each call builds new flags, since cli keeps state
+// in them. An unknown role is a bug in the caller and panics.
 func Flags(role string) []cli.Flag {
 	bit, ok := roleBit(role)
 	if !ok {

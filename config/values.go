@@ -166,7 +166,7 @@ func (v millisValue) set(c *Config, vals []string) error {
 	if err != nil {
 		return errors.New("is not a whole number of milliseconds")
 	}
-	// NB: refuse what time.Duration cannot hold rather than wrap around
+	// Refuse what time.Duration cannot hold rather than wrap around
 	// into a value that check would then judge.
 	if n > math.MaxInt64/int64(time.Millisecond) || n < math.MinInt64/int64(time.Millisecond) {
 		return errOutOfRange

@@ -10,7 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// Version and Commit are set at link time by scripts/build.sh
+// Version and Commit are set at link time
 // (-ldflags "-X github.com/dfkv/dfkv/roles/version.Version=…").
 var (
 	Version = "dev"

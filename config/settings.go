@@ -586,15 +586,15 @@ var otherEnv = []string{
 	"DFKV_WITH_URING", "DFKV_WITH_RDMA",
 }
 
-// notBuiltEnv lists the names the original dfkv uses for features this
-// build does not have yet (MDS legacy framing, RDMA, …). Setting one
-// is not a typo, but it does nothing yet, and Load says so in a warning
-// rather than letting an operator believe it took effect. When a feature
-// lands, its variable becomes a row above and leaves this list.
+// notBuiltEnv lists the variables of features this build does not have
+// yet (the RDMA transport, a legacy MDS framing). Setting one is not a
+// typo, but it does nothing yet, and Load says so in a warning rather than
+// letting an operator believe it took effect. When a feature lands, its
+// variable becomes a row above and leaves this list.
 var notBuiltEnv = []string{
-	// MDS legacy framing shim (the original dfkv's name): dfkv has no legacy peers.
+	// a legacy MDS framing: dfkv has no legacy peers.
 	"DFKV_MDS_ACCEPT_LEGACY",
-	// server (the original dfkv's names)
+	// the RDMA transport of a node
 	"DFKV_RDMA", "DFKV_RDMA_DEV", "DFKV_RDMA_NUMA", "DFKV_RDMA_MAX_BLOCK_BYTES", "DFKV_RDMA_OP_TIMEOUT_MS",
 	"DFKV_RDMA_BATCH_OP_TIMEOUT_MS", "DFKV_RDMA_RECV_SEGMENT_SIZE", "DFKV_RDMA_RECV_CHUNK_IDLE_MS",
 }

@@ -11,7 +11,7 @@ func TestUnknownEnv(t *testing.T) {
 		"DFKV_SERVER_LISTEN=127.0.0.1:1", // a setting
 		"DFKV_CLIENT_MEMBERS=a:1",        // a setting of another role: still known
 		"DFKV_CONFIG=/x.toml",            // the config file
-		"DFKV_RDMA_DEV=mlx5_0",           // the original dfkv's name for a feature to come: warned as not built
+		"DFKV_RDMA_DEV=mlx5_0",           // a feature not built yet: warned as such
 		"DFKV_LIBRARY=/lib/libdfkv.so",
 		"DFKV_LISTN=127.0.0.1:1", // typo
 		"DFKV_BOGUS",             // no '='

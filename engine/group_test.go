@@ -160,10 +160,10 @@ func TestNewGroupErrors(t *testing.T) {
 	}
 }
 
-// TestGroupCacheBatch: a batch spanning all disks gets each item's own
+// TestGroupPutBatch: a batch spanning all disks gets each item's own
 // result in its own slot, and a key repeated in the batch keeps its last
 // value.
-func TestGroupCacheBatch(t *testing.T) {
+func TestGroupPutBatch(t *testing.T) {
 	g := openGroup(t, threeDirs(t))
 	const n = 60
 	keys := make([]wire.BlockKey, 0, n+1)

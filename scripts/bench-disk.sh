@@ -27,8 +27,8 @@ echo "== fio on $dir"
 aio=$(fio_run --ioengine=libaio --iodepth=16 --numjobs=1)
 psync=$(fio_run --ioengine=psync --numjobs=16 --group_reporting)
 rm -f "$work/fio.dat"
-echo "== slab engine: BenchmarkRangeParallel16 (1 MiB GETs, 16 readers, O_DIRECT)"
-slab=$(TMPDIR="$work" go test -run XXX -bench 'RangeParallel16$' -benchtime 5s ./engine/slab/ |
-	awk '/^BenchmarkRangeParallel16/ {for (i=1;i<=NF;i++) if ($(i+1)=="MB/s") printf "%.3f", $i/1000}')
-printf '%-44s %8s GB/s\n' "fio randread 1M, libaio, iodepth 16" "$aio" "fio randread 1M, psync, 16 jobs" "$psync" "slab Range 1M, 16 readers" "$slab"
+echo "== slab engine: BenchmarkGetParallel16 (1 MiB GETs, 16 readers, O_DIRECT)"
+slab=$(TMPDIR="$work" go test -run XXX -bench 'GetParallel16$' -benchtime 5s ./engine/slab/ |
+	awk '/^BenchmarkGetParallel16/ {for (i=1;i<=NF;i++) if ($(i+1)=="MB/s") printf "%.3f", $i/1000}')
+printf '%-44s %8s GB/s\n' "fio randread 1M, libaio, iodepth 16" "$aio" "fio randread 1M, psync, 16 jobs" "$psync" "slab GET 1M, 16 readers" "$slab"
 awk -v s="$slab" -v a="$aio" -v p="$psync" 'BEGIN { printf "slab / fio libaio qd16: %.2f   slab / fio psync x16: %.2f\n", s/a, s/p }'

@@ -27,7 +27,7 @@ func benchModes(b *testing.B, fn func(b *testing.B, direct bool, size int)) {
 // measures overwrite: write, fdatasync, rename). The value comes from an
 // aligned pool buffer, as it does in the server, so the direct path writes
 // it without a bounce copy.
-func BenchmarkCache(b *testing.B) {
+func BenchmarkPut(b *testing.B) {
 	benchModes(b, func(b *testing.B, direct bool, size int) {
 		s := openStore(b, Options{Dir: b.TempDir(), CapacityBytes: 1 << 40, DirectIO: direct})
 		pool := iobuf.NewPool(size)
@@ -49,7 +49,7 @@ func BenchmarkCache(b *testing.B) {
 
 // BenchmarkRange reads whole size-byte values round-robin over 64 keys into
 // pooled buffers, as a GET does.
-func BenchmarkRange(b *testing.B) {
+func BenchmarkGet(b *testing.B) {
 	benchModes(b, func(b *testing.B, direct bool, size int) {
 		s := openStore(b, Options{Dir: b.TempDir(), CapacityBytes: 1 << 40, DirectIO: direct})
 		keys := benchKeys()

@@ -594,9 +594,9 @@ func TestFileDeletedBehindOurBack(t *testing.T) {
 	}
 }
 
-// TestSameKeyConcurrentCache: many writers of one key leave exactly one
+// TestSameKeyConcurrentPut: many writers of one key leave exactly one
 // complete value, and the index agrees with the file.
-func TestSameKeyConcurrentCache(t *testing.T) {
+func TestSameKeyConcurrentPut(t *testing.T) {
 	s := openStore(t, Options{Dir: t.TempDir(), CapacityBytes: 1 << 30, DirectIO: true})
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -682,12 +682,12 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
-// TestRemoveRacingCache: a Put of the same key that reaches its publish
+// TestRemoveRacingPut: a Put of the same key that reaches its publish
 // while a Remove is between its lookup and its rename must wait for the
 // Remove; otherwise the Remove would move the new file to trash and leave
 // the index pointing at nothing. The fault hook parks the Remove just
 // before its rename and gives the Put half a second to get in.
-func TestRemoveRacingCache(t *testing.T) {
+func TestRemoveRacingPut(t *testing.T) {
 	var (
 		armed     atomic.Bool
 		published = make(chan struct{}, 1)

@@ -118,10 +118,10 @@ func TestWriteBackPutAllocatesOneEntry(t *testing.T) {
 	}
 }
 
-// TestLookupMissAllocatesNothing: a key in neither RAM nor the backing is
+// TestExistMissAllocatesNothing: a key in neither RAM nor the backing is
 // answered with the bare wire.StatusNotFound, without an allocation (a
 // cache's EXISTs miss as often as they hit).
-func TestLookupMissAllocatesNothing(t *testing.T) {
+func TestExistMissAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under -race")
 	}

@@ -37,7 +37,7 @@ func benchStore(b *testing.B, direct bool) *Store {
 // write, record write, publish, old record cleared). The value sits in an
 // aligned pool buffer, as it does in the server, so the direct path needs
 // no bounce copy.
-func BenchmarkCache(b *testing.B) {
+func BenchmarkPut(b *testing.B) {
 	benchModes(b, func(b *testing.B, direct bool, size int) {
 		s := benchStore(b, direct)
 		pool := iobuf.NewPool(size)
@@ -57,7 +57,7 @@ func BenchmarkCache(b *testing.B) {
 
 // BenchmarkRange reads whole size-byte values round-robin over 64 keys into
 // pooled buffers, as a GET does.
-func BenchmarkRange(b *testing.B) {
+func BenchmarkGet(b *testing.B) {
 	benchModes(b, func(b *testing.B, direct bool, size int) {
 		s := benchStore(b, direct)
 		for i := range 64 {
@@ -77,11 +77,11 @@ func BenchmarkRange(b *testing.B) {
 	})
 }
 
-// BenchmarkRangeParallel16 is the GET target shape: 1 MiB values
+// BenchmarkGetParallel16 is the GET target shape: 1 MiB values
 // from disk (O_DIRECT, 256 MiB of them, so not one cache line of reuse) at
 // 16 concurrent readers. Compare with
 // fio --direct=1 --bs=1M --iodepth=16 --rw=randread on the same filesystem.
-func BenchmarkRangeParallel16(b *testing.B) {
+func BenchmarkGetParallel16(b *testing.B) {
 	const size, nkeys = 1 << 20, 256
 	s := benchStore(b, true)
 	for i := range nkeys {
@@ -230,7 +230,7 @@ func BenchmarkRebuild1M(b *testing.B) {
 }
 
 // BenchmarkRawPreadParallel16 is the same-run yardstick for
-// BenchmarkRangeParallel16: the same 1 MiB values on the same extent files,
+// BenchmarkGetParallel16: the same 1 MiB values on the same extent files,
 // read with bare O_DIRECT preads at 16 goroutines, without the store.
 func BenchmarkRawPreadParallel16(b *testing.B) {
 	const size, nkeys = 1 << 20, 256
@@ -263,9 +263,9 @@ func BenchmarkRawPreadParallel16(b *testing.B) {
 	})
 }
 
-// BenchmarkCacheBatch16 stores batches of 16 distinct 64 KiB values
+// BenchmarkPutBatch16 stores batches of 16 distinct 64 KiB values
 // (direct I/O), the shape of an engine's batch_set of one prefix.
-func BenchmarkCacheBatch16(b *testing.B) {
+func BenchmarkPutBatch16(b *testing.B) {
 	const size, items = 64 << 10, 16
 	s := benchStore(b, true)
 	buf := iobuf.AlignedSlice(size)
@@ -291,11 +291,11 @@ func BenchmarkCacheBatch16(b *testing.B) {
 	}
 }
 
-// BenchmarkRangeVerify1MiB is a GET of a 1 MiB value from disk (O_DIRECT,
+// BenchmarkGetVerify1MiB is a GET of a 1 MiB value from disk (O_DIRECT,
 // 256 MiB of values, one reader) with payload verification on and off:
 // the difference is what verification costs a GET. "range" reads the
 // first 64 KiB of the value, which with verification reads it all.
-func BenchmarkRangeVerify1MiB(b *testing.B) {
+func BenchmarkGetVerify1MiB(b *testing.B) {
 	const size, nkeys = 1 << 20, 256
 	s := benchStore(b, true)
 	for i := range nkeys {

@@ -229,11 +229,11 @@ func TestSwappedExtentsNeverServeAnotherKey(t *testing.T) {
 	}
 }
 
-// TestRangeOfCorruptValueNotServed: a range that does not cover the
+// TestGetOfCorruptValueNotServed: a range that does not cover the
 // flipped byte is refused too (the whole value is verified), and ranges
 // of intact values, across the pooled buffer's chunk boundaries, are
 // byte-exact.
-func TestRangeOfCorruptValueNotServed(t *testing.T) {
+func TestGetOfCorruptValueNotServed(t *testing.T) {
 	for _, direct := range []bool{true, false} {
 		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) {
 			dir := t.TempDir()

@@ -340,12 +340,12 @@ func TestConcurrentChurn(t *testing.T) {
 	t.Logf("%+v", st)
 }
 
-// TestCacheBatchConcurrent: a batch of distinct keys is written with
+// TestPutBatchConcurrent: a batch of distinct keys is written with
 // several payload writes in flight at once (the first write waits for a
 // second one to start; written one after another, it would wait in vain),
 // every item gets its own result (a bad item fails alone), and everything
 // stored reads back exact.
-func TestCacheBatchConcurrent(t *testing.T) {
+func TestPutBatchConcurrent(t *testing.T) {
 	var writes atomic.Int64
 	var overlapped atomic.Bool
 	second := make(chan struct{})

@@ -26,10 +26,10 @@ from .identity import *  # noqa: F401,F403
 from .identity import __all__ as _identity_all
 from .errors import (DfkvError, NotFound, InvalidArgument, QuotaExceeded, CacheFull, DfkvIOError,  # noqa: F401
                      Timeout, Unavailable, Unsupported, EpochMismatch, TooLarge, Internal, Status, error_for)
-from .client import Client, key_bytes  # noqa: F401
+from .client import Client, key_bytes, namespace_bytes  # noqa: F401
 
 __all__ = list(_identity_all) + [
     "DfkvError", "NotFound", "InvalidArgument", "QuotaExceeded", "CacheFull", "DfkvIOError", "Timeout",
     "Unavailable", "Unsupported", "EpochMismatch", "TooLarge", "Internal", "Status", "error_for",
-    "Client", "key_bytes",
+    "Client", "key_bytes", "namespace_bytes",
 ]

@@ -15,7 +15,7 @@ from .identity import NamespaceDescriptor
 
 Key = Union[bytes, bytearray, memoryview, str]
 
-__all__ = ["Client", "key_bytes"]
+__all__ = ["Client", "key_bytes", "namespace_bytes"]
 
 
 def key_bytes(key: Key) -> bytes:
@@ -28,6 +28,20 @@ def key_bytes(key: Key) -> bytes:
     if isinstance(key, (bytearray, memoryview)):
         return bytes(key)
     raise TypeError(f"object key must be bytes or str, not {type(key).__name__}")
+
+
+def namespace_bytes(namespace: Union[bytes, bytearray, memoryview, str, NamespaceDescriptor]) -> bytes:
+    """Namespace bytes: a NamespaceDescriptor encoded (its canonical
+    DFKVNS form), bytes-like as given (NUL bytes included), str as UTF-8,
+    which is what `dfkv ctl --namespace NAME` sends for the same text.
+    Anything else is a TypeError (bytes(5) would be five NUL bytes)."""
+    if isinstance(namespace, NamespaceDescriptor):
+        return namespace.encode()
+    if isinstance(namespace, str):
+        return namespace.encode("utf-8")
+    if isinstance(namespace, (bytes, bytearray, memoryview)):
+        return bytes(namespace)
+    raise TypeError(f"namespace must be bytes, str or a NamespaceDescriptor, not {type(namespace).__name__}")
 
 
 def _key_arrays(keys: Sequence[Key]):
@@ -44,8 +58,13 @@ class Client:
     """A dfkv client on one namespace.
 
     ``members`` is a "host:port,host:port" string or a list of addresses;
-    ``namespace`` is bytes or a NamespaceDescriptor (encoded here). Safe to
-    share between threads: every call releases the GIL inside libdfkv.
+    ``namespace`` is the namespace's bytes (any bytes: a plain name such as
+    b"my-namespace" is enough; str is taken as UTF-8, as `dfkv ctl
+    --namespace` takes its argument) or a NamespaceDescriptor, which is
+    encoded here into the canonical form the engine connectors use. Two
+    clients share blocks exactly when their namespace bytes are equal.
+    Safe to share between threads: every call releases the GIL inside
+    libdfkv.
 
     Errors raise a DfkvError subclass per status (NotFound, InvalidArgument,
     Unavailable, TooLarge, ...) whose message is libdfkv's last error. Batch
@@ -55,15 +74,14 @@ class Client:
     documents this), the status never does.
     """
 
-    def __init__(self, members: Union[str, Sequence[str], None], namespace: Union[bytes, NamespaceDescriptor], *,
+    def __init__(self, members: Union[str, Sequence[str], None],
+                 namespace: Union[bytes, bytearray, memoryview, str, NamespaceDescriptor], *,
                  mds: Union[str, Sequence[str], None] = None, group: Optional[str] = None,
                  batch_concurrency: int = 0, pool_size: int = 0, timeout_ms: int = 0, dial_timeout_ms: int = 0,
                  max_block_bytes: int = 0, library: Optional[str] = None) -> None:
         self._h: Optional[int] = None
         self._lib = _lib.load(library)
-        if isinstance(namespace, NamespaceDescriptor):
-            namespace = namespace.encode()
-        ns = bytes(namespace)
+        ns = namespace_bytes(namespace)
         self.namespace = ns
 
         def join(v):

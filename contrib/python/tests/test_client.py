@@ -3,6 +3,7 @@ scripts/test-contrib.sh (three nodes)."""
 
 import array
 import os
+import subprocess
 import threading
 import time
 import unittest
@@ -271,6 +272,63 @@ class ClientTest(unittest.TestCase):
         [t.start() for t in ts]
         [t.join() for t in ts]
         self.assertEqual(wrong[:3], [], f"{len(wrong)} of 2,400 messages belonged to another thread")
+
+
+class NamespaceTest(unittest.TestCase):
+    """The namespace is bytes, as in the Go client and the C ABI: a plain
+    name works, and equal bytes (however given) address the same blocks."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.members = members()
+
+    def test_plain_bytes_namespace_and_its_other_spellings(self):
+        name = "plain-" + uuid.uuid4().hex
+        key = b"ns/key"
+        a = dfkv.Client(self.members, name.encode())
+        self.addCleanup(a.close)
+        self.assertEqual(a.namespace, name.encode())
+        a.put(key, b"seen by equal namespace bytes")
+        for spelling in (name, bytearray(name.encode()), memoryview(name.encode())):
+            with self.subTest(type(spelling).__name__):
+                b = dfkv.Client(self.members, spelling)
+                self.addCleanup(b.close)
+                self.assertEqual(b.namespace, name.encode())
+                self.assertEqual(bytes(b.get(key)), b"seen by equal namespace bytes")
+        other = dfkv.Client(self.members, name.encode() + b"\x00")  # NUL bytes are namespace bytes
+        self.addCleanup(other.close)
+        self.assertIsNone(other.get(key))
+        desc = ns("namespace")
+        d = dfkv.Client(self.members, desc)
+        self.addCleanup(d.close)
+        self.assertEqual(d.namespace, desc.encode())
+
+    def test_other_types_are_refused(self):
+        # bytes(5) is five NUL bytes: an int must not become a namespace.
+        for bad in (5, None, [b"ns"]):
+            with self.subTest(repr(bad)):
+                with self.assertRaises(TypeError) as cm:
+                    dfkv.Client(self.members, bad)
+                self.assertIn("namespace must be bytes, str or a NamespaceDescriptor", str(cm.exception))
+
+    def test_same_blocks_as_dfkv_ctl(self):
+        # `dfkv ctl --namespace NAME` sends NAME's bytes: a Python client on
+        # those bytes reads what the CLI wrote, and the CLI what it wrote.
+        binary = os.environ.get("DFKV_BIN")
+        if not binary:
+            self.skipTest("DFKV_BIN is not set: run scripts/test-contrib.sh")
+        name = "ctl-" + uuid.uuid4().hex
+        ctl = [binary, "ctl", "--members", ",".join(self.members), "--namespace", name]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DFKV_")}
+        out = subprocess.run(ctl + ["put", "from-cli", "-"], input=b"written by dfkv ctl", env=env,
+                             capture_output=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        c = dfkv.Client(self.members, name.encode())
+        self.addCleanup(c.close)
+        self.assertEqual(bytes(c.get(b"from-cli")), b"written by dfkv ctl")
+        c.put(b"from-python", b"written by dfkv.Client")
+        out = subprocess.run(ctl + ["get", "from-python"], env=env, capture_output=True, timeout=60)
+        self.assertEqual((out.returncode, out.stdout), (0, b"written by dfkv.Client"), out.stderr)
 
 
 class LibraryTest(unittest.TestCase):

@@ -180,5 +180,17 @@ class DescriptorProperties(unittest.TestCase):
             ident.decode_namespace(d.encode() + b"\x00")
 
 
+class PackageExports(unittest.TestCase):
+    def test_dfkv_exports_every_identity_name(self):
+        # dfkv/__init__.py lists the identity names one by one; a name added
+        # to identity.__all__ must be added there too.
+        import dfkv
+        self.assertEqual([n for n in ident.__all__ if n not in dfkv.__all__], [])
+        for n in dfkv.__all__:
+            self.assertTrue(hasattr(dfkv, n), n)
+        for n in ident.__all__:
+            self.assertIs(getattr(dfkv, n), getattr(ident, n), n)
+
+
 if __name__ == "__main__":
     unittest.main()

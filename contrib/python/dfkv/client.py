@@ -66,6 +66,32 @@ class Client:
     Safe to share between threads: every call releases the GIL inside
     libdfkv.
 
+    Names follow the C ABI (dfkv.h) and `dfkv ctl`: the C function
+    dfkv_<name> is the method <name>, and the CLI verbs put, get, exist and
+    rm are methods too. Where this package first used other names, those
+    stay as aliases:
+
+        C ABI / CLI                     method (alias)
+        dfkv_put, ctl put               put
+        ctl get                         get (a new bytearray, None on a miss)
+        dfkv_get                        get_into (into a caller buffer)
+        dfkv_get_range                  get_range
+        dfkv_exist, ctl exist           exist (exists), stored_length
+        dfkv_remove, ctl rm             remove (rm)
+        dfkv_put_sg, dfkv_get_sg        put_sg, get_sg
+        dfkv_put_batch                  put_batch (batch_put)
+        dfkv_get_batch                  get_batch (batch_get_into)
+        dfkv_exist_batch                exist_batch (batch_exist)
+        dfkv_remove_batch               remove_batch (batch_remove)
+        dfkv_put_batch_sg               put_batch_sg (batch_put_sg)
+        dfkv_get_batch_sg               get_batch_sg (batch_get_sg)
+        dfkv_get_batch_range_sg         get_batch_range_sg (batch_get_range_sg)
+        dfkv_exist_prefix               exist_prefix
+        dfkv_stats, dfkv_close          stats, close
+
+    batch_get (values as new bytearrays) and batch_exists (bools) have no
+    C counterpart.
+
     Errors raise a DfkvError subclass per status (NotFound, InvalidArgument,
     Unavailable, TooLarge, ...) whose message is libdfkv's last error. Batch
     calls never raise for per-item failures: they return per-item statuses.
@@ -229,11 +255,17 @@ class Client:
             self._raise(rc, "exist")
         return stored.value
 
-    def exists(self, key: Key) -> bool:
+    def exist(self, key: Key) -> bool:
+        """True when key is stored, False when it is not (dfkv_exist,
+        `dfkv ctl exist`)."""
         return self.stored_length(key) is not None
 
+    def exists(self, key: Key) -> bool:
+        """Alias of exist(), the name this package used first."""
+        return self.exist(key)
+
     def remove(self, key: Key) -> bool:
-        """Remove key; False when it was not stored."""
+        """Remove key; False when it was not stored (dfkv_remove)."""
         h, k = self._handle(), key_bytes(key)
         rc = self._lib.dfkv_remove(h, k, len(k))
         if rc == Status.NOT_FOUND:
@@ -241,6 +273,10 @@ class Client:
         if rc:
             self._raise(rc, "remove")
         return True
+
+    def rm(self, key: Key) -> bool:
+        """Alias of remove(), named like `dfkv ctl rm`."""
+        return self.remove(key)
 
     # -- scatter-gather --------------------------------------------------
 
@@ -401,11 +437,45 @@ class Client:
         return [Status(s) for s in st], list(stored)
 
     def batch_remove(self, keys: Sequence[Key]) -> List[Status]:
+        """Remove keys[i]; one Status per item (NOT_FOUND when not stored)."""
         h = self._handle()
         n, karr, klens, keep = _key_arrays(keys)
         st = (c_int32 * n)()
         self._lib.dfkv_remove_batch(h, n, karr, klens, st)
         return [Status(s) for s in st]
+
+    # The batch calls under their C names (dfkv_<op>_batch[_sg]); the
+    # batch_<op> names above came first and stay.
+
+    def put_batch(self, keys: Sequence[Key], values: Sequence[Any]) -> List[Status]:
+        """dfkv_put_batch: batch_put under its C name."""
+        return self.batch_put(keys, values)
+
+    def get_batch(self, keys: Sequence[Key], bufs: Sequence[Any]) -> Tuple[List[Status], List[int]]:
+        """dfkv_get_batch: batch_get_into under its C name (reads into
+        caller buffers; batch_get allocates the values)."""
+        return self.batch_get_into(keys, bufs)
+
+    def exist_batch(self, keys: Sequence[Key]) -> Tuple[List[Status], List[int]]:
+        """dfkv_exist_batch: batch_exist under its C name."""
+        return self.batch_exist(keys)
+
+    def remove_batch(self, keys: Sequence[Key]) -> List[Status]:
+        """dfkv_remove_batch: batch_remove under its C name."""
+        return self.batch_remove(keys)
+
+    def put_batch_sg(self, keys: Sequence[Key], items: Sequence[Sequence[Any]]) -> List[Status]:
+        """dfkv_put_batch_sg: batch_put_sg under its C name."""
+        return self.batch_put_sg(keys, items)
+
+    def get_batch_sg(self, keys: Sequence[Key], items: Sequence[Sequence[Any]]) -> Tuple[List[Status], List[int]]:
+        """dfkv_get_batch_sg: batch_get_sg under its C name."""
+        return self.batch_get_sg(keys, items)
+
+    def get_batch_range_sg(self, keys: Sequence[Key], offsets: Sequence[int],
+                           items: Sequence[Sequence[Any]]) -> Tuple[List[Status], List[int]]:
+        """dfkv_get_batch_range_sg: batch_get_range_sg under its C name."""
+        return self.batch_get_range_sg(keys, offsets, items)
 
     def exist_prefix(self, keys: Sequence[Key], *, raise_on_error: bool = False) -> int:
         """How many consecutive keys from keys[0] are stored (one parallel

@@ -31,6 +31,26 @@ class HeaderTest(unittest.TestCase):
         for (ctype, name), (pname, ptype) in zip(fields, ClientOptionsV2._fields_):
             self.assertEqual(ctypes_of[ctype], ptype.__name__, name)
 
+    def test_every_function_is_a_client_method_of_its_name(self):
+        # dfkv_<name> is Client.<name>, so C examples translate word for
+        # word; open is the constructor and the error helpers are internal.
+        from dfkv import Client
+        functions = re.findall(r"^\w[\w ]*?\**\s*\bdfkv_(\w+)\(", self.h, re.M)
+        self.assertIn("exist_prefix", functions)
+        internal = {"open_v2", "last_error", "status_name"}
+        missing = [f for f in functions if f not in internal and not callable(getattr(Client, f, None))]
+        self.assertEqual(missing, [], "dfkv.h functions with no Client method of the same name")
+
+    def test_cli_verbs_are_client_methods(self):
+        # `dfkv ctl` verbs that act on keys (roles/ctl) are methods too.
+        from dfkv import Client
+        with open(repo_file("roles", "ctl", "ctl.go"), encoding="utf-8") as f:
+            verbs = re.search(r'var maxArgs = map\[string\]int\{(.*?)\}', f.read()).group(1)
+        key_verbs = [v for v, n in re.findall(r'"(\w+)": (\d+)', verbs) if int(n) > 0]
+        self.assertEqual(sorted(key_verbs), ["exist", "get", "put", "rm"])
+        for v in key_verbs:
+            self.assertTrue(callable(getattr(Client, v, None)), v)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -46,6 +46,39 @@ class ClientTest(unittest.TestCase):
                 self.assertEqual(bytes(dst), want)
                 self.assertEqual(c.stored_length(k), len(want))
 
+    def test_exist_and_rm_with_their_aliases(self):
+        # exist/rm are the C and CLI names; exists/remove the earlier ones.
+        c = self.c
+        for exist, rm in ((c.exist, c.rm), (c.exists, c.remove), (c.exist, c.remove), (c.exists, c.rm)):
+            with self.subTest(f"{exist.__name__}/{rm.__name__}"):
+                c.put(b"alias/k", b"v")
+                self.assertIs(exist(b"alias/k"), True)
+                self.assertIs(rm(b"alias/k"), True)
+                self.assertIs(exist(b"alias/k"), False)
+                self.assertIs(rm(b"alias/k"), False)
+                self.assertIsNone(c.get(b"alias/k"))
+
+    def test_batch_calls_under_their_c_names(self):
+        c = self.c
+        keys = [b"cname/0", b"cname/1", b"cname/missing"]
+        c.rm(keys[2])
+        self.assertEqual(c.put_batch(keys[:2], [b"zero", b"one!"]), [Status.OK, Status.OK])
+        bufs = [bytearray(8) for _ in keys]
+        st, stored = c.get_batch(keys, bufs)
+        self.assertEqual((st, stored), ([Status.OK, Status.OK, Status.NOT_FOUND], [4, 4, 0]))
+        self.assertEqual([bytes(b[:n]) for b, n in zip(bufs, stored)], [b"zero", b"one!", b""])
+        self.assertEqual(c.exist_batch(keys), ([Status.OK, Status.OK, Status.NOT_FOUND], [4, 4, 0]))
+        self.assertEqual(c.exist_batch(keys), c.batch_exist(keys))
+        self.assertEqual(c.put_batch_sg(keys[:2], [[b"ab", b"cd"], [b"e"]]), [Status.OK, Status.OK])
+        x, y, z = bytearray(3), bytearray(1), bytearray(1)
+        self.assertEqual(c.get_batch_sg(keys[:2], [[x, y], [z]]), ([Status.OK, Status.OK], [4, 1]))
+        self.assertEqual(bytes(x + y + z), b"abcde")
+        r = bytearray(2)
+        self.assertEqual(c.get_batch_range_sg(keys[:1], [1], [[r]]), ([Status.OK], [4]))
+        self.assertEqual(bytes(r), b"bc")
+        self.assertEqual(c.remove_batch(keys), [Status.OK, Status.OK, Status.NOT_FOUND])
+        self.assertEqual(c.batch_remove(keys), [Status.NOT_FOUND] * 3)
+
     def test_get_into_memoryview_slice_writes_in_place(self):
         self.c.put(b"slice", b"abcd")
         big = bytearray(b"........")

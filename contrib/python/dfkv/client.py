@@ -10,7 +10,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
 from ._buffers import Pinned
-from .errors import InvalidArgument, Status, error_for
+from .errors import InvalidArgument, Status, error_for, unreachable_error
 from .identity import NamespaceDescriptor
 
 Key = Union[bytes, bytearray, memoryview, str]
@@ -95,9 +95,19 @@ class Client:
     Errors raise a DfkvError subclass per status (NotFound, InvalidArgument,
     Unavailable, TooLarge, ...) whose message is libdfkv's last error. Batch
     calls never raise for per-item failures: they return per-item statuses.
-    NB: the last-error text is per handle; with one Client shared by many
-    threads, a message may belong to a concurrent failure (libdfkv
-    documents this), the status never does.
+
+    A missing key is an answer, not an error: get and stored_length return
+    None, exist returns False (get_into, get_range and get_sg, which fill a
+    caller's buffer, raise NotFound). A node that cannot be reached is an
+    error: the one-key reads raise Unavailable (Timeout when it did not
+    answer in time) naming the node, as writes do. libdfkv itself answers
+    such reads as misses (dfkv.h, "Unreachable nodes"), which is what an
+    engine wants, and so do this class's batch reads (the item's status is
+    NOT_FOUND) and exist_prefix (the count stops there); the engine
+    connectors also turn every failure into a miss, with a log line.
+    libdfkv keeps the last-error text per handle and calling thread, so
+    with one Client shared by many threads each failure's message (and
+    the unreachable-or-missing decision made from it) is the call's own.
     """
 
     def __init__(self, members: Union[str, Sequence[str], None],
@@ -160,6 +170,15 @@ class Client:
     def _raise(self, rc: int, what: str):
         raise error_for(rc, f"{what}: {self._last_error(self._h)}")
 
+    def _check_miss(self, what: str) -> None:
+        """After a one-key read returned NOT_FOUND: return when the key is
+        not stored; raise Unavailable or Timeout when libdfkv answered an
+        unreachable node as a miss. The last error is kept per thread, so
+        it is this call's."""
+        err = unreachable_error(what, self._last_error(self._h))
+        if err is not None:
+            raise err
+
     def close(self) -> None:
         """Close the client; later calls raise InvalidArgument. Idempotent."""
         with self._close_lock:
@@ -192,16 +211,18 @@ class Client:
 
     def get_into(self, key: Key, buf: Any) -> int:
         """Read key's whole value into buf (writable buffer or CPU tensor) and
-        return its stored length. Raises NotFound on a miss and TooLarge when
-        buf is smaller than the value (buf then holds its first bytes)."""
+        return its stored length. Raises NotFound on a miss, TooLarge when
+        buf is smaller than the value (buf then holds its first bytes), and
+        Unavailable or Timeout when the node cannot be reached."""
         h, k = self._handle(), key_bytes(key)
         stored = c_uint64()
         with Pinned() as p:
             addr, n = p.addr(buf, True, "destination")
             rc = self._lib.dfkv_get(h, k, len(k), addr, n, byref(stored))
         if rc == Status.NOT_FOUND:
-            # A miss is the common answer, not a failure to explain: name
-            # the key without a second call into libdfkv for the message.
+            self._check_miss(f"get_into {key!r}")
+            # A miss is the common answer, not a failure to explain: the
+            # key is enough.
             raise error_for(rc, f"get_into {key!r}: not stored")
         if rc == Status.TOO_LARGE:
             raise error_for(rc, f"get_into {key!r}: destination buffer smaller than the stored value "
@@ -211,9 +232,10 @@ class Client:
         return stored.value
 
     def get(self, key: Key) -> Optional[bytearray]:
-        """The value of key as a new bytearray, or None on a miss. One round
-        trip when the value is no larger than the last one this thread read,
-        else two."""
+        """The value of key as a new bytearray, or None when it is not
+        stored. Raises Unavailable or Timeout when the node holding it
+        cannot be reached. One round trip when the value is no larger than
+        the last one this thread read, else two."""
         h, k = self._handle(), key_bytes(key)
         stored = c_uint64()
         hint = self._get_hint
@@ -227,37 +249,45 @@ class Client:
                 del buf[stored.value:]
                 return buf
             if rc == Status.NOT_FOUND:
+                self._check_miss(f"get {key!r}")
                 return None
             if rc != Status.TOO_LARGE:
-                self._raise(rc, "get")
+                self._raise(rc, f"get {key!r}")
             hint.n = stored.value
         self._raise(rc, "get (value kept growing)")
 
     def get_range(self, key: Key, offset: int, length: int, buf: Any) -> Tuple[int, int]:
-        """Read length bytes at offset into buf; returns (bytes_read, stored_length)."""
+        """Read length bytes at offset into buf; returns (bytes_read,
+        stored_length). Raises NotFound on a miss, Unavailable or Timeout
+        when the node cannot be reached."""
         h, k = self._handle(), key_bytes(key)
         nread, stored = c_uint64(), c_uint64()
         with Pinned() as p:
             addr, n = p.addr(buf, True, "destination")
             rc = self._lib.dfkv_get_range(h, k, len(k), offset, length, addr, n, byref(nread), byref(stored))
+        if rc == Status.NOT_FOUND:
+            self._check_miss(f"get_range {key!r}")
         if rc:
-            self._raise(rc, "get_range")
+            self._raise(rc, f"get_range {key!r}")
         return nread.value, stored.value
 
     def stored_length(self, key: Key) -> Optional[int]:
-        """The stored length of key, or None on a miss."""
+        """The stored length of key, or None when it is not stored. Raises
+        Unavailable or Timeout when the node holding it cannot be reached."""
         h, k = self._handle(), key_bytes(key)
         stored = c_uint64()
         rc = self._lib.dfkv_exist(h, k, len(k), byref(stored))
         if rc == Status.NOT_FOUND:
+            self._check_miss(f"exist {key!r}")
             return None
         if rc:
-            self._raise(rc, "exist")
+            self._raise(rc, f"exist {key!r}")
         return stored.value
 
     def exist(self, key: Key) -> bool:
         """True when key is stored, False when it is not (dfkv_exist,
-        `dfkv ctl exist`)."""
+        `dfkv ctl exist`). Raises Unavailable or Timeout when the node
+        holding it cannot be reached."""
         return self.stored_length(key) is not None
 
     def exists(self, key: Key) -> bool:
@@ -298,14 +328,18 @@ class Client:
             self._raise(rc, "put_sg")
 
     def get_sg(self, key: Key, bufs: Sequence[Any]) -> int:
-        """Fill bufs in order from key's value; returns the stored length."""
+        """Fill bufs in order from key's value; returns the stored length.
+        Raises NotFound on a miss, Unavailable or Timeout when the node
+        cannot be reached."""
         h, k = self._handle(), key_bytes(key)
         stored = c_uint64()
         with Pinned() as p:
             n, addrs, lens = self._sg(bufs, True, p)
             rc = self._lib.dfkv_get_sg(h, k, len(k), n, addrs, lens, byref(stored))
+        if rc == Status.NOT_FOUND:
+            self._check_miss(f"get_sg {key!r}")
         if rc:
-            self._raise(rc, "get_sg")
+            self._raise(rc, f"get_sg {key!r}")
         return stored.value
 
     # -- batch -----------------------------------------------------------
@@ -342,7 +376,8 @@ class Client:
         return [Status(s) for s in st], list(stored)
 
     def batch_exist(self, keys: Sequence[Key]) -> Tuple[List[Status], List[int]]:
-        """Per-item (status, stored length): OK or NOT_FOUND, or the error."""
+        """Per-item (status, stored length): OK or NOT_FOUND, or the error.
+        An unreachable node's items are NOT_FOUND, as libdfkv answers them."""
         h = self._handle()
         n, karr, klens, keep = _key_arrays(keys)
         st = (c_int32 * n)()
@@ -480,8 +515,9 @@ class Client:
     def exist_prefix(self, keys: Sequence[Key], *, raise_on_error: bool = False) -> int:
         """How many consecutive keys from keys[0] are stored (one parallel
         lookup, cut at the first miss; an unreachable node's keys are
-        misses). Another error (an invalid key, a node answering with an
-        error) also cuts the count; with raise_on_error it raises instead."""
+        misses, even with raise_on_error). Another error (an invalid key, a
+        node answering with an error) also cuts the count; with
+        raise_on_error it raises instead."""
         h = self._handle()
         n, karr, klens, keep = _key_arrays(keys)
         hits = c_uint64()

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import enum
-from typing import Dict, Type
+import re
+from typing import Dict, Optional, Type
 
 
 class Status(enum.IntEnum):
@@ -24,9 +25,12 @@ class Status(enum.IntEnum):
 
 class DfkvError(Exception):
     """A failed dfkv call. ``status`` is the Status; the message is
-    libdfkv's last-error text, naming what failed."""
+    libdfkv's last-error text, naming what failed. ``address`` is the node
+    that could not be reached when the client knows it (a read of an
+    unreachable node), else None."""
 
     status = Status.INTERNAL
+    address: Optional[str] = None
 
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
@@ -104,3 +108,29 @@ def error_for(status: int, message: str) -> DfkvError:
     if message.endswith(": " + name):
         message = message[: -len(name) - 2]
     return cls(f"{name}: {message}" if message else name, status)
+
+
+# libdfkv answers a read (get, exist and their forms) of a node it cannot
+# reach with DFKV_NOT_FOUND, as engines want, and says so in the last
+# error, which dfkv.h promises contains "unreachable, answered as a miss"
+# (wire/client words it "dfkv node ADDR unreachable, answered as a miss:
+# CAUSE").
+UNREACHABLE_MARK = "unreachable, answered as a miss"
+_UNREACHABLE = re.compile(r"dfkv node (\S+) unreachable, answered as a miss: (.*)", re.S)
+
+
+def unreachable_error(what: str, message: str) -> Optional[DfkvError]:
+    """For the last error of a read that returned NOT_FOUND: None when it
+    was a real miss; when libdfkv answered an unreachable node as a miss,
+    the error a write there raises: Timeout when the node did not answer in
+    time, else Unavailable, naming the node (also in ``address``) and the
+    cause."""
+    if UNREACHABLE_MARK not in message:
+        return None
+    m = _UNREACHABLE.search(message)
+    addr, cause = (m.group(1), m.group(2)) if m else (None, message)
+    status = Status.TIMEOUT if cause.endswith(": " + Status.TIMEOUT.name) else Status.UNAVAILABLE
+    node = f"dfkv node {addr}" if addr else "a dfkv node"
+    err = error_for(status, f"{what}: {node} could not be reached, so whether the key is stored is unknown: {cause}")
+    err.address = addr
+    return err

@@ -51,6 +51,41 @@ class HeaderTest(unittest.TestCase):
         for v in key_verbs:
             self.assertTrue(callable(getattr(Client, v, None)), v)
 
+    def test_the_unreachable_read_wording_is_the_headers(self):
+        # The client tells an unreachable node from a miss by this phrase
+        # of the last error, which dfkv.h documents.
+        from dfkv.errors import UNREACHABLE_MARK
+        self.assertIn(f'the last error says "{UNREACHABLE_MARK}"', " ".join(self.h.replace("*", " ").split()))
+
+
+class UnreachableErrorTest(unittest.TestCase):
+    """dfkv.errors.unreachable_error on wire/client's wording."""
+
+    def test_a_real_miss_is_none(self):
+        from dfkv.errors import unreachable_error
+        self.assertIsNone(unreachable_error("get b'k'", "NOT_FOUND"))
+        self.assertIsNone(unreachable_error("get b'k'", "item 3: dfkv node 10.0.0.1:7600: not found: NOT_FOUND"))
+
+    def test_refused_is_unavailable_naming_the_node(self):
+        import dfkv
+        from dfkv.errors import unreachable_error
+        e = unreachable_error("get b'k'", "dfkv node 10.0.0.1:7600 unreachable, answered as a miss: connect to dfkv "
+                              "node 10.0.0.1:7600: dial tcp 10.0.0.1:7600: connect: connection refused: UNAVAILABLE")
+        self.assertIsInstance(e, dfkv.Unavailable)
+        self.assertEqual((e.status, e.address), (Status.UNAVAILABLE, "10.0.0.1:7600"))
+        self.assertEqual(str(e), "UNAVAILABLE: get b'k': dfkv node 10.0.0.1:7600 could not be reached, so whether "
+                                 "the key is stored is unknown: connect to dfkv node 10.0.0.1:7600: dial tcp "
+                                 "10.0.0.1:7600: connect: connection refused")
+
+    def test_a_deadline_is_timeout(self):
+        import dfkv
+        from dfkv.errors import unreachable_error
+        e = unreachable_error("exist b'k'", "dfkv node [::1]:7600 unreachable, answered as a miss: dfkv node "
+                              "[::1]:7600: read tcp [::1]:5->[::1]:7600: i/o timeout: TIMEOUT")
+        self.assertIsInstance(e, dfkv.Timeout)
+        self.assertEqual((e.status, e.address), (Status.TIMEOUT, "[::1]:7600"))
+        self.assertTrue(str(e).startswith("TIMEOUT: exist b'k': dfkv node [::1]:7600 could not be reached"), str(e))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -458,6 +458,126 @@ class NodeFailureTest(unittest.TestCase):
         self.assertIn(self.a.addr, str(cm.exception))
 
 
+class UnreachableNodeTest(unittest.TestCase):
+    """A one-key read of a node that cannot be reached raises Unavailable
+    (or Timeout) naming the node; a key the node does not hold is None or
+    False. libdfkv answers both as DFKV_NOT_FOUND; the client tells them
+    apart."""
+
+    def assert_unreachable(self, fn, addr, what):
+        with self.assertRaises((dfkv.Unavailable, dfkv.Timeout)) as cm:
+            fn()
+        e = cm.exception
+        self.assertNotIsInstance(e, dfkv.NotFound)
+        self.assertIsInstance(e, dfkv.DfkvError)
+        self.assertIn(e.status, (Status.UNAVAILABLE, Status.TIMEOUT))
+        self.assertEqual(e.address, addr)
+        self.assertIn(f"{what}: dfkv node {addr} could not be reached", str(e))
+        self.assertNotIn("answered as a miss", str(e))
+        return e
+
+    def one_key_reads(self, c, key):
+        """{method: (the call its message names, a call of it on key)}."""
+        return {
+            "get": ("get", lambda: c.get(key)),
+            "exist": ("exist", lambda: c.exist(key)),
+            "exists": ("exist", lambda: c.exists(key)),
+            "stored_length": ("exist", lambda: c.stored_length(key)),
+            "get_into": ("get_into", lambda: c.get_into(key, bytearray(64))),
+            "get_range": ("get_range", lambda: c.get_range(key, 0, 1, bytearray(64))),
+            "get_sg": ("get_sg", lambda: c.get_sg(key, [bytearray(64)])),
+        }
+
+    def test_nothing_listening(self):
+        # A bound socket that never listens: connecting is refused, and no
+        # other process can take the port during the test.
+        import socket
+        hold = socket.socket()
+        self.addCleanup(hold.close)
+        hold.bind(("127.0.0.1", 0))
+        addr = "127.0.0.1:%d" % hold.getsockname()[1]
+        c = dfkv.Client(addr, b"unreachable", timeout_ms=2000, dial_timeout_ms=500)
+        self.addCleanup(c.close)
+        # Twice: the first call dials, the second falls in the back-off window.
+        for attempt in range(2):
+            for name, (call, fn) in self.one_key_reads(c, b"k").items():
+                with self.subTest(f"{name} #{attempt}"):
+                    e = self.assert_unreachable(fn, addr, f"{call} b'k'")
+                    self.assertIsInstance(e, dfkv.Unavailable)
+                    self.assertIsInstance(e, ConnectionError)
+                    if attempt == 0 and name == "get":
+                        self.assertIn("connection refused", str(e))
+        # Batch reads and exist_prefix keep libdfkv's miss answer.
+        self.assertEqual(c.batch_exist([b"k"]), ([Status.NOT_FOUND], [0]))
+        self.assertEqual(c.batch_get([b"k"]), [None])
+        self.assertEqual(c.exist_prefix([b"k"], raise_on_error=True), 0)
+        # Writes raised Unavailable before and still do.
+        with self.assertRaises(dfkv.Unavailable):
+            c.put(b"k", b"v")
+
+    def test_stopped_node_versus_missing_key(self):
+        a, b = Server(), Server()
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+        c = dfkv.Client([a.addr, b.addr], ns("unreachable"), timeout_ms=3000, dial_timeout_ms=500)
+        self.addCleanup(c.close)
+        ring = dfkv.Ring([(a.addr, 1), (b.addr, 1)])
+        keys = [f"down/{i}".encode() for i in range(64)]
+        owner = [(a.addr, b.addr)[ring.get(dfkv.block_key(c.namespace, k).route_hash)] for k in keys]
+        on_a = [k for k, o in zip(keys, owner) if o == a.addr]
+        on_b = [k for k, o in zip(keys, owner) if o == b.addr]
+        self.assertTrue(len(on_a) >= 2 and len(on_b) >= 2, "keys must span both nodes")
+        stored_a, missing_a = on_a[0], on_a[1]
+        stored_b, missing_b = on_b[0], on_b[1]
+        c.put(stored_a, b"on a")
+        c.put(stored_b, b"on b")
+        # Both nodes up: a missing key is None/False wherever it lives.
+        for k in (missing_a, missing_b):
+            self.assertIsNone(c.get(k))
+            self.assertIs(c.exist(k), False)
+            self.assertIsNone(c.stored_length(k))
+            with self.assertRaises(dfkv.NotFound):
+                c.get_into(k, bytearray(8))
+        self.assertEqual(bytes(c.get(stored_a)), b"on a")
+        a.kill()
+        # a is down: its keys, stored or not, are unknown, not missing.
+        for k in (stored_a, missing_a):
+            for name, (call, fn) in self.one_key_reads(c, k).items():
+                with self.subTest(f"{name} {k!r}"):
+                    self.assert_unreachable(fn, a.addr, f"{call} {k!r}")
+        # b is up: the same calls answer as before.
+        self.assertEqual(bytes(c.get(stored_b)), b"on b")
+        self.assertIs(c.exist(stored_b), True)
+        self.assertIsNone(c.get(missing_b))
+        self.assertIs(c.exist(missing_b), False)
+        with self.assertRaises(dfkv.NotFound) as cm:
+            c.get_into(missing_b, bytearray(8))
+        self.assertIsNone(cm.exception.address)
+        # A real miss right after an unreachable read on this thread is
+        # still a miss (the message read is this call's, not the last one).
+        with self.assertRaises(dfkv.Unavailable):
+            c.get(stored_a)
+        self.assertIsNone(c.get(missing_b))
+        # The same with threads sharing the client, half reading the down
+        # node and half the up node's missing key: no answer is the other's.
+        wrong = []
+
+        def work(t):
+            for _ in range(200):
+                try:
+                    got = c.exist(stored_a if t % 2 else missing_b)
+                    if t % 2 or got is not False:
+                        wrong.append((t, got))
+                except dfkv.Unavailable as e:
+                    if not t % 2 or e.address != a.addr:
+                        wrong.append((t, e))
+
+        ts = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        self.assertEqual(wrong[:3], [], f"{len(wrong)} of 1,600 answers were wrong")
+
+
 class StalledNodeTest(unittest.TestCase):
     """A node that stops answering (SIGSTOP) costs the call its timeout, not a hang."""
 
@@ -487,6 +607,18 @@ class StalledNodeTest(unittest.TestCase):
         st = c.batch_put(keys, keys)
         for s, a in zip(st, on_a):
             self.assertIn(s, (Status.TIMEOUT, Status.UNAVAILABLE) if a else (Status.OK,))
+        # A one-key read of the stalled node is an error naming it, not a miss.
+        with self.assertRaises((dfkv.Timeout, dfkv.Unavailable)) as cm:
+            c.get(keys[on_a.index(True)])
+        self.assertEqual(cm.exception.address, self.a.addr)
+        # A client that has not yet failed on it waits its timeout: Timeout.
+        fresh = dfkv.Client([self.a.addr, self.b.addr], c.namespace, timeout_ms=500, dial_timeout_ms=500)
+        self.addCleanup(fresh.close)
+        with self.assertRaises(dfkv.Timeout) as cm:
+            fresh.exist(keys[on_a.index(True)])
+        self.assertEqual(cm.exception.address, self.a.addr)
+        self.assertIsInstance(cm.exception, TimeoutError)
+        self.assertEqual(bytes(c.get(keys[on_a.index(False)])), keys[on_a.index(False)])
         self.a.proc.send_signal(signal.SIGCONT)
 
 

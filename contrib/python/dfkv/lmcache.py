@@ -931,8 +931,10 @@ class DfkvConnector(_RemoteConnectorBase):
     # -- lookups ----------------------------------------------------------
 
     def exists_sync(self, key: Any) -> bool:
+        """Whether one chunk is stored. Every failure, an unreachable node's
+        Unavailable included, is logged and answered as a miss."""
         try:
-            return self.client.exists(self.object_key(key))
+            return self.client.exist(self.object_key(key))
         except Exception as e:
             self._warn(f"exists of {key}", e)
             return False

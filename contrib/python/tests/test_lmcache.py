@@ -461,6 +461,13 @@ class NodeSetTest(unittest.TestCase):
                          "the killed node's chunks miss, the others still hit")
         s.release(got)
         self.assertEqual(s.cpu.live, set())
+        # dfkv.Client.exist raises Unavailable for the killed node; the
+        # connector's one-chunk lookup catches it, logs the node, and misses.
+        with self.assertLogs("dfkv.lmcache", "WARNING") as logs:
+            self.assertIs(s.conn.exists_sync(on_b[0]), False)
+        self.assertIn(f"Unavailable: UNAVAILABLE: exist {s.conn.object_key(on_b[0])!r}: dfkv node {b.addr} could not "
+                      "be reached", "\n".join(logs.output))
+        self.assertIs(s.conn.exists_sync(next(k for k in keys if k not in on_b)), True)
 
 
 def up_free_port():

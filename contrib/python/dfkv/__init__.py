@@ -6,13 +6,17 @@ when the first Client opens, from $DFKV_LIBRARY, next to this package, or
 build/ at the repository root.
 
     import dfkv
-    ns = dfkv.NamespaceDescriptor(tenant="acme", model_id="meta-llama/Llama-3-8B",
-                                  model_revision="", layout_id=dfkv.LAYOUT_VLLM,
-                                  dtype="bfloat16", layout_fingerprint=0, block_tokens=16,
-                                  layer_geometry=dfkv.LayerGeometry(32, 8, 128))
-    with dfkv.Client("127.0.0.1:7600", ns) as c:
-        c.put(b"key\\x00with-nul", b"value")
-        assert c.get(b"key\\x00with-nul") == b"value"
+    c = dfkv.Client("127.0.0.1:7600", b"my-namespace")
+    c.put(b"key\\x00with-nul", b"value")
+    c.get(b"key\\x00with-nul")   # bytearray(b'value'); None when not stored
+    c.exist(b"key\\x00with-nul") # True; False when not stored
+    c.close()
+
+The namespace is any bytes (a str is taken as UTF-8); the engine
+connectors build theirs with NamespaceDescriptor. A node that cannot be
+reached raises Unavailable (or Timeout) from the one-key reads, never a
+None or False that looks like a miss. contrib/README.md has the longer
+example, which the tests run.
 
 NB: libdfkv.so carries a Go runtime, which does not survive fork(). Open
 Clients in the process that uses them (after any fork; engines that fork

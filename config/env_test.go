@@ -104,7 +104,8 @@ func TestRDMASwitchRefused(t *testing.T) {
 // TestLoopbackRegistrationWarned: a node that registers a loopback
 // address with an MDS (as `--advertise-addr $(hostname -i):7600` does on
 // a host whose name resolves to 127.0.x.x) is warned, naming the setting;
-// without an MDS, or with a routable address, it is not.
+// without an MDS, with a routable address, or with the MDS on loopback too
+// (a cluster on one host), it is not.
 func TestLoopbackRegistrationWarned(t *testing.T) {
 	warned := func(args ...string) string {
 		t.Helper()
@@ -130,5 +131,8 @@ func TestLoopbackRegistrationWarned(t *testing.T) {
 	}
 	if w := warned(); w != "" {
 		t.Errorf("no MDS, warned: %q", w)
+	}
+	if w := warned("--mds", "127.0.0.1:7700", "--listen", "127.0.0.1:7601"); w != "" {
+		t.Errorf("a cluster on one host (MDS on loopback too) warned: %q", w)
 	}
 }

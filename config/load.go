@@ -375,25 +375,40 @@ func sameListener(a, b string) bool {
 }
 
 // loopbackRegistered warns when a node registers a loopback address with
-// an MDS: right for a cluster on one host, but on a fleet only the node's
-// own host could reach it (a `$(hostname -i)` that resolves to 127.0.x.x
-// does this), and clients elsewhere would route to it and miss.
+// an MDS that is not itself on loopback: a cluster on one host is fine,
+// but on a fleet only the node's own host could reach it (a
+// `$(hostname -i)` that resolves to 127.0.x.x does this), and clients
+// elsewhere would route to it and miss.
 func loopbackRegistered(sc *Server) []string {
-	if len(sc.MDS) == 0 {
+	if len(sc.MDS) == 0 || allLoopback(sc.MDS) {
 		return nil
 	}
-	addr, key := sc.AdvertiseAddr, "server.advertise_addr (DFKV_SERVER_ADVERTISE_ADDR)"
+	addr, key := sc.AdvertiseAddr, "server.advertise_addr"
 	if addr == "" {
-		addr, key = sc.Listen, "server.listen (DFKV_SERVER_LISTEN), registered as no server.advertise_addr is set,"
+		addr, key = sc.Listen, "server.listen"
 	}
+	if !isLoopback(addr) {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s %q is a loopback address that clients on other hosts cannot dial; set server.advertise_addr", key, addr)}
+}
+
+func isLoopback(addr string) bool {
 	h, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil
+		return false
 	}
-	if ip := net.ParseIP(h); (ip != nil && ip.IsLoopback()) || h == "localhost" {
-		return []string{fmt.Sprintf("%s %q is a loopback address, registered with the MDS: only clients on this host can reach this node; set server.advertise_addr to its address on the clients' network", key, addr)}
+	ip := net.ParseIP(h)
+	return (ip != nil && ip.IsLoopback()) || h == "localhost"
+}
+
+func allLoopback(addrs []string) bool {
+	for _, a := range addrs {
+		if !isLoopback(a) {
+			return false
+		}
 	}
-	return nil
+	return true
 }
 
 // unspecifiedHost reports a listen address on every interface ("",

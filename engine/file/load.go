@@ -26,7 +26,7 @@ func (s *Store) load() error {
 		// A missing disk directory is as often an unmounted disk as a new
 		// one; created silently, the cache would land on whatever
 		// filesystem holds the mount point (often the root disk).
-		s.log.Warn("file engine: disk directory did not exist; created it (fine on a first start; if it should be a mounted disk, check the mount)", "dir", s.dir)
+		s.log.Info("file engine: created the disk directory", "dir", s.dir)
 	}
 	for _, d := range []string{s.tmp, s.trash} {
 		if err := s.empty(d); err != nil {

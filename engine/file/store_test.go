@@ -743,7 +743,7 @@ func TestMissingDirWarns(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	want := `level=WARN msg="file engine: disk directory did not exist; created it (fine on a first start; if it should be a mounted disk, check the mount)" dir=` + dir
+	want := `level=INFO msg="file engine: created the disk directory" dir=` + dir
 	if n := strings.Count(logs.String(), want); n != 1 {
 		t.Fatalf("%d warnings about creating %s, want 1; logs:\n%s", n, dir, logs.String())
 	}

@@ -195,7 +195,7 @@ func (g geometry) diff(want geometry) []string {
 	f("format version", uint64(g.version), uint64(want.version))
 	f("record size", uint64(g.recordSize), uint64(want.recordSize))
 	f("capacity bytes (server.disk_capacity_bytes; 0 keeps a formatted disk's)", g.capacity, want.capacity)
-	f("extent bytes (server.slab_extent_bytes; 0 = max(64MiB, server.max_block_bytes))", g.extentBytes, want.extentBytes)
+	f("extent bytes (server.slab_extent_bytes; 0 follows the capacity)", g.extentBytes, want.extentBytes)
 	f("extent count", uint64(g.extents), uint64(want.extents))
 	f("slots per extent bound", uint64(g.maxSlots), uint64(want.maxSlots))
 	f("lattice min class", uint64(g.minClass), uint64(want.minClass))

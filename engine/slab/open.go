@@ -90,7 +90,7 @@ func open(opts Options) (*Store, error) {
 	s.made = nil
 	s.chargeRestored()
 	s.log.Info("slab engine: opened", "dir", s.dir, "epoch", s.epoch, "cold", tableCold, "after_unclean_stop", !clean && !fresh,
-		"objects", s.alloc.Objects(), "used_bytes", s.alloc.Used(), "capacity_bytes", s.capacity,
+		"objects", s.alloc.Objects(), "used_bytes", s.alloc.Used(), "capacity_bytes", s.usable(), "configured_bytes", s.capacity,
 		"extents", s.geo.extents, "extent_bytes", s.geo.extentBytes, "classes", s.geo.classes,
 		"direct_io", s.direct, "io_uring", s.ring != nil, "dropped_records", stats.dropped, "rebuild", stats.took.String())
 	s.startScrub(opts.Scrub, !clean && !tableCold)
@@ -291,7 +291,7 @@ func (s *Store) chargeRestored() {
 // is nearly empty.
 func (s *Store) warnFewExtents() {
 	if s.geo.extents < s.geo.classes {
-		s.log.Warn("slab engine: fewer extents than size classes; values of many distinct sizes will evict each other long before the disk is full: give the disk more capacity (server.disk_capacity_bytes) or use smaller extents (server.slab_extent_bytes; values larger than an extent are stored in pieces)",
+		s.log.Warn("slab engine: fewer extents than size classes, so mixed value sizes evict early; raise server.disk_capacity_bytes or lower server.slab_extent_bytes",
 			"dir", s.dir, "extents", s.geo.extents, "classes", s.geo.classes, "extent_bytes", s.geo.extentBytes)
 	}
 }
@@ -362,8 +362,8 @@ func (s *Store) checkDir(want geometry) (fresh, missing bool, damaged string, er
 			metaPath, have.version, want.version, formatNote(have.version))
 	}
 	if d := have.diff(want); len(d) > 0 {
-		return false, false, "", invalid("%s was written with another format or geometry (%s); nothing was changed: point the engine at an empty directory (the cache starts cold) or restore the settings it was created with",
-			metaPath, strings.Join(d, "; "))
+		return false, false, "", invalid("%s was written with another format or geometry (%s); nothing was changed: restore the settings it was created with, or start over with an empty cache by removing the directory (rm -rf %s)",
+			metaPath, strings.Join(d, "; "), s.dir)
 	}
 	return false, false, "", nil
 }
@@ -734,8 +734,9 @@ func (s *Store) mkdirs() error {
 	if len(missing) > 0 {
 		created = missing[len(missing)-1]
 	}
-	s.log.Warn("slab engine: disk directory did not exist; created it (fine on a first start; if it should be a mounted disk, check the mount)",
-		"dir", s.dir, "created_from", created)
+	// INFO: every first start does this. Where the disk should be a mount,
+	// the path says so to an operator reading the line.
+	s.log.Info("slab engine: created the disk directory", "dir", s.dir, "created_from", created)
 	return nil
 }
 

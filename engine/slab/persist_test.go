@@ -331,7 +331,7 @@ func TestMismatchRefusesAndWritesNothing(t *testing.T) {
 	}
 	o := opts
 	o.ExtentBytes = 2 << 20
-	refuse(o, "extent bytes (server.slab_extent_bytes; 0 = max(64MiB, server.max_block_bytes)): on disk 1048576, configured 2097152", "empty directory")
+	refuse(o, "extent bytes (server.slab_extent_bytes; 0 follows the capacity): on disk 1048576, configured 2097152", "start over")
 	o = opts
 	o.CapacityBytes = 32 << 20
 	refuse(o, "capacity bytes (server.disk_capacity_bytes; 0 keeps a formatted disk's): on disk 16777216, configured 33554432", "restore the settings")

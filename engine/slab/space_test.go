@@ -337,22 +337,23 @@ func TestSpaceCheckCountsWhatIsAllocated(t *testing.T) {
 	mustClose(t, openT(t, opts))
 }
 
-// TestMissingDirWarns: a disk directory that does not exist is created,
-// parents included, with one warning naming it, since it may be the mount
-// point of a disk that is not mounted; an existing one is opened quietly.
-func TestMissingDirWarns(t *testing.T) {
+// TestMissingDirSaysSo: a disk directory that does not exist is created,
+// parents included, with one INFO line naming it (every first start does
+// this; the line shows a path that should have been a mount); an existing
+// one is opened quietly.
+func TestMissingDirSaysSo(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "mnt", "nvme0", "dfkv")
 	logs := &logBuf{}
 	opts := smallOpts(dir)
 	opts.Logger = slog.New(logs)
 	mustClose(t, openT(t, opts))
-	if n := logs.count("WARN slab engine: disk directory did not exist; created it (fine on a first start; if it should be a mounted disk, check the mount)"); n != 1 {
-		t.Fatalf("%d warnings about creating %s, want 1 (logs %q)", n, dir, logs.msgs)
+	if n := logs.count("INFO slab engine: created the disk directory"); n != 1 {
+		t.Fatalf("%d lines about creating %s, want 1 (logs %q)", n, dir, logs.msgs)
 	}
 	mustClose(t, openT(t, opts))
-	if n := logs.count("did not exist"); n != 1 {
-		t.Fatalf("reopening an existing directory warned again (%d warnings)", n)
+	if n := logs.count("created the disk directory"); n != 1 {
+		t.Fatalf("reopening an existing directory said it created it (%d lines)", n)
 	}
 	empty := filepath.Join(root, "empty")
 	if err := os.Mkdir(empty, 0o755); err != nil {
@@ -360,8 +361,8 @@ func TestMissingDirWarns(t *testing.T) {
 	}
 	opts.Dir = empty
 	mustClose(t, openT(t, opts))
-	if n := logs.count("did not exist"); n != 1 {
-		t.Fatalf("an existing empty directory drew a warning (%d warnings)", n)
+	if n := logs.count("created the disk directory"); n != 1 {
+		t.Fatalf("an existing empty directory was said to be created (%d lines)", n)
 	}
 }
 
@@ -384,5 +385,17 @@ func TestFewExtentsWarns(t *testing.T) {
 		if got := logs.count("WARN slab engine: fewer extents than size classes") == 1; got != tc.warn {
 			t.Fatalf("%d extents for %d classes: warned %v, want %v (logs %q)", tc.extents, lat.Len(), got, tc.warn, logs.msgs)
 		}
+	}
+}
+
+// TestCapacityIsWhatExtentsHold: a capacity that is not a multiple of the
+// extent size reports the whole extents it got, not the figure asked for.
+func TestCapacityIsWhatExtentsHold(t *testing.T) {
+	opts := smallOpts(t.TempDir())
+	opts.CapacityBytes = 3*opts.ExtentBytes + opts.ExtentBytes/2
+	s := openT(t, opts)
+	defer mustClose(t, s)
+	if got, want := s.Stats().CapacityBytes, 3*opts.ExtentBytes; got != want {
+		t.Fatalf("Stats().CapacityBytes = %d, want %d (three whole extents of %d)", got, want, opts.ExtentBytes)
 	}
 }

@@ -57,6 +57,11 @@ func ExtentFor(capacity uint64) uint64 {
 	return e
 }
 
+// usable is the capacity values can use: whole extents only, so a
+// configured capacity that is not a multiple of the extent size reports
+// what the extents hold, not what was asked for.
+func (s *Store) usable() uint64 { return uint64(s.geo.extents) * s.geo.extentBytes }
+
 // Options configures Open.
 type Options struct {
 	// Dir is the disk directory. It must be empty (or missing: Open creates
@@ -579,7 +584,7 @@ func (s *Store) Stats() engine.Stats {
 	return engine.Stats{
 		Engine:           Name,
 		Path:             s.dir,
-		CapacityBytes:    s.capacity,
+		CapacityBytes:    s.usable(),
 		UsedBytes:        used,
 		Objects:          objects,
 		Hits:             s.hits.Load(),

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,6 +84,7 @@ type Deps struct {
 func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	n := newNode(cfg, deps)
 	if err := n.start(ctx); err != nil {
+		n.failed = true
 		_ = n.closers.run()
 		return err
 	}
@@ -107,7 +109,9 @@ type node struct {
 	srv     *Server
 	prom    *prometheus.Registry
 	regDone chan struct{} // closed once registration has left the MDS; nil without server.mds
+	hln     net.Listener  // HTTP listener; nil without one
 	closers closers
+	failed  bool // the start failed: closers also undo what it created on disk
 }
 
 // closers undo a node's start, last first: on a failed start, and at the
@@ -145,8 +149,12 @@ func newNode(cfg *config.Config, deps Deps) *node {
 // start takes the node from its configuration to accepting connections.
 // Each step adds to n.closers what undoes it; on an error the caller runs
 // them.
+//
+// The ports are bound before any disk is touched, so a start that fails
+// on a busy port formats and preallocates nothing; a start that fails
+// later removes the disk directories it created (forgetDisks).
 func (n *node) start(ctx context.Context) error {
-	for _, step := range []func() error{n.checkHost, n.openEngines, n.listen, n.newServer, n.serveHTTP} {
+	for _, step := range []func() error{n.checkHost, n.listen, n.listenHTTP, n.forgetDisks, n.openEngines, n.newServer, n.serveHTTP} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -257,18 +265,86 @@ func (n *node) newServer() error {
 	return nil
 }
 
-// serveHTTP starts /metrics, /healthz and /readyz, unless the node has no
-// HTTP listener.
-func (n *node) serveHTTP() error {
-	hln := n.deps.HTTPListener
-	if hln == nil && n.sc.HTTPListen == "" {
+// listenHTTP takes the HTTP listener from deps or opens one, unless the
+// node has none.
+func (n *node) listenHTTP() error {
+	n.hln = n.deps.HTTPListener
+	if n.hln == nil && n.sc.HTTPListen == "" {
 		return nil
 	}
-	if hln == nil {
-		var err error
-		if hln, err = net.Listen("tcp", n.sc.HTTPListen); err != nil {
+	if n.hln == nil {
+		ln, err := net.Listen("tcp", n.sc.HTTPListen)
+		if err != nil {
 			return fmt.Errorf("listen on %s (server.http_listen / DFKV_SERVER_HTTP_LISTEN): %w", n.sc.HTTPListen, err)
 		}
+		n.hln = ln
+	}
+	n.closers.add(func() error {
+		_ = n.hln.Close() // after Shutdown: already closed
+		return nil
+	})
+	return nil
+}
+
+// forgetDisks arranges for a failed start to remove what it is about to
+// create on disk, so it leaves no new files behind: disk directories that
+// did not exist, and the contents of ones that were empty. A directory
+// that held anything before the start is never touched.
+func (n *node) forgetDisks() error {
+	var created, emptied []string
+	for _, dir := range n.sc.Disks {
+		if top := firstMissing(dir); top != "" {
+			created = append(created, top)
+		} else if entries, err := os.ReadDir(dir); err == nil && len(entries) == 0 {
+			emptied = append(emptied, dir)
+		}
+	}
+	n.closers.add(func() error {
+		if !n.failed {
+			return nil
+		}
+		for _, dir := range created {
+			n.removeCreated(dir)
+		}
+		for _, dir := range emptied {
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				n.removeCreated(filepath.Join(dir, e.Name()))
+			}
+		}
+		return nil
+	})
+	return nil
+}
+
+func (n *node) removeCreated(path string) {
+	if err := os.RemoveAll(path); err != nil {
+		n.log.Warn("could not remove what this failed start created", "path", path, "error", err.Error())
+	}
+}
+
+// firstMissing returns the outermost directory of path that does not exist
+// yet (what creating path would create), or "" when path exists.
+func firstMissing(path string) string {
+	path = filepath.Clean(path)
+	missing := ""
+	for p := path; ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil {
+			return missing
+		}
+		missing = p
+		if parent := filepath.Dir(p); parent == p {
+			return missing
+		}
+	}
+}
+
+// serveHTTP starts /metrics, /healthz and /readyz on the HTTP listener,
+// unless the node has none.
+func (n *node) serveHTTP() error {
+	hln := n.hln
+	if hln == nil {
+		return nil
 	}
 	httpSrv := newHTTPServer(n.srv, n.eng, n.prom, n.sc.MetricsFirstRequest, n.sc.PProf == 1)
 	go func() {
@@ -306,6 +382,8 @@ func (n *node) logListening(st engine.Stats) {
 		"direct_io", st.DirectIO,
 		"max_block_bytes", sc.MaxBlockBytes,
 		"started_in", time.Since(n.started).Round(time.Millisecond).String(),
+		"stop", "Ctrl-C or SIGTERM (finishes requests, syncs the disks)",
+		"reset", "stop, then remove the disk directories",
 	)
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,12 +40,11 @@ func TestClosersRunLastFirst(t *testing.T) {
 // TestFailedStartClosesWhatItOpened: a start that fails at its last step
 // (registration refuses a node ID with a space, after the engines, the
 // listeners and the HTTP side are up) leaves nothing open: both listeners
-// refuse connections and the slab disk, which a running engine holds
-// locked, opens again.
+// refuse connections, and the disk directory it created is gone.
 func TestFailedStartClosesWhatItOpened(t *testing.T) {
 	disk := filepath.Join(t.TempDir(), "d0")
 	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
-		"disk": {disk}, "disk-capacity": {"256MiB"}, "mds": {"127.0.0.1:1"}})
+		"disks": {disk}, "disk-capacity-bytes": {"256MiB"}, "mds": {"127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +67,74 @@ func TestFailedStartClosesWhatItOpened(t *testing.T) {
 			return fmt.Errorf("%s still accepts connections after a failed start", l.Addr())
 		})
 	}
-	g, err := OpenEngines(cfg, vfs.OS{}, engine.SystemClock{}, slog.New(slog.DiscardHandler))
+	// The start created the disk directory: it is gone again.
+	if _, err := os.Stat(disk); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the disk directory a failed start created is still there (stat: %v)", err)
+	}
+}
+
+// TestFailedStartLeavesNoFiles: a start that fails on a busy port has
+// formatted nothing; one that fails after formatting removes what it
+// created (a new directory, the contents of an empty one) and never
+// touches a directory that held anything before, which stays usable.
+func TestFailedStartLeavesNoFiles(t *testing.T) {
+	root := t.TempDir()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("the disk after a failed start: %v", err)
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	fresh := filepath.Join(root, "new", "d0")
+	cfg := mustServerConfig(t, map[string][]string{"disks": {fresh}, "disk-capacity-bytes": {"64MiB"},
+		"listen": {busy.Addr().String()}, "http-listen": {""}})
+	if err := Run(context.Background(), cfg, Deps{}); err == nil || !strings.Contains(err.Error(), "listen on") {
+		t.Fatalf("Run on a busy port: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "new")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a start refused for a busy port created %s (stat: %v)", filepath.Join(root, "new"), err)
+	}
+
+	// Fails after the disks are formatted: registration refuses the ID.
+	empty, kept := filepath.Join(root, "empty"), filepath.Join(root, "kept")
+	for _, d := range []string{empty, kept} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keptCfg := mustServerConfig(t, map[string][]string{"disks": {kept}, "disk-capacity-bytes": {"64MiB"}, "http-listen": {""}, "listen": {"127.0.0.1:0"}})
+	g, err := OpenEngines(keptCfg, vfs.OS{}, engine.SystemClock{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
 	}
+	cfg = mustServerConfig(t, map[string][]string{"disks": {fresh, empty, kept}, "disk-capacity-bytes": {"64MiB"},
+		"http-listen": {""}, "listen": {"127.0.0.1:0"}, "mds": {"127.0.0.1:1"}})
+	cfg.Server.ID = "two words"
+	if err := Run(context.Background(), cfg, Deps{}); err == nil {
+		t.Fatal("Run with a bad ID started")
+	}
+	if _, err := os.Stat(filepath.Join(root, "new")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the directory a failed start created is still there (stat: %v)", err)
+	}
+	if entries, err := os.ReadDir(empty); err != nil || len(entries) != 0 {
+		t.Fatalf("the empty disk directory holds %d entries after a failed start (%v)", len(entries), err)
+	}
+	g, err = OpenEngines(keptCfg, vfs.OS{}, engine.SystemClock{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("a disk that existed before the failed start: %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustServerConfig(t *testing.T, flags map[string][]string) *config.Config {
+	t.Helper()
+	cfg, _, err := config.LoadFrom("server", "", nil, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

@@ -75,7 +75,7 @@ type discardWarning struct{ dir, source, mountPoint string }
 
 // log writes the warning, with what to do about it.
 func (w discardWarning) log(log *slog.Logger) {
-	log.Warn("disk: its ext4 filesystem is mounted with online discard, so while the disk's preallocated extents are first written, ext4 issues synchronous discards that stall this disk's PUTs and GETs (up to a second on some devices); remount it with nodiscard and trim periodically (fstrim.timer)",
+	log.Warn("disk: ext4 mounted with online discard stalls a fresh disk's first writes; remount it nodiscard and use fstrim.timer",
 		"dir", w.dir, "device", w.source, "mount", w.mountPoint)
 }
 

@@ -319,7 +319,7 @@ func checkHostPort(s string, minPort int, needHost bool) error {
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil {
-		return fmt.Errorf("has port %q that is not a number", port)
+		return fmt.Errorf("has port %s that is not a number", Echo(port))
 	}
 	if p < minPort || p > 65535 {
 		return fmt.Errorf("has port %d out of range", p)
@@ -353,7 +353,7 @@ func checkEtcdEndpoints(eps []string) error {
 	for i, e := range eps {
 		hp := strings.TrimPrefix(strings.TrimPrefix(e, "http://"), "https://")
 		if err := checkHostPort(hp, 1, true); err != nil {
-			return fmt.Errorf("has element %d %q that %v", i+1, e, err)
+			return fmt.Errorf("has element %d %s that %v", i+1, Echo(e), err)
 		}
 	}
 	return nil
@@ -415,7 +415,7 @@ func checkMembers(members []string) error {
 	seen := make(map[string]int, len(members))
 	for i, m := range members {
 		if err := checkHostPort(m, 1, true); err != nil {
-			return fmt.Errorf("has element %d %q that %v", i+1, m, err)
+			return fmt.Errorf("has element %d %s that %v", i+1, Echo(m), err)
 		}
 		if j, ok := seen[m]; ok {
 			return fmt.Errorf("names one member twice (elements %d and %d are both %s)", j+1, i+1, m)

@@ -1,9 +1,12 @@
 package config
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/dfkv/dfkv/wire"
 )
 
 // TestEcho: a value of up to 128 bytes is quoted exactly as before; a
@@ -73,5 +76,25 @@ func TestLongValuesEchoCapped(t *testing.T) {
 		if msg := err.Error(); len(msg) > 600 || !strings.Contains(msg, strings.TrimPrefix(head, `"`)) {
 			t.Errorf("%s: error of %d bytes, want one under 600 echoing %s:\n%.800s", name, len(msg), head, msg)
 		}
+	}
+}
+
+// TestNamespaceLimitIsTheLibrarys: the tools take every namespace the client
+// library takes (wire.MaxNamespaceBytes), and refuse the first one it does.
+func TestNamespaceLimitIsTheLibrarys(t *testing.T) {
+	most := strings.Repeat("n", wire.MaxNamespaceBytes)
+	cfg, _, err := LoadFrom("ctl", "", nil, map[string][]string{"namespace": {most}})
+	if err != nil || cfg.Client.Namespace != most {
+		t.Fatalf("a %d-byte namespace: %v", len(most), err)
+	}
+	if _, err := wire.NewKeyMapper([]byte(most)); err != nil {
+		t.Fatalf("the library refuses a %d-byte namespace: %v", len(most), err)
+	}
+	over := most + "n"
+	if _, _, err := LoadFrom("ctl", "", nil, map[string][]string{"namespace": {over}}); err == nil || !strings.Contains(err.Error(), "is 65537 bytes long; allowed 1..65536 bytes") {
+		t.Fatalf("a %d-byte namespace: %v; want refused with the limit", len(over), err)
+	}
+	if _, err := wire.NewKeyMapper([]byte(over)); !errors.Is(err, wire.StatusInvalid) {
+		t.Fatalf("the library takes a %d-byte namespace: %v", len(over), err)
 	}
 }

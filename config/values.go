@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dfkv/dfkv/wire"
 )
 
 // value is how one setting reads, checks and prints its field of Config.
@@ -380,11 +382,14 @@ func checkHTTPListen(s string) error {
 	return checkListen(s)
 }
 
+// checkNamespace accepts what the client library accepts (wire.NewKeyMapper):
+// 1 to wire.MaxNamespaceBytes bytes, so a namespace an engine uses can be
+// looked into with the tools.
 func checkNamespace(s string) error {
 	if s == "" {
 		return errors.New("is empty")
 	}
-	if len(s) > 4096 {
+	if len(s) > wire.MaxNamespaceBytes {
 		return fmt.Errorf("is %d bytes long", len(s))
 	}
 	return nil

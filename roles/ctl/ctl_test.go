@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"strings"
@@ -16,19 +17,21 @@ import (
 )
 
 // startNode runs a whole dfkv node (config, file engine, listener)
-// in-process and returns its address.
-func startNode(t *testing.T) string {
+// in-process, with the extra flags given, and returns its address.
+func startNode(t *testing.T, extra map[string][]string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
+	flags := map[string][]string{
 		"disk":          {filepath.Join(t.TempDir(), "d0")},
 		"disk-capacity": {"256MiB"},
 		"store-engine":  {"file"},
 		"http-listen":   {""},
-	})
+	}
+	maps.Copy(flags, extra)
+	cfg, _, err := config.LoadFrom("server", "", nil, flags)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +92,7 @@ func runCtl(t *testing.T, stdin string, args ...string) (code int, stdout, stder
 // which namespace (the usual cause is a key stored under another one), in
 // hex for a --key-hex key, and still exits 1.
 func TestNotFoundNamesKeyAndNamespace(t *testing.T) {
-	members := "--members=" + startNode(t)
+	members := "--members=" + startNode(t, nil)
 	if code, _, errs := runCtl(t, "hello", members, "--namespace", "elsewhere", "put", "greeting"); code != 0 {
 		t.Fatalf("put: exit %d: %s", code, errs)
 	}

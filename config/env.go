@@ -92,7 +92,7 @@ func notBuiltAsked(lookup func(string) (string, bool)) error {
 		on, known := parseSwitch(val)
 		switch {
 		case !known:
-			errs = append(errs, fmt.Errorf("environment variable %s=%q is not a boolean (1/0, true/false, yes/no, on/off); it asks for %s, which this build does not have (it is not built yet): unset it or set it to 0", sw.env, val, sw.feature))
+			errs = append(errs, fmt.Errorf("environment variable %s=%s is not a boolean (1/0, true/false, yes/no, on/off); it asks for %s, which this build does not have (it is not built yet): unset it or set it to 0", sw.env, Echo(val), sw.feature))
 		case on:
 			errs = append(errs, fmt.Errorf("environment variable %s=%s asks for %s, which this build does not have (it is not built yet): unset %s or set it to 0 to serve over TCP", sw.env, val, sw.feature, sw.env))
 		}

@@ -195,11 +195,11 @@ func fromTOML(s *setting, v any) (vals []string, raw string, err error) {
 			}
 			vals[i] = str
 		}
-		return vals, tomlArray(vals), nil
+		return vals, echoList(vals), nil
 	}
 	switch x := v.(type) {
 	case string:
-		return []string{x}, strconv.Quote(x), nil
+		return []string{x}, Echo(x), nil
 	case int64:
 		n := strconv.FormatInt(x, 10)
 		return []string{n}, n, nil
@@ -246,13 +246,13 @@ func tomlType(v any) string {
 func tomlDisplay(v any) string {
 	switch x := v.(type) {
 	case string:
-		return strconv.Quote(x)
+		return Echo(x)
 	case map[string]any:
 		return "{…}"
 	case []map[string]any:
 		return "[{…}]"
 	}
-	return fmt.Sprint(v)
+	return clip(fmt.Sprint(v))
 }
 
 // Closest returns the name in names nearest to typed, at most two edits

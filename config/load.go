@@ -156,7 +156,7 @@ func (l *loader) readFile() error {
 			path, from = v, envConfig
 		}
 	} else if v, ok := l.lookup(envConfig); ok && v != l.in.file {
-		l.r.warnings = append(l.r.warnings, fmt.Sprintf("%s=%q is ignored because --%s %q was given", envConfig, v, flagConfig, l.in.file))
+		l.r.warnings = append(l.r.warnings, fmt.Sprintf("%s=%s is ignored because --%s %s was given", envConfig, Echo(v), flagConfig, Echo(l.in.file)))
 	}
 	if path == "" {
 		return nil
@@ -194,7 +194,7 @@ func (l *loader) readEnv() {
 			if ov, set := l.lookup(old); set && !ok {
 				name, v, ok = old, ov, true
 			} else if set && ov != v {
-				l.r.warnings = append(l.r.warnings, fmt.Sprintf("%s=%q is ignored because %s=%q is set (both name %s)", old, ov, rv.s.env, v, rv.s.key))
+				l.r.warnings = append(l.r.warnings, fmt.Sprintf("%s=%s is ignored because %s=%s is set (both name %s)", old, Echo(ov), rv.s.env, Echo(v), rv.s.key))
 			}
 		}
 		if ok {
@@ -202,7 +202,7 @@ func (l *loader) readEnv() {
 			if name != rv.s.env {
 				src.where = name // say which spelling set it
 			}
-			l.apply(rv, src, splitEnv(rv.s, v), strconv.Quote(v))
+			l.apply(rv, src, splitEnv(rv.s, v), Echo(v))
 		}
 	}
 }
@@ -221,7 +221,7 @@ func (l *loader) readFlags() error {
 		}
 		src := source{kind: fromFlag, where: rv.s.flag}
 		if rv.s.value.list() {
-			l.apply(rv, src, vals, tomlArray(vals))
+			l.apply(rv, src, vals, echoList(vals))
 			continue
 		}
 		if len(vals) == 0 {
@@ -229,7 +229,7 @@ func (l *loader) readFlags() error {
 			continue
 		}
 		v := vals[len(vals)-1]
-		l.apply(rv, src, []string{v}, strconv.Quote(v))
+		l.apply(rv, src, []string{v}, Echo(v))
 	}
 	return nil
 }
@@ -278,21 +278,21 @@ func crossCheck(cfg *Config, bit role) []error {
 			errs = append(errs, errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_SERVER_RAM_TIER_BYTES, --ram-tier-bytes), e.g. 8GiB"))
 		}
 		if sameListener(sc.Listen, sc.HTTPListen) {
-			errs = append(errs, fmt.Errorf("server.http_listen (DFKV_SERVER_HTTP_LISTEN) %q takes the port of server.listen (DFKV_SERVER_LISTEN) %q; give the metrics and health endpoints a port of their own (default 127.0.0.1:7680)", sc.HTTPListen, sc.Listen))
+			errs = append(errs, fmt.Errorf("server.http_listen (DFKV_SERVER_HTTP_LISTEN) %s takes the port of server.listen (DFKV_SERVER_LISTEN) %s; give the metrics and health endpoints a port of their own (default 127.0.0.1:7680)", Echo(sc.HTTPListen), Echo(sc.Listen)))
 		}
 		if b, need := sc.BufferBudgetBytes, uint64(iobuf.SizeFor(int(sc.MaxBlockBytes))); b != 0 && b < need {
 			errs = append(errs, fmt.Errorf("server.buffer_budget_bytes (DFKV_SERVER_BUFFER_BUDGET_BYTES) %s is less than one buffer for the largest value (server.max_block_bytes %s needs %s): raise it, or set 0 for the automatic size",
 				FormatSize(b), FormatSize(sc.MaxBlockBytes), FormatSize(need)))
 		}
 		if sc.AdvertiseAddr != "" && unspecifiedHost(sc.AdvertiseAddr) {
-			errs = append(errs, fmt.Errorf("server.advertise_addr (DFKV_SERVER_ADVERTISE_ADDR) %q is not an address clients can dial: set it to this host's address on the clients' network, e.g. 10.0.0.21:7600", sc.AdvertiseAddr))
+			errs = append(errs, fmt.Errorf("server.advertise_addr (DFKV_SERVER_ADVERTISE_ADDR) %s is not an address clients can dial: set it to this host's address on the clients' network, e.g. 10.0.0.21:7600", Echo(sc.AdvertiseAddr)))
 		}
 		if len(sc.MDS) > 0 && sc.AdvertiseAddr == "" && unspecifiedHost(sc.Listen) {
-			errs = append(errs, fmt.Errorf("server.listen (DFKV_SERVER_LISTEN) %q is not an address clients can dial, and the node registers with the MDS (server.mds): set server.advertise_addr (DFKV_SERVER_ADVERTISE_ADDR) to the address clients should use", sc.Listen))
+			errs = append(errs, fmt.Errorf("server.listen (DFKV_SERVER_LISTEN) %s is not an address clients can dial, and the node registers with the MDS (server.mds): set server.advertise_addr (DFKV_SERVER_ADVERTISE_ADDR) to the address clients should use", Echo(sc.Listen)))
 		}
 	}
 	if bit&roleMDS != 0 && sameListener(cfg.MDS.Listen, cfg.MDS.HTTPListen) {
-		errs = append(errs, fmt.Errorf("mds.http_listen (DFKV_MDS_HTTP_LISTEN) %q takes the port of mds.listen (DFKV_MDS_LISTEN) %q; give the HTTP endpoints a port of their own", cfg.MDS.HTTPListen, cfg.MDS.Listen))
+		errs = append(errs, fmt.Errorf("mds.http_listen (DFKV_MDS_HTTP_LISTEN) %s takes the port of mds.listen (DFKV_MDS_LISTEN) %s; give the HTTP endpoints a port of their own", Echo(cfg.MDS.HTTPListen), Echo(cfg.MDS.Listen)))
 	}
 	return errs
 }
@@ -390,7 +390,7 @@ func loopbackRegistered(sc *Server) []string {
 	if !isLoopback(addr) {
 		return nil
 	}
-	return []string{fmt.Sprintf("%s %q is a loopback address that clients on other hosts cannot dial; set server.advertise_addr", key, addr)}
+	return []string{fmt.Sprintf("%s %s is a loopback address that clients on other hosts cannot dial; set server.advertise_addr", key, Echo(addr))}
 }
 
 func isLoopback(addr string) bool {

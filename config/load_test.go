@@ -454,9 +454,9 @@ func TestErrors(t *testing.T) {
 	f("mds http on its control port", in{role: "mds", env: map[string]string{"DFKV_MDS_LISTEN": "127.0.0.1:7700", "DFKV_MDS_HTTP_LISTEN": "127.0.0.1:7700"}},
 		`mds.http_listen (DFKV_MDS_HTTP_LISTEN) "127.0.0.1:7700" takes the port of mds.listen (DFKV_MDS_LISTEN) "127.0.0.1:7700"`)
 	f("empty namespace", in{role: "ctl", env: map[string]string{"DFKV_CLIENT_NAMESPACE": ""}},
-		`client.namespace (DFKV_CLIENT_NAMESPACE) from env: "" is empty; allowed 1..4096 bytes`)
-	f("long namespace", in{role: "ctl", flags: map[string][]string{"namespace": {strings.Repeat("n", 4097)}}},
-		`is 4097 bytes long; allowed 1..4096 bytes`)
+		`client.namespace (DFKV_CLIENT_NAMESPACE) from env: "" is empty; allowed 1..65536 bytes`)
+	f("long namespace", in{role: "ctl", flags: map[string][]string{"namespace": {strings.Repeat("n", 65537)}}},
+		`client.namespace (DFKV_CLIENT_NAMESPACE) from flag --namespace: "`+strings.Repeat("n", 64)+`"… (65537 bytes) is 65537 bytes long; allowed 1..65536 bytes`)
 
 	// Out of range.
 	f("size out of range from env", in{env: map[string]string{"DFKV_SERVER_MAX_BLOCK_BYTES": "9TiB"}},

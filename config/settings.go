@@ -1,9 +1,12 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"time"
+
+	"github.com/dfkv/dfkv/wire"
 )
 
 // role is a bit per dfkv role, so a setting can name the roles that take it.
@@ -372,7 +375,7 @@ var settings = []setting{
 		key: "client.namespace", oldEnv: "DFKV_NAMESPACE", roles: roleTools,
 		def:   "dfkv-tools",
 		help:  "namespace bytes the tools address blocks in",
-		value: stringValue{field: func(c *Config) *string { return &c.Client.Namespace }, ok: checkNamespace, text: "1..4096 bytes"},
+		value: stringValue{field: func(c *Config) *string { return &c.Client.Namespace }, ok: checkNamespace, text: fmt.Sprintf("1..%d bytes", wire.MaxNamespaceBytes)},
 	},
 	{
 		key: "client.timeout_ms", roles: roleTools,

@@ -38,7 +38,7 @@ const sizeSyntax = "bytes as a whole number, optionally followed by KiB, MiB, Gi
 func ParseSize(s string) (uint64, error) {
 	n, err := parseSize(s)
 	if err != nil {
-		return 0, fmt.Errorf("size %q %w", s, err)
+		return 0, fmt.Errorf("size %s %w", Echo(s), err)
 	}
 	return n, nil
 }
@@ -79,7 +79,7 @@ func parseSize(s string) (uint64, error) {
 			return n * u.mult, nil
 		}
 	}
-	return 0, fmt.Errorf("has unknown unit %q; want %s", rest, sizeSyntax)
+	return 0, fmt.Errorf("has unknown unit %s; want %s", Echo(rest), sizeSyntax)
 }
 
 // FormatSize writes n the way ParseSize reads it back, in the largest

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dfkv/dfkv/wire"
 )
 
 // value is how one setting reads, checks and prints its field of Config.
@@ -319,7 +321,7 @@ func checkHostPort(s string, minPort int, needHost bool) error {
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil {
-		return fmt.Errorf("has port %q that is not a number", port)
+		return fmt.Errorf("has port %s that is not a number", Echo(port))
 	}
 	if p < minPort || p > 65535 {
 		return fmt.Errorf("has port %d out of range", p)
@@ -353,7 +355,7 @@ func checkEtcdEndpoints(eps []string) error {
 	for i, e := range eps {
 		hp := strings.TrimPrefix(strings.TrimPrefix(e, "http://"), "https://")
 		if err := checkHostPort(hp, 1, true); err != nil {
-			return fmt.Errorf("has element %d %q that %v", i+1, e, err)
+			return fmt.Errorf("has element %d %s that %v", i+1, Echo(e), err)
 		}
 	}
 	return nil
@@ -380,11 +382,14 @@ func checkHTTPListen(s string) error {
 	return checkListen(s)
 }
 
+// checkNamespace accepts what the client library accepts (wire.NewKeyMapper):
+// 1 to wire.MaxNamespaceBytes bytes, so a namespace an engine uses can be
+// looked into with the tools.
 func checkNamespace(s string) error {
 	if s == "" {
 		return errors.New("is empty")
 	}
-	if len(s) > 4096 {
+	if len(s) > wire.MaxNamespaceBytes {
 		return fmt.Errorf("is %d bytes long", len(s))
 	}
 	return nil
@@ -415,7 +420,7 @@ func checkMembers(members []string) error {
 	seen := make(map[string]int, len(members))
 	for i, m := range members {
 		if err := checkHostPort(m, 1, true); err != nil {
-			return fmt.Errorf("has element %d %q that %v", i+1, m, err)
+			return fmt.Errorf("has element %d %s that %v", i+1, Echo(m), err)
 		}
 		if j, ok := seen[m]; ok {
 			return fmt.Errorf("names one member twice (elements %d and %d are both %s)", j+1, i+1, m)

@@ -44,8 +44,14 @@ type MemberInfo struct {
 	Disks         []string `json:"disks,omitempty"`
 	CapacityBytes uint64   `json:"capacity_bytes"`
 	Version       string   `json:"version,omitempty"`
-	// LastHeartbeatUnixMS is when the directory last heard from the node.
+	// LastHeartbeatUnixMS is when the directory last heard from the node,
+	// or 0 when it does not know (see LeaseLive).
 	LastHeartbeatUnixMS int64 `json:"last_heartbeat_unix_ms"`
+	// LeaseLive says the directory keeps no heartbeat times and holds the
+	// member on a lease instead (etcd): the node renews it by heartbeating
+	// through any MDS, and all the directory knows is that it has not run
+	// out. LastHeartbeatUnixMS is then 0.
+	LeaseLive bool `json:"lease_live,omitempty"`
 }
 
 // MDSRequest is the JSON body of a control request.

@@ -290,6 +290,21 @@ func DecodeNamespace(b []byte) (NamespaceDescriptor, error) {
 // (its quota and on-disk prefix) must not change when a later release learns
 // a new layout ID or field rule, so it depends on bytes alone. The returned
 // slice aliases ns.
+//
+// So a descriptor that Validate and DecodeNamespace refuse (an unknown
+// layout ID, a field of the wrong width, nine or eleven fields) is still
+// charged to the tenant its first field names, exactly as a valid one of
+// that tenant is. That is deliberate. Nothing on the data path refuses it
+// (a namespace is opaque bytes to the client, and a node sees only the
+// tenant hash), so its blocks are stored, and they are that tenant's: to
+// give them an identity of their own would let a connector escape its
+// tenant's quota, metric and on-disk prefix by a malformed descriptor,
+// and would grant nothing a client could not do anyway, since tenants are
+// not authenticated (any client may send a valid descriptor naming any
+// tenant, or the hash itself). Only bytes whose framing does not hold (a
+// truncated field, an empty tenant, a trailing partial length) name no
+// tenant and are their own identity. The identity vectors shared with the
+// Python client pin both.
 func CanonicalTenant(ns []byte) ([]byte, bool) {
 	if !bytes.HasPrefix(ns, []byte(NamespaceMagic)) {
 		return nil, false

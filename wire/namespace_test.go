@@ -285,3 +285,32 @@ func BenchmarkIdentNamespaceEncode(b *testing.B) {
 		buf, _ = d.Append(buf[:0])
 	}
 }
+
+// TestRefusedDescriptorChargesItsNamedTenant pins CanonicalTenant's
+// choice: a descriptor the strict decoder refuses but whose framing holds
+// is charged to the tenant it names, exactly where a valid descriptor of
+// that tenant and the quotas file's entry for the name are, never to an
+// identity of its own outside the tenant's quota; bytes whose framing
+// does not hold charge no named tenant.
+func TestRefusedDescriptorChargesItsNamedTenant(t *testing.T) {
+	acme := TenantHash([]byte("acme")) // how the quotas file hashes a tenant name
+	if valid := TenantHash(rawDescriptor(descriptorFields(LayoutVLLM)...)); valid != acme {
+		t.Fatalf("a valid descriptor of tenant acme hashes to %016x, the name to %016x", valid, acme)
+	}
+	charged := map[string]bool{
+		"tenant-frame-only": true, "extra-field": true, "unknown-layout": true,
+		"fingerprint-7-bytes": true, "zero-block-tokens": true, "nine-fields": true,
+	}
+	for _, v := range goldenRawInputs() {
+		if _, err := DecodeNamespace(v.ns); err == nil {
+			continue // valid: charged to its tenant, as TestNamespaceCanonicalTenant shows
+		}
+		if got := TenantHash(v.ns) == acme; got != charged[v.name] {
+			t.Errorf("%s (refused by DecodeNamespace): charged to tenant acme = %v, want %v", v.name, got, charged[v.name])
+		}
+		delete(charged, v.name)
+	}
+	for name := range charged {
+		t.Errorf("golden input %s is missing or now decodes; this test no longer covers it", name)
+	}
+}

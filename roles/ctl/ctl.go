@@ -124,15 +124,32 @@ func keyArg(c *cli.Context, i int) ([]byte, error) {
 // fail maps a client error to the ctl exit convention. The client answers
 // a read of an unreachable node as a miss (an engine then recomputes); a
 // person asking whether a key is stored must learn that the node could not
-// be asked, so that is a failure here, not exit 1.
-func fail(verb string, err error) error {
+// be asked, so that is a failure here, not exit 1. A miss names the key
+// and the namespace it was looked up in: a key stored under another
+// namespace (a --namespace left out) is the usual reason for one.
+func fail(c *cli.Context, cfg *config.Config, key []byte, err error) error {
+	verb := c.Command.Name
 	if errors.Is(err, client.ErrPeerDown) {
 		return cli.Exit(fmt.Sprintf("dfkv ctl %s: cannot reach the node, so whether the key is stored is unknown: %v", verb, unreachableCause(err)), exitFailure)
 	}
 	if wire.StatusOf(err) == wire.StatusNotFound {
-		return cli.Exit("not found", exitNotFound)
+		return cli.Exit(fmt.Sprintf("dfkv ctl: %s %s: not found in namespace %s",
+			verb, shownKey(key, c.Bool("key-hex")), config.Echo(cfg.Client.Namespace)), exitNotFound)
 	}
 	return cli.Exit(fmt.Sprintf("dfkv ctl %s: %v", verb, err), exitFailure)
+}
+
+// shownKey is a key as the user gave it, for a message: quoted, or with
+// --key-hex in hex and marked so; a long one cut as config.Echo cuts.
+func shownKey(key []byte, inHex bool) string {
+	if !inHex {
+		return config.Echo(string(key))
+	}
+	h := hex.EncodeToString(key)
+	if len(key) > 64 {
+		return fmt.Sprintf("%s… (hex, %d bytes)", h[:64], len(key))
+	}
+	return h + " (hex)"
 }
 
 // unreachableCause is the connection failure inside the client's error for

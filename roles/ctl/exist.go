@@ -12,7 +12,7 @@ func existCommand() *cli.Command {
 		Usage:     "print the stored length of one key (exit 1 if it is not stored)",
 		UsageText: "dfkv ctl [options] exist KEY",
 		Action: func(c *cli.Context) error {
-			cl, _, done, err := open(c)
+			cl, cfg, done, err := open(c)
 			if err != nil || done {
 				return err
 			}
@@ -23,7 +23,7 @@ func existCommand() *cli.Command {
 			}
 			stored, err := cl.Exist(c.Context, key)
 			if err != nil {
-				return fail("exist", err)
+				return fail(c, cfg, key, err)
 			}
 			_, err = fmt.Fprintf(c.App.Writer, "%d\n", stored)
 			return err

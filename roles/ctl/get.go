@@ -17,7 +17,7 @@ func getCommand() *cli.Command {
 		Usage:     "read one value: to FILE, or to stdout when FILE is - or absent",
 		UsageText: "dfkv ctl [options] get KEY [FILE|-]",
 		Action: func(c *cli.Context) error {
-			cl, _, done, err := open(c)
+			cl, cfg, done, err := open(c)
 			if err != nil || done {
 				return err
 			}
@@ -28,7 +28,7 @@ func getCommand() *cli.Command {
 			}
 			value, err := cl.GetAuto(c.Context, key)
 			if err != nil {
-				return fail("get", err)
+				return fail(c, cfg, key, err)
 			}
 			var w io.Writer = c.App.Writer
 			if dst := c.Args().Get(1); dst != "" && dst != "-" {

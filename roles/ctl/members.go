@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/dfkv/dfkv/wire"
 )
 
 func membersCommand() *cli.Command {
@@ -39,10 +41,7 @@ func membersCommand() *cli.Command {
 					ping = "FAIL: " + err.Error()
 					down++
 				}
-				hb := "-"
-				if m.LastHeartbeatUnixMS > 0 {
-					hb = time.Since(time.UnixMilli(m.LastHeartbeatUnixMS)).Round(time.Millisecond).String() + " ago"
-				}
+				hb := lastHeartbeat(m, time.Now())
 				capacity := "-"
 				if m.CapacityBytes > 0 {
 					capacity = fmt.Sprintf("%.1f GiB", float64(m.CapacityBytes)/(1<<30))
@@ -50,10 +49,31 @@ func membersCommand() *cli.Command {
 				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, m.Addr, m.Weight, capacity, hb, ping)
 			}
 			_ = w.Flush()
+			for _, m := range members {
+				if m.LastHeartbeatUnixMS <= 0 && m.LeaseLive {
+					fmt.Fprintln(c.App.Writer, "# lease live: the directory (etcd) keeps no heartbeat times; the node's lease, which its heartbeats through any MDS renew, has not run out")
+					break
+				}
+			}
 			if down > 0 {
 				return cli.Exit(fmt.Sprintf("dfkv ctl members: %d member(s) did not answer", down), exitFailure)
 			}
 			return nil
 		},
 	}
+}
+
+// lastHeartbeat is the LAST HEARTBEAT column of m: how long ago the
+// directory last heard from it, where the directory keeps that (bbolt);
+// "lease live" where it holds members on leases and keeps no times
+// (etcd); "-" where nothing is known (static members, or an MDS that
+// restarted and has not heard from the node yet).
+func lastHeartbeat(m wire.MemberInfo, now time.Time) string {
+	switch {
+	case m.LastHeartbeatUnixMS > 0:
+		return now.Sub(time.UnixMilli(m.LastHeartbeatUnixMS)).Round(time.Millisecond).String() + " ago"
+	case m.LeaseLive:
+		return "lease live"
+	}
+	return "-"
 }

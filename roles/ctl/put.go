@@ -46,7 +46,7 @@ func putCommand() *cli.Command {
 				return cli.Exit(fmt.Sprintf("dfkv ctl put: value is larger than max_block_bytes %d", limit), exitFailure)
 			}
 			if err := cl.Put(c.Context, key, value); err != nil {
-				return fail("put", err)
+				return fail(c, cfg, key, err)
 			}
 			return nil
 		},

@@ -8,7 +8,7 @@ func rmCommand() *cli.Command {
 		Usage:     "remove one key (exit 1 if it was not stored)",
 		UsageText: "dfkv ctl [options] rm KEY",
 		Action: func(c *cli.Context) error {
-			cl, _, done, err := open(c)
+			cl, cfg, done, err := open(c)
 			if err != nil || done {
 				return err
 			}
@@ -18,7 +18,7 @@ func rmCommand() *cli.Command {
 				return err
 			}
 			if err := cl.Remove(c.Context, key); err != nil {
-				return fail("rm", err)
+				return fail(c, cfg, key, err)
 			}
 			return nil
 		},

@@ -133,7 +133,7 @@ func epochOf(b *bolt.Bucket) uint64 {
 
 func (d *boltDir) Register(_ context.Context, group string, m wire.MemberInfo) (uint64, error) {
 	now := d.clock.Now()
-	m.LastHeartbeatUnixMS = 0 // kept in memory, filled in by Members
+	m.LastHeartbeatUnixMS, m.LeaseLive = 0, false // kept in memory, filled in by Members
 	val, err := json.Marshal(m)
 	if err != nil {
 		return 0, err

@@ -33,6 +33,11 @@ import (
 // list is served with the epoch of the state it shows, never another
 // (Members), since a client that holds a list at an epoch is told
 // "unchanged" while the epoch is the same.
+//
+// Liveness is the lease alone: no heartbeat time is kept. Writing one to
+// etcd would cost a write per node per TTL/3, and the time one MDS heard
+// a node is not when the node last heartbeated, which it may do through
+// any MDS. A member is listed with LeaseLive set and no heartbeat time.
 type etcdDir struct {
 	cli    *clientv3.Client
 	prefix string
@@ -49,12 +54,6 @@ type etcdDir struct {
 	// it; advanced is closed (and replaced) each time it moves.
 	watched  uint64
 	advanced chan struct{}
-	// heard is when this MDS last heard from each member (registration or
-	// heartbeat), for MemberInfo.LastHeartbeatUnixMS: etcd keeps liveness
-	// in the lease, and writing the time to etcd on every heartbeat would
-	// cost a write per node per TTL/3. A member heard only through
-	// another MDS keeps the time it registered.
-	heard map[string]time.Time // group + "/" + id
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -82,7 +81,7 @@ func openEtcdDir(endpoints []string, prefix string, ttl time.Duration, log *slog
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &etcdDir{cli: cli, prefix: strings.TrimSuffix(prefix, "/"), ttl: ttl, log: log,
-		epochs: map[string]uint64{}, heard: map[string]time.Time{}, cancel: cancel, done: make(chan struct{}), advanced: make(chan struct{})}
+		epochs: map[string]uint64{}, cancel: cancel, done: make(chan struct{}), advanced: make(chan struct{})}
 	go d.watch(ctx)
 	return d, nil
 }
@@ -238,7 +237,7 @@ func (d *etcdDir) catchUp(ctx context.Context, rev uint64) bool {
 func (d *etcdDir) Register(ctx context.Context, group string, m wire.MemberInfo) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
 	defer cancel()
-	m.LastHeartbeatUnixMS = time.Now().UnixMilli()
+	m.LastHeartbeatUnixMS, m.LeaseLive = 0, false // the lease says it, not the record
 	val, err := json.Marshal(m)
 	if err != nil {
 		return 0, err
@@ -283,9 +282,6 @@ func (d *etcdDir) Heartbeat(ctx context.Context, group, id string) (uint64, erro
 		}
 		return 0, backendErr("heartbeat", err)
 	}
-	d.mu.Lock()
-	d.heard[group+"/"+id] = time.Now()
-	d.mu.Unlock()
 	return epoch, nil
 }
 
@@ -311,9 +307,6 @@ func (d *etcdDir) Deregister(ctx context.Context, group, id string) (uint64, err
 	if l := prev.Kvs[0].Lease; l != 0 {
 		_, _ = d.cli.Revoke(ctx, clientv3.LeaseID(l))
 	}
-	d.mu.Lock()
-	delete(d.heard, group+"/"+id)
-	d.mu.Unlock()
 	return d.noteEpoch(group, resp.Header.Revision), nil
 }
 
@@ -347,9 +340,10 @@ func (d *etcdDir) Members(ctx context.Context, group string) (uint64, []wire.Mem
 			d.log.Warn("MDS: skipping unreadable member record in etcd", "key", string(kv.Key), "error", err.Error())
 			continue
 		}
-		if t, ok := d.heard[group+"/"+m.ID]; ok && t.UnixMilli() > m.LastHeartbeatUnixMS {
-			m.LastHeartbeatUnixMS = t.UnixMilli()
-		}
+		// The key exists, so its lease has not run out; when the node
+		// last renewed it is not known here (an MDS before this one
+		// stored its registration time, which is not that either).
+		m.LastHeartbeatUnixMS, m.LeaseLive = 0, kv.Lease != 0
 		out = append(out, m)
 	}
 	epoch := readEpoch(read, lastPut, d.epochs[group], d.watched)

@@ -761,6 +761,9 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 		c.vals = append(c.vals, dst)
 		runBytes += vl
 		if _, err := io.ReadFull(c.br, dst); err != nil {
+			// A stall or a client gone: the run so far is dropped, runs
+			// stored before it stay, and no answer goes out (the package
+			// doc's Bounds; TestStalledBatchPutKeepsOnlyStoredRuns).
 			c.dropRun(true)
 			return err
 		}

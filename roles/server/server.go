@@ -15,9 +15,13 @@
 //
 //   - A request's body (a PUT's value, a batch) must arrive within
 //     server.body_timeout_ms of its header, or the connection is closed
-//     (the PUT stores nothing; a batch keeps the items stored before the
-//     stall). The first request of a connection has
-//     server.first_request_ms.
+//     with no answer. A PUT cut so stores nothing. A BATCH_PUT is stored
+//     in runs of up to max_block_bytes of values as they arrive: a stall
+//     drops the run it cuts, the items of it received in full included,
+//     and keeps the runs stored before it. The client learns no status,
+//     so it must take none of the batch as stored; a batch of at most
+//     max_block_bytes is normally one run and stores nothing. The first
+//     request of a connection has server.first_request_ms.
 //   - At server.max_conns open connections the node closes the one that
 //     has waited longest on its client, if it has waited a second or
 //     more, to admit the new one, and refuses the new one only when every

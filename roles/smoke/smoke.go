@@ -2,7 +2,8 @@
 // It exercises every op at several sizes (one byte, a non-aligned size, the
 // maximum block size), the range contract, the batch forms and the input a
 // node must refuse, compares every byte, prints one line per check and a
-// summary, and exits non-zero on any failure.
+// summary, and exits non-zero on any failure. A member that does not
+// answer PING ends the run at once, with one line saying which and why.
 package smoke
 
 import (
@@ -13,6 +14,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -37,6 +39,12 @@ func Command() *cli.Command {
 			if err != nil || done {
 				return err
 			}
+			// Each failed check says why, so the client's WARN about
+			// backing off from a node would say it twice; --log-level
+			// warn or debug keeps it.
+			if strings.EqualFold(cfg.Log.Level, "info") { // the default
+				log = rolekit.NewLogger(config.Log{Level: "error", Format: cfg.Log.Format}, c.App.ErrWriter).With("role", "smoke")
+			}
 			cl, err := rolekit.OpenClient(cfg, log)
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("dfkv smoke: %v", err), 2)
@@ -47,7 +55,10 @@ func Command() *cli.Command {
 				runID = fmt.Sprintf("%d-%d", time.Now().UnixNano(), os.Getpid())
 			}
 			r := &Runner{Client: cl, Out: c.App.Writer, RunID: runID, MaxBlock: cfg.Server.MaxBlockBytes, Members: cl.Members(), Keep: c.Bool("keep")}
-			pass, fail := r.Run(c.Context)
+			pass, fail, err := r.Run(c.Context)
+			if err != nil {
+				return cli.Exit(fmt.Sprintf("dfkv smoke: %v", err), 1)
+			}
 			fmt.Fprintf(c.App.Writer, "smoke: %d passed, %d failed\n", pass, fail)
 			if fail > 0 {
 				return cli.Exit("", 1)
@@ -106,11 +117,18 @@ func expectStatus(err error, want wire.Status) error {
 	return nil
 }
 
-// Run performs every check and returns the counts.
-func (r *Runner) Run(ctx context.Context) (pass, fail int) {
+// Run pings every member, then performs every check and returns the
+// counts. A member that does not answer PING stops the run there, with
+// an error naming it and why: every later check would fail for the same
+// reason, and a page of them hides it.
+func (r *Runner) Run(ctx context.Context) (pass, fail int, err error) {
 	cl := r.Client
 	for _, m := range r.Members {
-		r.check("ping "+m, cl.Ping(ctx, m))
+		if err := cl.Ping(ctx, m); err != nil {
+			r.fail++
+			return r.pass, r.fail, fmt.Errorf("member %s does not answer PING: %w; no other check was run", m, err)
+		}
+		r.check("ping "+m, nil)
 	}
 	sizes := []int{1, 4095, 4096, 65537, 1 << 20, 1<<20 + 3}
 	if r.MaxBlock > 0 && r.MaxBlock > 1<<20+3 {
@@ -121,7 +139,7 @@ func (r *Runner) Run(ctx context.Context) (pass, fail int) {
 	}
 	r.batch(ctx)
 	r.refusals(ctx)
-	return r.pass, r.fail
+	return r.pass, r.fail, nil
 }
 
 func (r *Runner) scalar(ctx context.Context, n int, seed uint64) {

@@ -15,7 +15,19 @@ type Resolved struct {
 	fileFrom string // "--config" or "DFKV_CONFIG"
 	values   []resolvedValue
 	warnings []string
-	cfg      *Config // a copy, so the role changing its Config does not change the printout
+	cfg      *Config           // a copy, so the role changing its Config does not change the printout
+	auto     map[string]string // key → what its automatic value resolves to (SetAuto)
+}
+
+// SetAuto records what the automatic value of key (a setting left at 0 or
+// "auto") resolves to, as the role would choose it now, so --print-config
+// shows "auto (= …)" instead of a bare 0 that means something else. A key
+// set to a value of its own prints no note.
+func (r *Resolved) SetAuto(key, resolved string) {
+	if r.auto == nil {
+		r.auto = map[string]string{}
+	}
+	r.auto[key] = resolved
 }
 
 type resolvedValue struct {
@@ -71,6 +83,9 @@ func (r *Resolved) WriteTo(w io.Writer) (int64, error) {
 		if kind == fromEnv && rv.src.where != "" {
 			kind += " " + rv.src.where // set through the earlier name
 		}
+		if a, ok := r.auto[rv.s.key]; ok && isAuto(rv.s.value.format(r.cfg)) {
+			kind += ", auto (= " + a + ")"
+		}
 		fmt.Fprintf(b, "%s = %s  # %s (%s)\n", rv.s.key, rv.s.value.format(r.cfg), kind, rv.s.env)
 	}
 	err := b.Flush()
@@ -96,3 +111,6 @@ func (r *Resolved) Warnings() []string { return append([]string(nil), r.warnings
 // File returns the config file that was read and what named it ("--config"
 // or "DFKV_CONFIG"), or "", "" when there was none, for the role's startup log.
 func (r *Resolved) File() (path, from string) { return r.file, r.fileFrom }
+
+// isAuto reports a printed value that asks for the automatic choice.
+func isAuto(printed string) bool { return printed == "0" || printed == `"auto"` || printed == `""` }

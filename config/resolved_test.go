@@ -133,3 +133,25 @@ func TestPrintConfigIsASnapshot(t *testing.T) {
 		t.Fatalf("print-config shows changes made after Load:\n%s", buf.String())
 	}
 }
+
+// TestPrintConfigShowsAutoValues: a setting left to its automatic value
+// prints what that resolves to, and one given a value of its own does not.
+func TestPrintConfigShowsAutoValues(t *testing.T) {
+	_, r, err := LoadFrom("server", "", nil, map[string][]string{"max-conns": {"10"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetAuto("server.disk_capacity_bytes", "2GiB")
+	r.SetAuto("server.max_conns", "never shown")
+	var buf bytes.Buffer
+	if _, err := r.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if !strings.Contains(out, "server.disk_capacity_bytes = 0  # default, auto (= 2GiB) (DFKV_SERVER_DISK_CAPACITY_BYTES)") {
+		t.Errorf("automatic capacity not explained:\n%s", out)
+	}
+	if strings.Contains(out, "never shown") {
+		t.Errorf("a value set by a flag was annotated as automatic:\n%s", out)
+	}
+}

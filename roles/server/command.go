@@ -37,7 +37,7 @@ func Command() *cli.Command {
 			"SIGTERM or SIGINT stops it gracefully: in-flight requests finish, disks are synced. SIGHUP is logged and ignored.",
 		Flags: config.Flags("server"),
 		Action: func(c *cli.Context) error {
-			cfg, log, done, err := rolekit.Load(c, "server")
+			cfg, log, done, err := rolekit.LoadExplained(c, "server", ExplainAuto)
 			if err != nil {
 				return err
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/file"
+	"github.com/dfkv/dfkv/engine/iobuf"
 	"github.com/dfkv/dfkv/engine/ramtier"
 	"github.com/dfkv/dfkv/engine/slab"
 	"github.com/dfkv/dfkv/engine/vfs"
@@ -151,34 +152,11 @@ func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *
 	}
 	capacity := sc.DiskCapacityBytes
 	if sc.StoreEngine == "slab" {
-		c, e, formatted, err := slab.Existing(fs, dir)
+		capacity, extent, auto, err := slabGeometry(sc, dir, fs)
 		if err != nil {
-			return nil, fmt.Errorf("%w; set server.disk_capacity_bytes or point at an empty directory", err)
+			return nil, err
 		}
-		extent := slabExtent(sc, capacity)
-		switch {
-		case formatted:
-			// The disk's own geometry, unless configured otherwise (which
-			// the engine then refuses, naming the difference).
-			if capacity == 0 {
-				capacity = c
-			}
-			if sc.SlabExtentBytes == 0 {
-				extent = e
-			}
-		case capacity == 0:
-			// Sized on the filesystem the directory will be made on;
-			// the engine makes it (and warns that it had to).
-			u, err := fs.Usage(vfs.ExistingAncestor(fs, dir))
-			if err != nil {
-				return nil, fmt.Errorf("size it with server.disk_capacity_bytes: %w", err)
-			}
-			capacity = min(u.Free/4, autoSlabMax)
-			extent = slabExtent(sc, capacity)
-			capacity = capacity / extent * extent
-			if capacity < extent {
-				return nil, fmt.Errorf("only %d bytes free, less than one %d-byte extent; free space or set server.disk_capacity_bytes", u.Free, extent)
-			}
+		if auto {
 			log.Info("disk capacity not configured; formatting a quarter of the free space (at most 8GiB)",
 				"disk", dir, "capacity_bytes", capacity, "extent_bytes", extent)
 		}
@@ -199,6 +177,70 @@ func openDisk(sc config.Server, dir string, fs vfs.FS, clock engine.Clock, log *
 		log.Info("disk capacity not configured; using half of the filesystem", "disk", dir, "capacity_bytes", capacity)
 	}
 	return file.Open(file.Options{Dir: dir, CapacityBytes: capacity, FS: fs, Clock: clock, Logger: log, DirectIO: true, Accounting: acct})
+}
+
+// slabGeometry is the capacity and extent size a slab disk at dir opens
+// with: a formatted disk's own geometry unless configured otherwise (which
+// the engine then refuses, naming the difference); for a new disk without
+// a configured capacity, a quarter of the free space of the filesystem it
+// will be made on (auto), at most autoSlabMax, in whole extents.
+func slabGeometry(sc config.Server, dir string, fs vfs.FS) (capacity, extent uint64, auto bool, err error) {
+	capacity = sc.DiskCapacityBytes
+	c, e, formatted, err := slab.Existing(fs, dir)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("%w; set server.disk_capacity_bytes or point at an empty directory", err)
+	}
+	extent = slabExtent(sc, capacity)
+	switch {
+	case formatted:
+		if capacity == 0 {
+			capacity = c
+		}
+		if sc.SlabExtentBytes == 0 {
+			extent = e
+		}
+	case capacity == 0:
+		u, err := fs.Usage(vfs.ExistingAncestor(fs, dir))
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("size it with server.disk_capacity_bytes: %w", err)
+		}
+		capacity = min(u.Free/4, autoSlabMax)
+		extent = slabExtent(sc, capacity)
+		capacity = capacity / extent * extent
+		if capacity < extent {
+			return 0, 0, false, fmt.Errorf("only %d bytes free, less than one %d-byte extent; free space or set server.disk_capacity_bytes", u.Free, extent)
+		}
+		auto = true
+	}
+	return capacity, extent, auto, nil
+}
+
+// ExplainAuto tells r what the node's automatic settings would resolve to
+// if it started now, for --print-config: each slab disk's capacity and
+// extent size, and the payload buffer budget.
+func ExplainAuto(cfg *config.Config, r *config.Resolved) {
+	sc := cfg.Server
+	if sc.StoreEngine == "slab" {
+		var caps, extents []string
+		for _, dir := range sc.Disks {
+			c, e, auto, err := slabGeometry(sc, dir, vfs.OS{})
+			switch {
+			case err != nil:
+				caps = append(caps, dir+": "+err.Error())
+			case auto:
+				caps = append(caps, fmt.Sprintf("%s for %s, a quarter of its free space", config.FormatSize(c), dir))
+			default:
+				caps = append(caps, fmt.Sprintf("%s, as %s is formatted", config.FormatSize(c), dir))
+			}
+			if err == nil {
+				extents = append(extents, config.FormatSize(e))
+			}
+		}
+		r.SetAuto("server.disk_capacity_bytes", strings.Join(caps, "; "))
+		r.SetAuto("server.slab_extent_bytes", strings.Join(extents, ", "))
+	}
+	largest := uint64(iobuf.SizeFor(int(sc.MaxBlockBytes)))
+	r.SetAuto("server.buffer_budget_bytes", config.FormatSize(max(1<<30, 2*largest)))
 }
 
 // slabExtent is the extent size a new slab disk of capacity bytes is

@@ -31,6 +31,13 @@ const ExitConfig = 2
 // arguments: the flag parser stops at the first one, so a stray word would
 // silently drop every flag after it too.
 func Load(c *cli.Context, role string) (cfg *config.Config, log *slog.Logger, done bool, err error) {
+	return LoadExplained(c, role, nil)
+}
+
+// LoadExplained is Load for a role whose automatic settings depend on the
+// machine: explain, if not nil, records on the Resolved what they would
+// resolve to (config.Resolved.SetAuto) before --print-config prints it.
+func LoadExplained(c *cli.Context, role string, explain func(*config.Config, *config.Resolved)) (cfg *config.Config, log *slog.Logger, done bool, err error) {
 	if role != "ctl" && c.NArg() > 0 {
 		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv %s: unexpected argument %q (it and everything after it, flags included, would be ignored); see dfkv %s --help",
 			role, c.Args().First(), role), ExitConfig)
@@ -40,6 +47,9 @@ func Load(c *cli.Context, role string) (cfg *config.Config, log *slog.Logger, do
 		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv %s: configuration: %v", role, err), ExitConfig)
 	}
 	if c.Bool("print-config") {
+		if explain != nil {
+			explain(cfg, res)
+		}
 		// The warnings (unknown DFKV_* variables) go to stderr here too:
 		// --print-config is how an operator checks a configuration.
 		for _, w := range res.Warnings() {

@@ -125,7 +125,14 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		UsageText: "dfkv ROLE [options]   (or invoke through a symlink such as dfkv-server)",
 		Description: "Roles: server (cache node), mds (membership directory), smoke (end-to-end check),\n" +
 			"bench (load generator), ctl (inspect and edit a cluster), version.\n" +
-			"Every role reads the same configuration: defaults < --config FILE < DFKV_* env < flags.",
+			"Every role reads the same configuration: defaults < --config FILE < DFKV_* env < flags.\n\n" +
+			"Exit status, the same whichever layer a problem came from:\n" +
+			"  0  success\n" +
+			"  1  the work failed: a node or MDS could not start or stopped on an error, a smoke\n" +
+			"     check or bench operation failed, ctl's key was not found\n" +
+			"  2  usage or configuration: an unknown role, flag, setting or TOML key, a bad value\n" +
+			"     from a flag, DFKV_* or the file, settings that cannot work together; ctl: a\n" +
+			"     node or MDS could not be reached, so whether the key is stored is unknown",
 		Commands:  cmds,
 		Writer:    stdout,
 		ErrWriter: stderr,

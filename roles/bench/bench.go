@@ -15,7 +15,9 @@
 //
 // A run is: fill (optional, unmeasured) → warm-up (unmeasured) → measured
 // stage of --duration or --ops. Latencies go to per-worker HDR-style
-// histograms (hist.go), merged at the end. The results are a table on
+// histograms (hist.go), merged at the end, and to coarse per-interval
+// ones (interval.go) for throughput and latency over time, per
+// operation. The results are a table on
 // stdout, --json, and --html with inline SVG plots. Any failed operation,
 // in any stage, is counted by class, announced by a WARNING line, and
 // makes the exit status 1: a figure from a run with errors is never

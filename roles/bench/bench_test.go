@@ -174,8 +174,8 @@ func TestBenchAgainstServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := bytes.Count(page, []byte("<svg")); n != 2 {
-		t.Fatalf("HTML report has %d <svg> plots, want 2", n)
+	if n := bytes.Count(page, []byte("<svg")); n != 3 {
+		t.Fatalf("HTML report has %d <svg> plots, want 3", n)
 	}
 	for _, bad := range []string{"<script", "src=", "href=", "@import", "url("} {
 		if bytes.Contains(page, []byte(bad)) {
@@ -197,12 +197,37 @@ func TestBenchAgainstServer(t *testing.T) {
 	if len(res.Ops) != 2 || res.Ops[0].Count+res.Ops[1].Count != 100 {
 		t.Fatalf("mixed: %+v", res.Ops)
 	}
+	checkPerOpSeries(t, "mixed", res, "put", "get")
 
 	// Duration mode: the series covers the measured stage.
 	res, out = benchJSON(t, 0, append(common, "--workload", "put", "--duration", "1200ms", "--warmup", "100ms", "--value-size", "4KiB")...)
 	checkClean(t, "put --duration", res, out, 0)
 	if res.Totals.Seconds < 1.2 || res.Config.DurationS != 1.2 {
 		t.Fatalf("put --duration 1200ms measured %.3fs (config %v)", res.Totals.Seconds, res.Config.DurationS)
+	}
+}
+
+// checkPerOpSeries checks that every sample of the series splits into
+// ops, in order, that the split adds up to each operation's count, and
+// that the intervals with operations have latencies.
+func checkPerOpSeries(t *testing.T, what string, res *Result, ops ...string) {
+	t.Helper()
+	sums := map[string]uint64{}
+	for i, smp := range res.Series {
+		if len(smp.PerOp) != len(ops) {
+			t.Fatalf("%s: sample %d splits into %+v, want %v", what, i, smp.PerOp, ops)
+		}
+		for j, ps := range smp.PerOp {
+			if ps.Op != ops[j] || (ps.Ops > 0 && !(ps.P50 > 0 && ps.P50 <= ps.P99 && ps.OpsPerS > 0)) {
+				t.Fatalf("%s: sample %d op %d: %+v", what, i, j, ps)
+			}
+			sums[ps.Op] += ps.Ops
+		}
+	}
+	for _, o := range res.Ops {
+		if sums[o.Op] != o.Count {
+			t.Fatalf("%s: the series holds %d %s, the totals %d", what, sums[o.Op], o.Op, o.Count)
+		}
 	}
 }
 
@@ -214,6 +239,7 @@ func TestBenchPrefix(t *testing.T) {
 	res, out := benchJSON(t, 0, "--members", addr, "--workload", "prefix", "--sequences", "6", "--pages-per-seq", "4",
 		"--shared-prefix", "0.5", "--value-size", "4KiB", "-c", "3", "--ops", "12", "--warmup", "0")
 	checkClean(t, "prefix", res, out, 12)
+	checkPerOpSeries(t, "prefix", res, "exist_prefix", "get_prefix")
 	p := res.Prefix
 	if p == nil || p.Lookups != 12 || p.SharedPages != 2 || p.CachedSequences != 3 || p.HitRate != 0.75 || p.MeanPrefixPages != 3 {
 		t.Fatalf("prefix: %+v", p)
@@ -245,7 +271,7 @@ func TestBenchErrors(t *testing.T) {
 	stop()
 	htmlPath := filepath.Join(t.TempDir(), "err.html")
 	res, out = benchJSON(t, 1, "--members", addr, "--workload", "get", "--keys", "4", "--value-size", "4KiB", "--ops", "6", "--warmup", "0", "-c", "2", "--dial-timeout-ms", "500", "--html", htmlPath)
-	if page, err := os.ReadFile(htmlPath); err != nil || !bytes.Contains(page, []byte(`class="warn"`)) || bytes.Count(page, []byte("<svg")) != 2 {
+	if page, err := os.ReadFile(htmlPath); err != nil || !bytes.Contains(page, []byte(`class="warn"`)) || bytes.Count(page, []byte("<svg")) != 3 {
 		t.Fatalf("HTML report of a failed run lacks the warning or the (empty) plots: %v\n%s", err, page)
 	}
 	if res.OK || res.Errors["UNAVAILABLE"] != 4+6 || res.ErrorsByPhase["fill"]["UNAVAILABLE"] != 4 || res.Totals.Ops != 0 {
@@ -453,7 +479,7 @@ func TestHTMLEscapes(t *testing.T) {
 			t.Errorf("HTML report lacks the escaped %q", where)
 		}
 	}
-	if n := strings.Count(h, "<svg"); n != 2 || !strings.Contains(h, "<polyline") {
+	if n := strings.Count(h, "<svg"); n != 3 || !strings.Contains(h, "<polyline") {
 		t.Errorf("HTML report has %d plots, or no plot line", n)
 	}
 }

@@ -235,7 +235,7 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
 .warn{background:#fde2e1;border:2px solid #c0392b;color:#8e1b10;padding:.6em 1em;font-weight:bold}
 .ok{background:#e3f6e5;border:1px solid #2e7d32;padding:.4em 1em}
 figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.3em}svg text{font-size:12px;fill:#333}
-code{background:#f3f3f3;padding:1px 4px}
+code{background:#f3f3f3;padding:1px 4px}.note{font-size:90%;color:#555;margin:.2em 0}
 </style></head><body>
 <h1>dfkv bench report</h1>
 <p>{{.Summary}}</p>
@@ -247,6 +247,8 @@ code{background:#f3f3f3;padding:1px 4px}
 {{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
 {{end -}}
 {{with .Totals}}<tr><th>total</th><th>{{.Ops}}</th><th>{{sig3 .OpsPerS}}</th><th>{{sig3 .GBPerS}}</th><th colspan="7">measured {{printf "%.2f" .Seconds}} s</th></tr></table>
+{{end -}}
+{{range .FewNotes}}<p class="note">{{.}}</p>
 {{end -}}
 {{with .Prefix}}<p>prefix workload: {{.Sequences}} sequences × {{.PagesPerSeq}} pages ({{.SharedPages}} shared, {{.CachedSequences}} sequences cached): {{.Lookups}} lookups, hit rate <b>{{printf "%.1f" (percent .HitRate)}} %</b>, mean loadable prefix <b>{{printf "%.2f" .MeanPrefixPages}} pages</b></p>
 {{end -}}
@@ -271,7 +273,7 @@ code{background:#f3f3f3;padding:1px 4px}
 func (res *Result) WriteHTML(w io.Writer) error {
 	page := struct {
 		Summary, Started, GoVersion, Warning string
-		ErrorSamples                         []string
+		ErrorSamples, FewNotes               []string
 		Rows                                 [][]string
 		Totals                               Totals
 		Prefix                               *PrefixResult
@@ -281,11 +283,15 @@ func (res *Result) WriteHTML(w io.Writer) error {
 		Warning: res.warning(), ErrorSamples: res.ErrorSamples, Totals: res.Totals, Prefix: res.Prefix,
 		Figures: []figure{throughputPlot(res.Series, res.Totals.Bytes > 0), latencyTimePlot(res.Series), latencyPlot(res)},
 	}
+	var marked [4]bool
 	for _, o := range res.Ops {
 		l := o.Latency
-		page.Rows = append(page.Rows, []string{o.Op, strconv.FormatUint(o.Count, 10), sig3(o.OpsPerS), sig3(o.GBPerS),
-			fmtUs(l.Min), fmtUs(l.Mean), fmtUs(l.P50), fmtUs(l.P90), fmtUs(l.P99), fmtUs(l.P999), fmtUs(l.Max)})
+		cells, few := l.percentiles()
+		page.Rows = append(page.Rows, append([]string{o.Op, strconv.FormatUint(o.Count, 10), sig3(o.OpsPerS), sig3(o.GBPerS),
+			fmtUs(l.Min), fmtUs(l.Mean)}, append(cells[:], fmtUs(l.Max))...))
+		marked = orMarks(marked, few)
 	}
+	page.FewNotes = fewNotes(marked)
 	return reportTemplate.Execute(w, page)
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -100,6 +101,71 @@ type Latency struct {
 	P99  float64 `json:"p99"`
 	P999 float64 `json:"p999"`
 	Max  float64 `json:"max"`
+	// Few marks the percentiles computed from too few samples to be more
+	// than an estimate of the tail.
+	Few FewSamples `json:"few_samples"`
+}
+
+// FewSamples marks each percentile p computed from fewer than 10/(1-p)
+// samples (p99 from fewer than 1,000, p99.9 from fewer than 10,000):
+// fewer than ten samples lie at or beyond it, so one slow operation more
+// or less moves it.
+type FewSamples struct {
+	P50  bool `json:"p50"`
+	P90  bool `json:"p90"`
+	P99  bool `json:"p99"`
+	P999 bool `json:"p999"`
+}
+
+// latencyOf summarises h.
+func latencyOf(h *Histogram) Latency {
+	n := h.Count()
+	return Latency{
+		Min: us(h.Min()), Mean: us(h.Mean()), P50: us(h.Quantile(0.5)), P90: us(h.Quantile(0.9)),
+		P99: us(h.Quantile(0.99)), P999: us(h.Quantile(0.999)), Max: us(h.Max()),
+		Few: FewSamples{P50: fewSamples(n, 0.5), P90: fewSamples(n, 0.9), P99: fewSamples(n, 0.99), P999: fewSamples(n, 0.999)},
+	}
+}
+
+// percentileNames are the reported percentiles, as the table heads them.
+var percentileNames = [4]string{"p50", "p90", "p99", "p99.9"}
+
+// fewMark is what a percentile from few samples carries in a table.
+const fewMark = "*"
+
+// percentiles returns l's p50, p90, p99 and p99.9 formatted, each marked
+// when it rests on few samples, and which were.
+func (l Latency) percentiles() (cells [4]string, few [4]bool) {
+	few = [4]bool{l.Few.P50, l.Few.P90, l.Few.P99, l.Few.P999}
+	for i, v := range [4]float64{l.P50, l.P90, l.P99, l.P999} {
+		cells[i] = fmtUs(v)
+		if few[i] {
+			cells[i] += fewMark
+		}
+	}
+	return cells, few
+}
+
+// fewNotes are the footnotes of the percentiles marked in a table: one
+// per percentile that any row marked.
+func fewNotes(marked [4]bool) []string {
+	var out []string
+	for i, m := range marked {
+		if m {
+			q := [4]float64{0.5, 0.9, 0.99, 0.999}[i]
+			out = append(out, fmt.Sprintf("%s %s: fewer than %s samples, so fewer than 10 at or beyond it; an estimate", fewMark, percentileNames[i], thousands(uint64(math.Round(10/(1-q))))))
+		}
+	}
+	return out
+}
+
+// thousands writes n with commas between groups of three digits.
+func thousands(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // CurvePoint is one point of the latency percentile curve.
@@ -201,11 +267,7 @@ func (r *run) result(started time.Time, fillKeys int, fillTime time.Duration, el
 		if h == nil {
 			continue
 		}
-		or := OpResult{Op: opNames[op], Count: h.Count(), Bytes: b, Curve: curve(h),
-			Latency: Latency{
-				Min: us(h.Min()), Mean: us(h.Mean()), P50: us(h.Quantile(0.5)), P90: us(h.Quantile(0.9)),
-				P99: us(h.Quantile(0.99)), P999: us(h.Quantile(0.999)), Max: us(h.Max()),
-			}}
+		or := OpResult{Op: opNames[op], Count: h.Count(), Bytes: b, Curve: curve(h), Latency: latencyOf(h)}
 		if secs > 0 {
 			or.OpsPerS = float64(or.Count) / secs
 			or.GBPerS = float64(b) / secs / 1e9
@@ -333,15 +395,19 @@ func (res *Result) WriteTable(w io.Writer) error {
 		}
 	}
 	rows := [][]string{{"op", "ops", "ops/s", "GB/s", "p50", "p90", "p99", "p99.9", "max"}}
+	var marked [4]bool
 	for _, o := range res.Ops {
-		l := o.Latency
-		rows = append(rows, []string{o.Op, fmt.Sprint(o.Count), sig3(o.OpsPerS), sig3(o.GBPerS),
-			fmtUs(l.P50), fmtUs(l.P90), fmtUs(l.P99), fmtUs(l.P999), fmtUs(l.Max)})
+		cells, few := o.Latency.percentiles()
+		rows = append(rows, append([]string{o.Op, fmt.Sprint(o.Count), sig3(o.OpsPerS), sig3(o.GBPerS)}, append(cells[:], fmtUs(o.Latency.Max))...))
+		marked = orMarks(marked, few)
 	}
 	t := res.Totals
 	rows = append(rows, []string{"total", fmt.Sprint(t.Ops), sig3(t.OpsPerS), sig3(t.GBPerS)})
 	if err := writeColumns(&b, rows); err != nil {
 		return err
+	}
+	for _, n := range fewNotes(marked) {
+		b.WriteString(n + "\n")
 	}
 	fmt.Fprintf(&b, "measured %.2fs; GB = 1e9 bytes of values; latency percentiles within %.2f%%\n", t.Seconds, 100*RelativeError)
 	if p := res.Prefix; p != nil {
@@ -350,6 +416,13 @@ func (res *Result) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func orMarks(a, b [4]bool) [4]bool {
+	for i := range a {
+		a[i] = a[i] || b[i]
+	}
+	return a
 }
 
 // WriteJSON writes the result as indented JSON.

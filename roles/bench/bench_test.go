@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/roles/server"
+	"github.com/dfkv/dfkv/roles/version"
 )
 
 // startNode runs a whole dfkv node (config, file engine, listener)
@@ -157,12 +160,31 @@ func TestBenchAgainstServer(t *testing.T) {
 	if res.Fill != nil {
 		t.Fatalf("put filled the key space without --fill: %+v", res.Fill)
 	}
+	// The node described itself before the measured stage.
+	if sv := res.Server; sv == nil || sv.Protocol != "dfkv" || len(sv.Nodes) != 1 {
+		t.Fatalf("server section: %+v", sv)
+	}
+	if n := res.Server.Nodes[0]; n.Addr != addr || n.Error != "" || n.Version != version.Version || n.CPUs != runtime.NumCPU() ||
+		n.Engine == "" || n.Disks != 1 || n.CapacityBytes != 256<<20 || n.GoVersion != runtime.Version() {
+		t.Fatalf("node description: %+v", n)
+	}
+	if res.BenchVersion != version.Version || res.BenchCommit == "" || res.BenchCPUs != runtime.NumCPU() {
+		t.Fatalf("bench build: %q %q %d", res.BenchVersion, res.BenchCommit, res.BenchCPUs)
+	}
+	if !strings.Contains(out, "server "+addr+": dfkv "+version.Version) || !strings.Contains(out, "engine "+res.Server.Nodes[0].Engine+", 1 disk, RAM tier off; ") ||
+		!strings.Contains(out, "\nbench dfkv "+version.Version) {
+		t.Fatalf("table lacks the server or bench line:\n%s", out)
+	}
 
 	htmlPath := filepath.Join(t.TempDir(), "r.html")
 	res, out = benchJSON(t, 0, append(common, "--workload", "get", "--ops", "40", "--html", htmlPath)...)
 	checkClean(t, "get", res, out, 40)
 	if res.Fill == nil || res.Fill.Keys != 16 || res.Fill.Errors != 0 {
 		t.Fatalf("get: fill %+v, want 16 keys and no error", res.Fill)
+	}
+	// Described after the fill: the node holds the 16 keys.
+	if n := res.Server.Nodes[0]; n.Objects < 16 || n.UsedBytes < 16*65536 || !(n.Fill > 0 && n.Fill < 1) {
+		t.Fatalf("get: node after the fill: %+v", n)
 	}
 	if len(res.Ops) != 1 || res.Ops[0].Op != "get" || res.Ops[0].Bytes != 40*65536 {
 		t.Fatalf("get: ops %+v", res.Ops)
@@ -184,6 +206,9 @@ func TestBenchAgainstServer(t *testing.T) {
 	}
 	if !bytes.Contains(page, []byte("<polyline")) || !bytes.Contains(page, []byte("no errors")) {
 		t.Fatalf("HTML report lacks plot lines or the no-error note")
+	}
+	if !bytes.Contains(page, []byte("<td>"+addr)) || !bytes.Contains(page, []byte("<th>RAM tier</th>")) {
+		t.Fatalf("HTML report lacks the server table")
 	}
 
 	res, out = benchJSON(t, 0, append(common, "--workload", "exist", "--ops", "30", "--value-size", "4KiB")...)
@@ -286,6 +311,9 @@ func TestBenchErrors(t *testing.T) {
 	if len(res.ErrorSamples) != 2 {
 		t.Fatalf("want one error sample per phase and class (2), got %q", res.ErrorSamples)
 	}
+	if n := res.Server.Nodes[0]; !strings.HasPrefix(n.Error, "STATS: ") || n.Version != "" || !strings.Contains(out, "server "+addr+": no description (STATS: ") {
+		t.Fatalf("a stopped node's description: %+v\n%s", n, out)
+	}
 
 	// The client answers reads of an unreachable node as misses; bench
 	// must not report them as a short prefix.
@@ -308,14 +336,25 @@ func TestBenchPeers(t *testing.T) {
 				if res.Config.Protocol != proto || res.Config.Target != addr {
 					t.Fatalf("%s: config %+v", w, res.Config)
 				}
+				if sv := res.Server; sv == nil || sv.Protocol != proto || sv.Addr != addr || sv.Nodes != nil || !strings.Contains(out, "server "+proto+" at "+addr+"\n") {
+					t.Fatalf("%s: server section %+v\n%s", w, sv, out)
+				}
 				if w == "prefix" && res.Prefix.HitRate != 0.75 {
 					t.Fatalf("prefix over %s: hit rate %v, want 0.75", proto, res.Prefix.HitRate)
 				}
 			}
 		})
 	}
+	// A sweep from the command line, against a peer.
+	addr := startFakePeer(t, "redis")
+	res, out := benchJSON(t, 0, "--protocol", "redis", "--addr", addr, "--workload", "get", "--keys", "8", "--value-size", "1KiB", "--warmup", "0",
+		"--ops", "20", "--sweep", "concurrency=1,2")
+	if !res.OK || res.Sweep == nil || len(res.Sweep.Steps) != 2 || res.Sweep.Steps[1].Totals.Ops != 20 || !strings.Contains(out, "\nconcurrency ") || !strings.Contains(out, "knee: ") {
+		t.Fatalf("sweep over redis: %+v\n%s", res.Sweep, out)
+	}
+
 	// A peer that is not there: errors, exit 1.
-	res, _ := benchJSON(t, 1, "--protocol", "memcache", "--addr", freeAddr(t), "--workload", "put", "--ops", "3", "--warmup", "0", "-c", "1", "--value-size", "1KiB")
+	res, _ = benchJSON(t, 1, "--protocol", "memcache", "--addr", freeAddr(t), "--workload", "put", "--ops", "3", "--warmup", "0", "-c", "1", "--value-size", "1KiB")
 	if res.Errors["UNAVAILABLE"] != 3 {
 		t.Fatalf("memcached not running: errors %v", res.Errors)
 	}
@@ -359,6 +398,8 @@ func TestBenchUsageErrors(t *testing.T) {
 	f("is 201 bytes long", "--key-prefix", strings.Repeat("k", 201))
 	f("DFKV_CLIENT_TIMEOUT_MS", "--timeout-ms", "0")
 	f("would both write to stdout", "--json", "-", "--html", "-")
+	f("--sweep value size 128MiB exceeds server.max_block_bytes 64MiB", "--sweep", "value_size=1MiB,128MiB")
+	f(`bench.sweep (DFKV_BENCH_SWEEP) from flag --sweep: "concurrency=4,1" has 1 after 4; give the values in increasing order`, "--sweep", "concurrency=4,1")
 	f("--ops 5 and --duration 1s both given", "--ops", "5", "--duration", "1s")
 	f(`unexpected argument "false" after --fill: give its value after "=", as --fill=false`, "--fill", "false", "--ops", "1")
 	f(`bench.fill (DFKV_BENCH_FILL) from flag --fill: "maybe" is not auto or a boolean`, "--fill=maybe")
@@ -413,8 +454,12 @@ func TestBenchOptions(t *testing.T) {
 		"warmup": {"0"}, "seed": {"18446744073709551615"}, "mixed-get-ratio": {"0.5"}, "c": {"2"}, "key-prefix": {"p/"}})
 	want := Options{Workload: wPut, Protocol: "memcache", Target: "127.0.0.1:11211", ValueSize: 4096, Keys: 1024, Concurrency: 2,
 		Duration: 10 * time.Second, Ops: 7, GetRatio: 0.5, KeyPrefix: "p/", Seed: 1<<64 - 1, Sequences: 64, PagesPerSeq: 16, SharedPrefix: 0.5}
-	if o != want {
+	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("options\n got %+v\nwant %+v", o, want)
+	}
+	o = opts(map[string][]string{"sweep": {"concurrency=1,8"}})
+	if !reflect.DeepEqual(o.Sweep, config.Sweep{Dimension: config.SweepConcurrency, Values: []uint64{1, 8}}) || o.maxConcurrency() != 8 {
+		t.Fatalf("--sweep concurrency=1,8: %+v", o.Sweep)
 	}
 	// A config file that spells out the default duration (as
 	// dfkv.example.toml does) does not clash with --ops.
@@ -463,8 +508,9 @@ func TestTableAndHTMLWarnLoudly(t *testing.T) {
 func TestHTMLEscapes(t *testing.T) {
 	const evil = `<script>alert("x")</script>`
 	res := &Result{Config: ResultConfig{Workload: "put", Protocol: "redis", Target: evil, ValueSize: 4096, Concurrency: 1, Ops: 1},
+		Server:     &ServerInfo{Protocol: "dfkv", Nodes: []NodeInfo{{Addr: "n1", Engine: evil, Version: evil}, {Addr: "n2", Error: evil}}},
 		ErrorCount: 1, Errors: map[string]uint64{"REDIS_ERR": 1}, ErrorSamples: []string{"PUT " + evil + ": ERR"},
-		Ops: []OpResult{{Op: evil, Count: 1, Curve: []CurvePoint{{Percentile: 0, Us: 5}, {Percentile: 90, Us: 9}}}}}
+		Stage: &Stage{Ops: []OpResult{{Op: evil, Count: 1, Curve: []CurvePoint{{Percentile: 0, Us: 5}, {Percentile: 90, Us: 9}}}}}}
 	var hb bytes.Buffer
 	if err := res.WriteHTML(&hb); err != nil {
 		t.Fatal(err)
@@ -474,7 +520,8 @@ func TestHTMLEscapes(t *testing.T) {
 		t.Fatalf("HTML report holds a script element:\n%s", h)
 	}
 	esc := `&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;`
-	for _, where := range []string{"target " + esc, "<td>" + esc + "</td>", "<code>PUT " + esc + ": ERR</code>", `dominant-baseline="middle">` + esc + "</text>"} {
+	for _, where := range []string{"target " + esc, "<td>" + esc + "</td>", "<code>PUT " + esc + ": ERR</code>", `dominant-baseline="middle">` + esc + "</text>",
+		"<td>dfkv " + esc + "</td>", "n2: no description (" + esc + ")"} {
 		if !strings.Contains(h, where) {
 			t.Errorf("HTML report lacks the escaped %q", where)
 		}
@@ -506,13 +553,13 @@ func TestInterruptedRunIsNotAResult(t *testing.T) {
 
 func TestProgressBar(t *testing.T) {
 	var b bytes.Buffer
-	progressBar(&b, Options{Duration: 10 * time.Second})(5*time.Second, 500, 2e9, 0)
+	progressBar(&b, Options{Duration: 10 * time.Second}, "")(5*time.Second, 500, 2e9, 0)
 	if s := b.String(); !strings.HasPrefix(s, "\r[") || !strings.Contains(s, " 50%") || !strings.Contains(s, "100 ops/s") || !strings.Contains(s, " 0.4 GB/s") || strings.Contains(s, "ERRORS") {
 		t.Fatalf("progress line %q", s)
 	}
 	b.Reset()
-	progressBar(&b, Options{Ops: 100})(time.Second, 20, 0, 5)
-	if s := b.String(); !strings.Contains(s, " 25%") || !strings.Contains(s, "ERRORS 5") {
+	progressBar(&b, Options{Ops: 100}, "step 1/2 concurrency=4: ")(time.Second, 20, 0, 5)
+	if s := b.String(); !strings.HasPrefix(s, "\rstep 1/2 concurrency=4: [") || !strings.Contains(s, " 25%") || !strings.Contains(s, "ERRORS 5") {
 		t.Fatalf("progress line with errors %q", s)
 	}
 }

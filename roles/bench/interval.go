@@ -202,15 +202,17 @@ func (a *slot) mergeSlot(b *slot) {
 	}
 }
 
-// samples turns the slots into the reported series. A last slot shorter
+// samples turns the slots into the reported series, and returns the
+// length of its intervals. A last slot shorter
 // than half its interval (the stage ended just after a tick) is folded
 // into the one before rather than plotted as a rate over a few
 // milliseconds; the series still adds up to the totals.
-func (s *series) samples(base time.Duration, ops []opKind) []Sample {
+func (s *series) samples(base time.Duration, ops []opKind) ([]Sample, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	slots := s.slots
-	full := (base << s.shift).Seconds()
+	interval := base << s.shift
+	full := interval.Seconds()
 	if n := len(slots); n > 1 && slots[n-1].secs < full/2 {
 		slots[n-2].mergeSlot(slots[n-1])
 		slots = slots[:n-1]
@@ -224,7 +226,7 @@ func (s *series) samples(base time.Duration, ops []opKind) []Sample {
 		out = append(out, sl.sample(t, ops))
 		t += sl.secs
 	}
-	return out
+	return out, interval
 }
 
 func (sl *slot) sample(t float64, ops []opKind) Sample {

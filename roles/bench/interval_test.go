@@ -89,7 +89,7 @@ func TestSeriesCoarsens(t *testing.T) {
 		}
 	}
 	s.addTotals(epochs, 0.01, sampleTotals{ops: 1}) // a tail of 10 ms
-	got := s.samples(minInterval, []opKind{opGet})
+	got, interval := s.samples(minInterval, []opKind{opGet})
 	if len(got) < maxSlots/2 || len(got) > maxSlots {
 		t.Fatalf("%d samples after %d epochs", len(got), epochs)
 	}
@@ -103,7 +103,7 @@ func TestSeriesCoarsens(t *testing.T) {
 		}
 		tNext += smp.Seconds
 	}
-	if ops != 2*epochs+1 || perOp != 2*epochs || math.Abs(tNext-29.61) > 1e-6 || s.shift != 3 || len(got) != 37 {
+	if ops != 2*epochs+1 || perOp != 2*epochs || math.Abs(tNext-29.61) > 1e-6 || s.shift != 3 || interval != 800*time.Millisecond || len(got) != 37 {
 		t.Fatalf("series adds up to %d ops (%d recorded) over %gs", ops, perOp, tNext)
 	}
 	// With 2^shift epochs per sample, the first sample holds epochs

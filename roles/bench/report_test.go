@@ -30,10 +30,10 @@ func TestSmallSampleTails(t *testing.T) {
 	}
 
 	res := &Result{Config: ResultConfig{Workload: "mixed", Protocol: "dfkv", Target: "x:1", ValueSize: 4096, Concurrency: 1, DurationS: 1},
-		Ops: []OpResult{
+		Stage: &Stage{Ops: []OpResult{
 			{Op: "put", Count: 500, Latency: latencyOf(hist(500))},
 			{Op: "get", Count: 5000, Latency: latencyOf(hist(5000))},
-		}, Totals: Totals{Ops: 5500}}
+		}, Totals: Totals{Ops: 5500}}}
 	var tb, hb, jb bytes.Buffer
 	if err := res.WriteTable(&tb); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dfkv/dfkv/config"
 )
 
 // Workloads.
@@ -64,6 +66,7 @@ type Options struct {
 	GetRatio    float64 // mixed: fraction of GETs
 	KeyPrefix   string
 	Seed        uint64
+	Sweep       config.Sweep // one setting varied over steps; none when empty
 
 	// prefix workload
 	Sequences    int
@@ -194,6 +197,12 @@ type run struct {
 	epoch atomic.Uint64
 	ser   series
 
+	// what the measured stage measured: its length, its series and
+	// the series' interval.
+	elapsed  time.Duration
+	samples  []Sample
+	interval time.Duration
+
 	// progress, if set, is called about 5 times a second while measuring.
 	progress func(elapsed time.Duration, ops, bytes, errs uint64)
 }
@@ -239,6 +248,12 @@ func newRun(o Options, t target) *run {
 		r.keys[i] = []byte(o.KeyPrefix + strconv.Itoa(i))
 	}
 	return r
+}
+
+// withOptions is a run of o over r's keys, for a step of a sweep that
+// does not change what the keys hold: the fill of r serves it too.
+func (r *run) withOptions(o Options) *run {
+	return &run{o: o, t: r.t, keys: r.keys, seqKeys: r.seqKeys, progress: r.progress}
 }
 
 // cached reports whether sequence s is one the populate stage stored: the
@@ -317,12 +332,12 @@ func backoff(err error) {
 }
 
 // measure runs the workers: a warm-up that is not recorded, then the
-// measured stage for Duration or Ops. It returns the measured wall time
-// and the time series.
-func (r *run) measure(ctx context.Context) (time.Duration, []Sample, error) {
+// measured stage for Duration or Ops. It keeps the measured wall time
+// and the time series in r.
+func (r *run) measure(ctx context.Context) error {
 	o := r.o
 	if err := r.startWorkers(); err != nil {
-		return 0, nil, err
+		return err
 	}
 	var wg sync.WaitGroup
 	for _, w := range r.workers {
@@ -366,7 +381,9 @@ func (r *run) measure(ctx context.Context) (time.Duration, []Sample, error) {
 		case <-done:
 			now := time.Now()
 			closeEpoch(now)
-			return now.Sub(start), r.ser.samples(base, workloadOps(o.Workload)), ctx.Err()
+			r.elapsed = now.Sub(start)
+			r.samples, r.interval = r.ser.samples(base, workloadOps(o.Workload))
+			return ctx.Err()
 		case <-endTimer:
 			stop()
 		case <-ctx.Done():

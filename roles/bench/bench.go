@@ -31,6 +31,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -146,34 +147,56 @@ func report(c *cli.Context, res *Result) error {
 	if err := res.WriteTable(table); err != nil {
 		return cli.Exit("dfkv bench: writing the table: "+err.Error(), exitErrors)
 	}
-	write := func(path string, fn func(io.Writer) error) error {
-		if path == "-" {
-			return fn(c.App.Writer)
-		}
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := fn(f); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
-	}
-	if jsonPath != "" {
-		if err := write(jsonPath, res.WriteJSON); err != nil {
-			return cli.Exit(fmt.Sprintf("dfkv bench: --json %s: %v", jsonPath, err), exitErrors)
-		}
-	}
-	if htmlPath != "" {
-		if err := write(htmlPath, res.WriteHTML); err != nil {
-			return cli.Exit(fmt.Sprintf("dfkv bench: --html %s: %v", htmlPath, err), exitErrors)
-		}
+	if err := writeOutputs(c, output{"--json", jsonPath, "JSON result", res.WriteJSON}, output{"--html", htmlPath, "HTML report", res.WriteHTML}); err != nil {
+		return err
 	}
 	if !res.OK {
 		return cli.Exit(fmt.Sprintf("dfkv bench: %s", strings.TrimPrefix(strings.SplitN(res.warning(), " — ", 2)[0], "WARNING: ")), exitErrors)
 	}
 	return nil
+}
+
+// output is a file a run or a comparison writes, and what writes it.
+type output struct {
+	flag, path, what string // "--json", its path ("" none, "-" stdout), "JSON result"
+	write            func(io.Writer) error
+}
+
+// writeOutputs writes each output and says on stderr where each file
+// went, so stdout keeps only the table or the document sent there.
+func writeOutputs(c *cli.Context, outs ...output) error {
+	for _, o := range outs {
+		if o.path == "" {
+			continue
+		}
+		if err := writeFile(c.App.Writer, o.path, o.write); err != nil {
+			return cli.Exit(fmt.Sprintf("dfkv bench: %s %s: %v", o.flag, o.path, err), exitErrors)
+		}
+		if o.path != "-" {
+			path := o.path
+			if abs, err := filepath.Abs(path); err == nil {
+				path = abs
+			}
+			fmt.Fprintf(c.App.ErrWriter, "dfkv bench: %s written to %s\n", o.what, path)
+		}
+	}
+	return nil
+}
+
+// writeFile writes with fn to path, or to stdout for "-".
+func writeFile(stdout io.Writer, path string, fn func(io.Writer) error) error {
+	if path == "-" {
+		return fn(stdout)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // fillValueApart refuses "--fill false": --fill is a boolean flag, so

@@ -196,6 +196,21 @@ func TestBenchAgainstServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Where the files went is said on stderr; stdout is the table alone.
+	jsonPath := filepath.Join(t.TempDir(), "g.json")
+	code, stdout, stderr := runBench(t, append(common, "--workload", "get", "--ops", "8", "--json", jsonPath, "--html", htmlPath)...)
+	if code != 0 || stderr != "dfkv bench: JSON result written to "+jsonPath+"\ndfkv bench: HTML report written to "+htmlPath+"\n" ||
+		strings.Contains(stdout, "written to") || !strings.HasPrefix(stdout, "dfkv bench: workload get") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	// With --json -, stdout is the JSON alone, the table and the HTML's
+	// path go to stderr.
+	code, stdout, stderr = runBench(t, append(common, "--workload", "get", "--ops", "8", "--json", "-", "--html", htmlPath)...)
+	var doc Result
+	if err := json.Unmarshal([]byte(stdout), &doc); code != 0 || err != nil || !strings.Contains(stderr, "op ") ||
+		!strings.HasSuffix(stderr, "dfkv bench: HTML report written to "+htmlPath+"\n") {
+		t.Fatalf("--json -: exit %d, %v\nstdout:\n%s\nstderr:\n%s", code, err, stdout, stderr)
+	}
 	if n := bytes.Count(page, []byte("<svg")); n != 3 {
 		t.Fatalf("HTML report has %d <svg> plots, want 3", n)
 	}

@@ -49,13 +49,15 @@ const (
 	exitUsage  = 2 // bad flags or configuration
 )
 
-// outputFlags are the files one run writes its result to. They are not
-// settings (nothing to keep in a config file or the environment), so they
-// are bench's own flags, beside the [bench] settings of config.Flags.
+// outputFlags are the files one run writes its result to, and the
+// comparison mode. They are not settings (nothing to keep in a config
+// file or the environment), so they are bench's own flags, beside the
+// [bench] settings of config.Flags.
 func outputFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "json", Usage: "write the result as JSON to FILE (- for stdout; the table then goes to stderr)", TakesFile: true},
 		&cli.StringFlag{Name: "html", Usage: "write a self-contained HTML report with plots to FILE", TakesFile: true},
+		&cli.BoolFlag{Name: compareFlag, Usage: "compare two earlier --json results instead of running: --compare A.json B.json prints them side by side with ratios B/A (--html FILE writes them too); results of different workloads are refused"},
 	}
 }
 
@@ -87,6 +89,9 @@ func Command() *cli.Command {
 }
 
 func action(c *cli.Context) error {
+	if c.Bool(compareFlag) {
+		return compareAction(c)
+	}
 	if err := fillValueApart(c); err != nil {
 		return err
 	}

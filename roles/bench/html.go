@@ -311,16 +311,11 @@ func (sw *SweepResult) capacityPlot() figure {
 			scale, unit = 1e-3, "ms"
 		}
 	}
-	p99, p50 := newLine("p99"), newLine("p50")
-	p99.color, p50.color, p50.dash, p99.dots, p50.dots = "#1f77b4", "#7f9fbf", true, true, true
+	p99, p50 := sw.p99Line("p99", "#1f77b4", scale, ""), newLine("p50")
+	p50.color, p50.dash, p50.dots = "#7f9fbf", true, true
 	for i := range sw.Steps {
 		st := &sw.Steps[i]
-		x := sw.throughput(st)
-		p99.xs, p99.ys, p99.labels = append(p99.xs, x), append(p99.ys, st.Latency.P99*scale), append(p99.labels, st.Label)
-		p50.xs, p50.ys = append(p50.xs, x), append(p50.ys, st.Latency.P50*scale)
-	}
-	if sw.Knee >= 0 {
-		p99.ring, p99.ringText = sw.Knee, "knee: "+sw.Dimension+"="+sw.Steps[sw.Knee].Label
+		p50.xs, p50.ys = append(p50.xs, sw.throughput(st)), append(p50.ys, st.Latency.P50*scale)
 	}
 	f := plot(plotSpec{title: "Throughput against latency, a point per step (labelled with its " + sw.Dimension + ")",
 		xLabel: "throughput (" + rateUnit(sw.Throughput != "ops_per_s") + ")", yLabel: "latency (" + unit + ")",

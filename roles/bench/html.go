@@ -22,8 +22,9 @@ type htmlPage struct {
 	ErrorSamples, ServerNotes                   []string
 	ServerHead                                  []string
 	ServerRows                                  [][]string
-	// Headline is the finding a reader looks for first: the knee.
-	Headline string
+	// Headline is the finding a reader looks for first: the knee, and
+	// the highest throughput; its first line is in bold.
+	Headline []string
 	Tables   []htmlTable
 	Prefix   *PrefixResult
 	Figures  []figure
@@ -59,7 +60,7 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 <style>
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em;max-width:980px;color:#222}
 h1{margin-bottom:.2em}h2{font-size:1.1em;margin:1.4em 0 .3em}
-table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}caption{text-align:left;font-weight:bold;padding:.3em 0}
 tr.knee td{background:#fff0e0;font-weight:bold}
 .warn{background:#fde2e1;border:2px solid #c0392b;color:#8e1b10;padding:.6em 1em;font-weight:bold}
@@ -82,7 +83,7 @@ code{background:#f3f3f3;padding:1px 4px}.note{font-size:90%;color:#555;margin:.2
 {{if .Warning}}<div class="warn">{{.Warning}}{{range .ErrorSamples}}<br><code>{{.}}</code>{{end}}</div>
 {{else}}<div class="ok">no errors</div>
 {{end -}}
-{{if .Headline}}<p class="headline">{{.Headline}}</p>
+{{if .Headline}}<div class="headline">{{range $i, $l := .Headline}}{{if $i}}<br>{{$l}}{{else}}<b>{{$l}}</b>{{end}}{{end}}</div>
 {{end -}}
 {{range .Figures}}{{if .First}}{{template "figure" .}}{{end}}{{end -}}
 {{range .Tables}}<table>{{if .Caption}}<caption>{{.Caption}}</caption>{{end}}<tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr>
@@ -107,7 +108,7 @@ code{background:#f3f3f3;padding:1px 4px}.note{font-size:90%;color:#555;margin:.2
 {{range .Lines}}<polyline fill="none" stroke="{{.Color}}" stroke-width="2"{{if .Dash}} stroke-dasharray="6 4"{{end}} points="{{.Points}}"/>
 {{$c := .Color}}{{range .Circles}}<circle cx="{{printf "%.1f" .X}}" cy="{{printf "%.1f" .Y}}" r="3.5" fill="#fff" stroke="{{$c}}" stroke-width="1.5"/>
 {{end}}{{range .Dots}}<circle cx="{{printf "%.1f" .X}}" cy="{{printf "%.1f" .Y}}" r="3.5" fill="{{$c}}"/>
-{{end}}{{range .Labels}}<text x="{{printf "%.1f" .X}}" y="{{printf "%.1f" .Y}}" fill="{{$c}}">{{.Text}}</text>
+{{end}}{{range .Labels}}<text x="{{printf "%.1f" .X}}" y="{{printf "%.1f" .Y}}" text-anchor="{{.Anchor}}" style="fill:{{$c}}">{{.Text}}</text>
 {{end}}{{with .Ring}}<circle cx="{{printf "%.1f" .X}}" cy="{{printf "%.1f" .Y}}" r="10" fill="none" stroke="#d62728" stroke-width="2.5"/><text x="{{printf "%.1f" .X}}" y="{{printf "%.1f" .Y}}" dx="-14" dy="-16" text-anchor="end" font-weight="bold" style="fill:#d62728">{{.Text}}</text>
 {{end}}{{if .Dot}}<circle cx="{{printf "%.1f" .DotX}}" cy="{{printf "%.1f" .DotY}}" r="3" fill="{{.Color}}"/>
 {{end}}{{if .LegendY}}<line x1="{{$f.LegendX}}" y1="{{.LegendY}}" x2="{{$f.LegendLineEnd}}" y2="{{.LegendY}}" stroke="{{.Color}}" stroke-width="3"{{if .Dash}} stroke-dasharray="5 3"{{end}}/><text x="{{$f.LegendTextX}}" y="{{.LegendY}}" dominant-baseline="middle">{{.Name}}</text>
@@ -279,9 +280,9 @@ func percentilePlot(title string, curves []plotLine) figure {
 // against latency with the knee ringed, the table of steps, and each
 // step over time and by percentile.
 func (sw *SweepResult) htmlParts(page *htmlPage, measured string) {
-	page.Headline = sw.kneeLine()
+	page.Headline = []string{capitalize(sw.kneeLine())}
 	if p := sw.peakLine(); p != "" {
-		page.Headline += "; " + p
+		page.Headline = append(page.Headline, capitalize(p))
 	}
 	page.Figures = append(page.Figures, sw.capacityPlot())
 	t := htmlTable{Caption: "One row per step (latency of all operations of a step together)",
@@ -367,4 +368,12 @@ func (st *Stage) busiestOp() string {
 		}
 	}
 	return best
+}
+
+// capitalize upper-cases the first letter of an ASCII sentence.
+func capitalize(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
 }

@@ -150,10 +150,12 @@ type figLine struct {
 // point is a position in the SVG.
 type point struct{ X, Y float64 }
 
-// label is a text at a position in the SVG.
+// label is a text at a position in the SVG, starting there or, with
+// Anchor "end", ending there.
 type label struct {
-	X, Y float64
-	Text string
+	X, Y   float64
+	Text   string
+	Anchor string
 }
 
 // Template helpers for the positions derived from a figure's own.
@@ -254,7 +256,7 @@ func plot(sp plotSpec) figure {
 	}
 	legend := 0
 	for i, l := range lines {
-		fl := layLine(l, palette[i%len(palette)], px, py)
+		fl := layLine(l, palette[i%len(palette)], px, py, f.Right)
 		if l.name != "" {
 			legend++
 			fl.LegendY = padTop + legendStep*legend
@@ -264,8 +266,9 @@ func plot(sp plotSpec) figure {
 	return f
 }
 
-// layLine places l's points.
-func layLine(l plotLine, color string, px, py func(float64) float64) figLine {
+// layLine places l's points; a point label near the right edge (at
+// right) ends left of its point, so it stays inside the plot.
+func layLine(l plotLine, color string, px, py func(float64) float64, right float64) figLine {
 	fl := figLine{Color: color, Name: l.name, Dash: l.dash}
 	if l.color != "" {
 		fl.Color = l.color
@@ -280,10 +283,14 @@ func layLine(l plotLine, color string, px, py func(float64) float64) figLine {
 			fl.Dots = append(fl.Dots, p)
 		}
 		if j < len(l.labels) && l.labels[j] != "" {
-			fl.Labels = append(fl.Labels, label{p.X + 6, p.Y - 7, l.labels[j]})
+			lb := label{X: p.X + 6, Y: p.Y - 7, Text: l.labels[j], Anchor: "start"}
+			if p.X > right-40 {
+				lb.X, lb.Anchor = p.X-6, "end"
+			}
+			fl.Labels = append(fl.Labels, lb)
 		}
 		if j == l.ring {
-			fl.Ring = &label{p.X, p.Y, l.ringText}
+			fl.Ring = &label{X: p.X, Y: p.Y, Text: l.ringText}
 		}
 	}
 	fl.Points = strings.TrimSpace(pts.String())

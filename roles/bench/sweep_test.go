@@ -200,7 +200,7 @@ func TestSweepReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := hb.String()
-	for _, want := range []string{`<tr class="knee"><td>4 (knee)</td>`, `>knee: concurrency=4</text>`, `class="headline">knee: concurrency=4`,
+	for _, want := range []string{`<tr class="knee"><td>4 (knee)</td>`, `>knee: concurrency=4</text>`, `class="headline"><b>Knee: concurrency=4 (0.22 GB/s, p99 300µs)`, "<br>Highest throughput: 0.22 GB/s",
 		"Throughput against latency", "The knee is the first step whose p99 rose"} {
 		if !strings.Contains(h, want) {
 			t.Errorf("HTML lacks %q", want)

@@ -205,7 +205,7 @@ func yAxis(lines []plotLine, yLog bool, top, ih float64) ([]float64, func(float6
 		yMax = 1
 	}
 	if !yLog || math.IsInf(yMinPos, 0) {
-		yt := niceTicks(0, yMax, 5)
+		yt := niceTicks(0, yMax*1.05, 5) // headroom for the labels above the highest point
 		yTop := math.Max(yMax, yt[len(yt)-1])
 		return yt, func(y float64) float64 { return top + ih - y/yTop*ih }
 	}

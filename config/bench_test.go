@@ -135,7 +135,9 @@ func TestBenchSettingErrors(t *testing.T) {
 func TestBenchPrintConfigRoundTrip(t *testing.T) {
 	for _, flags := range []map[string][]string{
 		{"fill": {"true"}, "duration": {"1h30m"}, "warmup": {"0"}, "seed": {"18446744073709551615"}, "mixed-get-ratio": {"0.125"},
-			"shared-prefix": {"1"}, "value-size": {"4097"}, "key-prefix": {`k"\`}, "protocol": {"redis"}, "addr": {"[::1]:6379"}},
+			"shared-prefix": {"1"}, "value-size": {"4097"}, "key-prefix": {`k"\`}, "protocol": {"redis"}, "addr": {"[::1]:6379"},
+			"sweep": {"value-size=4097,64KiB,1048577"}},
+		{"sweep": {"concurrency=1,2,4096"}},
 		{"fill": {"off"}, "duration": {"1500ms"}, "warmup": {"2m"}, "seed": {"0"}, "mixed-get-ratio": {"1e-07"}},
 		{},
 	} {
@@ -165,4 +167,67 @@ func TestFormatDuration(t *testing.T) {
 			t.Errorf("%q reads back as %v, %v", got, back, err)
 		}
 	}
+}
+
+// TestBenchSweep: a sweep reads from each layer into its dimension and
+// increasing values, prints back as it reads, and is refused when it
+// names another dimension, has one step or too many, values out of their
+// setting's range, or values out of order.
+func TestBenchSweep(t *testing.T) {
+	path := writeTOML(t, "[bench]\nsweep = \"value_size = 4KiB, 64KiB ,1MiB\"\n")
+	cfg, r, err := LoadFrom("bench", path, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Sweep{Dimension: SweepValueSize, Values: []uint64{4096, 65536, 1 << 20}}
+	if !reflect.DeepEqual(cfg.Bench.Sweep, want) || sourceOf(t, r, "bench.sweep") != fromFile {
+		t.Fatalf("from file: %+v", cfg.Bench.Sweep)
+	}
+	if s := cfg.Bench.Sweep.String(); s != "value_size=4KiB,64KiB,1MiB" {
+		t.Fatalf("String() = %q", s)
+	}
+	cfg, _, err = LoadFrom("bench", path, envOf(map[string]string{"DFKV_BENCH_SWEEP": "concurrency=1,4"}), nil)
+	if err != nil || !reflect.DeepEqual(cfg.Bench.Sweep, Sweep{Dimension: SweepConcurrency, Values: []uint64{1, 4}}) {
+		t.Fatalf("env over file: %+v, %v", cfg.Bench.Sweep, err)
+	}
+	cfg, _, err = runRole(t, "bench", []string{"--sweep", "Value-Size=1KiB,2KiB"}, envOf(map[string]string{"DFKV_BENCH_SWEEP": "concurrency=1,4"}))
+	if err != nil || !reflect.DeepEqual(cfg.Bench.Sweep, Sweep{Dimension: SweepValueSize, Values: []uint64{1024, 2048}}) {
+		t.Fatalf("flag over env: %+v, %v", cfg.Bench.Sweep, err)
+	}
+	cfg, _, err = runRole(t, "bench", []string{"--sweep", ""}, envOf(map[string]string{"DFKV_BENCH_SWEEP": "concurrency=1,4"}))
+	if err != nil || cfg.Bench.Sweep.Dimension != "" || cfg.Bench.Sweep.Values != nil {
+		t.Fatalf(`--sweep "" does not turn the sweep off: %+v, %v`, cfg.Bench.Sweep, err)
+	}
+
+	for in, want := range map[string]string{
+		"concurrency":              `"concurrency" has no "="; write dimension=v1,v2,…`,
+		"keys=1,2":                 `"keys=1,2" sweeps "keys"; the dimensions are concurrency and value_size`,
+		"concurrency=4":            `"concurrency=4" has one value; a sweep takes 2..32`,
+		"concurrency=1,,4":         `has an empty value 2`,
+		"concurrency=1,x":          `has value 2 "x" that is not a whole number`,
+		"value_size=1KiB,1.5MiB":   `has value 2 "1.5MiB" that has a fraction`,
+		"concurrency=0,4":          `has concurrency 0, out of range 1..4096`,
+		"concurrency=1,8192":       `has concurrency 8192, out of range 1..4096`,
+		"value_size=1KiB,2GiB":     `has value_size 2GiB, out of range 1..1GiB`,
+		"concurrency=1,16,4,64":    `has 4 after 16; give the values in increasing order`,
+		"value_size=64KiB,64KiB":   `has 64KiB after 64KiB; give the values in increasing order`,
+		"concurrency=" + steps(33): `has 33 values; a sweep takes at most 32`,
+	} {
+		_, _, err := LoadFrom("bench", "", envOf(map[string]string{"DFKV_BENCH_SWEEP": in}), nil)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "bench.sweep (DFKV_BENCH_SWEEP) from env: ") {
+			t.Errorf("DFKV_BENCH_SWEEP=%q: %v\nwant an error containing %s", in, err, want)
+		}
+	}
+	if _, _, err := LoadFrom("bench", "", envOf(map[string]string{"DFKV_BENCH_SWEEP": "concurrency=" + steps(32)}), nil); err != nil {
+		t.Errorf("a sweep of 32 steps: %v", err)
+	}
+}
+
+// steps is "1,2,…,n".
+func steps(n int) string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = fmt.Sprint(i + 1)
+	}
+	return strings.Join(s, ",")
 }

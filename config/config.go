@@ -125,6 +125,7 @@ type Bench struct {
 	Duration      time.Duration // measured stage; ignored when Ops > 0
 	Ops           int           // measured operations; 0 = measure for Duration
 	Warmup        time.Duration // unmeasured warm-up; 0 = none
+	Sweep         Sweep         // one setting varied, a measured stage per value; empty = one stage
 	Fill          Switch        // unmeasured fill; auto = for get, exist and mixed
 	MixedGetRatio float64       // fraction of GETs of the mixed workload
 	Sequences     int           // prefix: sequences

@@ -61,7 +61,7 @@ func TestFlagsPerRole(t *testing.T) {
 			"metrics-first-request-ms", "probe-cache-ms", "log-level", "log-format", "config", "print-config"},
 		"smoke": tools,
 		"bench": append(append(tools[:10:10], "workload", "protocol", "addr", "value-size", "keys", "concurrency", "duration", "ops", "warmup",
-			"fill", "mixed-get-ratio", "sequences", "pages-per-seq", "shared-prefix", "key-prefix", "seed"), tools[10:]...),
+			"sweep", "fill", "mixed-get-ratio", "sequences", "pages-per-seq", "shared-prefix", "key-prefix", "seed"), tools[10:]...),
 		"ctl": tools,
 	}
 	for _, rn := range roleNames {

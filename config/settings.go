@@ -512,6 +512,12 @@ var settings = []setting{
 		value: durationValue{field: func(c *Config) *time.Duration { return &c.Bench.Warmup }, min: 0, max: 720 * time.Hour},
 	},
 	{
+		key: "bench.sweep", roles: roleBench,
+		def:   "",
+		help:  "measure a stage per value of one setting, such as concurrency=1,4,16,64 or value_size=4KiB,64KiB,1MiB (one dimension per run; it replaces that setting), and mark the knee: the first step whose p99 grew more than its throughput, each relative to the step before",
+		value: sweepValue{field: func(c *Config) *Sweep { return &c.Bench.Sweep }},
+	},
+	{
 		key: "bench.fill", roles: roleBench,
 		def:   "auto",
 		help:  "PUT every key once before measuring, unmeasured; auto fills for get, exist and mixed (prefix always stores its sequences); the flag alone means true, --fill=false skips",

@@ -73,6 +73,7 @@ func TestSettingsTable(t *testing.T) {
 		{"bench.duration", "DFKV_BENCH_DURATION", "duration", "", "", "bench", "10s"},
 		{"bench.ops", "DFKV_BENCH_OPS", "ops", "", "", "bench", "0"},
 		{"bench.warmup", "DFKV_BENCH_WARMUP", "warmup", "", "", "bench", "1s"},
+		{"bench.sweep", "DFKV_BENCH_SWEEP", "sweep", "", "", "bench", ""},
 		{"bench.fill", "DFKV_BENCH_FILL", "fill", "", "", "bench", "auto"},
 		{"bench.mixed_get_ratio", "DFKV_BENCH_MIXED_GET_RATIO", "mixed-get-ratio", "", "", "bench", "0.9"},
 		{"bench.sequences", "DFKV_BENCH_SEQUENCES", "sequences", "", "", "bench", "64"},

@@ -14,8 +14,11 @@
 //	        a prefix of its pages is stored (EXIST_PREFIX) and loads it
 //
 // A run is: fill (optional, unmeasured) → warm-up (unmeasured) → measured
-// stage of --duration or --ops. Latencies go to per-worker HDR-style
-// histograms (hist.go), merged at the end. The results are a table on
+// stage of --duration or --ops; a sweep (sweep.go) runs a warm-up and a
+// measured stage per value of one setting and finds the knee. Latencies go to per-worker HDR-style
+// histograms (hist.go), merged at the end, and to coarse per-interval
+// ones (interval.go) for throughput and latency over time, per
+// operation. The results are a table on
 // stdout, --json, and --html with inline SVG plots. Any failed operation,
 // in any stage, is counted by class, announced by a WARNING line, and
 // makes the exit status 1: a figure from a run with errors is never
@@ -28,6 +31,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -45,34 +49,49 @@ const (
 	exitUsage  = 2 // bad flags or configuration
 )
 
-// outputFlags are the files one run writes its result to. They are not
-// settings (nothing to keep in a config file or the environment), so they
-// are bench's own flags, beside the [bench] settings of config.Flags.
+// outputFlags are the files one run writes its result to, and the
+// comparison mode. They are not settings (nothing to keep in a config
+// file or the environment), so they are bench's own flags, beside the
+// [bench] settings of config.Flags.
 func outputFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "json", Usage: "write the result as JSON to FILE (- for stdout; the table then goes to stderr)", TakesFile: true},
 		&cli.StringFlag{Name: "html", Usage: "write a self-contained HTML report with plots to FILE", TakesFile: true},
+		&cli.BoolFlag{Name: compareFlag, Usage: "compare two earlier --json results instead of running: --compare A.json B.json prints them side by side with ratios B/A (--html FILE writes them too); results of different workloads are refused"},
 	}
 }
 
 // Command is `dfkv bench`.
 func Command() *cli.Command {
 	return &cli.Command{
-		Name:      "bench",
-		Usage:     "load-test a cluster (or redis/memcached, for comparison): throughput, latency percentiles, plots",
-		UsageText: "dfkv bench [--members host:port,...] [--workload put|get|exist|mixed|prefix] [--value-size 1MiB] [-c 16] [--duration 10s|--ops N] [--json FILE] [--html FILE]",
+		Name:  "bench",
+		Usage: "load-test a cluster (or redis/memcached, for comparison): throughput, latency percentiles, plots",
+		UsageText: "dfkv bench [--members host:port,...] [--workload put|get|exist|mixed|prefix] [--value-size 1MiB] [-c 16] [--duration 10s|--ops N] [--sweep concurrency=1,4,16,64] [--json FILE] [--html FILE]\n" +
+			"dfkv bench [--html FILE] --compare A.json B.json",
 		Description: "Runs fill (unmeasured, for get/exist/mixed), warm-up (unmeasured), then the measured stage.\n" +
-			"Prints a table; --json and --html write the full result. Exit status 1 when any operation\n" +
-			"failed (the counts are in the table's WARNING line and in the JSON \"errors\"), 2 on bad usage.\n" +
+			"Prints a table; --json and --html write the full result, and their paths go to stderr.\n" +
+			"Exit status 1 when any operation failed (the counts are in the table's WARNING line and in\n" +
+			"the JSON \"errors\"), 2 on bad usage.\n" +
+			"--sweep concurrency=1,4,16,64 (or value_size=4KiB,64KiB,1MiB) answers \"how much load at what\n" +
+			"latency\": one dimension per run; the fill runs once (once per step for value_size), then each\n" +
+			"step warms up and measures, and the report gives each step's ops/s and GB/s against p50, p90,\n" +
+			"p99 and p99.9, and marks the knee: the first step whose p99 rose by a larger fraction than\n" +
+			"its throughput (GB/s; ops/s for exist) did, each against the step before.\n" +
+			"A percentile p from fewer than 10/(1-p) samples is starred as an estimate.\n" +
+			"--compare A.json B.json prints two earlier --json results side by side with ratios B/A (and\n" +
+			"writes them as HTML with --html); it runs nothing, and refuses results of different workloads.\n" +
 			"--protocol redis|memcache --addr host:port measures a peer cache with the same workers.\n" +
-			"Every option but --json and --html is a [bench] setting: it may also come from the config\n" +
-			"file or the DFKV_BENCH_* environment, and --print-config shows where each came from.",
+			"Every option but --json, --html and --compare is a [bench] setting: it may also come from the\n" +
+			"config file or the DFKV_BENCH_* environment, and --print-config shows where each came from.",
 		Flags:  append(config.Flags("bench"), outputFlags()...),
 		Action: action,
 	}
 }
 
 func action(c *cli.Context) error {
+	if c.Bool(compareFlag) {
+		return compareAction(c)
+	}
 	if err := fillValueApart(c); err != nil {
 		return err
 	}
@@ -92,7 +111,7 @@ func action(c *cli.Context) error {
 		cc := *cfg
 		// One pooled connection per worker, so the client does not dial
 		// and close connections under load.
-		cc.Client.PoolSize = max(cc.Client.PoolSize, o.Concurrency)
+		cc.Client.PoolSize = max(cc.Client.PoolSize, o.maxConcurrency())
 		cl, err := rolekit.OpenClient(&cc, log)
 		if err != nil {
 			// The settings were checked when loaded: what fails here is
@@ -133,34 +152,56 @@ func report(c *cli.Context, res *Result) error {
 	if err := res.WriteTable(table); err != nil {
 		return cli.Exit("dfkv bench: writing the table: "+err.Error(), exitErrors)
 	}
-	write := func(path string, fn func(io.Writer) error) error {
-		if path == "-" {
-			return fn(c.App.Writer)
-		}
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := fn(f); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
-	}
-	if jsonPath != "" {
-		if err := write(jsonPath, res.WriteJSON); err != nil {
-			return cli.Exit(fmt.Sprintf("dfkv bench: --json %s: %v", jsonPath, err), exitErrors)
-		}
-	}
-	if htmlPath != "" {
-		if err := write(htmlPath, res.WriteHTML); err != nil {
-			return cli.Exit(fmt.Sprintf("dfkv bench: --html %s: %v", htmlPath, err), exitErrors)
-		}
+	if err := writeOutputs(c, output{"--json", jsonPath, "JSON result", res.WriteJSON}, output{"--html", htmlPath, "HTML report", res.WriteHTML}); err != nil {
+		return err
 	}
 	if !res.OK {
 		return cli.Exit(fmt.Sprintf("dfkv bench: %s", strings.TrimPrefix(strings.SplitN(res.warning(), " — ", 2)[0], "WARNING: ")), exitErrors)
 	}
 	return nil
+}
+
+// output is a file a run or a comparison writes, and what writes it.
+type output struct {
+	flag, path, what string // "--json", its path ("" none, "-" stdout), "JSON result"
+	write            func(io.Writer) error
+}
+
+// writeOutputs writes each output and says on stderr where each file
+// went, so stdout keeps only the table or the document sent there.
+func writeOutputs(c *cli.Context, outs ...output) error {
+	for _, o := range outs {
+		if o.path == "" {
+			continue
+		}
+		if err := writeFile(c.App.Writer, o.path, o.write); err != nil {
+			return cli.Exit(fmt.Sprintf("dfkv bench: %s %s: %v", o.flag, o.path, err), exitErrors)
+		}
+		if o.path != "-" {
+			path := o.path
+			if abs, err := filepath.Abs(path); err == nil {
+				path = abs
+			}
+			fmt.Fprintf(c.App.ErrWriter, "dfkv bench: %s written to %s\n", o.what, path)
+		}
+	}
+	return nil
+}
+
+// writeFile writes with fn to path, or to stdout for "-".
+func writeFile(stdout io.Writer, path string, fn func(io.Writer) error) error {
+	if path == "-" {
+		return fn(stdout)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // fillValueApart refuses "--fill false": --fill is a boolean flag, so
@@ -197,6 +238,7 @@ func optionsFrom(cfg *config.Config, jsonPath, htmlPath string) (Options, error)
 		Sequences:    b.Sequences,
 		PagesPerSeq:  b.PagesPerSeq,
 		SharedPrefix: b.SharedPrefix,
+		Sweep:        b.Sweep,
 		// The prefix workload always stores its sequences: they are its
 		// premise. Otherwise auto fills where the workload reads keys.
 		Fill: b.Workload == wPrefix || b.Fill.Or(b.Workload == wGet || b.Workload == wExist || b.Workload == wMixed),
@@ -225,9 +267,13 @@ func targetOf(cfg *config.Config) (string, error) {
 	if b.Addr != "" {
 		return "", fmt.Errorf("--addr is for --protocol redis|memcache (bench.addr is %q); give dfkv nodes with --members", b.Addr)
 	}
-	if b.ValueSize > cfg.Server.MaxBlockBytes {
-		return "", fmt.Errorf("--value-size %s exceeds server.max_block_bytes %s (DFKV_SERVER_MAX_BLOCK_BYTES, --max-block-bytes)",
-			config.FormatSize(b.ValueSize), config.FormatSize(cfg.Server.MaxBlockBytes))
+	what, size := "--value-size", b.ValueSize
+	if sw := b.Sweep; sw.Dimension == config.SweepValueSize {
+		what, size = "--sweep value size", sw.Values[len(sw.Values)-1]
+	}
+	if size > cfg.Server.MaxBlockBytes {
+		return "", fmt.Errorf("%s %s exceeds server.max_block_bytes %s (DFKV_SERVER_MAX_BLOCK_BYTES, --max-block-bytes)",
+			what, config.FormatSize(size), config.FormatSize(cfg.Server.MaxBlockBytes))
 	}
 	if len(cfg.Client.MDS) > 0 {
 		return "members from MDS " + strings.Join(cfg.Client.MDS, ","), nil
@@ -235,51 +281,75 @@ func targetOf(cfg *config.Config) (string, error) {
 	return strings.Join(cfg.Client.Members, ","), nil
 }
 
-// execute runs o against t: fill, warm-up, measured stage. progress, if
-// not nil, gets a live one-line progress display (a terminal). The error
-// is for a run that could not start; failed operations are counted in
-// the Result, not returned.
+// execute runs o against t: fill, warm-up, measured stage, or the steps
+// of a sweep. progress, if not nil, gets a live one-line progress
+// display (a terminal). The error is for a run that could not start;
+// failed operations are counted in the Result, not returned.
 func execute(ctx context.Context, o Options, t target, progress io.Writer) (*Result, error) {
+	if o.Sweep.Dimension != "" {
+		return executeSweep(ctx, o, t, progress)
+	}
+	res := newResult(o, time.Now())
 	r := newRun(o, t)
-	started := time.Now()
-	var fillKeys int
-	var fillTime time.Duration
-	if o.Fill {
-		if progress != nil {
-			fmt.Fprintf(progress, "filling %d keys of %s (unmeasured)...", len(r.fillKeys()), config.FormatSize(uint64(o.ValueSize)))
-		}
-		var err error
-		fillKeys, fillTime, err = r.fill(ctx)
-		if progress != nil {
-			fmt.Fprint(progress, "\r\033[K")
-		}
-		if err != nil && ctx.Err() == nil {
+	fill, err := r.fillStage(ctx, progress)
+	if err != nil {
+		return nil, err
+	}
+	res.Fill = fill
+	res.addErrors("fill", &r.fillErr)
+	if ctx.Err() == nil {
+		res.Server = t.describe(ctx)
+		if err := r.measureStage(ctx, progress, ""); err != nil {
 			return nil, err
 		}
+	}
+	st := r.stage()
+	res.Stage = &st
+	res.addErrors("run", &r.runErr)
+	return res.finish(ctx.Err() != nil), nil
+}
+
+// fillStage runs r's fill when its options ask for one, and returns it
+// (nil when there was none).
+func (r *run) fillStage(ctx context.Context, progress io.Writer) (*FillResult, error) {
+	if !r.o.Fill {
+		return nil, nil
 	}
 	if progress != nil {
-		r.progress = progressBar(progress, o)
-		if o.Warmup > 0 {
-			fmt.Fprintf(progress, "warming up for %s (unmeasured)...", o.Warmup)
-		}
+		fmt.Fprintf(progress, "filling %d keys of %s (unmeasured)...", len(r.fillKeys()), config.FormatSize(uint64(r.o.ValueSize)))
 	}
-	var elapsed time.Duration
-	var series []Sample
-	if ctx.Err() == nil {
-		var err error
-		elapsed, series, err = r.measure(ctx)
-		if err != nil && ctx.Err() == nil {
-			return nil, err
-		}
-	}
+	keys, d, err := r.fill(ctx)
 	if progress != nil {
 		fmt.Fprint(progress, "\r\033[K")
 	}
-	return r.result(started, fillKeys, fillTime, elapsed, series, ctx.Err() != nil), nil
+	if err != nil && ctx.Err() == nil {
+		return nil, err
+	}
+	return r.fillResult(keys, d), nil
 }
 
-// progressBar returns the progress callback drawing one terminal line.
-func progressBar(w io.Writer, o Options) func(time.Duration, uint64, uint64, uint64) {
+// measureStage runs r's warm-up and measured stage, drawing progress
+// lines that start with label.
+func (r *run) measureStage(ctx context.Context, progress io.Writer, label string) error {
+	if progress != nil {
+		r.progress = progressBar(progress, r.o, label)
+		if r.o.Warmup > 0 {
+			fmt.Fprintf(progress, "\r%swarming up for %s (unmeasured)...\033[K", label, r.o.Warmup)
+		}
+	}
+	err := r.measure(ctx)
+	if progress != nil {
+		fmt.Fprint(progress, "\r\033[K")
+	}
+	if err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// progressBar returns the progress callback drawing one terminal line,
+// after label.
+func progressBar(w io.Writer, o Options, label string) func(time.Duration, uint64, uint64, uint64) {
 	const width = 30
 	return func(el time.Duration, ops, bytes, errs uint64) {
 		var frac float64
@@ -292,7 +362,7 @@ func progressBar(w io.Writer, o Options) func(time.Duration, uint64, uint64, uin
 		n := int(frac * width)
 		bar := strings.Repeat("=", n) + strings.Repeat(" ", width-n)
 		secs := max(el.Seconds(), 1e-9)
-		line := fmt.Sprintf("\r[%s] %3.0f%% %5.1fs %s ops/s %s GB/s", bar, 100*frac, el.Seconds(), sig3(float64(ops)/secs), sig3(float64(bytes)/secs/1e9))
+		line := fmt.Sprintf("\r%s[%s] %3.0f%% %5.1fs %s ops/s %s GB/s", label, bar, 100*frac, el.Seconds(), sig3(float64(ops)/secs), sig3(float64(bytes)/secs/1e9))
 		if errs > 0 {
 			line += fmt.Sprintf(" ERRORS %d", errs)
 		}

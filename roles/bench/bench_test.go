@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/roles/server"
+	"github.com/dfkv/dfkv/roles/version"
 )
 
 // startNode runs a whole dfkv node (config, file engine, listener)
@@ -157,12 +160,31 @@ func TestBenchAgainstServer(t *testing.T) {
 	if res.Fill != nil {
 		t.Fatalf("put filled the key space without --fill: %+v", res.Fill)
 	}
+	// The node described itself before the measured stage.
+	if sv := res.Server; sv == nil || sv.Protocol != "dfkv" || len(sv.Nodes) != 1 {
+		t.Fatalf("server section: %+v", sv)
+	}
+	if n := res.Server.Nodes[0]; n.Addr != addr || n.Error != "" || n.Version != version.Version || n.CPUs != runtime.NumCPU() ||
+		n.Engine == "" || n.Disks != 1 || n.CapacityBytes != 256<<20 || n.GoVersion != runtime.Version() {
+		t.Fatalf("node description: %+v", n)
+	}
+	if res.BenchVersion != version.Version || res.BenchCommit == "" || res.BenchCPUs != runtime.NumCPU() {
+		t.Fatalf("bench build: %q %q %d", res.BenchVersion, res.BenchCommit, res.BenchCPUs)
+	}
+	if !strings.Contains(out, "server "+addr+": dfkv "+version.Version) || !strings.Contains(out, "engine "+res.Server.Nodes[0].Engine+", 1 disk, RAM tier off; ") ||
+		!strings.Contains(out, "\nbench dfkv "+version.Version) {
+		t.Fatalf("table lacks the server or bench line:\n%s", out)
+	}
 
 	htmlPath := filepath.Join(t.TempDir(), "r.html")
 	res, out = benchJSON(t, 0, append(common, "--workload", "get", "--ops", "40", "--html", htmlPath)...)
 	checkClean(t, "get", res, out, 40)
 	if res.Fill == nil || res.Fill.Keys != 16 || res.Fill.Errors != 0 {
 		t.Fatalf("get: fill %+v, want 16 keys and no error", res.Fill)
+	}
+	// Described after the fill: the node holds the 16 keys.
+	if n := res.Server.Nodes[0]; n.Objects < 16 || n.UsedBytes < 16*65536 || !(n.Fill > 0 && n.Fill < 1) {
+		t.Fatalf("get: node after the fill: %+v", n)
 	}
 	if len(res.Ops) != 1 || res.Ops[0].Op != "get" || res.Ops[0].Bytes != 40*65536 {
 		t.Fatalf("get: ops %+v", res.Ops)
@@ -174,8 +196,23 @@ func TestBenchAgainstServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := bytes.Count(page, []byte("<svg")); n != 2 {
-		t.Fatalf("HTML report has %d <svg> plots, want 2", n)
+	// Where the files went is said on stderr; stdout is the table alone.
+	jsonPath := filepath.Join(t.TempDir(), "g.json")
+	code, stdout, stderr := runBench(t, append(common, "--workload", "get", "--ops", "8", "--json", jsonPath, "--html", htmlPath)...)
+	if code != 0 || stderr != "dfkv bench: JSON result written to "+jsonPath+"\ndfkv bench: HTML report written to "+htmlPath+"\n" ||
+		strings.Contains(stdout, "written to") || !strings.HasPrefix(stdout, "dfkv bench: workload get") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	// With --json -, stdout is the JSON alone, the table and the HTML's
+	// path go to stderr.
+	code, stdout, stderr = runBench(t, append(common, "--workload", "get", "--ops", "8", "--json", "-", "--html", htmlPath)...)
+	var doc Result
+	if err := json.Unmarshal([]byte(stdout), &doc); code != 0 || err != nil || !strings.Contains(stderr, "op ") ||
+		!strings.HasSuffix(stderr, "dfkv bench: HTML report written to "+htmlPath+"\n") {
+		t.Fatalf("--json -: exit %d, %v\nstdout:\n%s\nstderr:\n%s", code, err, stdout, stderr)
+	}
+	if n := bytes.Count(page, []byte("<svg")); n != 3 {
+		t.Fatalf("HTML report has %d <svg> plots, want 3", n)
 	}
 	for _, bad := range []string{"<script", "src=", "href=", "@import", "url("} {
 		if bytes.Contains(page, []byte(bad)) {
@@ -184,6 +221,9 @@ func TestBenchAgainstServer(t *testing.T) {
 	}
 	if !bytes.Contains(page, []byte("<polyline")) || !bytes.Contains(page, []byte("no errors")) {
 		t.Fatalf("HTML report lacks plot lines or the no-error note")
+	}
+	if !bytes.Contains(page, []byte("<td>"+addr)) || !bytes.Contains(page, []byte("<th>RAM tier</th>")) {
+		t.Fatalf("HTML report lacks the server table")
 	}
 
 	res, out = benchJSON(t, 0, append(common, "--workload", "exist", "--ops", "30", "--value-size", "4KiB")...)
@@ -197,12 +237,37 @@ func TestBenchAgainstServer(t *testing.T) {
 	if len(res.Ops) != 2 || res.Ops[0].Count+res.Ops[1].Count != 100 {
 		t.Fatalf("mixed: %+v", res.Ops)
 	}
+	checkPerOpSeries(t, "mixed", res, "put", "get")
 
 	// Duration mode: the series covers the measured stage.
 	res, out = benchJSON(t, 0, append(common, "--workload", "put", "--duration", "1200ms", "--warmup", "100ms", "--value-size", "4KiB")...)
 	checkClean(t, "put --duration", res, out, 0)
 	if res.Totals.Seconds < 1.2 || res.Config.DurationS != 1.2 {
 		t.Fatalf("put --duration 1200ms measured %.3fs (config %v)", res.Totals.Seconds, res.Config.DurationS)
+	}
+}
+
+// checkPerOpSeries checks that every sample of the series splits into
+// ops, in order, that the split adds up to each operation's count, and
+// that the intervals with operations have latencies.
+func checkPerOpSeries(t *testing.T, what string, res *Result, ops ...string) {
+	t.Helper()
+	sums := map[string]uint64{}
+	for i, smp := range res.Series {
+		if len(smp.PerOp) != len(ops) {
+			t.Fatalf("%s: sample %d splits into %+v, want %v", what, i, smp.PerOp, ops)
+		}
+		for j, ps := range smp.PerOp {
+			if ps.Op != ops[j] || (ps.Ops > 0 && !(ps.P50 > 0 && ps.P50 <= ps.P99 && ps.OpsPerS > 0)) {
+				t.Fatalf("%s: sample %d op %d: %+v", what, i, j, ps)
+			}
+			sums[ps.Op] += ps.Ops
+		}
+	}
+	for _, o := range res.Ops {
+		if sums[o.Op] != o.Count {
+			t.Fatalf("%s: the series holds %d %s, the totals %d", what, sums[o.Op], o.Op, o.Count)
+		}
 	}
 }
 
@@ -214,6 +279,7 @@ func TestBenchPrefix(t *testing.T) {
 	res, out := benchJSON(t, 0, "--members", addr, "--workload", "prefix", "--sequences", "6", "--pages-per-seq", "4",
 		"--shared-prefix", "0.5", "--value-size", "4KiB", "-c", "3", "--ops", "12", "--warmup", "0")
 	checkClean(t, "prefix", res, out, 12)
+	checkPerOpSeries(t, "prefix", res, "exist_prefix", "get_prefix")
 	p := res.Prefix
 	if p == nil || p.Lookups != 12 || p.SharedPages != 2 || p.CachedSequences != 3 || p.HitRate != 0.75 || p.MeanPrefixPages != 3 {
 		t.Fatalf("prefix: %+v", p)
@@ -245,7 +311,7 @@ func TestBenchErrors(t *testing.T) {
 	stop()
 	htmlPath := filepath.Join(t.TempDir(), "err.html")
 	res, out = benchJSON(t, 1, "--members", addr, "--workload", "get", "--keys", "4", "--value-size", "4KiB", "--ops", "6", "--warmup", "0", "-c", "2", "--dial-timeout-ms", "500", "--html", htmlPath)
-	if page, err := os.ReadFile(htmlPath); err != nil || !bytes.Contains(page, []byte(`class="warn"`)) || bytes.Count(page, []byte("<svg")) != 2 {
+	if page, err := os.ReadFile(htmlPath); err != nil || !bytes.Contains(page, []byte(`class="warn"`)) || bytes.Count(page, []byte("<svg")) != 3 {
 		t.Fatalf("HTML report of a failed run lacks the warning or the (empty) plots: %v\n%s", err, page)
 	}
 	if res.OK || res.Errors["UNAVAILABLE"] != 4+6 || res.ErrorsByPhase["fill"]["UNAVAILABLE"] != 4 || res.Totals.Ops != 0 {
@@ -259,6 +325,9 @@ func TestBenchErrors(t *testing.T) {
 	}
 	if len(res.ErrorSamples) != 2 {
 		t.Fatalf("want one error sample per phase and class (2), got %q", res.ErrorSamples)
+	}
+	if n := res.Server.Nodes[0]; !strings.HasPrefix(n.Error, "STATS: ") || n.Version != "" || !strings.Contains(out, "server "+addr+": no description (STATS: ") {
+		t.Fatalf("a stopped node's description: %+v\n%s", n, out)
 	}
 
 	// The client answers reads of an unreachable node as misses; bench
@@ -282,14 +351,25 @@ func TestBenchPeers(t *testing.T) {
 				if res.Config.Protocol != proto || res.Config.Target != addr {
 					t.Fatalf("%s: config %+v", w, res.Config)
 				}
+				if sv := res.Server; sv == nil || sv.Protocol != proto || sv.Addr != addr || sv.Nodes != nil || !strings.Contains(out, "server "+proto+" at "+addr+"\n") {
+					t.Fatalf("%s: server section %+v\n%s", w, sv, out)
+				}
 				if w == "prefix" && res.Prefix.HitRate != 0.75 {
 					t.Fatalf("prefix over %s: hit rate %v, want 0.75", proto, res.Prefix.HitRate)
 				}
 			}
 		})
 	}
+	// A sweep from the command line, against a peer.
+	addr := startFakePeer(t, "redis")
+	res, out := benchJSON(t, 0, "--protocol", "redis", "--addr", addr, "--workload", "get", "--keys", "8", "--value-size", "1KiB", "--warmup", "0",
+		"--ops", "20", "--sweep", "concurrency=1,2")
+	if !res.OK || res.Sweep == nil || len(res.Sweep.Steps) != 2 || res.Sweep.Steps[1].Totals.Ops != 20 || !strings.Contains(out, "\nconcurrency ") || !strings.Contains(out, "knee: ") {
+		t.Fatalf("sweep over redis: %+v\n%s", res.Sweep, out)
+	}
+
 	// A peer that is not there: errors, exit 1.
-	res, _ := benchJSON(t, 1, "--protocol", "memcache", "--addr", freeAddr(t), "--workload", "put", "--ops", "3", "--warmup", "0", "-c", "1", "--value-size", "1KiB")
+	res, _ = benchJSON(t, 1, "--protocol", "memcache", "--addr", freeAddr(t), "--workload", "put", "--ops", "3", "--warmup", "0", "-c", "1", "--value-size", "1KiB")
 	if res.Errors["UNAVAILABLE"] != 3 {
 		t.Fatalf("memcached not running: errors %v", res.Errors)
 	}
@@ -333,6 +413,8 @@ func TestBenchUsageErrors(t *testing.T) {
 	f("is 201 bytes long", "--key-prefix", strings.Repeat("k", 201))
 	f("DFKV_CLIENT_TIMEOUT_MS", "--timeout-ms", "0")
 	f("would both write to stdout", "--json", "-", "--html", "-")
+	f("--sweep value size 128MiB exceeds server.max_block_bytes 64MiB", "--sweep", "value_size=1MiB,128MiB")
+	f(`bench.sweep (DFKV_BENCH_SWEEP) from flag --sweep: "concurrency=4,1" has 1 after 4; give the values in increasing order`, "--sweep", "concurrency=4,1")
 	f("--ops 5 and --duration 1s both given", "--ops", "5", "--duration", "1s")
 	f(`unexpected argument "false" after --fill: give its value after "=", as --fill=false`, "--fill", "false", "--ops", "1")
 	f(`bench.fill (DFKV_BENCH_FILL) from flag --fill: "maybe" is not auto or a boolean`, "--fill=maybe")
@@ -387,8 +469,12 @@ func TestBenchOptions(t *testing.T) {
 		"warmup": {"0"}, "seed": {"18446744073709551615"}, "mixed-get-ratio": {"0.5"}, "c": {"2"}, "key-prefix": {"p/"}})
 	want := Options{Workload: wPut, Protocol: "memcache", Target: "127.0.0.1:11211", ValueSize: 4096, Keys: 1024, Concurrency: 2,
 		Duration: 10 * time.Second, Ops: 7, GetRatio: 0.5, KeyPrefix: "p/", Seed: 1<<64 - 1, Sequences: 64, PagesPerSeq: 16, SharedPrefix: 0.5}
-	if o != want {
+	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("options\n got %+v\nwant %+v", o, want)
+	}
+	o = opts(map[string][]string{"sweep": {"concurrency=1,8"}})
+	if !reflect.DeepEqual(o.Sweep, config.Sweep{Dimension: config.SweepConcurrency, Values: []uint64{1, 8}}) || o.maxConcurrency() != 8 {
+		t.Fatalf("--sweep concurrency=1,8: %+v", o.Sweep)
 	}
 	// A config file that spells out the default duration (as
 	// dfkv.example.toml does) does not clash with --ops.
@@ -437,8 +523,9 @@ func TestTableAndHTMLWarnLoudly(t *testing.T) {
 func TestHTMLEscapes(t *testing.T) {
 	const evil = `<script>alert("x")</script>`
 	res := &Result{Config: ResultConfig{Workload: "put", Protocol: "redis", Target: evil, ValueSize: 4096, Concurrency: 1, Ops: 1},
+		Server:     &ServerInfo{Protocol: "dfkv", Nodes: []NodeInfo{{Addr: "n1", Engine: evil, Version: evil}, {Addr: "n2", Error: evil}}},
 		ErrorCount: 1, Errors: map[string]uint64{"REDIS_ERR": 1}, ErrorSamples: []string{"PUT " + evil + ": ERR"},
-		Ops: []OpResult{{Op: evil, Count: 1, Curve: []CurvePoint{{Percentile: 0, Us: 5}, {Percentile: 90, Us: 9}}}}}
+		Stage: &Stage{Ops: []OpResult{{Op: evil, Count: 1, Curve: []CurvePoint{{Percentile: 0, Us: 5}, {Percentile: 90, Us: 9}}}}}}
 	var hb bytes.Buffer
 	if err := res.WriteHTML(&hb); err != nil {
 		t.Fatal(err)
@@ -448,12 +535,13 @@ func TestHTMLEscapes(t *testing.T) {
 		t.Fatalf("HTML report holds a script element:\n%s", h)
 	}
 	esc := `&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;`
-	for _, where := range []string{"target " + esc, "<td>" + esc + "</td>", "<code>PUT " + esc + ": ERR</code>", `dominant-baseline="middle">` + esc + "</text>"} {
+	for _, where := range []string{"target " + esc, "<td>" + esc + "</td>", "<code>PUT " + esc + ": ERR</code>", `dominant-baseline="middle">` + esc + "</text>",
+		"<td>dfkv " + esc + "</td>", "n2: no description (" + esc + ")"} {
 		if !strings.Contains(h, where) {
 			t.Errorf("HTML report lacks the escaped %q", where)
 		}
 	}
-	if n := strings.Count(h, "<svg"); n != 2 || !strings.Contains(h, "<polyline") {
+	if n := strings.Count(h, "<svg"); n != 3 || !strings.Contains(h, "<polyline") {
 		t.Errorf("HTML report has %d plots, or no plot line", n)
 	}
 }
@@ -480,13 +568,13 @@ func TestInterruptedRunIsNotAResult(t *testing.T) {
 
 func TestProgressBar(t *testing.T) {
 	var b bytes.Buffer
-	progressBar(&b, Options{Duration: 10 * time.Second})(5*time.Second, 500, 2e9, 0)
+	progressBar(&b, Options{Duration: 10 * time.Second}, "")(5*time.Second, 500, 2e9, 0)
 	if s := b.String(); !strings.HasPrefix(s, "\r[") || !strings.Contains(s, " 50%") || !strings.Contains(s, "100 ops/s") || !strings.Contains(s, " 0.4 GB/s") || strings.Contains(s, "ERRORS") {
 		t.Fatalf("progress line %q", s)
 	}
 	b.Reset()
-	progressBar(&b, Options{Ops: 100})(time.Second, 20, 0, 5)
-	if s := b.String(); !strings.Contains(s, " 25%") || !strings.Contains(s, "ERRORS 5") {
+	progressBar(&b, Options{Ops: 100}, "step 1/2 concurrency=4: ")(time.Second, 20, 0, 5)
+	if s := b.String(); !strings.HasPrefix(s, "\rstep 1/2 concurrency=4: [") || !strings.Contains(s, " 25%") || !strings.Contains(s, "ERRORS 5") {
 		t.Fatalf("progress line with errors %q", s)
 	}
 }

@@ -263,7 +263,7 @@ func TestPeerOpsDoNotAllocate(t *testing.T) {
 			// The worker's own steps around the call (key choice, timing,
 			// histogram) must not allocate either.
 			r := newRun(Options{Workload: wGet, Keys: 1, KeyPrefix: "bench/alloc", ValueSize: len(val)}, nil)
-			w := &worker{c: c, rng: rand.New(rand.NewPCG(1, 2)), val: val, dst: dst}
+			w := &worker{c: c, rng: rand.New(rand.NewPCG(1, 2)), val: val, dst: dst, epoch: &r.epoch, ser: &r.ser}
 			w.record(opGet, 1, 0) // allocate the histograms outside the measurement
 			w.record(opPut, 1, 0)
 			w.record(opExist, 1, 0)

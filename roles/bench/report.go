@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"runtime"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,11 +17,19 @@ import (
 // source of the table and the HTML report. Latencies are microseconds,
 // GB is 1e9 bytes of values (keys and framing are not counted).
 type Result struct {
-	Tool    string       `json:"tool"`
-	Version int          `json:"format_version"`
-	Started time.Time    `json:"started"`
-	GoVer   string       `json:"go_version"`
-	Config  ResultConfig `json:"config"`
+	Tool    string    `json:"tool"`
+	Version int       `json:"format_version"`
+	Started time.Time `json:"started"`
+	GoVer   string    `json:"go_version"`
+	// BenchVersion and BenchCommit are the build of this bench binary,
+	// BenchCPUs the CPUs of the machine it ran on (a load generator
+	// short of CPU measures itself).
+	BenchVersion string       `json:"bench_version"`
+	BenchCommit  string       `json:"bench_commit"`
+	BenchCPUs    int          `json:"bench_cpus"`
+	Config       ResultConfig `json:"config"`
+	// Server is what was measured, asked before measuring.
+	Server *ServerInfo `json:"server,omitempty"`
 	// OK is true when the run had no error and was not interrupted: only
 	// then are its figures a result.
 	OK          bool `json:"ok"`
@@ -37,25 +45,41 @@ type Result struct {
 	ErrorsByPhase map[string]map[string]uint64 `json:"errors_by_phase"`
 	ErrorSamples  []string                     `json:"error_samples,omitempty"`
 
-	Fill   *FillResult   `json:"fill,omitempty"`
-	Totals Totals        `json:"totals"`
-	Ops    []OpResult    `json:"ops"`
-	Series []Sample      `json:"series"`
-	Prefix *PrefixResult `json:"prefix,omitempty"`
+	// Fill is the fill stage (of a value_size sweep: of each step, in
+	// its Step).
+	Fill *FillResult `json:"fill,omitempty"`
+	// Stage is the measured stage of a run without a sweep; nil for a
+	// sweep, whose stages are its steps.
+	*Stage
+	Sweep *SweepResult `json:"sweep,omitempty"`
+}
+
+// Stage is what one measured stage measured.
+type Stage struct {
+	Totals Totals     `json:"totals"`
+	Ops    []OpResult `json:"ops"`
+	// Series is the stage over time, in intervals of SeriesInterval
+	// seconds (the last one may be longer).
+	Series         []Sample      `json:"series"`
+	SeriesInterval float64       `json:"series_interval_s"`
+	Prefix         *PrefixResult `json:"prefix,omitempty"`
 }
 
 // ResultConfig echoes the options of the run.
 type ResultConfig struct {
-	Workload      string  `json:"workload"`
-	Protocol      string  `json:"protocol"`
-	Target        string  `json:"target"`
-	ValueSize     int     `json:"value_size"`
-	Keys          int     `json:"keys,omitempty"`
-	Concurrency   int     `json:"concurrency"`
-	DurationS     float64 `json:"duration_s,omitempty"`
-	Ops           int64   `json:"ops,omitempty"`
-	WarmupS       float64 `json:"warmup_s"`
-	Fill          bool    `json:"fill"`
+	Workload    string  `json:"workload"`
+	Protocol    string  `json:"protocol"`
+	Target      string  `json:"target"`
+	ValueSize   int     `json:"value_size"`
+	Keys        int     `json:"keys,omitempty"`
+	Concurrency int     `json:"concurrency"`
+	DurationS   float64 `json:"duration_s,omitempty"`
+	Ops         int64   `json:"ops,omitempty"`
+	WarmupS     float64 `json:"warmup_s"`
+	Fill        bool    `json:"fill"`
+	// Sweep is the swept setting and its values ("concurrency=1,4,16");
+	// that setting's own field above is then 0.
+	Sweep         string  `json:"sweep,omitempty"`
 	MixedGetRatio float64 `json:"mixed_get_ratio,omitempty"`
 	Sequences     int     `json:"sequences,omitempty"`
 	PagesPerSeq   int     `json:"pages_per_seq,omitempty"`
@@ -100,6 +124,71 @@ type Latency struct {
 	P99  float64 `json:"p99"`
 	P999 float64 `json:"p999"`
 	Max  float64 `json:"max"`
+	// Few marks the percentiles computed from too few samples to be more
+	// than an estimate of the tail.
+	Few FewSamples `json:"few_samples"`
+}
+
+// FewSamples marks each percentile p computed from fewer than 10/(1-p)
+// samples (p99 from fewer than 1,000, p99.9 from fewer than 10,000):
+// fewer than ten samples lie at or beyond it, so one slow operation more
+// or less moves it.
+type FewSamples struct {
+	P50  bool `json:"p50"`
+	P90  bool `json:"p90"`
+	P99  bool `json:"p99"`
+	P999 bool `json:"p999"`
+}
+
+// latencyOf summarises h.
+func latencyOf(h *Histogram) Latency {
+	n := h.Count()
+	return Latency{
+		Min: us(h.Min()), Mean: us(h.Mean()), P50: us(h.Quantile(0.5)), P90: us(h.Quantile(0.9)),
+		P99: us(h.Quantile(0.99)), P999: us(h.Quantile(0.999)), Max: us(h.Max()),
+		Few: FewSamples{P50: fewSamples(n, 0.5), P90: fewSamples(n, 0.9), P99: fewSamples(n, 0.99), P999: fewSamples(n, 0.999)},
+	}
+}
+
+// percentileNames are the reported percentiles, as the table heads them.
+var percentileNames = [4]string{"p50", "p90", "p99", "p99.9"}
+
+// fewMark is what a percentile from few samples carries in a table.
+const fewMark = "*"
+
+// percentiles returns l's p50, p90, p99 and p99.9 formatted, each marked
+// when it rests on few samples, and which were.
+func (l Latency) percentiles() (cells [4]string, few [4]bool) {
+	few = [4]bool{l.Few.P50, l.Few.P90, l.Few.P99, l.Few.P999}
+	for i, v := range [4]float64{l.P50, l.P90, l.P99, l.P999} {
+		cells[i] = fmtUs(v)
+		if few[i] {
+			cells[i] += fewMark
+		}
+	}
+	return cells, few
+}
+
+// fewNotes are the footnotes of the percentiles marked in a table: one
+// per percentile that any row marked.
+func fewNotes(marked [4]bool) []string {
+	var out []string
+	for i, m := range marked {
+		if m {
+			q := [4]float64{0.5, 0.9, 0.99, 0.999}[i]
+			out = append(out, fmt.Sprintf("%s %s: fewer than %s samples, so fewer than 10 at or beyond it; an estimate", fewMark, percentileNames[i], thousands(uint64(math.Round(10/(1-q))))))
+		}
+	}
+	return out
+}
+
+// thousands writes n with commas between groups of three digits.
+func thousands(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // CurvePoint is one point of the latency percentile curve.
@@ -136,108 +225,6 @@ func curve(h *Histogram) []CurvePoint {
 		pts = append(pts, CurvePoint{Percentile: 100 * q, Us: us(h.Quantile(q))})
 	}
 	return append(pts, CurvePoint{Percentile: 100 * (1 - math.Pow(10, -xMax)), Us: us(h.Max())})
-}
-
-// result assembles the Result of r.
-func (r *run) result(started time.Time, fillKeys int, fillTime time.Duration, elapsed time.Duration, series []Sample, interrupted bool) *Result {
-	o := r.o
-	res := &Result{
-		Tool: "dfkv bench", Version: 1, Started: started.UTC(), GoVer: runtime.Version(),
-		Config: ResultConfig{
-			Workload: o.Workload, Protocol: o.Protocol, Target: o.Target, ValueSize: o.ValueSize,
-			Concurrency: o.Concurrency, WarmupS: o.Warmup.Seconds(), Fill: o.Fill,
-		},
-		Interrupted:   interrupted,
-		Series:        series,
-		Errors:        map[string]uint64{},
-		ErrorsByPhase: map[string]map[string]uint64{},
-	}
-	if res.Series == nil {
-		res.Series = []Sample{}
-	}
-	if o.Ops > 0 {
-		res.Config.Ops = o.Ops
-	} else {
-		res.Config.DurationS = o.Duration.Seconds()
-	}
-	switch o.Workload {
-	case wMixed:
-		res.Config.MixedGetRatio = o.GetRatio
-	case wPrefix:
-		res.Config.Sequences, res.Config.PagesPerSeq, res.Config.SharedPrefix = o.Sequences, o.PagesPerSeq, o.SharedPrefix
-	}
-	if o.Workload != wPrefix {
-		res.Config.Keys = o.Keys
-	}
-	for phase, ec := range map[string]*errCounts{"fill": &r.fillErr, "run": &r.runErr} {
-		ec.mu.Lock()
-		if len(ec.byClass) > 0 {
-			m := map[string]uint64{}
-			for k, v := range ec.byClass {
-				m[k] = v
-				res.Errors[k] += v
-				res.ErrorCount += v
-			}
-			res.ErrorsByPhase[phase] = m
-		}
-		ec.mu.Unlock()
-	}
-	res.ErrorSamples = append(append([]string{}, r.fillErr.samples...), r.runErr.samples...)
-	if len(res.ErrorSamples) > maxErrorSamples {
-		res.ErrorSamples = res.ErrorSamples[:maxErrorSamples]
-	}
-	if o.Fill {
-		res.Fill = &FillResult{Keys: fillKeys, Seconds: fillTime.Seconds(), Errors: r.fillErr.total()}
-		if s := fillTime.Seconds(); s > 0 && res.Fill.Errors < uint64(fillKeys) {
-			stored := uint64(fillKeys) - res.Fill.Errors
-			res.Fill.GBPerS = float64(stored) * float64(o.ValueSize) / s / 1e9
-		}
-	}
-	secs := elapsed.Seconds()
-	res.Totals.Seconds = secs
-	res.Ops = []OpResult{}
-	for op := opKind(0); op < numOps; op++ {
-		h, b := r.merged(op)
-		if h == nil {
-			continue
-		}
-		or := OpResult{Op: opNames[op], Count: h.Count(), Bytes: b, Curve: curve(h),
-			Latency: Latency{
-				Min: us(h.Min()), Mean: us(h.Mean()), P50: us(h.Quantile(0.5)), P90: us(h.Quantile(0.9)),
-				P99: us(h.Quantile(0.99)), P999: us(h.Quantile(0.999)), Max: us(h.Max()),
-			}}
-		if secs > 0 {
-			or.OpsPerS = float64(or.Count) / secs
-			or.GBPerS = float64(b) / secs / 1e9
-		}
-		res.Ops = append(res.Ops, or)
-		res.Totals.Bytes += b
-	}
-	for _, w := range r.workers {
-		res.Totals.Ops += w.live.ops.Load()
-	}
-	if secs > 0 {
-		res.Totals.OpsPerS = float64(res.Totals.Ops) / secs
-		res.Totals.GBPerS = float64(res.Totals.Bytes) / secs / 1e9
-	}
-	if o.Workload == wPrefix {
-		p := &PrefixResult{Sequences: o.Sequences, PagesPerSeq: o.PagesPerSeq, SharedPages: o.sharedPages(), CachedSequences: (o.Sequences + 1) / 2}
-		var loadable, pages uint64
-		for _, w := range r.workers {
-			p.Lookups += w.lookups
-			loadable += w.loadable
-			pages += w.pages
-		}
-		if pages > 0 {
-			p.HitRate = float64(loadable) / float64(pages)
-		}
-		if p.Lookups > 0 {
-			p.MeanPrefixPages = float64(loadable) / float64(p.Lookups)
-		}
-		res.Prefix = p
-	}
-	res.OK = res.ErrorCount == 0 && !interrupted && res.Totals.Ops > 0
-	return res
 }
 
 // sig3 formats x with three significant digits, without exponent.
@@ -280,8 +267,8 @@ func (res *Result) warning() string {
 	if res.Interrupted {
 		parts = append(parts, "run interrupted")
 	}
-	if res.ErrorCount == 0 && !res.Interrupted && res.Totals.Ops == 0 {
-		parts = append(parts, "no operation completed in the measured stage")
+	if empty := res.emptyStage(); res.ErrorCount == 0 && !res.Interrupted && empty != "" {
+		parts = append(parts, "no operation completed in "+empty)
 	}
 	if len(parts) == 0 {
 		return ""
@@ -293,28 +280,21 @@ func (res *Result) warning() string {
 func (res *Result) summary() string {
 	c := res.Config
 	var b strings.Builder
-	fmt.Fprintf(&b, "dfkv bench: workload %s, protocol %s, target %s, value %s", c.Workload, c.Protocol, c.Target, config.FormatSize(uint64(c.ValueSize)))
+	fmt.Fprintf(&b, "dfkv bench: workload %s, protocol %s, target %s", c.Workload, c.Protocol, c.Target)
+	if c.ValueSize > 0 {
+		fmt.Fprintf(&b, ", value %s", config.FormatSize(uint64(c.ValueSize)))
+	}
 	if c.Keys > 0 {
 		fmt.Fprintf(&b, ", keys %d", c.Keys)
 	}
-	fmt.Fprintf(&b, ", concurrency %d", c.Concurrency)
-	if c.Ops > 0 {
-		fmt.Fprintf(&b, ", %d ops", c.Ops)
-	} else {
-		fmt.Fprintf(&b, ", %gs", c.DurationS)
+	if c.Concurrency > 0 {
+		fmt.Fprintf(&b, ", concurrency %d", c.Concurrency)
 	}
-	fmt.Fprintf(&b, " (warm-up %gs", c.WarmupS)
-	if res.Fill != nil {
-		switch f := res.Fill; {
-		case f.Errors == 0:
-			fmt.Fprintf(&b, "; fill %d keys in %.2fs, %s GB/s", f.Keys, f.Seconds, sig3(f.GBPerS))
-		case f.Errors >= uint64(f.Keys):
-			// Not "filled in 0.04s": nothing was stored.
-			fmt.Fprintf(&b, "; fill FAILED: all %d PUTs failed", f.Keys)
-		default:
-			fmt.Fprintf(&b, "; fill %d keys in %.2fs, %d of them FAILED", f.Keys, f.Seconds, f.Errors)
-		}
+	if c.Sweep != "" {
+		fmt.Fprintf(&b, ", sweep %s", c.Sweep)
 	}
+	fmt.Fprintf(&b, ", %s (warm-up %gs", res.measured(), c.WarmupS)
+	b.WriteString(res.fillSummary())
 	b.WriteString(")")
 	if c.Workload == wMixed {
 		fmt.Fprintf(&b, ", %g%% GET", 100*c.MixedGetRatio)
@@ -322,34 +302,104 @@ func (res *Result) summary() string {
 	return b.String()
 }
 
+// measured is how long a stage was asked to measure: "10s", "500 ops",
+// "per step" added for a sweep.
+func (res *Result) measured() string {
+	if res.Sweep != nil {
+		return res.perStage() + " per step"
+	}
+	return res.perStage()
+}
+
+// perStage is how long one stage was asked to measure: "10s", "500 ops".
+func (res *Result) perStage() string {
+	if res.Config.Ops > 0 {
+		return fmt.Sprintf("%d ops", res.Config.Ops)
+	}
+	return fmt.Sprintf("%gs", res.Config.DurationS)
+}
+
+// fillSummary is the fill's part of the summary.
+func (res *Result) fillSummary() string {
+	f := res.Fill
+	switch {
+	case f == nil && res.Config.Fill && res.Sweep != nil:
+		return "; fill per step"
+	case f == nil:
+		return ""
+	case f.Errors == 0:
+		return fmt.Sprintf("; fill %d keys in %.2fs, %s GB/s", f.Keys, f.Seconds, sig3(f.GBPerS))
+	case f.Errors >= uint64(f.Keys):
+		// Not "filled in 0.04s": nothing was stored.
+		return fmt.Sprintf("; fill FAILED: all %d PUTs failed", f.Keys)
+	}
+	return fmt.Sprintf("; fill %d keys in %.2fs, %d of them FAILED", f.Keys, f.Seconds, f.Errors)
+}
+
+// benchLine describes the load generator.
+func (res *Result) benchLine() string {
+	n := NodeInfo{Version: res.BenchVersion, Commit: res.BenchCommit}
+	return fmt.Sprintf("bench %s, %s, %s", n.build(), res.GoVer, plural(res.BenchCPUs, "CPU"))
+}
+
 // WriteTable prints the human table.
 func (res *Result) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString(res.summary() + "\n")
+	for _, l := range res.Server.lines() {
+		b.WriteString(l + "\n")
+	}
+	b.WriteString(res.benchLine() + "\n")
 	if warn := res.warning(); warn != "" {
 		b.WriteString(warn + "\n")
 		for _, s := range res.ErrorSamples {
 			b.WriteString("  error: " + s + "\n")
 		}
 	}
-	rows := [][]string{{"op", "ops", "ops/s", "GB/s", "p50", "p90", "p99", "p99.9", "max"}}
-	for _, o := range res.Ops {
-		l := o.Latency
-		rows = append(rows, []string{o.Op, fmt.Sprint(o.Count), sig3(o.OpsPerS), sig3(o.GBPerS),
-			fmtUs(l.P50), fmtUs(l.P90), fmtUs(l.P99), fmtUs(l.P999), fmtUs(l.Max)})
+	var err error
+	switch {
+	case res.Sweep != nil:
+		err = res.Sweep.table(&b, "measured "+res.perStage())
+	case res.Stage != nil:
+		err = res.Stage.table(&b)
 	}
-	t := res.Totals
-	rows = append(rows, []string{"total", fmt.Sprint(t.Ops), sig3(t.OpsPerS), sig3(t.GBPerS)})
-	if err := writeColumns(&b, rows); err != nil {
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(&b, "measured %.2fs; GB = 1e9 bytes of values; latency percentiles within %.2f%%\n", t.Seconds, 100*RelativeError)
-	if p := res.Prefix; p != nil {
-		fmt.Fprintf(&b, "prefix: %d sequences x %d pages (%d shared, %d sequences cached): %d lookups, hit rate %.1f%%, mean loadable prefix %.2f pages\n",
+	_, err = io.WriteString(w, b.String())
+	return err
+}
+
+// table writes the stage's operations and totals.
+func (st *Stage) table(b *strings.Builder) error {
+	rows := [][]string{{"op", "ops", "ops/s", "GB/s", "p50", "p90", "p99", "p99.9", "max"}}
+	var marked [4]bool
+	for _, o := range st.Ops {
+		cells, few := o.Latency.percentiles()
+		rows = append(rows, append([]string{o.Op, fmt.Sprint(o.Count), sig3(o.OpsPerS), sig3(o.GBPerS)}, append(cells[:], fmtUs(o.Latency.Max))...))
+		marked = orMarks(marked, few)
+	}
+	t := st.Totals
+	rows = append(rows, []string{"total", fmt.Sprint(t.Ops), sig3(t.OpsPerS), sig3(t.GBPerS)})
+	if err := writeColumns(b, rows); err != nil {
+		return err
+	}
+	for _, n := range fewNotes(marked) {
+		b.WriteString(n + "\n")
+	}
+	fmt.Fprintf(b, "measured %.2fs; GB = 1e9 bytes of values; latency percentiles within %.2f%%\n", t.Seconds, 100*RelativeError)
+	if p := st.Prefix; p != nil {
+		fmt.Fprintf(b, "prefix: %d sequences x %d pages (%d shared, %d sequences cached): %d lookups, hit rate %.1f%%, mean loadable prefix %.2f pages\n",
 			p.Sequences, p.PagesPerSeq, p.SharedPages, p.CachedSequences, p.Lookups, 100*p.HitRate, p.MeanPrefixPages)
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return nil
+}
+
+func orMarks(a, b [4]bool) [4]bool {
+	for i := range a {
+		a[i] = a[i] || b[i]
+	}
+	return a
 }
 
 // WriteJSON writes the result as indented JSON.

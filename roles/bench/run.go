@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dfkv/dfkv/config"
 )
 
 // Workloads.
@@ -34,6 +36,21 @@ const (
 
 var opNames = [numOps]string{"put", "get", "exist", "exist_prefix", "get_prefix"}
 
+// workloadOps lists the operations workload records, in report order.
+func workloadOps(workload string) []opKind {
+	switch workload {
+	case wGet:
+		return []opKind{opGet}
+	case wExist:
+		return []opKind{opExist}
+	case wMixed:
+		return []opKind{opPut, opGet}
+	case wPrefix:
+		return []opKind{opExistPrefix, opGetPrefix}
+	}
+	return []opKind{opPut}
+}
+
 // Options describe one bench run; Command fills them from flags.
 type Options struct {
 	Workload    string
@@ -49,6 +66,7 @@ type Options struct {
 	GetRatio    float64 // mixed: fraction of GETs
 	KeyPrefix   string
 	Seed        uint64
+	Sweep       config.Sweep // one setting varied over steps; none when empty
 
 	// prefix workload
 	Sequences    int
@@ -117,6 +135,13 @@ type worker struct {
 	byts [numOps]uint64
 	live live
 
+	// the time series: this epoch's coarse histograms, handed to ser
+	// when the sampler has moved epoch on.
+	epoch   *atomic.Uint64
+	ser     *series
+	ivEpoch uint64
+	iv      [numOps]*ivHist
+
 	// prefix workload
 	dsts                     [][]byte
 	lookups, loadable, pages uint64
@@ -131,7 +156,20 @@ func (w *worker) record(op opKind, d time.Duration, n int64) {
 	h.Record(d)
 	w.byts[op] += uint64(n)
 	w.live.bytes.Add(uint64(n))
+	if e := w.epoch.Load(); e != w.ivEpoch {
+		w.flushInterval()
+		w.ivEpoch = e
+	}
+	ih := w.iv[op]
+	if ih == nil {
+		ih = new(ivHist)
+		w.iv[op] = ih
+	}
+	ih.record(d, n)
 }
+
+// flushInterval hands the worker's histograms of its epoch to the series.
+func (w *worker) flushInterval() { w.ser.addHists(w.ivEpoch, &w.iv) }
 
 // Phases of the measured stage, in the order they happen.
 const (
@@ -154,6 +192,16 @@ type run struct {
 	fillErr errCounts
 	runErr  errCounts
 	workers []*worker
+	// the time series of the measured stage: epoch counts base
+	// intervals, ser collects them.
+	epoch atomic.Uint64
+	ser   series
+
+	// what the measured stage measured: its length, its series and
+	// the series' interval.
+	elapsed  time.Duration
+	samples  []Sample
+	interval time.Duration
 
 	// progress, if set, is called about 5 times a second while measuring.
 	progress func(elapsed time.Duration, ops, bytes, errs uint64)
@@ -200,6 +248,12 @@ func newRun(o Options, t target) *run {
 		r.keys[i] = []byte(o.KeyPrefix + strconv.Itoa(i))
 	}
 	return r
+}
+
+// withOptions is a run of o over r's keys, for a step of a sweep that
+// does not change what the keys hold: the fill of r serves it too.
+func (r *run) withOptions(o Options) *run {
+	return &run{o: o, t: r.t, keys: r.keys, seqKeys: r.seqKeys, progress: r.progress}
 }
 
 // cached reports whether sequence s is one the populate stage stored: the
@@ -278,9 +332,75 @@ func backoff(err error) {
 }
 
 // measure runs the workers: a warm-up that is not recorded, then the
-// measured stage for Duration or Ops. It returns the measured wall time
-// and the per-second samples.
-func (r *run) measure(ctx context.Context) (time.Duration, []Sample, error) {
+// measured stage for Duration or Ops. It keeps the measured wall time
+// and the time series in r.
+func (r *run) measure(ctx context.Context) error {
+	o := r.o
+	if err := r.startWorkers(); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, w := range r.workers {
+		wg.Add(1)
+		go func(w *worker) {
+			defer wg.Done()
+			defer w.c.Close()
+			r.work(ctx, w)
+			w.flushInterval()
+		}(w)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+
+	stop := func() { r.phase.Store(phaseStop) }
+	defer stop()
+	r.warmUp(ctx, done)
+	start := time.Now()
+	var endTimer <-chan time.Time
+	if o.Ops <= 0 {
+		t := time.NewTimer(o.Duration)
+		defer t.Stop()
+		endTimer = t.C
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	base := baseInterval(&o)
+	epochs := time.NewTicker(base)
+	defer epochs.Stop()
+	var last sampleTotals
+	lastAt := start
+	// closeEpoch adds the live counters' growth to the epoch ending now.
+	closeEpoch := func(now time.Time) {
+		e := r.epoch.Add(1) - 1
+		t := r.totals()
+		r.ser.addTotals(e, now.Sub(lastAt).Seconds(), t.minus(last))
+		last, lastAt = t, now
+	}
+	for {
+		select {
+		case <-done:
+			now := time.Now()
+			closeEpoch(now)
+			r.elapsed = now.Sub(start)
+			r.samples, r.interval = r.ser.samples(base, workloadOps(o.Workload))
+			return ctx.Err()
+		case <-endTimer:
+			stop()
+		case <-ctx.Done():
+			stop()
+		case now := <-epochs.C:
+			closeEpoch(now)
+		case now := <-tick.C:
+			if r.progress != nil {
+				t := r.totals()
+				r.progress(now.Sub(start), t.ops, t.bytes, t.errs)
+			}
+		}
+	}
+}
+
+// startWorkers dials a connection per worker and gives each its buffers.
+func (r *run) startWorkers() error {
 	o := r.o
 	r.workers = make([]*worker, o.Concurrency)
 	for i := range r.workers {
@@ -289,9 +409,9 @@ func (r *run) measure(ctx context.Context) (time.Duration, []Sample, error) {
 			for _, w := range r.workers[:i] {
 				_ = w.c.Close()
 			}
-			return 0, nil, err
+			return err
 		}
-		w := &worker{c: c, rng: rand.New(rand.NewPCG(o.Seed, uint64(i)+1000))}
+		w := &worker{c: c, rng: rand.New(rand.NewPCG(o.Seed, uint64(i)+1000)), epoch: &r.epoch, ser: &r.ser}
 		w.val = make([]byte, o.ValueSize)
 		payload(w.val, o.Seed+uint64(i)+1)
 		switch o.Workload {
@@ -309,81 +429,25 @@ func (r *run) measure(ctx context.Context) (time.Duration, []Sample, error) {
 	if o.Warmup <= 0 {
 		r.phase.Store(phaseMeasure)
 	}
-	var wg sync.WaitGroup
-	for _, w := range r.workers {
-		wg.Add(1)
-		go func(w *worker) {
-			defer wg.Done()
-			defer w.c.Close()
-			r.work(ctx, w)
-		}(w)
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	return nil
+}
 
-	stop := func() { r.phase.Store(phaseStop) }
-	defer stop()
-	if o.Warmup > 0 {
-		t := time.NewTimer(o.Warmup)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		case <-done:
-		}
-		t.Stop()
-		// Warm-up operations reach neither the histograms nor the live
-		// counters: both count only what starts in phaseMeasure.
-		r.phase.Store(phaseMeasure)
+// warmUp lets the workers run unrecorded for the warm-up, then starts
+// the measured stage.
+func (r *run) warmUp(ctx context.Context, done <-chan struct{}) {
+	if r.o.Warmup <= 0 {
+		return
 	}
-	start := time.Now()
-	var endTimer <-chan time.Time
-	if o.Ops <= 0 {
-		t := time.NewTimer(o.Duration)
-		defer t.Stop()
-		endTimer = t.C
+	t := time.NewTimer(r.o.Warmup)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	case <-done:
 	}
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	perSecond := time.NewTicker(time.Second)
-	defer perSecond.Stop()
-	var series []Sample
-	var last sampleTotals
-	lastAt := start
-	for {
-		select {
-		case <-done:
-			now := time.Now()
-			elapsed := now.Sub(start)
-			s := r.sample(&last, lastAt.Sub(start), now.Sub(lastAt))
-			if n := len(series); n > 0 && s.Seconds < 0.1 {
-				// Fold a short tail into the last sample rather than
-				// plotting a rate measured over a few milliseconds; the
-				// series still adds up to the totals.
-				p := &series[n-1]
-				p.OpsCount += s.OpsCount
-				p.Errors += s.Errors
-				p.Bytes += s.Bytes
-				p.Seconds += s.Seconds
-				p.OpsPerS = float64(p.OpsCount) / p.Seconds
-				p.GBPerS = float64(p.Bytes) / p.Seconds / 1e9
-			} else if s.Seconds > 0 {
-				series = append(series, s)
-			}
-			return elapsed, series, ctx.Err()
-		case <-endTimer:
-			stop()
-		case <-ctx.Done():
-			stop()
-		case now := <-perSecond.C:
-			series = append(series, r.sample(&last, lastAt.Sub(start), now.Sub(lastAt)))
-			lastAt = now
-		case now := <-tick.C:
-			if r.progress != nil {
-				t := r.totals()
-				r.progress(now.Sub(start), t.ops, t.bytes, t.errs)
-			}
-		}
-	}
+	t.Stop()
+	// Warm-up operations reach neither the histograms nor the live
+	// counters: both count only what starts in phaseMeasure.
+	r.phase.Store(phaseMeasure)
 }
 
 type sampleTotals struct{ ops, bytes, errs uint64 }
@@ -402,7 +466,7 @@ func (r *run) totals() sampleTotals {
 	return t
 }
 
-// Sample is one interval of the throughput time series.
+// Sample is one interval of the time series.
 type Sample struct {
 	T        float64 `json:"t_s"`     // start of the interval, seconds into the measured stage
 	Seconds  float64 `json:"seconds"` // its length
@@ -411,16 +475,24 @@ type Sample struct {
 	Errors   uint64  `json:"errors"`
 	OpsCount uint64  `json:"ops"`
 	Bytes    uint64  `json:"bytes"`
+	// PerOp splits the interval by operation (get and put of the mixed
+	// workload), with latency percentiles of the operations that
+	// completed in it.
+	PerOp []OpSample `json:"per_op"`
 }
 
-// sample closes the interval [at, at+d): the live counters count only
-// measured operations, so their growth since last is the interval's.
-func (r *run) sample(last *sampleTotals, at, d time.Duration) Sample {
-	now := r.totals()
-	delta := now.minus(*last)
-	*last = now
-	s := d.Seconds()
-	return Sample{T: at.Seconds(), Seconds: s, OpsPerS: float64(delta.ops) / s, GBPerS: float64(delta.bytes) / s / 1e9, Errors: delta.errs, OpsCount: delta.ops, Bytes: delta.bytes}
+// OpSample is one operation's share of an interval. The percentiles are
+// within about 3 % (coarser than the stage's); a PxxFew flag marks one
+// that rests on fewer than 10/(1-p) samples.
+type OpSample struct {
+	Op      string  `json:"op"`
+	Ops     uint64  `json:"ops"`
+	OpsPerS float64 `json:"ops_per_s"`
+	GBPerS  float64 `json:"gb_per_s"`
+	P50     float64 `json:"p50_us"`
+	P99     float64 `json:"p99_us"`
+	P50Few  bool    `json:"p50_few_samples"`
+	P99Few  bool    `json:"p99_few_samples"`
 }
 
 // work is one worker's loop.

@@ -37,6 +37,8 @@ type prefixConn interface {
 type target interface {
 	Dial() (conn, error)
 	Close() error
+	// describe says what the system under test is, for the report.
+	describe(ctx context.Context) *ServerInfo
 }
 
 // peerError is a failure a server reported (or a reply that broke the

@@ -63,7 +63,7 @@ func parseSweep(text string) (Sweep, error) {
 	}
 	s := Sweep{Dimension: strings.ReplaceAll(strings.ToLower(strings.TrimSpace(dim)), "-", "_")}
 	if s.Dimension != SweepConcurrency && s.Dimension != SweepValueSize {
-		return Sweep{}, fmt.Errorf("sweeps %q; the dimensions are concurrency and value_size", strings.TrimSpace(dim))
+		return Sweep{}, fmt.Errorf("sweeps %s; the dimensions are concurrency and value_size", Echo(strings.TrimSpace(dim)))
 	}
 	for i, e := range strings.Split(list, ",") {
 		e = strings.TrimSpace(e)
@@ -72,7 +72,7 @@ func parseSweep(text string) (Sweep, error) {
 		}
 		v, err := s.parseValue(e)
 		if err != nil {
-			return Sweep{}, fmt.Errorf("has value %d %q that %v", i+1, e, err)
+			return Sweep{}, fmt.Errorf("has value %d %s that %v", i+1, Echo(e), err)
 		}
 		s.Values = append(s.Values, v)
 	}

@@ -17,7 +17,7 @@ import (
 
 // kneeRule is the knee, as the help, the table, the HTML and the JSON
 // say it.
-const kneeRule = "the knee is the first step whose p99 rose by a larger fraction than its throughput did, each against the step before"
+const kneeRule = "the knee is the first step whose p99 at least doubled and rose by a larger fraction than its throughput did, each against the step before"
 
 // SweepResult is a sweep's steps and its knee.
 type SweepResult struct {
@@ -173,23 +173,28 @@ func (sw *SweepResult) markKnee() {
 	}
 }
 
-// knee returns the index of the first step whose p99 rose by a larger
-// fraction than its throughput did, each against the step before (so
-// also a step whose throughput fell while its p99 rose), or -1. A step
-// without throughput or latency, or after one, is not judged: there is
-// nothing to compare.
+// knee returns the index of the first step whose p99 at least doubled and
+// rose by a larger fraction than its throughput did, each against the step
+// before (so also a step whose throughput fell while its p99 doubled), or
+// -1. The doubling keeps run-to-run jitter out: on a shared machine a
+// light step's p99 moves by half either way between runs, which alone
+// put the knee at the second step of a sweep that saturated at its sixth.
+// A step without throughput or latency, or after one, is not judged.
 func knee(thr, p99 []float64) int {
 	for i := 1; i < len(thr) && i < len(p99); i++ {
 		if thr[i-1] <= 0 || p99[i-1] <= 0 || thr[i] <= 0 || p99[i] <= 0 {
 			continue
 		}
 		dp, dt := p99[i]/p99[i-1]-1, thr[i]/thr[i-1]-1
-		if dp > 0 && dp > dt {
+		if dp >= kneeRise && dp > dt {
 			return i
 		}
 	}
 	return -1
 }
+
+// kneeRise is the least rise of p99 (1 = doubled) that can make a knee.
+const kneeRise = 1.0
 
 // throughputUnit names the knee's throughput for people.
 func (sw *SweepResult) throughputUnit() string {
@@ -202,7 +207,7 @@ func (sw *SweepResult) throughputUnit() string {
 // kneeLine says where the knee is and why, or that there is none.
 func (sw *SweepResult) kneeLine() string {
 	if sw.Knee < 0 {
-		return "knee: none within the sweep: no step's p99 rose by a larger fraction than its throughput (" + sw.throughputUnit() + ") did"
+		return "knee: none within the sweep: no step's p99 doubled and rose by a larger fraction than its throughput (" + sw.throughputUnit() + ") did"
 	}
 	k, prev := &sw.Steps[sw.Knee], &sw.Steps[sw.Knee-1]
 	tk, tp := sw.throughput(k), sw.throughput(prev)

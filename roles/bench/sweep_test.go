@@ -21,10 +21,11 @@ func TestKnee(t *testing.T) {
 		thr, p99 []float64
 		want     int
 	}{
-		{"linear, then saturated", []float64{1, 2, 4, 4.2, 4.3}, []float64{100, 105, 110, 200, 400}, 3},
+		{"linear, then saturated", []float64{1, 2, 4, 4.2, 4.3}, []float64{100, 105, 110, 250, 600}, 3},
+		{"p99 jitter under doubling is not a knee", []float64{1, 1.3, 1.7}, []float64{100, 190, 150}, -1},
 		{"throughput doubles, p99 only grows", []float64{1, 2, 4, 8}, []float64{100, 150, 250, 450}, -1},
 		{"p99 grows as fast as throughput: not faster", []float64{1, 2, 4}, []float64{100, 200, 400}, -1},
-		{"throughput falls while p99 rises", []float64{1, 2, 1.9}, []float64{100, 110, 120}, 2},
+		{"throughput falls while p99 doubles", []float64{1, 2, 1.9}, []float64{100, 110, 230}, 2},
 		{"both fall: p99 did not rise", []float64{4, 3}, []float64{200, 190}, -1},
 		{"a step without operations is not judged", []float64{1, 0, 2, 2.1}, []float64{100, 0, 105, 300}, 3},
 		{"one step", []float64{1}, []float64{100}, -1},
@@ -201,7 +202,7 @@ func TestSweepReport(t *testing.T) {
 	}
 	h := hb.String()
 	for _, want := range []string{`<tr class="knee"><td>4 (knee)</td>`, `>knee: concurrency=4</text>`, `class="headline"><b>Knee: concurrency=4 (0.22 GB/s, p99 300µs)`, "<br>Highest throughput: 0.22 GB/s",
-		"Throughput against latency", "The knee is the first step whose p99 rose"} {
+		"Throughput against latency", "The knee is the first step whose p99 at least doubled"} {
 		if !strings.Contains(h, want) {
 			t.Errorf("HTML lacks %q", want)
 		}

@@ -31,7 +31,7 @@ func unknownEnv(environ []string) []string {
 	seen := make(map[string]bool)
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "DFKV_") || known[name] || seen[name] {
+		if !strings.HasPrefix(name, "DFKV_") || strings.HasPrefix(name, testEnvPrefix) || known[name] || seen[name] {
 			continue
 		}
 		seen[name] = true

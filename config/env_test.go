@@ -13,6 +13,8 @@ func TestUnknownEnv(t *testing.T) {
 		"DFKV_CONFIG=/x.toml",            // the config file
 		"DFKV_RDMA_DEV=mlx5_0",           // a feature not built yet: warned as such
 		"DFKV_LIBRARY=/lib/libdfkv.so",
+		"DFKV_TEST_OUT=/tmp/x", // the test harness
+		"DFKV_BIN=/tmp/dfkv",
 		"DFKV_LISTN=127.0.0.1:1", // typo
 		"DFKV_BOGUS",             // no '='
 		"DFKV_ZZZ_WHAT=1",

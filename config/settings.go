@@ -593,7 +593,14 @@ var otherEnv = []string{
 	"DFKV_LIBRARY", // path to libdfkv.so for the Python package
 	// build switches read by scripts/
 	"DFKV_WITH_URING", "DFKV_WITH_RDMA",
+	// the test harness: the binary and checkout the tests use
+	"DFKV_BIN", "DFKV_SOURCE",
 }
+
+// testEnvPrefix marks variables of the tests and scripts/test.sh
+// (DFKV_TEST_OUT, DFKV_TEST_SIGKILLS, …): a test run's environment is
+// inherited by the processes it starts, which must not warn about them.
+const testEnvPrefix = "DFKV_TEST_"
 
 // notBuiltEnv lists the variables of features this build does not have
 // yet (the RDMA transport, a legacy MDS framing). Setting one is not a

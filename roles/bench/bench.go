@@ -75,8 +75,9 @@ func Command() *cli.Command {
 			"--sweep concurrency=1,4,16,64 (or value_size=4KiB,64KiB,1MiB) answers \"how much load at what\n" +
 			"latency\": one dimension per run; the fill runs once (once per step for value_size), then each\n" +
 			"step warms up and measures, and the report gives each step's ops/s and GB/s against p50, p90,\n" +
-			"p99 and p99.9, and marks the knee: the first step whose p99 at least doubled and rose by a\n" +
-			"larger fraction than its throughput (GB/s; ops/s for exist) did, each against the step before.\n" +
+			"p99 and p99.9, and marks the knee: the first step whose p99 rose by at least 50 points of\n" +
+			"percent more than its throughput (GB/s; ops/s for exist) did, against the step before, and\n" +
+			"stayed up (no later step's p99 is over 10% below it).\n" +
 			"A percentile p from fewer than 10/(1-p) samples is starred as an estimate.\n" +
 			"--compare A.json B.json prints two earlier --json results side by side with ratios B/A (and\n" +
 			"writes them as HTML with --html); it runs nothing, and refuses results of different workloads.\n" +

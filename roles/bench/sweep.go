@@ -17,7 +17,7 @@ import (
 
 // kneeRule is the knee, as the help, the table, the HTML and the JSON
 // say it.
-const kneeRule = "the knee is the first step whose p99 at least doubled and rose by a larger fraction than its throughput did, each against the step before"
+const kneeRule = "the knee is the first step whose p99 rose by at least 50 points of percent more than its throughput did, against the step before, and stayed up (no later step's p99 is over 10% below it)"
 
 // SweepResult is a sweep's steps and its knee.
 type SweepResult struct {
@@ -173,28 +173,40 @@ func (sw *SweepResult) markKnee() {
 	}
 }
 
-// knee returns the index of the first step whose p99 at least doubled and
-// rose by a larger fraction than its throughput did, each against the step
-// before (so also a step whose throughput fell while its p99 doubled), or
-// -1. The doubling keeps run-to-run jitter out: on a shared machine a
-// light step's p99 moves by half either way between runs, which alone
-// put the knee at the second step of a sweep that saturated at its sixth.
-// A step without throughput or latency, or after one, is not judged.
+// knee returns the index of the first step whose p99 rose by at least
+// kneeMargin more than its throughput did (as fractions of the step
+// before: +80 % p99 against +25 % throughput is a knee), and stayed up: no
+// later step's p99 is more than a tenth below it. Or -1. On a shared
+// machine a light step's p99 moves by half either way between runs; the
+// margin and the staying up keep such a blip from being the knee (it put
+// the knee of a sweep that saturated at its sixth step at its second). A
+// step without throughput or latency, or after one, is not judged.
 func knee(thr, p99 []float64) int {
 	for i := 1; i < len(thr) && i < len(p99); i++ {
 		if thr[i-1] <= 0 || p99[i-1] <= 0 || thr[i] <= 0 || p99[i] <= 0 {
 			continue
 		}
 		dp, dt := p99[i]/p99[i-1]-1, thr[i]/thr[i-1]-1
-		if dp >= kneeRise && dp > dt {
+		if dp-dt >= kneeMargin && stayedUp(p99[i], p99[i+1:]) {
 			return i
 		}
 	}
 	return -1
 }
 
-// kneeRise is the least rise of p99 (1 = doubled) that can make a knee.
-const kneeRise = 1.0
+// stayedUp reports whether no later p99 is more than a tenth below p.
+func stayedUp(p float64, later []float64) bool {
+	for _, l := range later {
+		if l > 0 && l < 0.9*p {
+			return false
+		}
+	}
+	return true
+}
+
+// kneeMargin is how much more p99 must rise than throughput, as a
+// fraction of the step before, for a knee.
+const kneeMargin = 0.5
 
 // throughputUnit names the knee's throughput for people.
 func (sw *SweepResult) throughputUnit() string {
@@ -207,7 +219,7 @@ func (sw *SweepResult) throughputUnit() string {
 // kneeLine says where the knee is and why, or that there is none.
 func (sw *SweepResult) kneeLine() string {
 	if sw.Knee < 0 {
-		return "knee: none within the sweep: no step's p99 doubled and rose by a larger fraction than its throughput (" + sw.throughputUnit() + ") did"
+		return "knee: none within the sweep: no step's p99 rose by 50 points of percent more than its throughput (" + sw.throughputUnit() + ") did and stayed up"
 	}
 	k, prev := &sw.Steps[sw.Knee], &sw.Steps[sw.Knee-1]
 	tk, tp := sw.throughput(k), sw.throughput(prev)

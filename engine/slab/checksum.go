@@ -218,7 +218,7 @@ func (s *Store) dropCorrupt(key wire.BlockKey, r SlotRef, stored uint64, by stri
 	e, sl := s.alloc.Split(r)
 	path := s.extents[e].Name()
 	if yes, suppressed := s.corruptLog.allow(s.clock.Now(), corruptLogEvery); yes {
-		s.log.Warn("slab engine: a value read from disk failed its payload checksum; dropped it, never served it (the disk, or something writing to its extent files, corrupts data: check the device and dfkv_disk_checksum_failures_total)",
+		s.log.Warn("slab engine: a value failed its checksum and was dropped, not served; check the device, or what else writes its extent files",
 			"dir", s.dir, "key", key.String(), "extent", path, "slot", sl, "bytes", stored, "found_by", by,
 			"suppressed_since_last", suppressed)
 	}

@@ -114,7 +114,7 @@ func TestFlippedPayloadByteIsAMiss(t *testing.T) {
 			if st.ChecksumFailures != 1 || st.Objects != 9 || !st.Healthy {
 				t.Fatalf("after the failure: %d checksum failures, %d objects, healthy %v; want 1, 9, true", st.ChecksumFailures, st.Objects, st.Healthy)
 			}
-			if n := logs.count("failed its payload checksum"); n != 1 {
+			if n := logs.count("failed its checksum and was dropped"); n != 1 {
 				t.Fatalf("%d checksum warnings, want 1: %v", n, logs.msgs)
 			}
 			_, err = get(t, s, bad)
@@ -213,7 +213,7 @@ func TestSwappedExtentsNeverServeAnotherKey(t *testing.T) {
 	if st := s.Stats(); st.ChecksumFailures != failed {
 		t.Fatalf("%d checksum failures, want %d", st.ChecksumFailures, failed)
 	}
-	if n := logs.count("failed its payload checksum"); n != 1 {
+	if n := logs.count("failed its checksum and was dropped"); n != 1 {
 		t.Fatalf("%d checksum warnings with a stopped clock, want 1 (rate-limited)", n)
 	}
 	for e, vals := range in {

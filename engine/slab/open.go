@@ -568,7 +568,7 @@ func (s *Store) warnDamagedExtents(damaged []string, size int64) {
 	if len(list) > 8 {
 		list = append(list[:8:8], "...")
 	}
-	s.log.Warn("slab engine: extent files missing or not at their size; made them whole again: the values they held are misses, the rest of the disk serves (check what removed or cut them)",
+	s.log.Warn("slab engine: extent files were missing or cut short and were recreated, their values lost; check what removed or cut them",
 		"dir", s.dir, "extents", len(damaged), "extent_bytes", size, "found", strings.Join(list, "; "))
 }
 
@@ -673,7 +673,7 @@ func (s *Store) openTable(cold bool) (bool, error) {
 		// keeps every record. Failing that, the store serves with the
 		// sparse table and says what it risks.
 		if err := fallocateFn(f, s.tableSize()); err != nil {
-			s.log.Warn("slab engine: could not preallocate the rest of the slot table; a record write that needs a new block on a full filesystem will fail this disk closed: free space on that filesystem",
+			s.log.Warn("slab engine: could not preallocate the rest of the slot table, so a full filesystem can fail this disk; free space on it",
 				"dir", s.dir, "table", path, "allocated_bytes", got, "table_bytes", s.tableSize(), "err", err)
 		}
 	}

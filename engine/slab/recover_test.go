@@ -107,7 +107,7 @@ func TestMissingOrCutExtentServesTheRest(t *testing.T) {
 			opts.Logger = slog.New(logs)
 			s := openT(t, opts)
 			defer mustClose(t, s)
-			if c := logs.count("extent files missing or not at their size"); c != 1 {
+			if c := logs.count("extent files were missing or cut short"); c != 1 {
 				t.Fatalf("%d warnings naming the damaged extents, want 1: %v", c, logs.msgs)
 			}
 			for _, p := range []string{extentName(dir, int(gone)), extentName(dir, int(cut))} {

@@ -87,7 +87,7 @@ func TestServerProcessCorruptedExtent(t *testing.T) {
 		t.Fatalf("dfkv_disk_healthy %s, want 1 (one bad value does not fail the disk)", v)
 	}
 	srv.stop(t)
-	if logs := srv.logs.String(); !strings.Contains(logs, "failed its payload checksum") || !strings.Contains(logs, d0) {
+	if logs := srv.logs.String(); !strings.Contains(logs, "failed its checksum and was dropped") || !strings.Contains(logs, d0) {
 		t.Fatalf("no checksum warning naming the disk in the node's log:\n%s", logs)
 	}
 }

@@ -215,7 +215,7 @@ func watchBackend(ctx context.Context, probe *probeCache, every time.Duration, l
 		switch {
 		case err != nil && downSince.IsZero():
 			downSince = time.Now()
-			log.Warn("MDS: etcd unreachable; registrations and heartbeats fail, a starting client is given this MDS's last member list, and a client that holds one is sent to its next MDS, until it returns",
+			log.Warn("MDS: etcd unreachable; nodes cannot register or heartbeat until it returns (clients keep their member lists); check etcd",
 				"error", err.Error())
 		case err == nil && !downSince.IsZero():
 			log.Info("MDS: etcd reachable again", "down_for", time.Since(downSince).Round(time.Second).String())

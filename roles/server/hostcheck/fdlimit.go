@@ -35,7 +35,7 @@ func WarnFDLimit(log *slog.Logger, maxConns int) {
 		return
 	}
 	if want, short := fdLimitShort(len(ents), maxConns, rl.Cur); short {
-		log.Warn("the open-file limit is below what this node may use: past it, new connections wait until others close; raise LimitNOFILE (ulimit -n) or lower server.max_conns",
+		log.Warn("the open-file limit is below what this node may use, so new connections may wait; raise LimitNOFILE (ulimit -n) or lower server.max_conns",
 			"limit", rl.Cur, "open_files", len(ents), "max_conns", maxConns, "want", want)
 	}
 }

@@ -96,3 +96,18 @@ func FormatSize(n uint64) string {
 	}
 	return strconv.FormatUint(n, 10)
 }
+
+// HumanSize prints n for people, in binary units with one decimal
+// ("64.0 MiB"); FormatSize prints a size exactly, for configuration.
+func HumanSize(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

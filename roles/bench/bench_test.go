@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,86 +13,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/urfave/cli/v2"
+	"github.com/dfkv/dfkv/roles/internal/roletest"
 
 	"github.com/dfkv/dfkv/config"
-	"github.com/dfkv/dfkv/roles/server"
 	"github.com/dfkv/dfkv/roles/version"
 )
 
-// startNode runs a whole dfkv node (config, file engine, listener)
-// in-process and returns its address and a stop function.
+// startNode runs a whole dfkv node in-process (roletest.StartNode) and
+// returns its address and a stop function.
 func startNode(t *testing.T) (addr string, stop func()) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
-		"disk":          {filepath.Join(dir, "d0")},
-		"disk-capacity": {"256MiB"},
-		"http-listen":   {""},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		done <- server.Run(ctx, cfg, server.Deps{Listener: ln, Ready: func(*server.Server) { close(ready) }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("node did not start: %v", err)
-	}
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node stopped with %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return ln.Addr().String(), stop
+	return roletest.StartNode(t, nil)
 }
 
 // runBench runs `dfkv bench args…` in-process and returns the exit status
 // and both outputs.
 func runBench(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	app := &cli.App{
-		Name:      "dfkv",
-		Commands:  []*cli.Command{Command()},
-		Writer:    &out,
-		ErrWriter: &errb,
-		ExitErrHandler: func(c *cli.Context, err error) {
-			if err == nil {
-				return
-			}
-			if ec, ok := err.(cli.ExitCoder); ok {
-				if msg := ec.Error(); msg != "" {
-					fmt.Fprintln(&errb, msg)
-				}
-				code = ec.ExitCode()
-				return
-			}
-			fmt.Fprintln(&errb, err)
-			code = 1
-		},
-	}
-	if err := app.Run(append([]string{"dfkv", "bench"}, args...)); err != nil && code == 0 {
-		fmt.Fprintln(&errb, err)
-		code = 2
-	}
-	return code, out.String(), errb.String()
+	return roletest.Run(t, Command(), "", args...)
 }
 
 // benchJSON runs bench with --json into a file and decodes it.

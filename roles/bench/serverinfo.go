@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dfkv/dfkv/config"
 )
 
 // ServerInfo says what the run measured, asked before measuring: for
@@ -154,11 +156,11 @@ func (n *NodeInfo) ramTier() string {
 	if n.RAMTierBytes == 0 {
 		return "off"
 	}
-	return fmtBytes(n.RAMTierUsedBytes) + " of " + fmtBytes(n.RAMTierBytes)
+	return config.HumanSize(n.RAMTierUsedBytes) + " of " + config.HumanSize(n.RAMTierBytes)
 }
 
 func (n *NodeInfo) usage() string {
-	return fmt.Sprintf("%s of %s used (%.1f%%), %d objects", fmtBytes(n.UsedBytes), fmtBytes(n.CapacityBytes), 100*n.Fill, n.Objects)
+	return fmt.Sprintf("%s of %s used (%.1f%%), %d objects", config.HumanSize(n.UsedBytes), config.HumanSize(n.CapacityBytes), 100*n.Fill, n.Objects)
 }
 
 // shortCommit is a commit id cut to 12 characters, as git prints it.
@@ -174,20 +176,6 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
-}
-
-// fmtBytes writes n in binary units with one decimal.
-func fmtBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // serverHead is the head row of htmlRows.
@@ -212,7 +200,7 @@ func (s *ServerInfo) htmlRows() (rows [][]string, notes []string) {
 			node += " (" + n.ID + ")"
 		}
 		rows = append(rows, []string{node, n.build(), fmt.Sprint(n.CPUs), n.Engine, fmt.Sprint(n.Disks), n.ramTier(),
-			fmt.Sprintf("%s of %s (%.1f%%)", fmtBytes(n.UsedBytes), fmtBytes(n.CapacityBytes), 100*n.Fill), fmt.Sprint(n.Objects)})
+			fmt.Sprintf("%s of %s (%.1f%%)", config.HumanSize(n.UsedBytes), config.HumanSize(n.CapacityBytes), 100*n.Fill), fmt.Sprint(n.Objects)})
 	}
 	return rows, notes
 }

@@ -1,91 +1,27 @@
 package ctl
 
 import (
-	"bytes"
-	"context"
-	"fmt"
 	"maps"
-	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/urfave/cli/v2"
-
-	"github.com/dfkv/dfkv/config"
-	"github.com/dfkv/dfkv/roles/server"
+	"github.com/dfkv/dfkv/roles/internal/roletest"
 )
 
-// startNode runs a whole dfkv node (config, file engine, listener)
-// in-process, with the extra flags given, and returns its address.
+// startNode runs a whole dfkv node (file engine) in-process, with the
+// extra flags given, and returns its address.
 func startNode(t *testing.T, extra map[string][]string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	flags := map[string][]string{
-		"disk":          {filepath.Join(t.TempDir(), "d0")},
-		"disk-capacity": {"256MiB"},
-		"store-engine":  {"file"},
-		"http-listen":   {""},
-	}
+	flags := map[string][]string{"store-engine": {"file"}}
 	maps.Copy(flags, extra)
-	cfg, _, err := config.LoadFrom("server", "", nil, flags)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		done <- server.Run(ctx, cfg, server.Deps{Listener: ln, Ready: func(*server.Server) { close(ready) }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("node did not start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node stopped with %v", err)
-		}
-	})
-	return ln.Addr().String()
+	addr, _ := roletest.StartNode(t, flags)
+	return addr
 }
 
 // runCtl runs `dfkv ctl args…` in-process with stdin and returns the exit
 // status and both outputs, as main.go would print them.
 func runCtl(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	app := &cli.App{
-		Name:      "dfkv",
-		Commands:  []*cli.Command{Command()},
-		Reader:    strings.NewReader(stdin),
-		Writer:    &out,
-		ErrWriter: &errb,
-		ExitErrHandler: func(c *cli.Context, err error) {
-			if err == nil {
-				return
-			}
-			if ec, ok := err.(cli.ExitCoder); ok {
-				if msg := ec.Error(); msg != "" {
-					fmt.Fprintln(&errb, msg)
-				}
-				code = ec.ExitCode()
-				return
-			}
-			fmt.Fprintln(&errb, err)
-			code = 1
-		},
-	}
-	if err := app.Run(append([]string{"dfkv", "ctl"}, args...)); err != nil && code == 0 {
-		fmt.Fprintln(&errb, err)
-		code = 2
-	}
-	return code, out.String(), errb.String()
+	return roletest.Run(t, Command(), stdin, args...)
 }
 
 // TestNotFoundNamesKeyAndNamespace: a miss says which key was looked up in

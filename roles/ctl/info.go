@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/roles/server"
 )
 
@@ -70,7 +71,7 @@ func writeInfo(w io.Writer, addr string, st *nodeStats) {
 	fmt.Fprintf(w, "  cpu        %s, %d CPUs\n", orDash(in.CPU), in.CPUs)
 	fmt.Fprintf(w, "  features   %s\n", strings.Join(in.CPUFeatures, " "))
 	fmt.Fprintf(w, "  group      %s; membership %s\n", in.Group, membership(in.MDS))
-	fmt.Fprintf(w, "  engine     %s; %d objects, %s of %s used\n", in.Engine, st.Engine.Objects, bytesHuman(st.Engine.UsedBytes), bytesHuman(st.Engine.CapacityBytes))
+	fmt.Fprintf(w, "  engine     %s; %d objects, %s of %s used\n", in.Engine, st.Engine.Objects, config.HumanSize(st.Engine.UsedBytes), config.HumanSize(st.Engine.CapacityBytes))
 	for _, d := range st.Disks {
 		health := "healthy"
 		if !d.Healthy {
@@ -80,7 +81,7 @@ func writeInfo(w io.Writer, addr string, st *nodeStats) {
 		if !d.DirectIO {
 			io = "buffered I/O"
 		}
-		fmt.Fprintf(w, "  disk       %s: %s, %s of %s, %d objects, %s, %s\n", d.Path, d.Engine, bytesHuman(d.UsedBytes), bytesHuman(d.CapacityBytes), d.Objects, io, health)
+		fmt.Fprintf(w, "  disk       %s: %s, %s of %s, %d objects, %s, %s\n", d.Path, d.Engine, config.HumanSize(d.UsedBytes), config.HumanSize(d.CapacityBytes), d.Objects, io, health)
 	}
 	if in.ConfigFile != "" {
 		fmt.Fprintf(w, "  config     %s\n", in.ConfigFile)
@@ -102,18 +103,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// bytesHuman prints n in binary units.
-func bytesHuman(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/dfkv/dfkv/config"
 	"github.com/urfave/cli/v2"
 )
 
@@ -57,7 +58,7 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 	if e.CapacityBytes > 0 {
 		pct = 100 * float64(e.UsedBytes) / float64(e.CapacityBytes)
 	}
-	fmt.Fprintf(w, "  stored       %d objects, %s of %s (%.1f%%)\n", e.Objects, bytesHuman(e.UsedBytes), bytesHuman(e.CapacityBytes), pct)
+	fmt.Fprintf(w, "  stored       %d objects, %s of %s (%.1f%%)\n", e.Objects, config.HumanSize(e.UsedBytes), config.HumanSize(e.CapacityBytes), pct)
 	reads := e.Hits + e.Misses
 	hit := 0.0
 	if reads > 0 {
@@ -68,13 +69,13 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 		fmt.Fprintf(w, "  corruption   %d values failed their checksum on read or scrub (dropped, never served): check the disks\n", e.ChecksumFailures)
 	}
 	if e.ScrubbedBytes > 0 {
-		fmt.Fprintf(w, "  scrub        %s verified, %d full passes\n", bytesHuman(e.ScrubbedBytes), e.ScrubPasses)
+		fmt.Fprintf(w, "  scrub        %s verified, %d full passes\n", config.HumanSize(e.ScrubbedBytes), e.ScrubPasses)
 	}
 	if e.ExtentMoves > 0 {
 		fmt.Fprintf(w, "  extents      %d moved to another value size (each evicts what it held)\n", e.ExtentMoves)
 	}
 	s := st.Server
-	fmt.Fprintf(w, "  traffic      %s in, %s out; %d open connections (%d accepted, %d refused)\n", bytesHuman(s.BytesIn), bytesHuman(s.BytesOut), s.OpenConns, s.Accepted, s.Refused)
+	fmt.Fprintf(w, "  traffic      %s in, %s out; %d open connections (%d accepted, %d refused)\n", config.HumanSize(s.BytesIn), config.HumanSize(s.BytesOut), s.OpenConns, s.Accepted, s.Refused)
 	fmt.Fprintf(w, "  refusals     %d malformed frames, %d first-request timeouts\n", s.FrameErrors, s.FirstReqTimeouts)
 	ops := make([]string, 0, len(s.Ops))
 	for op, n := range s.Ops {
@@ -92,9 +93,9 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 			ramHit = 100 * float64(r.Hits) / float64(ramReads)
 		}
 		fmt.Fprintf(w, "  ram tier     %d objects, %s of %s in use; %d reads (%.1f%% hits), %d evictions\n",
-			r.Objects, bytesHuman(used), bytesHuman(r.BudgetBytes), ramReads, ramHit, r.Evictions)
+			r.Objects, config.HumanSize(used), config.HumanSize(r.BudgetBytes), ramReads, ramHit, r.Evictions)
 		fmt.Fprintf(w, "  ram flush    %s dirty in %d values, %d queued, %d flushed, %d dropped; %d workers on %d queues, %d shards\n",
-			bytesHuman(r.DirtyBytes), r.DirtyObjects, r.FlushBacklog, r.Flushed, r.FlushDropped, r.FlushThreads, r.FlushQueues, r.Shards)
+			config.HumanSize(r.DirtyBytes), r.DirtyObjects, r.FlushBacklog, r.Flushed, r.FlushDropped, r.FlushThreads, r.FlushQueues, r.Shards)
 		fmt.Fprintf(w, "  ram puts     %d admitted, %d unchanged, %d straight to disk; %d flushes skipped (rewritten or removed first), flush delay %v\n",
 			r.Puts, r.PutsUnchanged, r.PutBypass, r.FlushSkipped, time.Duration(r.FlushDelayMS)*time.Millisecond)
 		if !r.Healthy {

@@ -1,58 +1,23 @@
 package smoke
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/urfave/cli/v2"
+	"github.com/dfkv/dfkv/roles/internal/roletest"
 
-	"github.com/dfkv/dfkv/config"
-	"github.com/dfkv/dfkv/roles/server"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
 
-// startNode runs a whole dfkv node (config, file engine, listener)
-// in-process and returns its address.
+// startNode runs a whole dfkv node (file engine) in-process and returns
+// its address.
 func startNode(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
-		"disk":          {filepath.Join(t.TempDir(), "d0")},
-		"disk-capacity": {"256MiB"},
-		"store-engine":  {"file"},
-		"http-listen":   {""},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		done <- server.Run(ctx, cfg, server.Deps{Listener: ln, Ready: func(*server.Server) { close(ready) }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("node did not start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node stopped with %v", err)
-		}
-	})
-	return ln.Addr().String()
+	addr, _ := roletest.StartNode(t, map[string][]string{"store-engine": {"file"}})
+	return addr
 }
 
 // deadAddr is a loopback address nothing listens on: connections to it
@@ -72,29 +37,7 @@ func deadAddr(t *testing.T) string {
 // and both outputs, as main.go would print them.
 func runSmoke(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	app := &cli.App{
-		Name:      "dfkv",
-		Commands:  []*cli.Command{Command()},
-		Writer:    &out,
-		ErrWriter: &errb,
-		ExitErrHandler: func(c *cli.Context, err error) {
-			if ec, ok := err.(cli.ExitCoder); ok {
-				if msg := ec.Error(); msg != "" {
-					fmt.Fprintln(&errb, msg)
-				}
-				code = ec.ExitCode()
-			} else if err != nil {
-				fmt.Fprintln(&errb, err)
-				code = 1
-			}
-		},
-	}
-	if err := app.Run(append([]string{"dfkv", "smoke"}, args...)); err != nil && code == 0 {
-		fmt.Fprintln(&errb, err)
-		code = 2
-	}
-	return code, out.String(), errb.String()
+	return roletest.Run(t, Command(), "", args...)
 }
 
 // TestSmokeStopsAtADeadMember: a member that does not answer PING ends

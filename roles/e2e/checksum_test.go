@@ -127,7 +127,7 @@ func TestServerProcessDamagedFilesStillStart(t *testing.T) {
 		t.Fatalf("ctl get of the block in the removed extent: exit %d, %d bytes, %q; want a miss", code, len(out), errs)
 	}
 	srv.stop(t)
-	if logs := srv.logs.String(); !strings.Contains(logs, "extent files missing") {
+	if logs := srv.logs.String(); !strings.Contains(logs, "extent files were missing or cut short") {
 		t.Fatalf("no warning about the removed extent:\n%s", logs)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/roles/server"
 )
 
 // ServerInfo says what the run measured, asked before measuring: for
@@ -47,39 +48,14 @@ type NodeInfo struct {
 	RAMTierUsedBytes uint64 `json:"ram_tier_used_bytes"`
 }
 
-// statsDoc is the part of a node's STATS reply bench reads (the server's
-// StatsReply; fields it does not know are ignored, so older and newer
-// nodes decode alike).
-type statsDoc struct {
-	Info struct {
-		ID        string `json:"id"`
-		Version   string `json:"version"`
-		Commit    string `json:"commit"`
-		GoVersion string `json:"go_version"`
-		OS        string `json:"os"`
-		CPU       string `json:"cpu"`
-		CPUs      int    `json:"cpus"`
-		Engine    string `json:"engine"`
-	} `json:"info"`
-	Engine struct {
-		CapacityBytes uint64 `json:"capacity_bytes"`
-		UsedBytes     uint64 `json:"used_bytes"`
-		Objects       uint64 `json:"objects"`
-	} `json:"engine"`
-	Disks []json.RawMessage `json:"disks"`
-	RAM   *struct {
-		BudgetBytes    uint64 `json:"budget_bytes"`
-		ArenaUsedBytes uint64 `json:"arena_used_bytes"`
-		LargeUsedBytes uint64 `json:"large_used_bytes"`
-	} `json:"ram"`
-}
-
 // statsTimeout bounds the STATS exchange with one node.
 const statsTimeout = 5 * time.Second
 
 // nodeInfo decodes a STATS reply of the node at addr.
 func nodeInfo(addr string, raw []byte) NodeInfo {
-	var d statsDoc
+	// The server's own reply type, as ctl decodes it: fields a node of
+	// another version adds or lacks are ignored or left zero.
+	var d server.StatsReply
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return NodeInfo{Addr: addr, Error: "unreadable STATS reply: " + err.Error()}
 	}

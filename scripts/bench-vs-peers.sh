@@ -204,6 +204,24 @@ wait_port() {
 	exit 1
 }
 
+# wait_ready PID LOG: until dfkv answers /readyz (it binds its ports
+# before it opens its disks, so a listening port is not yet a ready node),
+# or fail with its log. Two minutes bound a stuck start, not a slow one.
+wait_ready() {
+	for _ in $(seq 1 2400); do
+		if curl -sf "http://127.0.0.1:$dfkv_http/readyz" >/dev/null 2>&1; then return 0; fi
+		if ! kill -0 "$1" 2>/dev/null; then
+			echo "bench-vs-peers.sh: dfkv server exited before it was ready; its log:" >&2
+			cat "$2" >&2
+			exit 1
+		fi
+		sleep 0.05
+	done
+	echo "bench-vs-peers.sh: dfkv server not ready after 120 s; its log:" >&2
+	cat "$2" >&2
+	exit 1
+}
+
 echo "== building dfkv"
 go build -o "$data/dfkv" .
 dfkv="$data/dfkv"
@@ -232,7 +250,7 @@ dfkv_http=$(free_port)
 "${srv[@]}" "$dfkv" server --listen "127.0.0.1:$dfkv_port" --http-listen "127.0.0.1:$dfkv_http" \
 	--disks "$data/disk0" --disk-capacity-bytes 16GiB $server_args >"$results/dfkv-server.log" 2>&1 &
 pids+=($!)
-wait_port "dfkv server" "$dfkv_port" $! "$results/dfkv-server.log"
+wait_ready $! "$results/dfkv-server.log"
 
 echo "== redis :$redis_port, memcached :$mc_port, iperf3 :$iperf_port, dfkv :$dfkv_port; results in $results"
 

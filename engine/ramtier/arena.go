@@ -7,8 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pageBytes is the unit the kernel faults memory in; the arena is touched
-// once per page at startup.
+// pageBytes is the unit the kernel faults memory in.
 const pageBytes = 4096
 
 // arena is the one contiguous RAM region the slab allocator carves into
@@ -20,12 +19,10 @@ type arena struct {
 	mem []byte
 }
 
-// newArena maps size bytes under the memory policy numa and makes sure
-// every page is resident before the tier serves: a first touch of fresh
-// memory costs microseconds per page, which would make the first fill of
-// a lazily faulted arena many times slower than a warm one. The policy is
-// set before any page is faulted in, so population places pages by it.
-// applied says what policy took effect (for the startup log).
+// newArena maps size bytes under the memory policy numa. It faults no
+// page in: the tier's warmer does that in the background (warm.go). The
+// policy is set before any page is faulted in, so population places pages
+// by it. applied says what policy took effect (for the startup log).
 func newArena(size uint64, numa string) (a *arena, applied string, err error) {
 	if size == 0 || size%pageBytes != 0 || size > 1<<48 {
 		return nil, "", fmt.Errorf("ram tier: cannot map %d bytes: want a positive multiple of %d", size, pageBytes)
@@ -43,18 +40,7 @@ func newArena(size uint64, numa string) (a *arena, applied string, err error) {
 	// and with 4 KiB pages a 1 MiB copy walks 256 TLB entries. Refused
 	// (THP off): 4 KiB pages, which work, slower.
 	_ = unix.Madvise(mem, unix.MADV_HUGEPAGE)
-	populate(mem)
 	return &arena{mem: mem}, applied, nil
-}
-
-// populate faults every page of mem in. MADV_POPULATE_WRITE (Linux 5.14)
-// does it in the kernel, honoring the NUMA policy, far faster than a
-// fault per page; where it is missing, touch does it by hand.
-func populate(mem []byte) {
-	if err := unix.Madvise(mem, unix.MADV_POPULATE_WRITE); err == nil {
-		return
-	}
-	touch(mem)
 }
 
 // mapAnon maps size bytes of private anonymous memory, asking the kernel
@@ -68,25 +54,6 @@ func mapAnon(size uint64) ([]byte, error) {
 		return nil, fmt.Errorf("ram tier: mmap of %d bytes failed: %w", size, err)
 	}
 	return mem, nil
-}
-
-// touch writes one byte per page of mem that is not resident yet.
-// MAP_POPULATE is a request, not a promise (it is silently skipped under
-// memory pressure or by some kernels), so residency is checked with mincore
-// and only the missing pages are faulted in by hand.
-func touch(mem []byte) {
-	vec := make([]byte, (len(mem)+pageBytes-1)/pageBytes)
-	if err := mincore(mem, vec); err != nil {
-		// Cannot tell: touch everything, the cost is bounded by the size.
-		for i := range vec {
-			vec[i] = 0
-		}
-	}
-	for i, v := range vec {
-		if v&1 == 0 {
-			mem[i*pageBytes] = 0
-		}
-	}
 }
 
 // mincore reports page residency of mem into vec (bit 0 per page).

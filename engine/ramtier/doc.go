@@ -7,7 +7,9 @@
 //
 // One anonymous mmap of Options.Bytes minus the large-value reserve, off
 // the Go heap, placed by the NUMA policy (interleaved over the online
-// nodes by default), populated once at Open and unmapped only by Close:
+// nodes by default), faulted in behind the serving tier by one warm-up
+// goroutine per core (warm.go; Open returns at once, so a node with a
+// large tier is ready in well under a second), and unmapped only by Close:
 // one contiguous region with stable addresses, so a later RDMA
 // registration covers it once. The slab package's media-agnostic
 // Allocator and Lattice carve it into extents, classes and slots (the

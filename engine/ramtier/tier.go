@@ -139,6 +139,9 @@ type Options struct {
 	// synchronously, so the PUT result is the quota admission itself
 	// rather than a flush that could later be refused.
 	Limited func(tenant uint64) bool
+	// WarmWorkers is how many goroutines fault the arena in after Open
+	// returns (0: one per core the Go runtime uses).
+	WarmWorkers int
 	// Logger receives operator events; nil discards them.
 	Logger *slog.Logger
 }
@@ -185,6 +188,9 @@ type Tier struct {
 	// so Close waits for operations in flight before it drains and unmaps.
 	closeMu sync.RWMutex
 	closed  atomic.Bool
+	// warm faults the arena in behind the serving tier (warm.go).
+	warm warmer
+
 	// loans counts bytes lent by Lend and not yet returned: Close waits
 	// for them before it unmaps the arena a socket write may still read.
 	loans sync.WaitGroup
@@ -294,9 +300,10 @@ func Open(opts Options) (*Tier, error) {
 		return nil, fmt.Errorf("%w: %w", err, wire.StatusInvalid)
 	}
 	t.startFlushers(&opts)
+	t.startWarm(opts.WarmWorkers)
 	t.log.Info("ram tier: arena ready", "arena_bytes", t.arenaBytes, "extents", extents, "extent_bytes", t.extent,
 		"shards", len(t.shards), "large_reserve_bytes", t.large.budget, "write_back", t.writeBack, "disk_ack", t.diskAck,
-		"flush_threads", t.threads, "flush_queues", len(t.queues), "flush_delay", t.flushDelay, "read_coalesce", t.coalesce, "numa", t.numa, "touch", time.Since(start))
+		"flush_threads", t.threads, "flush_queues", len(t.queues), "flush_delay", t.flushDelay, "read_coalesce", t.coalesce, "numa", t.numa, "map", time.Since(start).Round(time.Microsecond).String())
 	return t, nil
 }
 
@@ -539,31 +546,33 @@ func waitRemoval(s *shard, key *wire.BlockKey) (waited bool) {
 // RAMStats are the tier's own counters, beside the engine.Stats it
 // reports for the whole (tier + backing).
 type RAMStats struct {
-	BudgetBytes       uint64 `json:"budget_bytes"` // arena + large reserve
-	ArenaBytes        uint64 `json:"arena_bytes"`
-	LargeReserveBytes uint64 `json:"large_reserve_bytes"`
-	ArenaUsedBytes    uint64 `json:"arena_used_bytes"` // bytes of values resident in arena slots
-	LargeUsedBytes    uint64 `json:"large_used_bytes"` // page-rounded dedicated allocations
-	Objects           uint64 `json:"objects"`          // values resident in RAM
-	DirtyBytes        uint64 `json:"dirty_bytes"`      // admitted, not yet flushed
-	DirtyObjects      uint64 `json:"dirty_objects"`
-	FlushBacklog      uint64 `json:"flush_backlog"` // queued flushes
-	Hits              uint64 `json:"hits"`
-	Misses            uint64 `json:"misses"`
-	Puts              uint64 `json:"puts"`
-	PutsUnchanged     uint64 `json:"puts_unchanged"` // PUTs of the bytes RAM already held durably: nothing admitted or flushed
-	PutBypass         uint64 `json:"put_bypass"`     // write-back PUTs that took the synchronous disk path: no RAM for them, or a quota-limited tenant
-	Flushed           uint64 `json:"flushed"`
-	FlushDropped      uint64 `json:"flush_dropped"`  // flushes given up after every retry
-	FlushSkipped      uint64 `json:"flush_skipped"`  // generations superseded or removed before their flush started: disk writes saved
-	FlushDelayMS      int64  `json:"flush_delay_ms"` // the flush delay in force (0 under disk acknowledgement)
-	Evictions         uint64 `json:"evictions"`      // DURABLE values dropped from RAM (still on the backing)
-	BackingReads      uint64 `json:"backing_reads"`  // Get calls the tier made on the backing
-	FlushThreads      int    `json:"flush_threads"`  // actual workers: at least one per flush queue
-	FlushQueues       int    `json:"flush_queues"`   // one per disk, or one
-	Shards            int    `json:"shards"`         // metadata lock shards after automatic halving
-	NUMA              string `json:"numa"`           // the arena's memory policy as applied
-	Healthy           bool   `json:"healthy"`
+	BudgetBytes       uint64  `json:"budget_bytes"` // arena + large reserve
+	ArenaBytes        uint64  `json:"arena_bytes"`
+	LargeReserveBytes uint64  `json:"large_reserve_bytes"`
+	ArenaUsedBytes    uint64  `json:"arena_used_bytes"` // bytes of values resident in arena slots
+	LargeUsedBytes    uint64  `json:"large_used_bytes"` // page-rounded dedicated allocations
+	Objects           uint64  `json:"objects"`          // values resident in RAM
+	DirtyBytes        uint64  `json:"dirty_bytes"`      // admitted, not yet flushed
+	DirtyObjects      uint64  `json:"dirty_objects"`
+	FlushBacklog      uint64  `json:"flush_backlog"` // queued flushes
+	Hits              uint64  `json:"hits"`
+	Misses            uint64  `json:"misses"`
+	Puts              uint64  `json:"puts"`
+	PutsUnchanged     uint64  `json:"puts_unchanged"` // PUTs of the bytes RAM already held durably: nothing admitted or flushed
+	PutBypass         uint64  `json:"put_bypass"`     // write-back PUTs that took the synchronous disk path: no RAM for them, or a quota-limited tenant
+	Flushed           uint64  `json:"flushed"`
+	FlushDropped      uint64  `json:"flush_dropped"`                // flushes given up after every retry
+	FlushSkipped      uint64  `json:"flush_skipped"`                // generations superseded or removed before their flush started: disk writes saved
+	FlushDelayMS      int64   `json:"flush_delay_ms"`               // the flush delay in force (0 under disk acknowledgement)
+	Evictions         uint64  `json:"evictions"`                    // DURABLE values dropped from RAM (still on the backing)
+	BackingReads      uint64  `json:"backing_reads"`                // Get calls the tier made on the backing
+	FlushThreads      int     `json:"flush_threads"`                // actual workers: at least one per flush queue
+	FlushQueues       int     `json:"flush_queues"`                 // one per disk, or one
+	Shards            int     `json:"shards"`                       // metadata lock shards after automatic halving
+	NUMA              string  `json:"numa"`                         // the arena's memory policy as applied
+	ArenaWarmBytes    uint64  `json:"arena_warm_bytes"`             // arena bytes faulted in so far (warmed behind the serving tier)
+	ArenaWarmSeconds  float64 `json:"arena_warm_seconds,omitempty"` // how long the whole arena took, once warm
+	Healthy           bool    `json:"healthy"`
 }
 
 // RAM returns a snapshot of the tier's own counters.
@@ -596,6 +605,10 @@ func (t *Tier) RAM() RAMStats {
 	s.FlushQueues = len(t.queues)
 	s.Shards = len(t.shards)
 	s.NUMA = t.numa
+	s.ArenaWarmBytes = t.warm.bytes.Load()
+	if t.warm.done.Load() {
+		s.ArenaWarmSeconds = time.Duration(t.warm.took.Load()).Seconds()
+	}
 	s.Healthy = !t.unhealthy.Load()
 	return s
 }
@@ -667,6 +680,7 @@ func (t *Tier) Close() error {
 	t.closeMu.Unlock()
 
 	t.loans.Wait()
+	t.stopWarm()
 	// Say what the flush will take: with a large arena (or a flush delay)
 	// a graceful stop can write gigabytes first.
 	dirty, start := t.dirtyBytes.Load(), time.Now()

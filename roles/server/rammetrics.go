@@ -35,12 +35,13 @@ var (
 	descRAMLarge        = ramDesc("large_reserve_bytes", "Budget for values larger than an extent.")
 	descRAMArenaUsed    = ramDesc("arena_used_bytes", "Value bytes resident in the arena.")
 	descRAMLargeUsed    = ramDesc("large_used_bytes", "Bytes of dedicated large-value allocations.")
+	descRAMArenaWarm    = ramDesc("arena_warm_bytes", "Arena bytes faulted in so far; the node serves while the rest warms in the background.")
 )
 
 func (c *ramCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRAMHit, descRAMMiss, descRAMPut, descRAMPutSame, descRAMPutBypass, descRAMFlushed,
 		descRAMFlushDropped, descRAMFlushSkipped, descRAMFlushDelay, descRAMEvictions, descRAMHealthy, descRAMThreads, descRAMObjects, descRAMDirty,
-		descRAMBacklog, descRAMBudget, descRAMArena, descRAMLarge, descRAMArenaUsed, descRAMLargeUsed} {
+		descRAMBacklog, descRAMBudget, descRAMArena, descRAMLarge, descRAMArenaUsed, descRAMLargeUsed, descRAMArenaWarm} {
 		ch <- d
 	}
 }
@@ -77,4 +78,5 @@ func (c *ramCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descRAMLarge, float64(r.LargeReserveBytes))
 	gauge(descRAMArenaUsed, float64(r.ArenaUsedBytes))
 	gauge(descRAMLargeUsed, float64(r.LargeUsedBytes))
+	gauge(descRAMArenaWarm, float64(r.ArenaWarmBytes))
 }

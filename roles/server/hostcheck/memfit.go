@@ -13,8 +13,9 @@ import (
 	"github.com/dfkv/dfkv/config"
 )
 
-// The RAM tier's arena is mapped and touched in full at startup (a lazily
-// faulted arena makes the first fill many times slower). A budget larger
+// The RAM tier's arena is mapped at startup and faulted in full right
+// after, behind the serving node (a lazily faulted arena makes the first
+// fill many times slower). A budget larger
 // than the memory this process may use is then either refused by mmap (far
 // too large) or, worse, mapped and touched until the kernel's or the
 // cgroup's OOM killer ends the node. So the node checks the budget against
@@ -126,7 +127,7 @@ func checkRAMTierFits(budget uint64, m memInfo) error {
 	if !ok || budget <= avail {
 		return nil
 	}
-	return fmt.Errorf("server.ram_tier_bytes (DFKV_SERVER_RAM_TIER_BYTES, --ram-tier-bytes) is %s, more than the %s this node can take (%s); the arena is touched in full at startup, so lower the setting or free the memory",
+	return fmt.Errorf("server.ram_tier_bytes (DFKV_SERVER_RAM_TIER_BYTES, --ram-tier-bytes) is %s, more than the %s this node can take (%s); the arena is faulted in full at startup, so lower the setting or free the memory",
 		config.FormatSize(budget), approxSize(avail), source)
 }
 

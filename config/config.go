@@ -80,6 +80,11 @@ type Server struct {
 	BodyTimeout         time.Duration // how long a request's body may take after its header
 	ShutdownTimeout     time.Duration // how long SIGTERM waits for in-flight requests
 	MetricsFirstRequest time.Duration // HTTP header deadline (server.metrics_first_request_ms); 0 = off
+	ShmSocket           string        // Unix socket of the lease protocol for clients on this host; empty = off
+	ShmSocketMode       string        // its file mode, octal
+	Lease               time.Duration // how long a lease lives unless released
+	LeaseMax            int           // most leases live at once
+	ShmStagingBytes     uint64        // each shared-memory connection's staging region
 
 	TenantQuotasFile        string // TOML file of per-tenant quotas; empty = none
 	TenantDefaultQuotaBytes uint64 // quota of tenants the file does not list; 0 = unlimited
@@ -95,6 +100,7 @@ type Client struct {
 	DialTimeout      time.Duration // one connect
 	PoolSize         int           // idle connections kept per peer
 	BatchConcurrency int           // nodes a batch talks to at once
+	Shm              string        // auto | off | on: shared memory with nodes on this host
 }
 
 // MDS configures the membership directory (dfkv mds).

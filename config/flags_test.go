@@ -51,17 +51,17 @@ var listFlags = map[string]bool{"disks": true, "members": true, "mds": true, "et
 
 func TestFlagsPerRole(t *testing.T) {
 	tools := []string{"group", "max-block-bytes", "members", "mds", "mds-poll-ms", "namespace", "timeout-ms", "dial-timeout-ms",
-		"pool-size", "batch-concurrency", "log-level", "log-format", "config", "print-config"}
+		"pool-size", "shm", "batch-concurrency", "log-level", "log-format", "config", "print-config"}
 	want := map[string][]string{
 		"server": {"group", "id", "listen", "http-listen", "advertise-addr", "weight", "mds", "disks", "disk-capacity-bytes", "store-engine", "slab-extent-bytes", "scrub-bytes-per-second", "scrub-interval-hours", "uring", "pprof", "ram-tier", "ram-tier-bytes", "ram-write-mode", "put-ack-mode", "ram-flush-threads", "ram-flush-delay-ms",
-			"ram-tier-shards", "ram-tier-large-reserve-bytes", "ram-tier-numa", "read-coalesce", "max-block-bytes",
+			"ram-tier-shards", "ram-tier-large-reserve-bytes", "ram-tier-numa", "read-coalesce", "shm-socket", "shm-socket-mode", "lease-ms", "lease-max", "shm-staging-bytes", "max-block-bytes",
 			"max-batch-items", "max-conns", "buffer-budget-bytes", "socket-buffer-bytes", "first-request-ms", "body-timeout-ms", "metrics-first-request-ms", "shutdown-timeout-ms", "tenant-quotas-file", "tenant-default-quota-bytes", "log-level", "log-format",
 			"config", "print-config"},
 		"mds": {"group", "listen", "http-listen", "etcd-endpoints", "etcd-prefix", "db-path", "heartbeat-ttl-ms", "first-request-ms",
 			"metrics-first-request-ms", "probe-cache-ms", "log-level", "log-format", "config", "print-config"},
 		"smoke": tools,
-		"bench": append(append(tools[:10:10], "workload", "protocol", "addr", "value-size", "keys", "concurrency", "duration", "ops", "warmup",
-			"sweep", "fill", "mixed-get-ratio", "sequences", "pages-per-seq", "shared-prefix", "key-prefix", "seed"), tools[10:]...),
+		"bench": append(append(tools[:11:11], "workload", "protocol", "addr", "value-size", "keys", "concurrency", "duration", "ops", "warmup",
+			"sweep", "fill", "mixed-get-ratio", "sequences", "pages-per-seq", "shared-prefix", "key-prefix", "seed"), tools[11:]...),
 		"ctl": tools,
 	}
 	for _, rn := range roleNames {

@@ -287,6 +287,36 @@ var settings = []setting{
 		value: intValue{field: func(c *Config) *int { return &c.Server.ReadCoalesce }, min: 0, max: 1},
 	},
 	{
+		key: "server.shm_socket", roles: roleServer,
+		def:   "",
+		help:  "path of a Unix socket on which clients on this host read resident values straight out of the RAM arena under leases; empty: off",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.ShmSocket }, ok: checkSocketPath, text: "empty, or an absolute path of at most 107 bytes"},
+	},
+	{
+		key: "server.shm_socket_mode", roles: roleServer,
+		def:   "0600",
+		help:  "file mode of the shared-memory socket: whoever can open it can read every tenant's resident values",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.ShmSocketMode }, ok: checkFileMode, text: "an octal file mode such as 0600 or 0660"},
+	},
+	{
+		key: "server.lease_ms", roles: roleServer,
+		def:   "2000",
+		help:  "milliseconds a lease on a resident value lives unless its client releases it first",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.Lease }, min: 10, max: 600000},
+	},
+	{
+		key: "server.lease_max", roles: roleServer,
+		def:   "65536",
+		help:  "most leases live at once; past it values are sent on the socket instead",
+		value: intValue{field: func(c *Config) *int { return &c.Server.LeaseMax }, min: 1, max: 1 << 24},
+	},
+	{
+		key: "server.shm_staging_bytes", roles: roleServer,
+		def:   "64MiB",
+		help:  "each shared-memory connection's staging region: the most value bytes one of its PUT frames carries",
+		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.ShmStagingBytes }, min: 4096, max: 1 << 34, note: "a size such as 64MiB"},
+	},
+	{
 		key: "server.max_block_bytes", oldEnv: "DFKV_MAX_BLOCK_BYTES", roles: roleServer | roleTools,
 		def:   "64MiB",
 		help:  "largest value a PUT may store, and the largest frame body",
@@ -394,6 +424,12 @@ var settings = []setting{
 		def:   "16",
 		help:  "idle connections kept per node",
 		value: intValue{field: func(c *Config) *int { return &c.Client.PoolSize }, min: 1, max: 1024},
+	},
+	{
+		key: "client.shm", roles: roleTools,
+		def:   "auto",
+		help:  "shared memory with nodes on this host: auto uses it where a node offers it, off never, on requires it",
+		value: stringValue{field: func(c *Config) *string { return &c.Client.Shm }, ok: oneOf("auto", "off", "on"), text: "auto, off, on"},
 	},
 	{
 		key: "client.batch_concurrency", oldEnv: "DFKV_BATCH_CONCURRENCY", roles: roleTools,

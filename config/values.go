@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -679,4 +680,35 @@ func checkKeyPrefix(s string) error {
 		}
 	}
 	return nil
+}
+
+// checkSocketPath accepts empty (off) or an absolute path that fits a
+// Unix socket address (107 bytes on Linux).
+func checkSocketPath(s string) error {
+	switch {
+	case s == "":
+		return nil
+	case !strings.HasPrefix(s, "/"):
+		return errors.New("is not an absolute path")
+	case len(s) > 107:
+		return fmt.Errorf("is %d bytes; a Unix socket path holds at most 107", len(s))
+	}
+	return nil
+}
+
+// checkFileMode accepts an octal permission mode (0 to 0777).
+func checkFileMode(s string) error {
+	if _, err := ParseFileMode(s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// ParseFileMode parses an octal permission mode such as "0600".
+func ParseFileMode(s string) (os.FileMode, error) {
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || v > 0o777 {
+		return 0, errors.New("is not an octal file mode between 0000 and 0777")
+	}
+	return os.FileMode(v), nil
 }

@@ -72,4 +72,66 @@
 // engine: length 0 reads the remainder, offset == stored succeeds with zero
 // bytes, offset > stored is INVALID, an oversized length is clamped, and the
 // stored length is always returned.
+//
+// # The lease protocol (epoch 7): one-sided reads from the node's RAM
+//
+// A client on the node's host (shared memory, package wire/shm) or on an
+// RDMA fabric reads resident values out of the node's RAM arena itself,
+// instead of receiving them through a socket, and writes values into a
+// staging region the node copies from. The node pins what it leases, so
+// the bytes cannot be evicted or reused while the client copies them.
+//
+// Discovery, on the TCP port:
+//
+//	SHM_INFO (11) no body -> OK + stored = node instance + body = the
+//	             path of the node's shared-memory socket | NOT_FOUND
+//
+// Bootstrap, on the shared-memory socket (a Unix stream socket): the
+// client sends a 32-byte hello (LeaseHello: magic "DFKVLSE\0", epoch 7,
+// the node instance it expects or 0); the node answers with a 48-byte
+// welcome (LeaseWelcome: lease time, node instance, arena size, staging
+// size, lease-word count) and three memory files as SCM_RIGHTS: the
+// arena (read-only), the lease words (read-only) and the connection's
+// own staging region (read-write). A hello of another epoch, a TCP frame,
+// or an instance that is not the node's (the node restarted) gets a
+// welcome with that status, a u16 message length and the message, and
+// the connection closes. After the welcome the connection carries the
+// TCP frames above (every op) and the lease ops:
+//
+//	LEASE_GET (12) tenant field = flags (1: PROMOTE, read a value that is
+//	             only on disk into RAM and lease it, rather than send it);
+//	             offset = r, length = n; body = r lease ids (u64) to
+//	             release first, then n get items (40 bytes, as BATCH_GET)
+//	                               -> n records (34 bytes): status u8,
+//	                                  stored u64, kind u8, offset u64,
+//	                                  length u64, lease u64; kind 1
+//	                                  (ARENA): the bytes are in the arena
+//	                                  at offset, under lease; kind 2
+//	                                  (INLINE): length bytes follow the
+//	                                  record (not resident in the arena,
+//	                                  or every lease is live); kind 0:
+//	                                  none (a miss, an error, zero bytes)
+//	RELEASE   (13) offset = r ≥ 1; body = r lease ids
+//	                               -> OK + stored = how many it ended
+//	LEASE_PUT (14) offset = r, length = n; body = r lease ids, then n put
+//	             items (40 bytes: tenant, id, staging offset u64, length
+//	             u64) naming values the client wrote into its staging
+//	             region            -> n status records (1 byte), as
+//	                                  BATCH_PUT; a range outside the
+//	                                  region is that item's INVALID
+//
+// The lease ops are refused (UNSUPPORTED, connection closed) on the TCP
+// port. A lease id is a slot index (high 32 bits) and a sequence number
+// (low 32, never 0). A lease ends when its connection releases it (best
+// piggybacked on its next LEASE_GET or LEASE_PUT), when its connection
+// closes, or server.lease_ms after it was granted; a release of an id the
+// connection does not hold ends nothing. The lease-word region holds, at
+// 8 × slot, the id of the slot's live lease or 0, and the node clears it
+// before it unpins: a client copies the leased bytes, then reads the
+// word (after a full fence), and trusts its copy only if the word still
+// holds its id. REMOVE and PUT of a leased key do what they do while a
+// GET is in flight: the key changes at once, the leased bytes stay as
+// they were until the lease ends. Quotas and the RAM tier's watermark
+// apply to LEASE_PUT as to PUT. The client must not change a staged
+// value until LEASE_PUT answers: the node copies it during the request.
 package wire

@@ -37,17 +37,18 @@ const (
 	OpBatchExist  Op = 8
 	OpBatchRemove Op = 9
 	OpStats       Op = 10
-	opMax         Op = 10
+	LastOp        Op = OpLeasePut // the highest op; the lease protocol's are in lease.go
 )
 
 var opNames = [...]string{
 	OpPing: "PING", OpPut: "PUT", OpGet: "GET", OpExist: "EXIST", OpRemove: "REMOVE",
 	OpBatchPut: "BATCH_PUT", OpBatchGet: "BATCH_GET", OpBatchExist: "BATCH_EXIST",
 	OpBatchRemove: "BATCH_REMOVE", OpStats: "STATS",
+	OpShmInfo: "SHM_INFO", OpLeaseGet: "LEASE_GET", OpRelease: "RELEASE", OpLeasePut: "LEASE_PUT",
 }
 
 func (o Op) String() string {
-	if o >= 1 && o <= opMax {
+	if o >= 1 && o <= LastOp {
 		return opNames[o]
 	}
 	return fmt.Sprintf("OP_%d", uint8(o))
@@ -152,8 +153,10 @@ func DecodeRequest(src []byte, lim Limits) (RequestHeader, error) {
 		return h, epochMismatch(src, h.Epoch)
 	}
 	switch h.Op {
-	case OpPing, OpStats:
+	case OpPing, OpStats, OpShmInfo:
 		return h, h.checkBare()
+	case OpLeaseGet, OpRelease, OpLeasePut:
+		return h, h.checkLease(lim)
 	case OpPut:
 		return h, h.checkPut(lim)
 	case OpGet:

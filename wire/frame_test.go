@@ -316,7 +316,10 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatalf("accepted batch of %d", h.Length)
 		case h.Op.IsBatch() && h.BodyLen > h.Length*(BatchGetItemLen+testLimits.MaxBlockBytes):
 			t.Fatalf("accepted batch body %d for %d items", h.BodyLen, h.Length)
-		case !h.Op.IsBatch() && h.Op != OpPut && h.BodyLen != 0:
+		case h.Op.IsLease() && (h.Offset > testLimits.MaxBatchItems || h.Length > testLimits.MaxBatchItems ||
+			h.BodyLen != h.Offset*LeaseIDLen+h.Length*LeaseItemLen):
+			t.Fatalf("accepted %s releasing %d with %d items and body %d", h.Op, h.Offset, h.Length, h.BodyLen)
+		case !h.Op.IsBatch() && !h.Op.IsLease() && h.Op != OpPut && h.BodyLen != 0:
 			t.Fatalf("accepted %s with body %d", h.Op, h.BodyLen)
 		}
 	})

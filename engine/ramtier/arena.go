@@ -2,9 +2,12 @@ package ramtier
 
 import (
 	"fmt"
+	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dfkv/dfkv/wire/shm"
 )
 
 // pageBytes is the unit the kernel faults memory in.
@@ -14,25 +17,38 @@ const pageBytes = 4096
 // extents and slots. It lives outside the Go heap (anonymous mmap), so the
 // GC never scans or moves it, its addresses stay stable for the life of the
 // tier (a later RDMA registration needs exactly one region), and it is
-// returned only by Close.
+// returned only by Close. A shared arena (Options.SharedArena) is a
+// mapping of a memory file instead, so the node can hand the file to the
+// clients on its host, which then read leased values out of it directly.
 type arena struct {
-	mem []byte
+	mem  []byte
+	file *os.File // the memory file of a shared arena; nil: anonymous
 }
 
 // newArena maps size bytes under the memory policy numa. It faults no
 // page in: the tier's warmer does that in the background (warm.go). The
 // policy is set before any page is faulted in, so population places pages
 // by it. applied says what policy took effect (for the startup log).
-func newArena(size uint64, numa string) (a *arena, applied string, err error) {
+func newArena(size uint64, numa string, shared bool) (a *arena, applied string, err error) {
 	if size == 0 || size%pageBytes != 0 || size > 1<<48 {
 		return nil, "", fmt.Errorf("ram tier: cannot map %d bytes: want a positive multiple of %d", size, pageBytes)
 	}
-	mem, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	a = &arena{}
+	if shared {
+		if a.file, err = shm.Memfd("dfkv-arena", size); err != nil {
+			return nil, "", fmt.Errorf("ram tier: shared arena: %w", err)
+		}
+		a.mem, err = shm.Map(a.file, size, true)
+	} else {
+		a.mem, err = unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	}
 	if err != nil {
+		a.close()
 		return nil, "", fmt.Errorf("ram tier: mmap of %d bytes failed: %w", size, err)
 	}
+	mem := a.mem
 	if applied, err = applyNUMA(mem, numa); err != nil {
-		_ = unix.Munmap(mem)
+		a.close()
 		return nil, "", err
 	}
 	// Transparent huge pages where the kernel offers them (madvise mode
@@ -40,7 +56,22 @@ func newArena(size uint64, numa string) (a *arena, applied string, err error) {
 	// and with 4 KiB pages a 1 MiB copy walks 256 TLB entries. Refused
 	// (THP off): 4 KiB pages, which work, slower.
 	_ = unix.Madvise(mem, unix.MADV_HUGEPAGE)
-	return &arena{mem: mem}, applied, nil
+	return a, applied, nil
+}
+
+// close unmaps the arena and closes its memory file (a client that
+// mapped the file keeps its pages until it unmaps them). The caller
+// ensures nothing reads or writes the arena any more.
+func (a *arena) close() error {
+	err := unmap(a.mem)
+	a.mem = nil
+	if a.file != nil {
+		if cerr := a.file.Close(); err == nil {
+			err = cerr
+		}
+		a.file = nil
+	}
+	return err
 }
 
 // mapAnon maps size bytes of private anonymous memory, asking the kernel

@@ -139,6 +139,9 @@ type Options struct {
 	// synchronously, so the PUT result is the quota admission itself
 	// rather than a flush that could later be refused.
 	Limited func(tenant uint64) bool
+	// SharedArena maps the arena from a memory file (ArenaFile) that the
+	// node shares with clients on its host, instead of anonymous memory.
+	SharedArena bool
 	// WarmWorkers is how many goroutines fault the arena in after Open
 	// returns (0: one per core the Go runtime uses).
 	WarmWorkers int
@@ -295,7 +298,7 @@ func Open(opts Options) (*Tier, error) {
 	}
 	t.setBudgets(&opts, extents, reserve)
 	start := time.Now()
-	t.arena, t.numa, err = newArena(t.arenaBytes, opts.NUMA)
+	t.arena, t.numa, err = newArena(t.arenaBytes, opts.NUMA, opts.SharedArena)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", err, wire.StatusInvalid)
 	}
@@ -710,10 +713,9 @@ func (t *Tier) Close() error {
 		}
 	}
 	t.large.mu.Unlock()
-	if err := unmap(t.arena.mem); err != nil {
+	if err := t.arena.close(); err != nil {
 		errs = append(errs, err)
 	}
-	t.arena.mem = nil
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("ram tier: close: %w: %w", err, wire.StatusIOError)
 	}

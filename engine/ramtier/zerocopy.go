@@ -2,6 +2,8 @@ package ramtier
 
 import (
 	"fmt"
+	"os"
+	"unsafe"
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/slab"
@@ -142,4 +144,25 @@ func (t *Tier) commitReceived(key wire.BlockKey, buf []byte, loan engine.Loan) (
 func (t *Tier) AbortReceive(loan engine.Loan) {
 	t.abortSlot(t.shards[loan.A], slab.SlotRef(loan.B))
 	t.loans.Done()
+}
+
+// ArenaFile is the memory file of a shared arena (Options.SharedArena),
+// or nil. The tier owns it: Close closes it.
+func (t *Tier) ArenaFile() *os.File { return t.arena.file }
+
+// ArenaBytes is the size of the arena.
+func (t *Tier) ArenaBytes() uint64 { return t.arenaBytes }
+
+// ArenaOffset reports where b, bytes Lend returned, begins in the arena;
+// false for bytes outside it (a dedicated large value).
+func (t *Tier) ArenaOffset(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(t.arena.mem) == 0 {
+		return 0, false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(t.arena.mem)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	if p < base || p+uintptr(len(b)) > base+uintptr(len(t.arena.mem)) {
+		return 0, false
+	}
+	return uint64(p - base), true
 }

@@ -106,6 +106,7 @@ type node struct {
 	// front of it. Closing eng closes everything below it.
 	eng     engine.StoreEngine
 	ln      net.Listener
+	shmLn   net.Listener // the shared-memory socket; nil without server.shm_socket
 	srv     *Server
 	prom    *prometheus.Registry
 	regDone chan struct{} // closed once registration has left the MDS; nil without server.mds
@@ -225,6 +226,18 @@ func (n *node) listen() error {
 		_ = n.ln.Close() // after Serve: already closed
 		return nil
 	})
+	if n.sc.ShmSocket == "" {
+		return nil
+	}
+	ln, err := listenShm(n.sc.ShmSocket, n.sc.ShmSocketMode)
+	if err != nil {
+		return err
+	}
+	n.shmLn = ln
+	n.closers.add(func() error {
+		_ = n.shmLn.Close() // removes the socket file
+		return nil
+	})
 	return nil
 }
 
@@ -245,6 +258,7 @@ func (n *node) newServer() error {
 		ShutdownTimeout: sc.ShutdownTimeout,
 		SocketBuffer:    int(sc.SocketBufferBytes),
 		BufferBudget:    sc.BufferBudgetBytes,
+		Shm:             n.shmOptions(),
 	})
 	if err != nil {
 		return err

@@ -65,6 +65,12 @@ type conn struct {
 	vals     [][]byte
 	errs     []error
 
+	// lease is the connection's shared-memory state once its lease hello
+	// is answered (shm.go); needHello: it came in on the shared-memory
+	// socket and has not sent its hello yet.
+	lease     *shmConn
+	needHello bool
+
 	writeDeadline deadline.Lazy // the socket's write deadline (armWrite)
 	status        wire.Status   // status of the request being answered, for metrics
 	pastFirst     bool          // the first request is answered: bodies get BodyTimeout (the first one's is FirstRequest, when set)
@@ -364,10 +370,20 @@ func (c *conn) readPrefix() error {
 func (c *conn) serve() {
 	defer c.s.removeConn(c)
 	defer c.nc.Close()
+	defer c.endLease()
 	defer c.release()
 	log := c.s.log
 	if d := c.s.opts.FirstRequest; d > 0 {
 		_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(d))
+	}
+	if c.needHello {
+		if err := c.bootstrap(); err != nil {
+			if isTimeout(err) && !c.isStopped() {
+				c.s.stats.firstReqTimeouts.Add(1)
+			}
+			return
+		}
+		c.needHello = false
 	}
 	defer func() {
 		c.wbuf = c.wbuf[:0] // what a failed flush left is never sent
@@ -643,6 +659,12 @@ func (c *conn) handleOne() error {
 		return c.batchGet(&h)
 	case wire.OpBatchExist, wire.OpBatchRemove:
 		return c.batchKeys(&h)
+	case wire.OpShmInfo:
+		c.shmInfo()
+	case wire.OpLeaseGet, wire.OpRelease, wire.OpLeasePut:
+		if err := c.leaseOp(&h); err != nil {
+			return err
+		}
 	}
 	if len(c.wbuf) >= flushAt {
 		return c.flush()

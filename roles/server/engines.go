@@ -114,6 +114,7 @@ func openRAMTier(sc config.Server, group *engine.Group, log *slog.Logger) (*ramt
 		FlushThreads: threads, FlushDelay: sc.RAMFlushDelay, MaxValueBytes: sc.MaxBlockBytes, Logger: log,
 		LargeReserveBytes: largeReserve(sc.RAMTierLargeReserve), Shards: sc.RAMTierShards, NUMA: sc.RAMTierNUMA,
 		ReadCoalesce: sc.ReadCoalesce == 1, DiskOf: group.DiskOf, Disks: len(group.Names()), Limited: limited,
+		SharedArena: sc.ShmSocket != "",
 	})
 	if err != nil {
 		// The tier's errors name the problem (budget, reserve, NUMA

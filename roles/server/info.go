@@ -53,6 +53,8 @@ type StatsReply struct {
 	Disks  []engine.Stats `json:"disks,omitempty"`
 	// RAM is the RAM tier's own counters; absent when the tier is off.
 	RAM *ramtier.RAMStats `json:"ram,omitempty"`
+	// Shm is the shared-memory transport's; absent when it is off.
+	Shm *ShmStats `json:"shm,omitempty"`
 }
 
 // SetInfo records what STATS reports about the node. Call before Serve.
@@ -62,7 +64,7 @@ func (s *Server) SetInfo(n NodeInfo) {
 }
 
 func (s *Server) statsReply() StatsReply {
-	r := StatsReply{Info: s.info, Server: s.Stats(), Engine: s.opts.Engine.Stats()}
+	r := StatsReply{Info: s.info, Server: s.Stats(), Engine: s.opts.Engine.Stats(), Shm: s.ShmStats()}
 	if t, ok := s.opts.Engine.(*ramtier.Tier); ok {
 		ram := t.RAM()
 		r.RAM = &ram

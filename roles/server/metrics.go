@@ -20,8 +20,8 @@ import (
 // numbers are read from engine.Stats at scrape time (the client_golang
 // dbstats-collector pattern), so the engines import no Prometheus.
 type Metrics struct {
-	requests [wire.OpStats + 1][wire.StatusInternal + 1]prometheus.Counter
-	latency  [wire.OpStats + 1]prometheus.Observer
+	requests [wire.LastOp + 1][wire.StatusInternal + 1]prometheus.Counter
+	latency  [wire.LastOp + 1]prometheus.Observer
 }
 
 // latencyBuckets span 10 µs (a RAM or page-cache hit on loopback) to about
@@ -46,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer, srv *Server, group *engine.Group) (*M
 		Help:    "Time from a request's prefix being read to its response being queued, by op.",
 		Buckets: latencyBuckets,
 	}, []string{"op"})
-	for op := wire.OpPing; op <= wire.OpStats; op++ {
+	for op := wire.OpPing; op <= wire.LastOp; op++ {
 		m.latency[op] = lat.WithLabelValues(op.String())
 		for st := wire.StatusOK; st <= wire.StatusInternal; st++ {
 			m.requests[op][st] = reqs.WithLabelValues(op.String(), st.String())
@@ -60,6 +60,7 @@ func NewMetrics(reg prometheus.Registerer, srv *Server, group *engine.Group) (*M
 	cs := []prometheus.Collector{
 		reqs, lat, build,
 		&nodeCollector{srv: srv, group: group},
+		&shmCollector{srv: srv},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -73,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer, srv *Server, group *engine.Group) (*M
 
 // observe records one answered request.
 func (m *Metrics) observe(op wire.Op, st wire.Status, start time.Time) {
-	if m == nil || op > wire.OpStats || st > wire.StatusInternal {
+	if m == nil || op > wire.LastOp || st > wire.StatusInternal {
 		return
 	}
 	m.requests[op][st].Inc()

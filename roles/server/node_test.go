@@ -10,7 +10,7 @@ import (
 
 // runNode runs Run in-process with flags and returns its addresses and a
 // stop function reporting Run's error.
-func runNode(t *testing.T, flags map[string][]string) (addr, httpAddr string, stop func() error) {
+func runNode(t testing.TB, flags map[string][]string) (addr, httpAddr string, stop func() error) {
 	t.Helper()
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	hln, _ := net.Listen("tcp", "127.0.0.1:0")

@@ -98,6 +98,10 @@ type Options struct {
 	// value). New refuses one smaller than the buffer for the largest value.
 	BufferBudget uint64
 
+	// Shm serves the lease protocol on a Unix socket for clients on the
+	// node's host (shm.go); nil: off.
+	Shm *ShmOptions
+
 	// lingerTime overrides the linger's time bound (conn.linger) in
 	// tests; 0 is the lingerTime default.
 	lingerTime time.Duration
@@ -137,6 +141,7 @@ type Server struct {
 	metrics                                                                      *Metrics      // nil = not exported
 	info                                                                         NodeInfo      // reported by STATS
 	group                                                                        *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
+	shm                                                                          *shmNode      // the shared-memory transport, or nil
 }
 
 // counters are the server's own numbers; engine numbers come from Stats().
@@ -151,7 +156,7 @@ type counters struct {
 	frameErrors      atomic.Uint64
 	bytesIn          atomic.Uint64
 	bytesOut         atomic.Uint64
-	ops              [wire.OpStats + 1]atomic.Uint64
+	ops              [wire.LastOp + 1]atomic.Uint64
 }
 
 // New validates opts and returns a Server ready to Serve.
@@ -199,8 +204,19 @@ func New(opts Options) (*Server, error) {
 	}
 	lender, _ := opts.Engine.(engine.Lender)
 	receiver, _ := opts.Engine.(engine.Receiver)
+	var shmn *shmNode
+	if opts.Shm != nil {
+		if opts.Shm.Listener == nil {
+			return nil, errors.New("server: Shm without a Listener")
+		}
+		var err error
+		if shmn, err = newShmNode(opts.Shm); err != nil {
+			return nil, err
+		}
+	}
 	stop, stopNow := context.WithCancel(context.Background())
 	return &Server{
+		shm:        shmn,
 		budget:     newPayloadBudget(opts.BufferBudget),
 		stop:       stop,
 		stopNow:    stopNow,
@@ -227,13 +243,32 @@ func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, s.beginShutdown)
 	defer stop()
 
-	var acceptErr error
+	shmDone := make(chan error, 1)
+	if s.shm != nil {
+		go func() { shmDone <- s.acceptLoop(ctx, s.shm.opts.Listener, true) }()
+	} else {
+		shmDone <- nil
+	}
+	acceptErr := s.acceptLoop(ctx, s.opts.Listener, false)
+	if err := <-shmDone; acceptErr == nil {
+		acceptErr = err
+	}
+	s.drain()
+	if s.shm != nil {
+		s.shm.close()
+	}
+	return acceptErr
+}
+
+// acceptLoop accepts connections on ln until shutdown; shm marks the
+// shared-memory socket, whose connections begin with the lease hello.
+func (s *Server) acceptLoop(ctx context.Context, ln net.Listener, shm bool) error {
 	fails := 0 // consecutive transient Accept failures
 	for {
-		nc, err := s.opts.Listener.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			if s.isClosing() {
-				break
+				return nil
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -247,22 +282,19 @@ func (s *Server) Serve(ctx context.Context) error {
 				s.stats.acceptErrors.Add(1)
 				pause := accept.Pause(fails)
 				s.acceptWarn.Warn(s.log, time.Now(), "accept failed; retrying: open connections are still served, new ones wait (if it is too many open files, raise LimitNOFILE or lower server.max_conns)",
-					"listen", s.Addr().String(), "err", err, "retry_in", pause.String())
+					"listen", ln.Addr().String(), "err", err, "retry_in", pause.String())
 				select {
 				case <-time.After(pause):
 				case <-ctx.Done():
 				}
 				continue
 			}
-			acceptErr = err
 			s.beginShutdown()
-			break
+			return err
 		}
 		fails = 0
-		s.startConn(nc)
+		s.startConn(nc, shm)
 	}
-	s.drain()
-	return acceptErr
 }
 
 func (s *Server) isClosing() bool {
@@ -271,7 +303,7 @@ func (s *Server) isClosing() bool {
 	return s.closing
 }
 
-func (s *Server) startConn(nc net.Conn) {
+func (s *Server) startConn(nc net.Conn, shm bool) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 		if b := s.opts.SocketBuffer; b > 0 {
@@ -293,13 +325,18 @@ func (s *Server) startConn(nc net.Conn) {
 			// Best effort: tell the client why before closing.
 			msg := "node has max_conns open connections; retry later or raise DFKV_SERVER_MAX_CONNS"
 			_ = nc.SetWriteDeadline(s.opts.Clock.Now().Add(time.Second))
-			hdr := wire.AppendResponse(nil, &wire.ResponseHeader{Status: wire.StatusUnavailable, BodyLen: uint64(len(msg))})
-			_, _ = nc.Write(append(hdr, msg...))
+			if shm {
+				_ = shmRefuse(nc, wire.StatusUnavailable, msg)
+			} else {
+				hdr := wire.AppendResponse(nil, &wire.ResponseHeader{Status: wire.StatusUnavailable, BodyLen: uint64(len(msg))})
+				_, _ = nc.Write(append(hdr, msg...))
+			}
 		}
 		_ = nc.Close()
 		return
 	}
 	c := newConn(s, nc)
+	c.needHello = shm
 	s.conns[c] = struct{}{}
 	s.inflight.Add(1)
 	s.mu.Unlock()
@@ -367,6 +404,9 @@ func (s *Server) beginShutdown() {
 	}
 	s.mu.Unlock()
 	_ = s.opts.Listener.Close()
+	if s.shm != nil {
+		_ = s.shm.opts.Listener.Close()
+	}
 	for _, c := range conns {
 		c.stopIfIdle()
 	}
@@ -430,7 +470,7 @@ func (s *Server) Stats() Stats {
 		BytesOut:         s.stats.bytesOut.Load(),
 		Ops:              make(map[string]uint64),
 	}
-	for op := wire.OpPing; op <= wire.OpStats; op++ {
+	for op := wire.OpPing; op <= wire.LastOp; op++ {
 		st.Ops[op.String()] = s.stats.ops[op].Load()
 	}
 	return st

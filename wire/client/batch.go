@@ -166,7 +166,8 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
 				}
 			}
 			return nil
-		})
+		},
+		func(i int, dst []byte) { copy(dst, values[i]) })
 }
 
 // putBatch sends the items of keys not yet failed in errs as BATCH_PUT
@@ -174,7 +175,7 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
 // value length; send writes wbuf (the frame's prefix and item table) and
 // then the values of idx, in order.
 func (c *Client) putBatch(ctx context.Context, keys [][]byte, errs []error, size func(i int) uint64,
-	send func(cc *cconn, idx []int) error) []error {
+	send func(cc *cconn, idx []int) error, fill func(i int, dst []byte)) []error {
 	groups := c.split(keys, func(i int, err error) { errs[i] = err })
 	dropFailed(groups, func(i int) bool { return errs[i] != nil })
 	deadline := c.deadline(ctx)
@@ -188,6 +189,9 @@ func (c *Client) putBatch(ctx context.Context, keys [][]byte, errs []error, size
 			body += size(i)
 		}
 		err := c.exchange(ctx, g.p, deadline, false, func(cc *cconn) error {
+			if cc.lease != nil && fitsStaging(cc, idx, size) {
+				return c.leasePut(cc, idx, ks, errs, size, fill)
+			}
 			cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{
 				Op: wire.OpBatchPut, Length: uint64(len(idx)),
 				BodyLen: uint64(len(idx))*wire.BatchPutItemLen + body,
@@ -280,6 +284,9 @@ func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, a
 			return
 		}
 		err := c.exchange(ctx, g.p, deadline, true, func(cc *cconn) error {
+			if cc.lease != nil {
+				return c.leaseGet(cc, 0, idx, ks, res, at, ask, take)
+			}
 			cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{
 				Op: wire.OpBatchGet, Length: uint64(len(idx)), BodyLen: uint64(len(idx)) * wire.BatchGetItemLen,
 			})

@@ -93,8 +93,11 @@ type Options struct {
 	MaxBatchItems int
 	// MaxBlockBytes is the largest value the client will send or accept.
 	MaxBlockBytes uint64
-	Dialer        Dialer
-	Logger        *slog.Logger
+	// SharedMemory is ShmAuto (the default: shared memory for nodes on
+	// this host that offer it, TCP otherwise), ShmOff or ShmOn.
+	SharedMemory string
+	Dialer       Dialer
+	Logger       *slog.Logger
 }
 
 func (o *Options) setDefaults() {
@@ -121,6 +124,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.SharedMemory == "" {
+		o.SharedMemory = ShmAuto
 	}
 	if o.Group == "" {
 		o.Group = "default"
@@ -165,6 +171,11 @@ type routeTable struct {
 // follows membership changes in the background every MDSPoll.
 func Open(opts Options) (*Client, error) {
 	opts.setDefaults()
+	switch opts.SharedMemory {
+	case ShmAuto, ShmOff, ShmOn:
+	default:
+		return nil, fmt.Errorf("client: shared memory mode %q: want %q, %q or %q: %w", opts.SharedMemory, ShmAuto, ShmOff, ShmOn, wire.StatusInvalid)
+	}
 	mapper, err := wire.NewKeyMapper(opts.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("client: namespace: %w", err)

@@ -62,7 +62,9 @@ func reply(c net.Conn, h wire.ResponseHeader, body []byte) {
 
 func open(t *testing.T, members ...string) *Client {
 	t.Helper()
-	c, err := Open(Options{Namespace: []byte("ns"), Members: members, Timeout: 5 * time.Second, DialTimeout: time.Second})
+	// The fake nodes speak TCP only; shared memory is tested against
+	// real nodes (roles/server).
+	c, err := Open(Options{Namespace: []byte("ns"), Members: members, Timeout: 5 * time.Second, DialTimeout: time.Second, SharedMemory: ShmOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +131,7 @@ func TestDeadPeerReadsMissWritesFail(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens here now
 	d := &countingDialer{}
-	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Dialer: d, Timeout: 5 * time.Second})
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Dialer: d, Timeout: 5 * time.Second, SharedMemory: ShmOff})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 			p.succeed()
 			return err
 		}
-		_ = cc.nc.Close()
+		_ = cc.closeConn()
 		if err == nil {
 			// The context ended just as fn succeeded; the result stands.
 			p.succeed()

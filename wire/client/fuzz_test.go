@@ -83,7 +83,7 @@ func FuzzClientReplies(f *testing.F) {
 				reply(c, wire.ResponseHeader{Status: wire.StatusOK, Stored: 42}, nil)
 			}
 		})
-		cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Timeout: 400 * time.Millisecond, DialTimeout: time.Second,
+		cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, SharedMemory: ShmOff, Timeout: 400 * time.Millisecond, DialTimeout: time.Second,
 			Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)

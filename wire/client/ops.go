@@ -19,6 +19,15 @@ func (c *Client) Put(ctx context.Context, key, value []byte) error {
 	}
 	p := c.route(k)
 	return c.exchange(ctx, p, c.deadline(ctx), false, func(cc *cconn) error {
+		if cc.lease != nil && len(value) <= len(cc.lease.staging) {
+			var errs [1]error
+			ks := [1]wire.BlockKey{k}
+			if err := c.leasePut(cc, singleIdx, ks[:], errs[:], func(int) uint64 { return uint64(len(value)) },
+				func(_ int, dst []byte) { copy(dst, value) }); err != nil {
+				return err
+			}
+			return errs[0]
+		}
 		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpPut, Key: k, BodyLen: uint64(len(value))})
 		if err := cc.send(value); err != nil {
 			return err
@@ -70,6 +79,20 @@ func (c *Client) GetRange(ctx context.Context, key []byte, offset, length uint64
 	}
 	p := c.route(k)
 	err = c.exchange(ctx, p, c.deadline(ctx), true, func(cc *cconn) error {
+		if cc.lease != nil {
+			var res [1]GetResult
+			ks := [1]wire.BlockKey{k}
+			err := c.leaseGet(cc, 0, singleIdx, ks[:], res[:], func(int) uint64 { return offset }, func(int) uint64 { return length },
+				func(cc *cconn, _ int, _ *GetResult, got uint64) error {
+					n = int(got)
+					return cc.readValue(dst[:got])
+				})
+			stored = res[0].Stored
+			if err != nil {
+				return err
+			}
+			return res[0].Err
+		}
 		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: wire.OpGet, Key: k, Offset: offset, Length: length})
 		if err := cc.send(nil); err != nil {
 			return err

@@ -27,6 +27,7 @@ type peer struct {
 	busy map[*cconn]struct{} // connections with a call in flight, for cut
 	done bool
 
+	shm     shmPeer                // its shared-memory socket, when it is on this host (shm.go)
 	brk     breaker                // whether calls may go to the node now
 	lastErr atomic.Pointer[string] // why the last failed exchange failed
 
@@ -265,7 +266,16 @@ func (p *peer) get(ctx context.Context, deadline time.Time) (cc *cconn, reused b
 	return cc, false, err
 }
 
+// dial connects to the node: over shared memory when the node is on this
+// host and offers it (shm.go), over TCP otherwise.
 func (p *peer) dial(ctx context.Context, deadline time.Time) (*cconn, error) {
+	if p.opts.SharedMemory == ShmOff {
+		return p.dialTCP(ctx, deadline)
+	}
+	return p.dialShm(ctx, deadline)
+}
+
+func (p *peer) dialTCP(ctx context.Context, deadline time.Time) (*cconn, error) {
 	dctx, cancel := context.WithDeadline(ctx, minTime(deadline, time.Now().Add(p.opts.DialTimeout)))
 	defer cancel()
 	nc, err := p.opts.Dialer.DialContext(dctx, "tcp", p.addr)
@@ -287,7 +297,7 @@ func (p *peer) put(cc *cconn) {
 		return
 	}
 	p.mu.Unlock()
-	_ = cc.nc.Close()
+	_ = cc.closeConn()
 }
 
 func (p *peer) close() {
@@ -296,7 +306,7 @@ func (p *peer) close() {
 	p.idle, p.done = nil, true
 	p.mu.Unlock()
 	for _, cc := range idle {
-		_ = cc.nc.Close()
+		_ = cc.closeConn()
 	}
 }
 
@@ -327,6 +337,11 @@ type cconn struct {
 	broken bool
 	// deadline is the socket deadline last set (exchange).
 	deadline deadline.Lazy
+	// lease is the connection's shared-memory state (nil: TCP), and arena
+	// the leased bytes of the item being taken, which readFull, readValue
+	// and discard then copy instead of reading the stream (shm.go).
+	lease *leaseConn
+	arena []byte
 	// cut is set when peer.cutSilent ended the call in flight (its node
 	// stalled); the connection is then broken.
 	cut atomic.Bool
@@ -445,6 +460,9 @@ func (cc *cconn) refusal(sendErr error) error {
 // progressPiece or more read by read, so a long one shows its progress
 // while it arrives.
 func (cc *cconn) readFull(b []byte) error {
+	if cc.arena != nil {
+		return cc.takeArena(b)
+	}
 	if len(b) < progressPiece {
 		if _, err := io.ReadFull(cc.br, b); err != nil {
 			cc.broken = true
@@ -534,6 +552,10 @@ func (cc *cconn) readHeaderFor(expect uint64) (wire.ResponseHeader, error) {
 // discard skips n body bytes the caller has no room for, in pieces that
 // count toward the call's progress (read).
 func (cc *cconn) discard(n uint64) error {
+	if cc.arena != nil {
+		cc.arena = cc.arena[min(n, uint64(len(cc.arena))):]
+		return nil
+	}
 	for n > 0 {
 		piece := min(n, progressPiece)
 		if _, err := cc.br.Discard(int(piece)); err != nil {

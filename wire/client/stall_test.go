@@ -110,7 +110,7 @@ func TestStalledNodeFailsFastThenRecovers(t *testing.T) {
 			}
 		}
 	})
-	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Timeout: 2 * time.Second, DialTimeout: time.Second})
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, SharedMemory: ShmOff, Timeout: 2 * time.Second, DialTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestStalledCallsCut(t *testing.T) {
 		}
 	})
 	logs := &lockedLog{}
-	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Timeout: 2 * time.Second, DialTimeout: time.Second,
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, SharedMemory: ShmOff, Timeout: 2 * time.Second, DialTimeout: time.Second,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +264,7 @@ func TestSlowLargeTransfersAreNotStalls(t *testing.T) {
 		}
 	})
 	logs := &lockedLog{}
-	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Timeout: 4 * time.Second, DialTimeout: time.Second,
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, SharedMemory: ShmOff, Timeout: 4 * time.Second, DialTimeout: time.Second,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +330,7 @@ func TestStoppedNodeFoundUnderLargePuts(t *testing.T) {
 	stop := make(chan struct{})
 	addr := fakeNode(t, func(c net.Conn) { <-stop })
 	t.Cleanup(func() { close(stop) })
-	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Timeout: 4 * time.Second, DialTimeout: time.Second,
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, SharedMemory: ShmOff, Timeout: 4 * time.Second, DialTimeout: time.Second,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -418,7 +418,7 @@ func TestBusyNodeNotCut(t *testing.T) {
 		}
 	})
 	logs := &lockedLog{}
-	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Timeout: 4 * time.Second, DialTimeout: time.Second,
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, SharedMemory: ShmOff, Timeout: 4 * time.Second, DialTimeout: time.Second,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -486,7 +486,7 @@ func TestUnansweredProbeIsRetried(t *testing.T) {
 			reply(c, wire.ResponseHeader{Status: wire.StatusOK}, nil)
 		}
 	})
-	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Timeout: 4 * time.Second, DialTimeout: time.Second,
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, SharedMemory: ShmOff, Timeout: 4 * time.Second, DialTimeout: time.Second,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -123,6 +123,11 @@ func (c *Client) PutBatchV(ctx context.Context, keys [][]byte, parts [][][]byte)
 				cc.queue(parts[i])
 			}
 			return cc.flushv()
+		},
+		func(i int, dst []byte) {
+			for _, p := range parts[i] {
+				dst = dst[copy(dst, p):]
+			}
 		})
 }
 
@@ -284,7 +289,7 @@ func (cc *cconn) readParts(parts [][]byte, n uint64) error {
 // large value (whatever was left under the buffer's size) would be read
 // into the buffer with the bytes after it and copied out again.
 func (cc *cconn) readValue(b []byte) error {
-	if len(b) < directReadMin {
+	if len(b) < directReadMin || cc.arena != nil {
 		return cc.readFull(b)
 	}
 	if k := min(cc.br.Buffered(), len(b)); k > 0 {

@@ -154,6 +154,7 @@ func OpenClient(cfg *config.Config, log *slog.Logger) (*client.Client, error) {
 		PoolSize:         cc.PoolSize,
 		BatchConcurrency: cc.BatchConcurrency,
 		MaxBlockBytes:    cfg.Server.MaxBlockBytes,
+		SharedMemory:     cc.Shm,
 		Logger:           log,
 	})
 }

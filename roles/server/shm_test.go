@@ -1,0 +1,517 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/client"
+	"github.com/dfkv/dfkv/wire/shm"
+)
+
+// shmNodeFlags are a node with the RAM tier and a shared-memory socket.
+func shmNodeFlags(t testing.TB, extra map[string][]string) (map[string][]string, string) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "dfkv.sock")
+	flags := withRAMTier(map[string][]string{"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}, "shm-socket": {sock}})
+	for k, v := range extra {
+		flags[k] = v
+	}
+	return flags, sock
+}
+
+func shmClient(t *testing.T, addr, mode string) *client.Client {
+	t.Helper()
+	cl, err := client.Open(client.Options{Namespace: []byte("ram"), Members: []string{addr}, Timeout: 10 * time.Second, SharedMemory: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// nodeStats asks the node at addr for STATS.
+func nodeStats(t *testing.T, addr string) StatsReply {
+	t.Helper()
+	c := dial(t, addr)
+	defer c.Close()
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpStats}, nil)
+	h, body := readResp(t, c)
+	var r StatsReply
+	if h.Status != wire.StatusOK || json.Unmarshal(body, &r) != nil {
+		t.Fatalf("STATS: %s %s", h.Status, body)
+	}
+	return r
+}
+
+// TestShmServesThroughLeases: a client on the node's host reads resident
+// values out of the arena under leases and writes through its staging
+// region; what it stores reads back the same over TCP and the other way
+// round, ranges included; values not in the arena (larger than an extent)
+// come inline; every lease ends when the client closes.
+func TestShmServesThroughLeases(t *testing.T) {
+	flags, _ := shmNodeFlags(t, nil)
+	addr, _, _ := runNode(t, flags)
+	viaShm := shmClient(t, addr, client.ShmOn)
+	viaTCP := shmClient(t, addr, client.ShmOff)
+	ctx := context.Background()
+	vals := map[string][]byte{}
+	for i, n := range []int{1, 4097, 1 << 20, 17 << 20} {
+		v := make([]byte, n)
+		for j := range v {
+			v[j] = byte(i*31 + j*7)
+		}
+		vals[fmt.Sprint("k", i)] = v
+	}
+	i := 0
+	for k, v := range vals {
+		w := viaShm
+		if i%2 == 1 {
+			w = viaTCP
+		}
+		i++
+		if err := w.Put(ctx, []byte(k), v); err != nil {
+			t.Fatalf("PUT %s (%d bytes): %v", k, len(v), err)
+		}
+	}
+	for k, v := range vals {
+		for _, cl := range []*client.Client{viaShm, viaTCP} {
+			dst := make([]byte, len(v))
+			n, stored, err := cl.Get(ctx, []byte(k), dst)
+			if err != nil || stored != uint64(len(v)) || !bytes.Equal(dst[:n], v) {
+				t.Fatalf("GET %s: %d of %d bytes, %v", k, n, stored, err)
+			}
+		}
+		if len(v) > 10 {
+			dst := make([]byte, 7)
+			n, _, err := viaShm.GetRange(ctx, []byte(k), 3, 7, dst)
+			if err != nil || !bytes.Equal(dst[:n], v[3:10]) {
+				t.Fatalf("GetRange %s: %v %q", k, err, dst[:n])
+			}
+		}
+	}
+	keys := [][]byte{[]byte("k0"), []byte("nope"), []byte("k2"), []byte("k3"), []byte("k1")}
+	res := viaShm.GetBatch(ctx, keys, nil)
+	for j, r := range res {
+		want, ok := vals[string(keys[j])]
+		if !ok {
+			if wire.StatusOf(r.Err) != wire.StatusNotFound {
+				t.Fatalf("batch item %s: %v, want NOT_FOUND", keys[j], r.Err)
+			}
+			continue
+		}
+		if r.Err != nil || !bytes.Equal(r.Data, want) {
+			t.Fatalf("batch item %s: %d bytes, %v", keys[j], len(r.Data), r.Err)
+		}
+	}
+	errs := viaShm.PutBatch(ctx, [][]byte{[]byte("b0"), []byte("b1")}, [][]byte{vals["k1"], vals["k2"]})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("PutBatch: %v", err)
+		}
+	}
+	got, err := viaTCP.GetAuto(ctx, []byte("b1"))
+	if err != nil || !bytes.Equal(got, vals["k2"]) {
+		t.Fatalf("a value stored through staging, read over TCP: %v", err)
+	}
+	st := nodeStats(t, addr).Shm
+	if st == nil || st.Leases.Granted < 5 || st.Conns < 1 {
+		t.Fatalf("shared-memory stats %+v: want leases granted and a connection open", st)
+	}
+	viaShm.Close()
+	eventually(t, "every lease released once the client closed", func() bool {
+		s := nodeStats(t, addr).Shm
+		return s.Leases.Live == 0 && s.Conns == 0
+	})
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // bounds a hang; not a speed check
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 30 s: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// rawShm is a hand-driven shared-memory connection.
+type rawShm struct {
+	c     *net.UnixConn
+	w     wire.LeaseWelcome
+	words []byte
+	arena []byte
+	stage []byte
+}
+
+func dialShm(t *testing.T, path string, instance uint64) *rawShm {
+	t.Helper()
+	nc, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rawShm{c: nc.(*net.UnixConn)}
+	t.Cleanup(func() { r.c.Close() })
+	if _, err := nc.Write(wire.AppendLeaseHello(nil, wire.LeaseHello{Instance: instance})); err != nil {
+		t.Fatal(err)
+	}
+	w, files, err := shm.ReceiveWelcome(r.c)
+	if err != nil {
+		t.Fatalf("lease bootstrap: %v", err)
+	}
+	r.w = w
+	if r.words, err = shm.Map(files[shm.FileWords], w.LeaseWords*8, false); err != nil {
+		t.Fatal(err)
+	}
+	if r.arena, err = shm.Map(files[shm.FileArena], w.ArenaBytes, false); err != nil {
+		t.Fatal(err)
+	}
+	if r.stage, err = shm.Map(files[shm.FileStaging], w.StagingBytes, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	t.Cleanup(func() { shm.Unmap(r.words); shm.Unmap(r.arena); shm.Unmap(r.stage) })
+	return r
+}
+
+func (r *rawShm) word(id wire.LeaseID) uint64 {
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&r.words[uint64(id.Index())*8])))
+}
+
+// leaseGet sends a LEASE_GET of whole values with releases first.
+func (r *rawShm) leaseGet(t *testing.T, flags uint64, release []wire.LeaseID, keys ...wire.BlockKey) []wire.LeaseRecord {
+	t.Helper()
+	body := []byte{}
+	for _, id := range release {
+		body = binary.LittleEndian.AppendUint64(body, uint64(id))
+	}
+	for _, k := range keys {
+		body = wire.AppendGetItem(body, k, 0, 0)
+	}
+	writeReq(t, r.c, wire.RequestHeader{Op: wire.OpLeaseGet, Key: wire.BlockKey{Tenant: flags}, Offset: uint64(len(release)), Length: uint64(len(keys)), BodyLen: uint64(len(body))}, body)
+	h, _ := readResp(t, r.c)
+	if h.Status != wire.StatusOK || h.Stored != uint64(len(keys)) {
+		t.Fatalf("LEASE_GET answered %s with %d records", h.Status, h.Stored)
+	}
+	out := make([]wire.LeaseRecord, len(keys))
+	for i := range keys {
+		var b [wire.LeaseRecordLen]byte
+		if _, err := io.ReadFull(r.c, b[:]); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := wire.DecodeLeaseRecord(b[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Kind == wire.LeaseInline {
+			if _, err := io.CopyN(io.Discard, r.c, int64(rec.Length)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out[i] = rec
+	}
+	return out
+}
+
+// release sends RELEASE and returns how many the node ended.
+func (r *rawShm) release(t *testing.T, ids ...wire.LeaseID) uint64 {
+	t.Helper()
+	var body []byte
+	for _, id := range ids {
+		body = binary.LittleEndian.AppendUint64(body, uint64(id))
+	}
+	writeReq(t, r.c, wire.RequestHeader{Op: wire.OpRelease, Offset: uint64(len(ids)), BodyLen: uint64(len(body))}, body)
+	h, _ := readResp(t, r.c)
+	if h.Status != wire.StatusOK {
+		t.Fatalf("RELEASE answered %s", h.Status)
+	}
+	return h.Stored
+}
+
+// putResident stores v under k over TCP and leases it once, so it is in
+// the arena; it returns the key as the node sees it.
+func putResident(t *testing.T, addr string, name string, v []byte) wire.BlockKey {
+	t.Helper()
+	cl := shmClient(t, addr, client.ShmOff)
+	if err := cl.Put(context.Background(), []byte(name), v); err != nil {
+		t.Fatal(err)
+	}
+	k, err := cl.BlockKey([]byte(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestShmLeaseExpiresForHungClient: a client that leases and never
+// releases pins nothing past server.lease_ms: the lease ends, its word
+// clears (so a late copy is detected), and a release afterwards ends
+// nothing.
+func TestShmLeaseExpiresForHungClient(t *testing.T) {
+	flags, sock := shmNodeFlags(t, map[string][]string{"lease-ms": {"50"}})
+	addr, _, _ := runNode(t, flags)
+	k := putResident(t, addr, "hung", bytes.Repeat([]byte("h"), 100000))
+	r := dialShm(t, sock, 0)
+	recs := r.leaseGet(t, 0, nil, k)
+	if recs[0].Kind != wire.LeaseArena || recs[0].Length != 100000 {
+		t.Fatalf("record %+v, want a lease on 100000 arena bytes", recs[0])
+	}
+	id := recs[0].Lease
+	if r.word(id) != uint64(id) {
+		t.Fatal("the lease word does not hold the live lease's id")
+	}
+	if got := r.arena[recs[0].Offset : recs[0].Offset+recs[0].Length]; !bytes.Equal(got, bytes.Repeat([]byte("h"), 100000)) {
+		t.Fatal("the leased arena bytes are not the value")
+	}
+	eventually(t, "the unreleased lease expired", func() bool { return r.word(id) == 0 })
+	st := nodeStats(t, addr).Shm.Leases
+	if st.Expired < 1 || st.Live != 0 {
+		t.Fatalf("lease stats %+v: want it expired and none live", st)
+	}
+	if n := r.release(t, id); n != 0 {
+		t.Fatalf("a release of an expired lease ended %d", n)
+	}
+}
+
+// TestShmLeaseIDsCannotBeForged: a connection cannot release another's
+// lease, nor one that never existed; the holder's lease stays live.
+func TestShmLeaseIDsCannotBeForged(t *testing.T) {
+	flags, sock := shmNodeFlags(t, nil)
+	addr, _, _ := runNode(t, flags)
+	k := putResident(t, addr, "mine", []byte("value of a"))
+	a, b := dialShm(t, sock, 0), dialShm(t, sock, 0)
+	id := a.leaseGet(t, 0, nil, k)[0].Lease
+	if id == 0 {
+		t.Fatal("no lease")
+	}
+	forged := []wire.LeaseID{id, id + 1, wire.LeaseID(uint64(1<<30)<<32 | 1), 0}
+	if n := b.release(t, forged...); n != 0 {
+		t.Fatalf("another connection released %d of the holder's or forged leases", n)
+	}
+	if a.word(id) != uint64(id) {
+		t.Fatal("the holder's lease ended")
+	}
+	if st := nodeStats(t, addr).Shm.Leases; st.Refused < 2 || st.Live != 1 {
+		t.Fatalf("lease stats %+v: want the foreign and out-of-range ids refused, 1 live", st)
+	}
+	// The holder's release rides on its next request.
+	next := a.leaseGet(t, 0, []wire.LeaseID{id}, k)[0].Lease
+	if a.word(id) == uint64(id) || next == id {
+		t.Fatal("the piggybacked release did not end the lease")
+	}
+	if st := nodeStats(t, addr).Shm.Leases; st.Live != 1 || st.Released != 1 {
+		t.Fatalf("lease stats %+v: want the old lease released and the new one live", st)
+	}
+}
+
+// TestShmPromoteLeasesColdValue: a LEASE_GET with the promote flag reads
+// a value that is only on disk into RAM and leases it; without the flag
+// it comes inline.
+func TestShmPromoteLeasesColdValue(t *testing.T) {
+	dir := t.TempDir()
+	base := map[string][]string{"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}}
+	addr, _, stop := runNode(t, base)
+	k := putResident(t, addr, "cold", bytes.Repeat([]byte("c"), 50000))
+	k2 := putResident(t, addr, "cold2", bytes.Repeat([]byte("d"), 50000))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s.sock")
+	addr, _, _ = runNode(t, withRAMTier(map[string][]string{"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}, "shm-socket": {sock}}))
+	r := dialShm(t, sock, 0)
+	if rec := r.leaseGet(t, 0, nil, k)[0]; rec.Kind != wire.LeaseInline || rec.Length != 50000 {
+		t.Fatalf("cold value without promote: %+v, want it inline", rec)
+	}
+	if rec := r.leaseGet(t, wire.LeaseFlagPromote, nil, k2)[0]; rec.Kind != wire.LeaseArena || rec.Length != 50000 {
+		t.Fatalf("cold value with promote: %+v, want it leased", rec)
+	} else if !bytes.Equal(r.arena[rec.Offset:rec.Offset+rec.Length], bytes.Repeat([]byte("d"), 50000)) {
+		t.Fatal("the promoted value's arena bytes are wrong")
+	}
+	_ = addr
+}
+
+// TestShmRefusals: lease ops on the TCP port, a TCP frame or an old
+// epoch on the shared-memory socket, and a stale node instance are each
+// refused with a status that says so; the node keeps serving.
+func TestShmRefusals(t *testing.T) {
+	flags, sock := shmNodeFlags(t, nil)
+	addr, _, _ := runNode(t, flags)
+	c := dial(t, addr)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpRelease, Offset: 1, BodyLen: 8}, make([]byte, 8))
+	h, body := readResp(t, c)
+	if h.Status != wire.StatusUnsupported || !strings.Contains(string(body), "shared-memory socket") {
+		t.Fatalf("RELEASE on the TCP port: %s %q", h.Status, body)
+	}
+	expectClosed(t, c)
+	refused := func(first []byte, want wire.Status, msg string) {
+		t.Helper()
+		nc, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.Write(first)
+		_, _, err = shm.ReceiveWelcome(nc.(*net.UnixConn))
+		if wire.StatusOf(err) != want || !strings.Contains(err.Error(), msg) {
+			t.Fatalf("first bytes %x: %v, want %s mentioning %q", first[:2], err, want, msg)
+		}
+	}
+	refused(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing}), wire.StatusEpochMismatch, "data port")
+	refused(wire.AppendLeaseHello(nil, wire.LeaseHello{Epoch: 6}), wire.StatusEpochMismatch, "lease protocol epoch 6")
+	refused(wire.AppendLeaseHello(nil, wire.LeaseHello{Instance: 12345}), wire.StatusUnavailable, "restarted")
+	r := dialShm(t, sock, 0)
+	if got := r.leaseGet(t, 0, nil, wire.BlockKey{Tenant: 1})[0]; got.Status != wire.StatusNotFound {
+		t.Fatalf("after the refusals, a LEASE_GET of a missing key: %+v", got)
+	}
+}
+
+// TestShmSocketPath: a stale socket file of a stopped node is replaced, a
+// live one or a file that is not a socket refuses the start with the
+// reason, and the socket gets the configured mode.
+func TestShmSocketPath(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close() // a stale socket file, as a killed node leaves it
+	got, err := listenShm(path, "0640")
+	if err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o640 {
+		t.Fatalf("socket mode %v, want 0640", fi.Mode().Perm())
+	}
+	if _, err := listenShm(path, "0600"); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("a live socket: %v, want in use", err)
+	}
+	got.Close()
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the socket file outlived its listener: %v", err)
+	}
+	os.WriteFile(path, []byte("x"), 0o600)
+	if _, err := listenShm(path, "0600"); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("a regular file: %v, want not a socket", err)
+	}
+	if _, _, err := config.LoadFrom("server", "", nil, map[string][]string{"shm-socket": {"relative.sock"}}); err == nil {
+		t.Fatal("a relative socket path was accepted")
+	}
+}
+
+// TestShmClientKilledMidRead: a client process SIGKILLed while it holds
+// leases pins nothing: its connection closes and the node ends its
+// leases at once, long before they would expire.
+func TestShmClientKilledMidRead(t *testing.T) {
+	if os.Getenv("DFKV_TEST_SHM_HOLDER") != "" {
+		holdLeases(t)
+		return
+	}
+	flags, sock := shmNodeFlags(t, map[string][]string{"lease-ms": {"600000"}})
+	addr, _, _ := runNode(t, flags)
+	putResident(t, addr, "held", bytes.Repeat([]byte("x"), 1<<20))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestShmClientKilledMidRead$", "-test.v")
+	cmd.Env = append(os.Environ(), "DFKV_TEST_SHM_HOLDER="+sock, "DFKV_TEST_SHM_ADDR="+addr)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	var seen string
+	for !strings.Contains(seen, "HOLDING") {
+		n, err := out.Read(buf)
+		if err != nil {
+			t.Fatalf("holder ended before it held leases: %v (%s)", err, seen)
+		}
+		seen += string(buf[:n])
+	}
+	if st := nodeStats(t, addr).Shm.Leases; st.Live < 1 {
+		t.Fatalf("the holder holds no lease: %+v", st)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	eventually(t, "the killed client's leases ended", func() bool { return nodeStats(t, addr).Shm.Leases.Live == 0 })
+	if st := nodeStats(t, addr).Shm.Leases; st.Expired != 0 {
+		t.Fatalf("leases expired (%+v): they should have ended with the connection", st)
+	}
+}
+
+// holdLeases is the child of TestShmClientKilledMidRead: it leases the
+// value, says so, and waits to be killed in the middle of "reading" it.
+func holdLeases(t *testing.T) {
+	r := dialShm(t, os.Getenv("DFKV_TEST_SHM_HOLDER"), 0)
+	cl := shmClient(t, os.Getenv("DFKV_TEST_SHM_ADDR"), client.ShmOff)
+	k, _ := cl.BlockKey([]byte("held"))
+	if rec := r.leaseGet(t, 0, nil, k)[0]; rec.Kind != wire.LeaseArena {
+		t.Fatalf("holder: %+v", rec)
+	}
+	fmt.Println("HOLDING")
+	time.Sleep(time.Hour)
+}
+
+// FuzzShmConn: whatever a client sends on the shared-memory socket after
+// its hello (malformed lease frames, lying item tables, staging ranges
+// out of bounds, forged lease ids), the node answers or closes that
+// connection and keeps serving the next one.
+func FuzzShmConn(f *testing.F) {
+	flags, sock := shmNodeFlags(f, map[string][]string{"shm-staging-bytes": {"1MiB"}})
+	addr, _, _ := runNode(f, flags)
+	seed := func(h wire.RequestHeader, body []byte) []byte { return append(wire.AppendRequest(nil, &h), body...) }
+	f.Add(seed(wire.RequestHeader{Op: wire.OpLeaseGet, Length: 1, BodyLen: wire.LeaseItemLen}, wire.AppendGetItem(nil, wire.BlockKey{Tenant: 1}, 0, 0)))
+	f.Add(seed(wire.RequestHeader{Op: wire.OpLeasePut, Length: 1, BodyLen: wire.LeaseItemLen}, wire.AppendGetItem(nil, wire.BlockKey{Tenant: 1}, 1<<20-3, 9)))
+	f.Add(seed(wire.RequestHeader{Op: wire.OpLeasePut, Length: 1, BodyLen: wire.LeaseItemLen}, wire.AppendGetItem(nil, wire.BlockKey{Tenant: 1}, 1<<63, 1<<63)))
+	f.Add(seed(wire.RequestHeader{Op: wire.OpRelease, Offset: 2, BodyLen: 16}, bytes.Repeat([]byte{0xff}, 16)))
+	f.Add(seed(wire.RequestHeader{Op: wire.OpLeaseGet, Offset: 1, Length: 1, BodyLen: 8}, nil))
+	n := 0
+	f.Fuzz(func(t *testing.T, data []byte) {
+		nc, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatalf("the node stopped accepting: %v", err)
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(300 * time.Millisecond))
+		nc.Write(wire.AppendLeaseHello(nil, wire.LeaseHello{}))
+		if _, files, err := shm.ReceiveWelcome(nc.(*net.UnixConn)); err != nil {
+			t.Fatalf("bootstrap: %v", err)
+		} else {
+			for _, fl := range files {
+				fl.Close()
+			}
+		}
+		nc.Write(data)
+		_ = nc.(*net.UnixConn).CloseWrite() // the node reads to the end, answers, and closes
+		_, _ = io.Copy(io.Discard, nc)
+		if n++; n%50 == 1 {
+			r := dialShm(t, sock, 0)
+			if got := r.leaseGet(t, 0, nil, wire.BlockKey{Tenant: 9})[0]; got.Status != wire.StatusNotFound {
+				t.Fatalf("a fresh connection after the input: %+v", got)
+			}
+			r.c.Close()
+			_ = addr
+		}
+	})
+}

@@ -1,0 +1,199 @@
+// Package shm is the shared-memory transport of the lease protocol: the
+// memory files a node shares with the clients on its host (its RAM
+// arena and lease words read-only, a staging region per connection
+// writable) and the Unix-socket bootstrap that passes them as file
+// descriptors (SCM_RIGHTS) along with the node's welcome.
+//
+// Every file is a memfd sealed against growing and shrinking, so a
+// client cannot truncate memory the node has mapped (which would fault
+// the node with SIGBUS on its next access); the read-only ones are
+// passed as descriptors opened read-only, so a client can map them only
+// for reading.
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// Memfd creates an anonymous memory file of size bytes named name, sealed
+// against resizing. size 0 makes an empty file (nothing to map).
+func Memfd(name string, size uint64) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create %s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if err := f.Truncate(int64(size)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sizing memfd %s to %d bytes: %w", name, size, err)
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sealing memfd %s: %w", name, err)
+	}
+	return f, nil
+}
+
+// ReadOnly opens f again for reading only: a process given the new
+// descriptor cannot map the file writable.
+func ReadOnly(f *os.File) (*os.File, error) {
+	ro, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reopening %s read-only: %w", f.Name(), err)
+	}
+	return ro, nil
+}
+
+// Map maps the first size bytes of f shared, writable or read-only. A
+// size of 0 maps nothing and returns nil.
+func Map(f *os.File, size uint64, writable bool) ([]byte, error) {
+	if size == 0 {
+		return nil, nil
+	}
+	if size > 1<<48 {
+		return nil, fmt.Errorf("mapping %s: %d bytes is not a size", f.Name(), size)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("mapping %s: %w", f.Name(), err)
+	}
+	if uint64(st.Size) < size {
+		return nil, fmt.Errorf("mapping %s: the file holds %d bytes, %d were announced", f.Name(), st.Size, size)
+	}
+	prot := unix.PROT_READ
+	if writable {
+		prot |= unix.PROT_WRITE
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(size), prot, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %d bytes of %s: %w", size, f.Name(), err)
+	}
+	return mem, nil
+}
+
+// Unmap undoes Map (nil is a no-op).
+func Unmap(mem []byte) error {
+	if mem == nil {
+		return nil
+	}
+	return unix.Munmap(mem)
+}
+
+// Files are the node's memory files as one connection's client gets
+// them, in the order they are passed.
+const (
+	FileArena = iota
+	FileWords
+	FileStaging
+	nFiles
+)
+
+// SendWelcome writes the node's welcome on c and, when it is OK, passes
+// files (arena, words, staging) with it in one message.
+func SendWelcome(c *net.UnixConn, w wire.LeaseWelcome, files [nFiles]*os.File) error {
+	b := wire.AppendLeaseWelcome(nil, w)
+	var oob []byte
+	if w.Status == wire.StatusOK {
+		fds := make([]int, nFiles)
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	n, oobn, err := c.WriteMsgUnix(b, oob, nil)
+	if err == nil && (n != len(b) || oobn != len(oob)) {
+		err = io.ErrShortWrite
+	}
+	return err
+}
+
+// SendRefusal writes a non-OK welcome carrying status and msg; the
+// caller closes the connection afterwards.
+func SendRefusal(c net.Conn, status wire.Status, msg string) error {
+	if len(msg) > wire.MaxErrorMessage {
+		msg = msg[:wire.MaxErrorMessage]
+	}
+	b := wire.AppendLeaseWelcome(nil, wire.LeaseWelcome{Status: status})
+	b = append(b, byte(len(msg)), byte(len(msg)>>8))
+	_, err := c.Write(append(b, msg...))
+	return err
+}
+
+// ReceiveWelcome reads the node's welcome from c and the files passed
+// with it. A refusal is returned as an error wrapping its status, with
+// the node's message.
+func ReceiveWelcome(c *net.UnixConn) (wire.LeaseWelcome, [nFiles]*os.File, error) {
+	var files [nFiles]*os.File
+	b := make([]byte, wire.LeaseWelcomeLen)
+	oob := make([]byte, unix.CmsgSpace(nFiles*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(b, oob)
+	if err != nil {
+		return wire.LeaseWelcome{}, files, fmt.Errorf("reading the node's lease welcome: %w", err)
+	}
+	fds, ferr := parseRights(oob[:oobn])
+	closeAll := func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}
+	if n < len(b) { // a stream socket may split the welcome; the rights came with its first byte
+		if _, err := io.ReadFull(c, b[n:]); err != nil {
+			closeAll()
+			return wire.LeaseWelcome{}, files, fmt.Errorf("reading the node's lease welcome: %w", err)
+		}
+	}
+	w, err := wire.DecodeLeaseWelcome(b)
+	if err != nil {
+		closeAll()
+		return w, files, err
+	}
+	if w.Status != wire.StatusOK {
+		closeAll()
+		var ml [2]byte
+		msg := ""
+		if _, err := io.ReadFull(c, ml[:]); err == nil {
+			m := make([]byte, min(int(ml[0])|int(ml[1])<<8, wire.MaxErrorMessage))
+			if k, _ := io.ReadFull(c, m); k > 0 {
+				msg = string(m[:k])
+			}
+		}
+		return w, files, fmt.Errorf("the node refused the lease bootstrap: %s: %w", msg, w.Status)
+	}
+	if ferr != nil || len(fds) != nFiles {
+		closeAll()
+		return w, files, fmt.Errorf("the node's lease welcome came with %d memory files, want %d: %w", len(fds), nFiles, errors.Join(ferr, wire.StatusInvalid))
+	}
+	for i, fd := range fds {
+		unix.CloseOnExec(fd)
+		files[i] = os.NewFile(uintptr(fd), []string{"dfkv-arena", "dfkv-lease-words", "dfkv-staging"}[i])
+	}
+	return w, files, nil
+}
+
+func parseRights(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for i := range msgs {
+		got, err := unix.ParseUnixRights(&msgs[i])
+		if err != nil {
+			return fds, err
+		}
+		fds = append(fds, got...)
+	}
+	return fds, nil
+}

@@ -115,7 +115,18 @@ typedef struct dfkv_client_options_v2 {
     uint64_t timeout_ms;         /* per-call deadline; 0 = 10000 */
     uint64_t dial_timeout_ms;    /* connecting to one node; 0 = 2000 */
     uint64_t max_block_bytes;    /* largest value sent or accepted; 0 = 64 MiB */
+
+    /* Appended later; a caller built before it passes a struct_size that
+     * ends above, which means 0 here. shm: DFKV_SHM_AUTO (0) uses shared
+     * memory with nodes on this host that offer it (their
+     * server.shm_socket) and TCP for the rest; DFKV_SHM_OFF always TCP;
+     * DFKV_SHM_ON requires it (a call to a node without it fails). */
+    uint32_t shm;
+    uint32_t reserved0;          /* must be 0 */
 } dfkv_client_options_v2;
+
+/* dfkv_client_options_v2.shm (not statuses: an enum, apart from them). */
+enum { DFKV_SHM_AUTO = 0, DFKV_SHM_OFF = 1, DFKV_SHM_ON = 2 };
 
 /* DFKV_INTERNAL_NO_PROTOTYPES is for libdfkv's own cgo build, which cannot
  * spell `const`; never define it in a caller. */

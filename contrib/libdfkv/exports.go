@@ -230,9 +230,13 @@ func dfkv_open_v2(opts *C.dfkv_client_options_v2, out *C.uintptr_t) (rc C.int) {
 		return fail(fmt.Errorf("dfkv_open_v2: opts is NULL: %w", wire.StatusInvalid))
 	}
 	const known = uint64(C.sizeof_dfkv_client_options_v2)
+	// firstV2 is the struct as first published (up to max_block_bytes):
+	// a caller built against it passes that size, and its later fields
+	// are read as 0.
+	firstV2 := uint64(unsafe.Offsetof(opts.shm))
 	size := uint64(opts.struct_size)
 	switch {
-	case size < known:
+	case size < firstV2:
 		return fail(fmt.Errorf("dfkv_open_v2: struct_size %d is smaller than dfkv_client_options_v2 (%d bytes); set it to sizeof(dfkv_client_options_v2): %w", size, known, wire.StatusInvalid))
 	case size > 1<<16:
 		return fail(fmt.Errorf("dfkv_open_v2: struct_size %d is implausibly large (max 65536): %w", size, wire.StatusInvalid))
@@ -255,6 +259,12 @@ func dfkv_open_v2(opts *C.dfkv_client_options_v2, out *C.uintptr_t) (rc C.int) {
 		timeoutMS:        uint64(opts.timeout_ms),
 		dialTimeoutMS:    uint64(opts.dial_timeout_ms),
 		maxBlockBytes:    uint64(opts.max_block_bytes),
+	}
+	if size >= known {
+		o.shm = uint32(opts.shm)
+		if opts.reserved0 != 0 {
+			return fail(fmt.Errorf("dfkv_open_v2: reserved0 is %d; it must be 0: %w", uint32(opts.reserved0), wire.StatusInvalid))
+		}
 	}
 	nsLen := uint64(opts.namespace_len)
 	switch {

@@ -134,6 +134,7 @@ type openOptions struct {
 	timeoutMS           uint64
 	dialTimeoutMS       uint64
 	maxBlockBytes       uint64
+	shm                 uint32 // DFKV_SHM_*
 }
 
 // open builds the client state and returns its token.
@@ -159,6 +160,10 @@ func open(o openOptions) (uintptr, error) {
 	if o.timeoutMS > maxTimeoutMS || o.dialTimeoutMS > maxTimeoutMS {
 		return 0, fmt.Errorf("dfkv_open_v2: timeout_ms %d / dial_timeout_ms %d over a day: %w", o.timeoutMS, o.dialTimeoutMS, wire.StatusInvalid)
 	}
+	shmMode, ok := map[uint32]string{0: client.ShmAuto, 1: client.ShmOff, 2: client.ShmOn}[o.shm]
+	if !ok {
+		return 0, fmt.Errorf("dfkv_open_v2: shm %d: want DFKV_SHM_AUTO (0), DFKV_SHM_OFF (1) or DFKV_SHM_ON (2): %w", o.shm, wire.StatusInvalid)
+	}
 	if o.maxBlockBytes > 1<<40 {
 		return 0, fmt.Errorf("dfkv_open_v2: max_block_bytes %d is over 1 TiB: %w", o.maxBlockBytes, wire.StatusInvalid)
 	}
@@ -172,6 +177,7 @@ func open(o openOptions) (uintptr, error) {
 		PoolSize:         int(o.poolSize),
 		BatchConcurrency: int(o.batchConcurrency),
 		MaxBlockBytes:    o.maxBlockBytes,
+		SharedMemory:     shmMode,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("dfkv_open_v2: %w", err)

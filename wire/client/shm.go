@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,6 +159,14 @@ func (p *peer) dialShm(ctx context.Context, deadline time.Time) (*cconn, error) 
 	}
 	bounded := minTime(deadline, time.Now().Add(p.opts.DialTimeout))
 	path, instance, err = shmInfo(tcp, bounded)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The node took the connection and said nothing: it is as
+		// unresponsive as a call to it would find it, and the call fails
+		// the same way (a timeout), not after a second dial.
+		_ = tcp.nc.Close()
+		s.settle(shmNone, "", 0, "the node did not answer SHM_INFO in time")
+		return nil, connError(p.addr, err)
+	}
 	if err == nil {
 		var cc *cconn
 		if cc, err = p.shmConnect(ctx, bounded, path, instance); err == nil {

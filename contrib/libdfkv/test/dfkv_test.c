@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "dfkv.h"
@@ -61,18 +62,35 @@ static void test_open_options(const char* members) {
     dfkv_client* c = (dfkv_client*)0x1;
     char msg[512];
 
-    /* struct_size smaller than v2: rejected, *out reset to NULL. */
+    /* struct_size smaller than v2 as first published: rejected, *out
+     * reset to NULL. */
     memset(&o, 0, sizeof o);
     o.members = members;
     o.namespace_ptr = ns;
     o.namespace_len = 3;
-    o.struct_size = sizeof o - 8;
+    o.struct_size = offsetof(dfkv_client_options_v2, shm) - 8;
     CHECK_RC(dfkv_open_v2(&o, &c), DFKV_INVALID, NULL);
     CHECK(c == NULL, NULL);
     dfkv_last_error(NULL, msg, sizeof msg);
     CHECK(strstr(msg, "struct_size") != NULL, NULL);
     o.struct_size = 0;
     CHECK_RC(dfkv_open_v2(&o, &c), DFKV_INVALID, NULL);
+
+    /* A caller built before shm was appended: its size ends at
+     * max_block_bytes, and it opens. */
+    o.struct_size = offsetof(dfkv_client_options_v2, shm);
+    CHECK_RC(dfkv_open_v2(&o, &c), DFKV_OK, NULL);
+    CHECK_RC(dfkv_close(c), DFKV_OK, NULL);
+    /* shm: a mode that does not exist, or reserved bits: INVALID. */
+    o.struct_size = sizeof o;
+    o.shm = 3;
+    CHECK_RC(dfkv_open_v2(&o, &c), DFKV_INVALID, NULL);
+    o.shm = DFKV_SHM_OFF;
+    o.reserved0 = 1;
+    CHECK_RC(dfkv_open_v2(&o, &c), DFKV_INVALID, NULL);
+    o.reserved0 = 0;
+    o.shm = DFKV_SHM_AUTO;
+    o.struct_size = 0;
 
     /* A larger struct from a newer caller: fine while the unknown tail is
      * zero, UNSUPPORTED when it asks for something. */

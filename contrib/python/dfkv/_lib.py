@@ -26,7 +26,13 @@ class ClientOptionsV2(ctypes.Structure):
         ("timeout_ms", c_uint64),
         ("dial_timeout_ms", c_uint64),
         ("max_block_bytes", c_uint64),
+        ("shm", c_uint32),
+        ("reserved0", c_uint32),
     ]
+
+
+# ClientOptionsV2.shm
+SHM_MODES = {"auto": 0, "off": 1, "on": 2}
 
 
 def candidates():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import threading
 from ctypes import POINTER, byref, c_char_p, c_int32, c_uint64, c_void_p
 from typing import Any, List, Optional, Sequence, Tuple, Union
@@ -114,7 +115,7 @@ class Client:
                  namespace: Union[bytes, bytearray, memoryview, str, NamespaceDescriptor], *,
                  mds: Union[str, Sequence[str], None] = None, group: Optional[str] = None,
                  batch_concurrency: int = 0, pool_size: int = 0, timeout_ms: int = 0, dial_timeout_ms: int = 0,
-                 max_block_bytes: int = 0, library: Optional[str] = None) -> None:
+                 max_block_bytes: int = 0, shm: Optional[str] = None, library: Optional[str] = None) -> None:
         self._h: Optional[int] = None
         self._lib = _lib.load(library)
         ns = namespace_bytes(namespace)
@@ -139,6 +140,10 @@ class Client:
         o.timeout_ms = timeout_ms
         o.dial_timeout_ms = dial_timeout_ms
         o.max_block_bytes = max_block_bytes
+        mode = shm if shm is not None else os.environ.get("DFKV_CLIENT_SHM", "auto")
+        if mode not in _lib.SHM_MODES:
+            raise ValueError(f"shm={mode!r}: want 'auto' (shared memory with nodes on this host that offer it), 'off' or 'on'")
+        o.shm = _lib.SHM_MODES[mode]
         h = c_void_p()
         rc = self._lib.dfkv_open_v2(byref(o), byref(h))
         if rc != 0:

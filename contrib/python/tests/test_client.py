@@ -366,14 +366,16 @@ class NamespaceTest(unittest.TestCase):
 
 class LibraryTest(unittest.TestCase):
     def test_options_struct_matches_the_header(self):
-        # libdfkv names the size it expects when struct_size is too small:
-        # it must be exactly the ctypes mirror of dfkv_client_options_v2.
+        # libdfkv names the size it expects when struct_size is too small
+        # (smaller than the struct as first published, which ended 8 bytes
+        # before shm): it must be exactly the ctypes mirror of
+        # dfkv_client_options_v2.
         import ctypes
         from dfkv import _lib
         lib = _lib.load()
         o = _lib.ClientOptionsV2()
         size = ctypes.sizeof(o)
-        o.struct_size = size - 8
+        o.struct_size = _lib.ClientOptionsV2.shm.offset - 8
         h = ctypes.c_void_p()
         self.assertEqual(lib.dfkv_open_v2(ctypes.byref(o), ctypes.byref(h)), Status.INVALID)
         buf = ctypes.create_string_buffer(512)

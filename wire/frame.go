@@ -21,6 +21,11 @@ const (
 	// MaxErrorMessage bounds the message body of a non-OK response, so a
 	// confused peer cannot make the other side allocate much to read it.
 	MaxErrorMessage = 4096
+
+	// ExistFlagPin, in a BATCH_EXIST's offset field, asks the node to
+	// keep each value it finds in RAM until a GET of the key or the
+	// lease time (server.lease_ms) passes.
+	ExistFlagPin = 1
 )
 
 // Op is a request operation code.
@@ -211,7 +216,7 @@ func (h *RequestHeader) checkPut(lim Limits) error {
 // checkBatch checks the four batch ops: no key or offset, an item count
 // (Length) within lim, and a body that fits the count (checkBatchBody).
 func (h *RequestHeader) checkBatch(lim Limits) error {
-	if h.Key != (BlockKey{}) || h.Offset != 0 {
+	if h.Key != (BlockKey{}) || (h.Offset != 0 && !(h.Op == OpBatchExist && h.Offset == ExistFlagPin)) {
 		return frameErr(StatusInvalid, "%s carries a non-zero key or offset", h.Op)
 	}
 	if n := h.Length; n == 0 || n > lim.MaxBatchItems {

@@ -244,6 +244,18 @@ int dfkv_exist_prefix(dfkv_client* c, uint64_t n,
                       const void* const* keys, const uint64_t* key_lens,
                       uint64_t* hits);
 
+/* dfkv_exist_batch and dfkv_exist_prefix that also pin: each node keeps
+ * the values it finds resident in RAM until a GET of the key (from any
+ * client) or its lease time (server.lease_ms) passes, so a prefix found
+ * is still there when the engine loads it. Values only on a node's disk
+ * are not pinned; nodes without pins answer as the unpinned calls do. */
+int dfkv_exist_batch_pin(dfkv_client* c, uint64_t n,
+                         const void* const* keys, const uint64_t* key_lens,
+                         uint64_t* stored_lens, int32_t* statuses);
+int dfkv_exist_prefix_pin(dfkv_client* c, uint64_t n,
+                          const void* const* keys, const uint64_t* key_lens,
+                          uint64_t* hits);
+
 /* Batch scatter-gather: item i is key i and the counts[i] buffers that
  * follow the previous items' buffers in the flattened bufs/lens arrays (so
  * bufs and lens hold counts[0] + ... + counts[n-1] entries, each buffer

@@ -603,6 +603,16 @@ func dfkv_get_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *
 //export dfkv_exist_batch
 func dfkv_exist_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
 	defer guard("dfkv_exist_batch", h, &rc)
+	return existBatch(h, n, keys, keyLens, storedLens, statuses, false)
+}
+
+//export dfkv_exist_batch_pin
+func dfkv_exist_batch_pin(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t) (rc C.int) {
+	defer guard("dfkv_exist_batch_pin", h, &rc)
+	return existBatch(h, n, keys, keyLens, storedLens, statuses, true)
+}
+
+func existBatch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, storedLens *C.uint64_t, statuses *C.int32_t, pin bool) C.int {
 	st, stErr := statusSlots(statuses, n)
 	sl := storedSlots(storedLens, n)
 	s, err := lookup(uintptr(h))
@@ -616,7 +626,7 @@ func dfkv_exist_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens
 	if err != nil {
 		return s.badCall(st, fmt.Errorf("dfkv_exist_batch: %w", err))
 	}
-	res := s.existBatch(ks)
+	res := s.existBatch(ks, pin)
 	errs := make([]error, n)
 	for i, r := range res {
 		errs[i] = r.Err
@@ -658,6 +668,16 @@ func dfkv_remove_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLen
 //export dfkv_exist_prefix
 func dfkv_exist_prefix(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, hits *C.uint64_t) (rc C.int) {
 	defer guard("dfkv_exist_prefix", h, &rc)
+	return existPrefix(h, n, keys, keyLens, hits, false)
+}
+
+//export dfkv_exist_prefix_pin
+func dfkv_exist_prefix_pin(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, hits *C.uint64_t) (rc C.int) {
+	defer guard("dfkv_exist_prefix_pin", h, &rc)
+	return existPrefix(h, n, keys, keyLens, hits, true)
+}
+
+func existPrefix(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.uint64_t, hits *C.uint64_t, pin bool) C.int {
 	if hits != nil {
 		*hits = 0
 	}
@@ -680,7 +700,7 @@ func dfkv_exist_prefix(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLen
 			break
 		}
 	}
-	count, err := s.existPrefix(ks)
+	count, err := s.existPrefix(ks, pin)
 	if err == nil && len(ks) < int(n) {
 		err = local[len(ks)]
 	}

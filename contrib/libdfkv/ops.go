@@ -55,7 +55,10 @@ func (s *state) getBatch(keys, dsts [][]byte) []client.GetResult {
 	return s.c.GetBatch(context.Background(), keys, dsts)
 }
 
-func (s *state) existBatch(keys [][]byte) []client.ExistResult {
+func (s *state) existBatch(keys [][]byte, pin bool) []client.ExistResult {
+	if pin {
+		return s.c.ExistBatchPinned(context.Background(), keys)
+	}
 	return s.c.ExistBatch(context.Background(), keys)
 }
 
@@ -63,7 +66,10 @@ func (s *state) removeBatch(keys [][]byte) []error {
 	return s.c.RemoveBatch(context.Background(), keys)
 }
 
-func (s *state) existPrefix(keys [][]byte) (int, error) {
+func (s *state) existPrefix(keys [][]byte, pin bool) (int, error) {
+	if pin {
+		return s.c.ExistPrefixPinned(context.Background(), keys)
+	}
 	return s.c.ExistPrefix(context.Background(), keys)
 }
 

@@ -309,3 +309,9 @@ func (t *Table) Stats() Stats {
 	return Stats{Live: live, Granted: t.granted.Load(), Released: t.released.Load(), Expired: t.expired.Load(),
 		Refused: t.refused.Load(), Full: t.full.Load()}
 }
+
+// Held reports whether lease id is live.
+func (t *Table) Held(id wire.LeaseID) bool {
+	i := id.Index()
+	return int(i) < len(t.words) && id != 0 && t.words[i].Load() == uint64(id)
+}

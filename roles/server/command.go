@@ -259,6 +259,8 @@ func (n *node) newServer() error {
 		SocketBuffer:    int(sc.SocketBufferBytes),
 		BufferBudget:    sc.BufferBudgetBytes,
 		Shm:             n.shmOptions(),
+		LeaseTTL:        sc.Lease,
+		LeaseMax:        sc.LeaseMax,
 	})
 	if err != nil {
 		return err

@@ -634,6 +634,7 @@ func (c *conn) handleOne() error {
 		c.respond(wire.StatusOf(err), 0, err)
 	case wire.OpGet:
 		data, stored, err := c.read(h.Key, h.Offset, h.Length)
+		c.s.pins.read(h.Key) // after the read took its own pin
 		if err != nil {
 			c.release()
 			c.respond(wire.StatusOf(err), stored, err)
@@ -824,6 +825,7 @@ func (c *conn) batchGet(h *wire.RequestHeader) error {
 	for i := 0; i < n; i++ {
 		k, off, length := wire.DecodeGetItem(table[i*wire.BatchGetItemLen:])
 		data, stored, err := c.read(k, off, length)
+		c.s.pins.read(k)
 		if err != nil {
 			c.release()
 			c.wbuf = wire.AppendGetRecord(c.wbuf, wire.StatusOf(err), stored, 0)
@@ -851,6 +853,9 @@ func (c *conn) batchKeys(h *wire.RequestHeader) error {
 		k := wire.DecodeKeyItem(table[i*wire.BatchKeyItemLen:])
 		if h.Op == wire.OpBatchExist {
 			stored, err := eng.Exist(k)
+			if err == nil && h.Offset == wire.ExistFlagPin && c.s.pins != nil {
+				c.s.pins.pin(k)
+			}
 			c.wbuf = wire.AppendExistRecord(c.wbuf, wire.StatusOf(err), stored)
 		} else {
 			c.wbuf = append(c.wbuf, byte(wire.StatusOf(eng.Remove(k))))

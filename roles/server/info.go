@@ -7,6 +7,7 @@ import (
 	"github.com/klauspost/cpuid/v2"
 
 	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/lease"
 	"github.com/dfkv/dfkv/engine/ramtier"
 	"github.com/dfkv/dfkv/roles/version"
 )
@@ -55,6 +56,8 @@ type StatsReply struct {
 	RAM *ramtier.RAMStats `json:"ram,omitempty"`
 	// Shm is the shared-memory transport's; absent when it is off.
 	Shm *ShmStats `json:"shm,omitempty"`
+	// Pins are BATCH_EXIST's pins; absent without the RAM tier.
+	Pins *lease.Stats `json:"pins,omitempty"`
 }
 
 // SetInfo records what STATS reports about the node. Call before Serve.
@@ -65,6 +68,10 @@ func (s *Server) SetInfo(n NodeInfo) {
 
 func (s *Server) statsReply() StatsReply {
 	r := StatsReply{Info: s.info, Server: s.Stats(), Engine: s.opts.Engine.Stats(), Shm: s.ShmStats()}
+	if s.pins != nil {
+		st := s.pins.table.Stats()
+		r.Pins = &st
+	}
 	if t, ok := s.opts.Engine.(*ramtier.Tier); ok {
 		ram := t.RAM()
 		r.RAM = &ram

@@ -98,6 +98,13 @@ type Options struct {
 	// value). New refuses one smaller than the buffer for the largest value.
 	BufferBudget uint64
 
+	// LeaseTTL and LeaseMax bound the pins BATCH_EXIST takes with its pin
+	// flag (pins.go): how long one lives unless a GET of its key ends it,
+	// and how many may be live. 0: no pins (the flag is accepted and
+	// pins nothing).
+	LeaseTTL time.Duration
+	LeaseMax int
+
 	// Shm serves the lease protocol on a Unix socket for clients on the
 	// node's host (shm.go); nil: off.
 	Shm *ShmOptions
@@ -142,6 +149,7 @@ type Server struct {
 	info                                                                         NodeInfo      // reported by STATS
 	group                                                                        *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
 	shm                                                                          *shmNode      // the shared-memory transport, or nil
+	pins                                                                         *pinSet       // values BATCH_EXIST pinned; nil without a lending engine or LeaseTTL
 }
 
 // counters are the server's own numbers; engine numbers come from Stats().
@@ -214,8 +222,16 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	var pins *pinSet
+	if lender != nil && opts.LeaseTTL > 0 && opts.LeaseMax > 0 {
+		var err error
+		if pins, err = newPinSet(lender, opts.LeaseTTL, opts.LeaseMax); err != nil {
+			return nil, fmt.Errorf("server: pins: %w", err)
+		}
+	}
 	stop, stopNow := context.WithCancel(context.Background())
 	return &Server{
+		pins:       pins,
 		shm:        shmn,
 		budget:     newPayloadBudget(opts.BufferBudget),
 		stop:       stop,
@@ -243,6 +259,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, s.beginShutdown)
 	defer stop()
 
+	if s.pins != nil {
+		sweepStop := make(chan struct{})
+		defer close(sweepStop)
+		go s.pins.run(sweepStop)
+	}
 	shmDone := make(chan error, 1)
 	if s.shm != nil {
 		go func() { shmDone <- s.acceptLoop(ctx, s.shm.opts.Listener, true) }()
@@ -256,6 +277,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.drain()
 	if s.shm != nil {
 		s.shm.close()
+	}
+	if s.pins != nil {
+		s.pins.close()
 	}
 	return acceptErr
 }

@@ -244,9 +244,11 @@ func (c *conn) leaseOp(h *wire.RequestHeader) error {
 	for i := range n {
 		k, off, length := wire.DecodeGetItem(items[i*wire.LeaseItemLen:])
 		if c.tryLease(k, off, length) {
+			c.s.pins.read(k)
 			continue
 		}
 		data, stored, err := c.read(k, off, length)
+		c.s.pins.read(k)
 		if err != nil {
 			c.release()
 			c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOf(err), stored, wire.LeaseNone, 0, 0, 0)
@@ -443,22 +445,32 @@ var (
 	descLeaseExpired  = prometheus.NewDesc("dfkv_lease_expired_total", "Leases that ran out (server.lease_ms): a client that hung or forgot to release.", nil, nil)
 	descLeaseRefused  = prometheus.NewDesc("dfkv_lease_refused_total", "Releases of leases another connection holds, or of ids that never existed.", nil, nil)
 	descLeaseFull     = prometheus.NewDesc("dfkv_lease_full_total", "Values sent on the socket because every lease was live (server.lease_max).", nil, nil)
+	descPinLive       = prometheus.NewDesc("dfkv_pin_live", "Values a BATCH_EXIST with the pin flag keeps in RAM until a GET reads them.", nil, nil)
+	descPinGranted    = prometheus.NewDesc("dfkv_pin_granted_total", "Pins taken by BATCH_EXIST with the pin flag.", nil, nil)
+	descPinExpired    = prometheus.NewDesc("dfkv_pin_expired_total", "Pins that ran out (server.lease_ms) before a GET read their value: lookups not followed by a load.", nil, nil)
 )
 
 func (c *shmCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descShmConns, descLeaseLive, descLeaseGranted, descLeaseReleased, descLeaseExpired, descLeaseRefused, descLeaseFull} {
+	for _, d := range []*prometheus.Desc{descShmConns, descLeaseLive, descLeaseGranted, descLeaseReleased, descLeaseExpired, descLeaseRefused, descLeaseFull,
+		descPinLive, descPinGranted, descPinExpired} {
 		ch <- d
 	}
 }
 
 func (c *shmCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.srv.ShmStats()
-	if st == nil {
-		return
-	}
 	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
 	k := func(d *prometheus.Desc, v uint64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	if p := c.srv.pins; p != nil {
+		st := p.table.Stats()
+		g(descPinLive, float64(st.Live))
+		k(descPinGranted, st.Granted)
+		k(descPinExpired, st.Expired)
+	}
+	st := c.srv.ShmStats()
+	if st == nil {
+		return
 	}
 	g(descShmConns, float64(st.Conns))
 	g(descLeaseLive, float64(st.Leases.Live))

@@ -571,3 +571,72 @@ func BenchmarkShm(b *testing.B) {
 		cl.Close()
 	}
 }
+
+// TestExistPinKeepsValuesInRAM: a BATCH_EXIST with the pin flag keeps
+// what it found resident through eviction pressure until a GET reads it
+// (from another client here: pins are the node's), and a pin nobody reads
+// ends after server.lease_ms.
+func TestExistPinKeepsValuesInRAM(t *testing.T) {
+	dir := t.TempDir()
+	flags := map[string][]string{"disk": {dir + "/d0"}, "disk-capacity": {"1GiB"}, "ram-tier": {"1"}, "ram-tier-bytes": {"64MiB"},
+		"ram-tier-large-reserve-bytes": {"0"}, "lease-ms": {"600000"}}
+	addr, _, _ := runNode(t, flags)
+	ctx := context.Background()
+	a, b := shmClient(t, addr, client.ShmOff), shmClient(t, addr, client.ShmOff)
+	val := bytes.Repeat([]byte("p"), 1<<20)
+	if err := a.Put(ctx, []byte("pinned"), val); err != nil {
+		t.Fatal(err)
+	}
+	res := a.ExistBatchPinned(ctx, [][]byte{[]byte("pinned"), []byte("absent")})
+	if res[0].Err != nil || res[0].Stored != 1<<20 || wire.StatusOf(res[1].Err) != wire.StatusNotFound {
+		t.Fatalf("pinned lookup: %+v", res)
+	}
+	if st := nodeStats(t, addr).Pins; st == nil || st.Live != 1 {
+		t.Fatalf("pins %+v, want 1 live", st)
+	}
+	// Three times the arena in other values: unpinned, "pinned" would be
+	// evicted from RAM long before the end.
+	for i := range 192 {
+		if err := a.Put(ctx, []byte(fmt.Sprint("filler", i)), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := nodeStats(t, addr).RAM.BackingReads
+	got, err := b.GetAuto(ctx, []byte("pinned"))
+	if err != nil || !bytes.Equal(got, val) {
+		t.Fatalf("GET of the pinned value: %v", err)
+	}
+	after := nodeStats(t, addr)
+	if after.RAM.BackingReads != before {
+		t.Fatalf("the pinned value was read from disk (%d backing reads): it left RAM", after.RAM.BackingReads-before)
+	}
+	if after.Pins.Live != 0 || after.Pins.Released != 1 {
+		t.Fatalf("pins after the GET %+v: want it ended by the read", after.Pins)
+	}
+	// Evicted by the same pressure without a pin: the control.
+	before = after.RAM.BackingReads
+	if _, err := b.GetAuto(ctx, []byte("filler0")); err != nil {
+		t.Fatal(err)
+	}
+	if nodeStats(t, addr).RAM.BackingReads == before {
+		t.Fatal("an unpinned value written as long ago is still in RAM: the pressure evicted nothing, so the test proves nothing")
+	}
+}
+
+// TestExistPinExpires: a pin nobody reads ends after server.lease_ms.
+func TestExistPinExpires(t *testing.T) {
+	flags, _ := shmNodeFlags(t, map[string][]string{"lease-ms": {"50"}})
+	addr, _, _ := runNode(t, flags)
+	ctx := context.Background()
+	a := shmClient(t, addr, client.ShmOff)
+	if err := a.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.ExistPrefixPinned(ctx, [][]byte{[]byte("k")}); n != 1 || err != nil {
+		t.Fatalf("ExistPrefixPinned: %d, %v", n, err)
+	}
+	eventually(t, "the unread pin expired", func() bool {
+		st := nodeStats(t, addr).Pins
+		return st.Live == 0 && st.Expired == 1
+	})
+}

@@ -339,14 +339,32 @@ func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, a
 
 // ExistBatch looks up every key and returns one result per item.
 func (c *Client) ExistBatch(ctx context.Context, keys [][]byte) []ExistResult {
+	return c.existBatch(ctx, keys, 0)
+}
+
+// ExistBatchPinned is ExistBatch that also asks each node to keep the
+// values it finds in RAM until a GET of the key (from any client) or its
+// lease time passes (server.lease_ms), so a prefix found is still there
+// when the engine loads it. Values only on a node's disk are not pinned.
+func (c *Client) ExistBatchPinned(ctx context.Context, keys [][]byte) []ExistResult {
+	return c.existBatch(ctx, keys, wire.ExistFlagPin)
+}
+
+func (c *Client) existBatch(ctx context.Context, keys [][]byte, flags uint64) []ExistResult {
 	res := make([]ExistResult, len(keys))
 	groups := c.split(keys, func(i int, err error) { res[i].Err = err })
 	deadline := c.deadline(ctx)
 	c.fanOut(groups, false, func(g *group, lo, hi int) {
 		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
-		err := c.keyBatch(ctx, g.p, deadline, wire.OpBatchExist, ks, func(n int, st wire.Status, stored uint64) {
+		record := func(n int, st wire.Status, stored uint64) {
 			res[idx[n]] = ExistResult{Stored: stored, Err: statusErr(st)}
-		})
+		}
+		err := c.keyBatch(ctx, g.p, deadline, wire.OpBatchExist, flags, ks, record)
+		if flags != 0 && wire.StatusOf(err) == wire.StatusInvalid {
+			// A node older than pins refuses the flag (INVALID, for
+			// the frame): it is asked again without, and pins nothing.
+			err = c.keyBatch(ctx, g.p, deadline, wire.OpBatchExist, 0, ks, record)
+		}
 		if err != nil {
 			for _, i := range idx {
 				res[i] = ExistResult{Err: err}
@@ -361,7 +379,16 @@ func (c *Client) ExistBatch(ctx context.Context, keys [][]byte) []ExistResult {
 // It looks up all keys in parallel across their owners and cuts the answer
 // at the first miss or error.
 func (c *Client) ExistPrefix(ctx context.Context, keys [][]byte) (int, error) {
-	res := c.ExistBatch(ctx, keys)
+	return prefixOf(c.ExistBatch(ctx, keys))
+}
+
+// ExistPrefixPinned is ExistPrefix with the pins of ExistBatchPinned.
+func (c *Client) ExistPrefixPinned(ctx context.Context, keys [][]byte) (int, error) {
+	return prefixOf(c.ExistBatchPinned(ctx, keys))
+}
+
+// prefixOf cuts lookup results at the first miss or error.
+func prefixOf(res []ExistResult) (int, error) {
 	for i, r := range res {
 		if r.Err != nil {
 			if wire.StatusOf(r.Err) == wire.StatusNotFound {
@@ -380,7 +407,7 @@ func (c *Client) RemoveBatch(ctx context.Context, keys [][]byte) []error {
 	deadline := c.deadline(ctx)
 	c.fanOut(groups, true, func(g *group, lo, hi int) {
 		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
-		err := c.keyBatch(ctx, g.p, deadline, wire.OpBatchRemove, ks, func(n int, st wire.Status, _ uint64) {
+		err := c.keyBatch(ctx, g.p, deadline, wire.OpBatchRemove, 0, ks, func(n int, st wire.Status, _ uint64) {
 			errs[idx[n]] = statusErr(st)
 		})
 		if err != nil {
@@ -394,9 +421,9 @@ func (c *Client) RemoveBatch(ctx context.Context, keys [][]byte) []error {
 
 // keyBatch sends one BATCH_EXIST or BATCH_REMOVE frame and reports each
 // record through fn.
-func (c *Client) keyBatch(ctx context.Context, p *peer, deadline time.Time, op wire.Op, ks []wire.BlockKey, fn func(n int, st wire.Status, stored uint64)) error {
+func (c *Client) keyBatch(ctx context.Context, p *peer, deadline time.Time, op wire.Op, flags uint64, ks []wire.BlockKey, fn func(n int, st wire.Status, stored uint64)) error {
 	return c.exchange(ctx, p, deadline, op == wire.OpBatchExist, func(cc *cconn) error {
-		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: op, Length: uint64(len(ks)), BodyLen: uint64(len(ks)) * wire.BatchKeyItemLen})
+		cc.wbuf = wire.AppendRequest(cc.wbuf, &wire.RequestHeader{Op: op, Offset: flags, Length: uint64(len(ks)), BodyLen: uint64(len(ks)) * wire.BatchKeyItemLen})
 		for _, k := range ks {
 			cc.wbuf = wire.AppendKeyItem(cc.wbuf, k)
 		}

@@ -102,3 +102,36 @@ func TestShmModesAgainstNodesWithout(t *testing.T) {
 		t.Fatalf("an unknown mode: %v", err)
 	}
 }
+
+// A node older than pins refuses BATCH_EXIST's pin flag as a malformed
+// frame; the pinned lookup asks again without it and gets the answer.
+func TestExistPinnedFallsBackOnOlderNodes(t *testing.T) {
+	var refused atomic.Int32
+	addr := fakeNode(t, func(c net.Conn) {
+		for {
+			h, err := readRequest(c)
+			if err != nil {
+				return
+			}
+			if h.Op == wire.OpBatchExist && h.Offset != 0 {
+				refused.Add(1)
+				reply(c, wire.ResponseHeader{Status: wire.StatusInvalid}, []byte("BATCH_EXIST carries a non-zero key or offset"))
+				return
+			}
+			if h.Op != wire.OpBatchExist {
+				reply(c, wire.ResponseHeader{Status: wire.StatusUnsupported}, nil)
+				return
+			}
+			body := wire.AppendResponse(nil, &wire.ResponseHeader{Status: wire.StatusOK, Stored: h.Length})
+			for range h.Length {
+				body = wire.AppendExistRecord(body, wire.StatusOK, 5)
+			}
+			c.Write(body)
+		}
+	})
+	cl := open(t, addr)
+	n, err := cl.ExistPrefixPinned(context.Background(), [][]byte{[]byte("a"), []byte("b")})
+	if n != 2 || err != nil || refused.Load() != 1 {
+		t.Fatalf("pinned prefix against an older node: %d, %v (refusals %d)", n, err, refused.Load())
+	}
+}

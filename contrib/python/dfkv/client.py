@@ -88,6 +88,8 @@ class Client:
         dfkv_get_batch_sg               get_batch_sg (batch_get_sg)
         dfkv_get_batch_range_sg         get_batch_range_sg (batch_get_range_sg)
         dfkv_exist_prefix               exist_prefix
+        dfkv_exist_batch_pin            exist_batch_pin (batch_exist(pin=True))
+        dfkv_exist_prefix_pin           exist_prefix_pin (exist_prefix(pin=True))
         dfkv_stats, dfkv_close          stats, close
 
     batch_get (values as new bytearrays) and batch_exists (bools) have no
@@ -380,19 +382,23 @@ class Client:
             self._lib.dfkv_get_batch(h, n, karr, klens, baddr, blens, stored, st)
         return [Status(s) for s in st], list(stored)
 
-    def batch_exist(self, keys: Sequence[Key]) -> Tuple[List[Status], List[int]]:
+    def batch_exist(self, keys: Sequence[Key], *, pin: bool = False) -> Tuple[List[Status], List[int]]:
         """Per-item (status, stored length): OK or NOT_FOUND, or the error.
-        An unreachable node's items are NOT_FOUND, as libdfkv answers them."""
+        An unreachable node's items are NOT_FOUND, as libdfkv answers them.
+        pin=True also asks each node to keep the values it finds in RAM
+        until a GET of the key or its lease time (server.lease_ms), so what
+        was found is still there when it is loaded (dfkv_exist_batch_pin)."""
         h = self._handle()
         n, karr, klens, keep = _key_arrays(keys)
         st = (c_int32 * n)()
         stored = (c_uint64 * n)()
-        self._lib.dfkv_exist_batch(h, n, karr, klens, stored, st)
+        fn = self._lib.dfkv_exist_batch_pin if pin else self._lib.dfkv_exist_batch
+        fn(h, n, karr, klens, stored, st)
         return [Status(s) for s in st], list(stored)
 
-    def batch_exists(self, keys: Sequence[Key]) -> List[bool]:
+    def batch_exists(self, keys: Sequence[Key], *, pin: bool = False) -> List[bool]:
         """True per stored key; a failed lookup counts as not stored."""
-        st, _ = self.batch_exist(keys)
+        st, _ = self.batch_exist(keys, pin=pin)
         return [s == Status.OK for s in st]
 
     def batch_get(self, keys: Sequence[Key]) -> List[Optional[bytearray]]:
@@ -517,16 +523,26 @@ class Client:
         """dfkv_get_batch_range_sg: batch_get_range_sg under its C name."""
         return self.batch_get_range_sg(keys, offsets, items)
 
-    def exist_prefix(self, keys: Sequence[Key], *, raise_on_error: bool = False) -> int:
+    def exist_batch_pin(self, keys: Sequence[Key]) -> Tuple[List[Status], List[int]]:
+        """dfkv_exist_batch_pin: batch_exist(keys, pin=True)."""
+        return self.batch_exist(keys, pin=True)
+
+    def exist_prefix_pin(self, keys: Sequence[Key], *, raise_on_error: bool = False) -> int:
+        """dfkv_exist_prefix_pin: exist_prefix(keys, pin=True)."""
+        return self.exist_prefix(keys, raise_on_error=raise_on_error, pin=True)
+
+    def exist_prefix(self, keys: Sequence[Key], *, raise_on_error: bool = False, pin: bool = False) -> int:
         """How many consecutive keys from keys[0] are stored (one parallel
         lookup, cut at the first miss; an unreachable node's keys are
         misses, even with raise_on_error). Another error (an invalid key, a
         node answering with an error) also cuts the count; with
-        raise_on_error it raises instead."""
+        raise_on_error it raises instead. pin=True pins what it finds, as
+        batch_exist does."""
         h = self._handle()
         n, karr, klens, keep = _key_arrays(keys)
         hits = c_uint64()
-        rc = self._lib.dfkv_exist_prefix(h, n, karr, klens, byref(hits))
+        fn = self._lib.dfkv_exist_prefix_pin if pin else self._lib.dfkv_exist_prefix
+        rc = fn(h, n, karr, klens, byref(hits))
         if rc and raise_on_error:
             self._raise(rc, "exist_prefix")
         return hits.value

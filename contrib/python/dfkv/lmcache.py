@@ -505,7 +505,6 @@ class DfkvConnector(_RemoteConnectorBase):
         self._pool_lock = threading.Lock()
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._closed = False
-        self._pin_noted = False
 
     def _settings(self, config: Any, plugin_name: Optional[str], url: Optional[str]) -> Dict[str, Any]:
         """extra_config with remote_storage_plugin.<plugin>.<name> and URL
@@ -942,28 +941,26 @@ class DfkvConnector(_RemoteConnectorBase):
     async def exists(self, key: Any) -> bool:
         return await self._run(self.exists_sync, key)
 
-    def batched_contains(self, keys: List[Any]) -> int:
+    def batched_contains(self, keys: List[Any], pin: bool = False) -> int:
         """Consecutive stored chunks from keys[0] (stop at the first miss),
-        one parallel lookup; an unreachable node's chunks count as misses."""
+        one parallel lookup; an unreachable node's chunks count as misses.
+        pin=True keeps the counted chunks in the nodes' RAM until they are
+        read (or server.lease_ms passes)."""
         if not keys:
             return 0
         try:
-            return self.client.exist_prefix([self.object_key(k) for k in keys])
+            return self.client.exist_prefix([self.object_key(k) for k in keys], pin=pin)
         except Exception as e:
             self._warn(f"batched contains of {len(keys)} chunks", e)
             return 0
 
     async def batched_async_contains(self, lookup_id: str, keys: List[Any], pin: bool = False) -> int:
-        """Like batched_contains. pin=True asks the store to keep the
-        counted chunks until LMCache reads them; dfkv has no lease or pin
-        yet, so nothing is pinned: a chunk counted here may be evicted
-        before the read, which then returns a shorter prefix (LMCache
-        recomputes the rest)."""
-        if pin and not self._pin_noted:
-            self._pin_noted = True
-            logger.info("dfkv LMCache connector: lookup pins are not supported; a counted chunk may still be "
-                        "evicted before it is read")
-        return await self._run(self.batched_contains, list(keys))
+        """Like batched_contains. pin=True asks the nodes to keep the
+        counted chunks in RAM until LMCache reads them (a GET of each ends
+        its pin) or server.lease_ms passes; chunks only on a node's disk
+        are not pinned, and may still be evicted before the read, which
+        then returns a shorter prefix (LMCache recomputes the rest)."""
+        return await self._run(self.batched_contains, list(keys), pin)
 
     def support_batched_get(self) -> bool:
         return True

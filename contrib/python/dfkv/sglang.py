@@ -647,7 +647,9 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
         if not keys:
             return 0
         t0 = time.perf_counter()
-        n = self.client.exist_prefix(self._plan_keys(plan, keys))
+        # Pinned: SGLang loads the pages it is told exist (its prefetch
+        # follows), and a page evicted in between would be a failed load.
+        n = self.client.exist_prefix(self._plan_keys(plan, keys), pin=True)
         with self._stats_lock:
             self._m.exists_calls += 1
             self._m.exists_seconds += time.perf_counter() - t0
@@ -697,7 +699,7 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
                 # Only the last len(t.keys) pages of a prefix need this
                 # pool's state.
                 trailing = max(1, len(t.keys or []))
-                present = self.client.batch_exists(self._plan_keys(plan, keys[:kv_pages]))
+                present = self.client.batch_exists(self._plan_keys(plan, keys[:kv_pages]), pin=True)
                 boundary = next((end for end in range(kv_pages, 0, -1)
                                  if all(present[max(0, end - trailing):end])), 0)
                 tails.append((trailing, present))

@@ -605,7 +605,8 @@ class DfkvConnector(_Base, SupportsHMA):
                     for k in keys:
                         uniq.setdefault(k, len(uniq))
             try:
-                st, _ = self.client.batch_exist(list(uniq))
+                # Pinned: the blocks counted as hits are loaded next.
+                st, _ = self.client.batch_exist(list(uniq), pin=True)
                 ok = [s == Status.OK for s in st]
             except Exception as e:  # a closed client or a library fault: no hits
                 logger.warning("dfkv vLLM connector: lookup of %d keys failed: %s", len(uniq), e)

@@ -59,6 +59,18 @@ class ShmTest(unittest.TestCase):
         self.assertEqual(set(st), {Status.OK})
         self.assertEqual(bytes(out.numpy()), b"".join(vals))
 
+    def test_pinned_lookup(self):
+        # Pins need the RAM tier, which this node has: a pinned lookup
+        # answers as the unpinned one and leaves a pin live until a GET.
+        self.tcp.put("pin/a", b"A" * 1000)
+        self.assertEqual(self.tcp.exist_prefix(["pin/a", "pin/none"], pin=True), 1)
+        st, sizes = self.tcp.batch_exist(["pin/a", "pin/none"], pin=True)
+        self.assertEqual((st, sizes[0]), ([Status.OK, Status.NOT_FOUND], 1000))
+        pins = self.tcp.stats()[self.node.addr]["pins"]
+        self.assertEqual(pins["live"], 2, pins)
+        self.shm.get("pin/a")
+        self.assertEqual(self.tcp.stats()[self.node.addr]["pins"]["live"], 1)
+
     def test_on_refuses_a_node_without_it(self):
         c = dfkv.Client(members()[0], self.ns, shm="on", timeout_ms=3000)
         try:

@@ -1,0 +1,130 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/lease"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// pinSet keeps the values a BATCH_EXIST with the pin flag found resident
+// in RAM from being evicted until a GET of the key reads them, or for
+// server.lease_ms: an engine that looks a prefix up and then loads it
+// (LMCache's contains with pin, SGLang's exists before its prefetch) must
+// not lose the prefix to eviction in between. Pins are the node's, not a
+// connection's: the GET that follows may come on any connection of any
+// client, and it ends one pin of its key. Values only on disk are not
+// pinned (a disk evicts rarely next to RAM, and pinning them would mean
+// reading them into RAM on a lookup).
+type pinSet struct {
+	lender engine.Lender
+	table  *lease.Table
+	live   atomic.Int64 // ids in m, so a GET with no pins anywhere skips the lock
+
+	mu sync.Mutex
+	m  map[wire.BlockKey][]wire.LeaseID
+}
+
+// pinOwner is the owner of every pin in the table: pins belong to the node.
+const pinOwner = 0
+
+func newPinSet(l engine.Lender, ttl time.Duration, max int) (*pinSet, error) {
+	t, err := lease.New(lease.Options{Lender: l, Capacity: max, TTL: ttl})
+	if err != nil {
+		return nil, err
+	}
+	return &pinSet{lender: l, table: t, m: map[wire.BlockKey][]wire.LeaseID{}}, nil
+}
+
+// pin pins key's value if it is resident in RAM; false when it is not
+// (or every lease is live).
+func (p *pinSet) pin(key wire.BlockKey) bool {
+	_, _, loan, ok, err := p.lender.Lend(key, 0, 0)
+	if !ok || err != nil {
+		return false
+	}
+	id, _, granted := p.table.Grant(pinOwner, loan)
+	if !granted {
+		p.lender.Return(loan)
+		return false
+	}
+	p.mu.Lock()
+	ids := p.m[key]
+	// Ids of pins that expired meanwhile go now, so a key pinned again
+	// and again is not a growing list.
+	j := 0
+	for _, old := range ids {
+		if p.table.Held(old) {
+			ids[j] = old
+			j++
+		}
+	}
+	p.live.Add(int64(j - len(ids) + 1))
+	p.m[key] = append(ids[:j], id)
+	p.mu.Unlock()
+	return true
+}
+
+// read ends one pin of key: a GET read it.
+func (p *pinSet) read(key wire.BlockKey) {
+	if p == nil || p.live.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	ids := p.m[key]
+	if len(ids) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	id := ids[len(ids)-1]
+	if len(ids) == 1 {
+		delete(p.m, key)
+	} else {
+		p.m[key] = ids[:len(ids)-1]
+	}
+	p.live.Add(-1)
+	p.mu.Unlock()
+	_ = p.table.Release(pinOwner, id) // one that expired already ended nothing
+}
+
+// sweep forgets the ids of expired pins (the table unpinned them), so
+// keys pinned and never read do not stay in the map.
+func (p *pinSet) sweep() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, ids := range p.m {
+		j := 0
+		for _, id := range ids {
+			if p.table.Held(id) {
+				ids[j] = id
+				j++
+			}
+		}
+		p.live.Add(int64(j - len(ids)))
+		if j == 0 {
+			delete(p.m, k)
+		} else {
+			p.m[k] = ids[:j]
+		}
+	}
+}
+
+// run sweeps once per lease time until stop.
+func (p *pinSet) run(stop <-chan struct{}) {
+	t := time.NewTicker(p.table.TTL())
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			p.sweep()
+		}
+	}
+}
+
+// close ends every pin, returning its loan.
+func (p *pinSet) close() { p.table.Close() }

@@ -116,6 +116,20 @@ type Receiver interface {
 	AbortReceive(loan Loan)
 }
 
+// Pinner is implemented by an engine that can keep a value from being
+// evicted without reading it: a lookup that pins what it finds (the
+// server's pinned BATCH_EXIST) keeps a prefix there until the engine that
+// looked it up loads it.
+type Pinner interface {
+	// Pin holds key's value in place until Unpin, as a read in flight
+	// holds it: it is not evicted, and REMOVE or a new PUT of the key
+	// replace it without reusing its space. ok is false for a miss and
+	// for a value the engine does not pin.
+	Pin(key wire.BlockKey) (loan Loan, ok bool)
+	// Unpin ends a pin Pin took.
+	Unpin(loan Loan)
+}
+
 // Loan identifies lent bytes to the engine that lent them; its fields
 // are the engine's own (no allocation per loan).
 type Loan struct{ A, B uint64 }

@@ -205,3 +205,25 @@ func (g *Group) Close() error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+var _ Pinner = (*Group)(nil)
+
+// Pin implements Pinner through the key's disk, when its engine pins.
+func (g *Group) Pin(key wire.BlockKey) (Loan, bool) {
+	d := g.DiskOf(key)
+	p, ok := g.engines[d].(Pinner)
+	if !ok {
+		return Loan{}, false
+	}
+	l, ok := p.Pin(key)
+	if !ok {
+		return Loan{}, false
+	}
+	if l.B != 0 {
+		panic("engine: a disk engine's pin uses Loan.B, which the group needs for the disk index")
+	}
+	return Loan{A: l.A, B: uint64(d)}, true
+}
+
+// Unpin implements Pinner.
+func (g *Group) Unpin(l Loan) { g.engines[l.B].(Pinner).Unpin(Loan{A: l.A}) }

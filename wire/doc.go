@@ -63,10 +63,11 @@
 //	             id, offset u64, length u64)   -> n get records: status u8,
 //	             stored u64, data len u64, then data len bytes
 //	BATCH_EXIST  (8)  length = n; body = n keys (24 bytes: tenant, id);
-//	             offset = 1 (PIN): keep each value found resident in RAM
-//	             there until a GET of its key (on any connection) or
+//	             offset = 1 (PIN): keep each value found where it is (RAM,
+//	             or disk) until a GET of its key (on any connection) or
 //	             server.lease_ms, so a prefix looked up is not evicted
-//	             before it is loaded (values only on disk are not pinned)
+//	             before it is loaded (values larger than one disk extent
+//	             are not pinned)
 //	                                           -> n exist records: status u8,
 //	                                              stored u64
 //	BATCH_REMOVE (9)  length = n; body = n keys -> n status records

@@ -23,8 +23,8 @@ const (
 	MaxErrorMessage = 4096
 
 	// ExistFlagPin, in a BATCH_EXIST's offset field, asks the node to
-	// keep each value it finds in RAM until a GET of the key or the
-	// lease time (server.lease_ms) passes.
+	// keep each value it finds from eviction until a GET of the key or
+	// the lease time (server.lease_ms) passes.
 	ExistFlagPin = 1
 )
 

@@ -245,10 +245,11 @@ int dfkv_exist_prefix(dfkv_client* c, uint64_t n,
                       uint64_t* hits);
 
 /* dfkv_exist_batch and dfkv_exist_prefix that also pin: each node keeps
- * the values it finds resident in RAM until a GET of the key (from any
- * client) or its lease time (server.lease_ms) passes, so a prefix found
- * is still there when the engine loads it. Values only on a node's disk
- * are not pinned; nodes without pins answer as the unpinned calls do. */
+ * the values it finds where they are (in RAM, or on disk) until a GET of
+ * the key (from any client) or its lease time (server.lease_ms) passes,
+ * so a prefix found is still there when the engine loads it. Values
+ * larger than one disk extent are not pinned; nodes without pins answer
+ * as the unpinned calls do. */
 int dfkv_exist_batch_pin(dfkv_client* c, uint64_t n,
                          const void* const* keys, const uint64_t* key_lens,
                          uint64_t* stored_lens, int32_t* statuses);

@@ -19,6 +19,12 @@ var _ engine.Lender = (*Tier)(nil)
 // Close waits for every loan. Dedicated large values and misses are not
 // lent (ok false): Get copies the former and fills RAM with the latter.
 func (t *Tier) Lend(key wire.BlockKey, offset, length uint64) ([]byte, uint64, engine.Loan, bool, error) {
+	return t.lend(key, offset, length, true)
+}
+
+// lend is Lend; hit says whether it counts as a GET answered from RAM (a
+// pin does not).
+func (t *Tier) lend(key wire.BlockKey, offset, length uint64, hit bool) ([]byte, uint64, engine.Loan, bool, error) {
 	if err := t.enter(); err != nil {
 		return nil, 0, engine.Loan{}, false, nil // Get reports the closed tier
 	}
@@ -45,7 +51,9 @@ func (t *Tier) Lend(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 		t.release(s, r)
 		return nil, stored, engine.Loan{}, true, fmt.Errorf("ram tier: range %s: offset %d past the stored length %d: %w", key, offset, stored, wire.StatusInvalid)
 	}
-	t.hits.Add(1)
+	if hit {
+		t.hits.Add(1)
+	}
 	if count == 0 {
 		t.release(s, r)
 		return nil, stored, engine.Loan{}, true, nil
@@ -165,4 +173,43 @@ func (t *Tier) ArenaOffset(b []byte) (uint64, bool) {
 		return 0, false
 	}
 	return uint64(p - base), true
+}
+
+var _ engine.Pinner = (*Tier)(nil)
+
+// diskPin marks a Loan of Pin that the backing holds (bit 63 of A: a
+// shard index never reaches it).
+const diskPin = 1 << 63
+
+// Pin implements engine.Pinner: a value resident in an arena slot is held
+// there (a transfer-pin, as Lend takes); one only on the backing is held
+// there when the backing pins. Dedicated large values are not pinned.
+func (t *Tier) Pin(key wire.BlockKey) (engine.Loan, bool) {
+	if _, _, loan, ok, err := t.lend(key, 0, 0, false); ok {
+		if err != nil {
+			return engine.Loan{}, false
+		}
+		return loan, true
+	}
+	p, ok := t.backing.(engine.Pinner)
+	if !ok {
+		return engine.Loan{}, false
+	}
+	l, ok := p.Pin(key)
+	if !ok || l.A&diskPin != 0 {
+		if ok {
+			p.Unpin(l)
+		}
+		return engine.Loan{}, false
+	}
+	return engine.Loan{A: l.A | diskPin, B: l.B}, true
+}
+
+// Unpin implements engine.Pinner.
+func (t *Tier) Unpin(l engine.Loan) {
+	if l.A&diskPin != 0 {
+		t.backing.(engine.Pinner).Unpin(engine.Loan{A: l.A &^ diskPin, B: l.B})
+		return
+	}
+	t.Return(l)
 }

@@ -675,3 +675,34 @@ func (s *Store) checkDirStill() {
 	}
 	s.failClosed("the disk directory was removed or replaced while the node ran, so its blocks are no longer where a restart would find them", err)
 }
+
+var _ engine.Pinner = (*Store)(nil)
+
+// Pin implements engine.Pinner: the value's slot is held as a read holds
+// it, so CLOCK passes it by and a REMOVE or overwrite frees it only at
+// Unpin. A value spanning several extents is not pinned (ok false): its
+// pieces are evicted one by one.
+func (s *Store) Pin(key wire.BlockKey) (engine.Loan, bool) {
+	if err := s.enter(); err != nil {
+		return engine.Loan{}, false
+	}
+	defer s.exit()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, _, ok, err := s.alloc.Acquire(&key)
+	if !ok || err != nil {
+		return engine.Loan{}, false
+	}
+	if _, spanned := s.spans[key]; spanned {
+		s.alloc.Release(r)
+		return engine.Loan{}, false
+	}
+	return engine.Loan{A: uint64(r)}, true
+}
+
+// Unpin implements engine.Pinner.
+func (s *Store) Unpin(l engine.Loan) {
+	s.mu.Lock()
+	s.alloc.Release(SlotRef(l.A))
+	s.mu.Unlock()
+}

@@ -10,17 +10,16 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
-// pinSet keeps the values a BATCH_EXIST with the pin flag found resident
-// in RAM from being evicted until a GET of the key reads them, or for
+// pinSet keeps the values a BATCH_EXIST with the pin flag found from
+// being evicted until a GET of the key reads them, or for
 // server.lease_ms: an engine that looks a prefix up and then loads it
 // (LMCache's contains with pin, SGLang's exists before its prefetch) must
 // not lose the prefix to eviction in between. Pins are the node's, not a
 // connection's: the GET that follows may come on any connection of any
-// client, and it ends one pin of its key. Values only on disk are not
-// pinned (a disk evicts rarely next to RAM, and pinning them would mean
-// reading them into RAM on a lookup).
+// client, and it ends one pin of its key. A value is pinned where it is
+// (engine.Pinner): in RAM if it is resident there, else on its disk.
 type pinSet struct {
-	lender engine.Lender
+	pinner engine.Pinner
 	table  *lease.Table
 	live   atomic.Int64 // ids in m, so a GET with no pins anywhere skips the lock
 
@@ -31,24 +30,32 @@ type pinSet struct {
 // pinOwner is the owner of every pin in the table: pins belong to the node.
 const pinOwner = 0
 
-func newPinSet(l engine.Lender, ttl time.Duration, max int) (*pinSet, error) {
-	t, err := lease.New(lease.Options{Lender: l, Capacity: max, TTL: ttl})
+func newPinSet(pn engine.Pinner, ttl time.Duration, max int) (*pinSet, error) {
+	t, err := lease.New(lease.Options{Lender: unpinner{pn}, Capacity: max, TTL: ttl})
 	if err != nil {
 		return nil, err
 	}
-	return &pinSet{lender: l, table: t, m: map[wire.BlockKey][]wire.LeaseID{}}, nil
+	return &pinSet{pinner: pn, table: t, m: map[wire.BlockKey][]wire.LeaseID{}}, nil
 }
 
-// pin pins key's value if it is resident in RAM; false when it is not
-// (or every lease is live).
+// unpinner ends the lease table's loans as pins.
+type unpinner struct{ engine.Pinner }
+
+func (u unpinner) Lend(wire.BlockKey, uint64, uint64) ([]byte, uint64, engine.Loan, bool, error) {
+	return nil, 0, engine.Loan{}, false, nil // the table only returns loans
+}
+func (u unpinner) Return(l engine.Loan) { u.Unpin(l) }
+
+// pin pins key's value; false when there is none to pin (or every lease
+// is live).
 func (p *pinSet) pin(key wire.BlockKey) bool {
-	_, _, loan, ok, err := p.lender.Lend(key, 0, 0)
-	if !ok || err != nil {
+	loan, ok := p.pinner.Pin(key)
+	if !ok {
 		return false
 	}
 	id, _, granted := p.table.Grant(pinOwner, loan)
 	if !granted {
-		p.lender.Return(loan)
+		p.pinner.Unpin(loan)
 		return false
 	}
 	p.mu.Lock()

@@ -149,7 +149,7 @@ type Server struct {
 	info                                                                         NodeInfo      // reported by STATS
 	group                                                                        *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
 	shm                                                                          *shmNode      // the shared-memory transport, or nil
-	pins                                                                         *pinSet       // values BATCH_EXIST pinned; nil without a lending engine or LeaseTTL
+	pins                                                                         *pinSet       // values BATCH_EXIST pinned; nil without a pinning engine or LeaseTTL
 }
 
 // counters are the server's own numbers; engine numbers come from Stats().
@@ -223,9 +223,9 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	var pins *pinSet
-	if lender != nil && opts.LeaseTTL > 0 && opts.LeaseMax > 0 {
+	if pn, ok := opts.Engine.(engine.Pinner); ok && opts.LeaseTTL > 0 && opts.LeaseMax > 0 {
 		var err error
-		if pins, err = newPinSet(lender, opts.LeaseTTL, opts.LeaseMax); err != nil {
+		if pins, err = newPinSet(pn, opts.LeaseTTL, opts.LeaseMax); err != nil {
 			return nil, fmt.Errorf("server: pins: %w", err)
 		}
 	}

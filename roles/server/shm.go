@@ -445,7 +445,7 @@ var (
 	descLeaseExpired  = prometheus.NewDesc("dfkv_lease_expired_total", "Leases that ran out (server.lease_ms): a client that hung or forgot to release.", nil, nil)
 	descLeaseRefused  = prometheus.NewDesc("dfkv_lease_refused_total", "Releases of leases another connection holds, or of ids that never existed.", nil, nil)
 	descLeaseFull     = prometheus.NewDesc("dfkv_lease_full_total", "Values sent on the socket because every lease was live (server.lease_max).", nil, nil)
-	descPinLive       = prometheus.NewDesc("dfkv_pin_live", "Values a BATCH_EXIST with the pin flag keeps in RAM until a GET reads them.", nil, nil)
+	descPinLive       = prometheus.NewDesc("dfkv_pin_live", "Values a BATCH_EXIST with the pin flag keeps from eviction until a GET reads them.", nil, nil)
 	descPinGranted    = prometheus.NewDesc("dfkv_pin_granted_total", "Pins taken by BATCH_EXIST with the pin flag.", nil, nil)
 	descPinExpired    = prometheus.NewDesc("dfkv_pin_expired_total", "Pins that ran out (server.lease_ms) before a GET read their value: lookups not followed by a load.", nil, nil)
 )

@@ -343,9 +343,10 @@ func (c *Client) ExistBatch(ctx context.Context, keys [][]byte) []ExistResult {
 }
 
 // ExistBatchPinned is ExistBatch that also asks each node to keep the
-// values it finds in RAM until a GET of the key (from any client) or its
-// lease time passes (server.lease_ms), so a prefix found is still there
-// when the engine loads it. Values only on a node's disk are not pinned.
+// values it finds where they are (RAM, or disk) until a GET of the key
+// (from any client) or its lease time passes (server.lease_ms), so a
+// prefix found is still there when the engine loads it. Values larger
+// than one disk extent are not pinned.
 func (c *Client) ExistBatchPinned(ctx context.Context, keys [][]byte) []ExistResult {
 	return c.existBatch(ctx, keys, wire.ExistFlagPin)
 }

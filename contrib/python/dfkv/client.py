@@ -385,7 +385,7 @@ class Client:
     def batch_exist(self, keys: Sequence[Key], *, pin: bool = False) -> Tuple[List[Status], List[int]]:
         """Per-item (status, stored length): OK or NOT_FOUND, or the error.
         An unreachable node's items are NOT_FOUND, as libdfkv answers them.
-        pin=True also asks each node to keep the values it finds in RAM
+        pin=True also asks each node to keep the values it finds (RAM or disk)
         until a GET of the key or its lease time (server.lease_ms), so what
         was found is still there when it is loaded (dfkv_exist_batch_pin)."""
         h = self._handle()

@@ -944,7 +944,7 @@ class DfkvConnector(_RemoteConnectorBase):
     def batched_contains(self, keys: List[Any], pin: bool = False) -> int:
         """Consecutive stored chunks from keys[0] (stop at the first miss),
         one parallel lookup; an unreachable node's chunks count as misses.
-        pin=True keeps the counted chunks in the nodes' RAM until they are
+        pin=True keeps the counted chunks where they are until they are
         read (or server.lease_ms passes)."""
         if not keys:
             return 0
@@ -956,10 +956,11 @@ class DfkvConnector(_RemoteConnectorBase):
 
     async def batched_async_contains(self, lookup_id: str, keys: List[Any], pin: bool = False) -> int:
         """Like batched_contains. pin=True asks the nodes to keep the
-        counted chunks in RAM until LMCache reads them (a GET of each ends
-        its pin) or server.lease_ms passes; chunks only on a node's disk
-        are not pinned, and may still be evicted before the read, which
-        then returns a shorter prefix (LMCache recomputes the rest)."""
+        counted chunks where they are (RAM or disk) until LMCache reads
+        them (a GET of each ends its pin) or server.lease_ms passes. A
+        chunk larger than a disk extent is not pinned and may still be
+        evicted before the read, which then returns a shorter prefix
+        (LMCache recomputes the rest)."""
         return await self._run(self.batched_contains, list(keys), pin)
 
     def support_batched_get(self) -> bool:

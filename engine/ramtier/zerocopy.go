@@ -166,3 +166,9 @@ func (t *Tier) ArenaOffset(b []byte) (uint64, bool) {
 	}
 	return uint64(p - base), true
 }
+
+// ArenaMem is the arena's memory, one contiguous mapping with a stable
+// address for the life of the tier, so a transport can register it once
+// (RDMA). The tier owns it: the caller only lets peers read it, and
+// stops them (deregisters) before Close.
+func (t *Tier) ArenaMem() []byte { return t.arena.mem }

@@ -211,11 +211,11 @@ func key(n uint64) wire.BlockKey {
 	return k
 }
 
-// value is n bytes that differ per seed and position.
-func value(seed byte, n int) []byte {
+// value is n bytes that differ per tag and position.
+func value(tag byte, n int) []byte {
 	b := make([]byte, n)
 	for i := range b {
-		b[i] = seed + byte(i*7) + byte(i>>8)
+		b[i] = tag + byte(i*7) + byte(i>>8)
 	}
 	return b
 }

@@ -1,11 +1,12 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/dfkv/dfkv/rdma"
 )
 
 // unknownEnv returns a warning for each DFKV_* variable in environ (as
@@ -21,6 +22,9 @@ func unknownEnv(environ []string) []string {
 		}
 	}
 	for _, name := range otherEnv {
+		known[name] = true
+	}
+	for _, name := range rdmaEnv {
 		known[name] = true
 	}
 	notBuilt := make(map[string]bool, len(notBuiltEnv))
@@ -68,36 +72,53 @@ func suggestEnv(name string) string {
 	return strings.Join(hits, " or ")
 }
 
-// notBuiltSwitches are the variables of notBuiltEnv that turn a feature of
-// the node on rather than tune it. Set to a true value, one asks a node
-// for something this build cannot do, and serving without it would
-// mislead (clients set up for RDMA would find TCP), so a node refuses to
-// start rather than serve without the RDMA transport it was asked for.
-// Client roles (ctl, bench, smoke) and false values get unknownEnv's
-// warning only: an engine's environment may carry the variable into a
-// shell where an operator runs ctl to look around.
-var notBuiltSwitches = []struct{ env, feature string }{
-	{"DFKV_RDMA", "the RDMA transport"},
+// rdmaEnv lists the variables of the RDMA transport. Package rdma reads
+// them (rdma.FromEnv) rather than the table: the server role does not
+// start the transport yet, and rows would print and accept settings no
+// node acts on.
+var rdmaEnv = []string{rdma.EnvSwitch, rdma.EnvDevice, rdma.EnvOpTimeout, rdma.EnvBatchOpTimeout}
+
+// rdmaAsked returns why a node asked for the RDMA transport (DFKV_RDMA
+// set to a true value, or to something that is not a boolean) cannot
+// have it, or nil when it was not asked for. Serving without it would
+// mislead (clients set up for RDMA would find TCP), so the node refuses
+// to start. The reason is the build's (no "rdma" tag: how to build it),
+// the host's (no device: what the verbs library said), or that the server
+// role does not start the transport yet.
+func rdmaAsked(lookup func(string) (string, bool)) error {
+	val, ok := lookup(rdma.EnvSwitch)
+	if !ok {
+		return nil
+	}
+	on, known := parseSwitch(val)
+	switch {
+	case !known:
+		return fmt.Errorf("environment variable %s=%s is not a boolean (1/0, true/false, yes/no, on/off); it asks for the RDMA transport: unset it or set it to 0 to serve over TCP", rdma.EnvSwitch, Echo(val))
+	case !on:
+		return nil
+	}
+	s, err := rdma.FromEnv(lookup)
+	if err != nil {
+		return fmt.Errorf("environment variable %s=%s asks for the RDMA transport, whose settings are wrong: %w", rdma.EnvSwitch, val, err)
+	}
+	if err := rdma.Check(s.Device); err != nil {
+		return fmt.Errorf("environment variable %s=%s asks for the RDMA transport, which cannot run here: %w; unset %s or set it to 0 to serve over TCP", rdma.EnvSwitch, val, err, rdma.EnvSwitch)
+	}
+	return fmt.Errorf("environment variable %s=%s asks for the RDMA transport: this build has it and the device opens, but the server role does not start it yet (package rdma); unset %s or set it to 0 to serve over TCP", rdma.EnvSwitch, val, rdma.EnvSwitch)
 }
 
-// notBuiltAsked returns an error naming each switch of notBuiltSwitches
-// set to a true value, or to something that is not a boolean, or nil.
-func notBuiltAsked(lookup func(string) (string, bool)) error {
-	var errs []error
-	for _, sw := range notBuiltSwitches {
-		val, ok := lookup(sw.env)
-		if !ok {
-			continue
-		}
-		on, known := parseSwitch(val)
-		switch {
-		case !known:
-			errs = append(errs, fmt.Errorf("environment variable %s=%s is not a boolean (1/0, true/false, yes/no, on/off); it asks for %s, which this build does not have (it is not built yet): unset it or set it to 0", sw.env, Echo(val), sw.feature))
-		case on:
-			errs = append(errs, fmt.Errorf("environment variable %s=%s asks for %s, which this build does not have (it is not built yet): unset %s or set it to 0 to serve over TCP", sw.env, val, sw.feature, sw.env))
+// rdmaClientWarning is the warning of a client role run with DFKV_RDMA
+// on in its environment (an engine's environment carried into a shell):
+// it is not an error, client roles speak TCP.
+func rdmaClientWarning(environ []string) []string {
+	for _, kv := range environ {
+		if name, val, _ := strings.Cut(kv, "="); name == rdma.EnvSwitch {
+			if on, _ := parseSwitch(val); on {
+				return []string{fmt.Sprintf("environment variable %s asks for the RDMA transport, which client roles do not use yet (they speak TCP); it is ignored", rdma.EnvSwitch)}
+			}
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // parseSwitch reads an on/off variable: strconv.ParseBool's forms, yes/no,

@@ -3,6 +3,8 @@ package config
 import (
 	"strings"
 	"testing"
+
+	"github.com/dfkv/dfkv/rdma"
 )
 
 func TestUnknownEnv(t *testing.T) {
@@ -11,7 +13,8 @@ func TestUnknownEnv(t *testing.T) {
 		"DFKV_SERVER_LISTEN=127.0.0.1:1", // a setting
 		"DFKV_CLIENT_MEMBERS=a:1",        // a setting of another role: still known
 		"DFKV_CONFIG=/x.toml",            // the config file
-		"DFKV_RDMA_DEV=mlx5_0",           // a feature not built yet: warned as such
+		"DFKV_RDMA_NUMA=1",               // a feature not built yet: warned as such
+		"DFKV_RDMA_DEV=mlx5_0",           // read by package rdma
 		"DFKV_LIBRARY=/lib/libdfkv.so",
 		"DFKV_TEST_OUT=/tmp/x", // the test harness
 		"DFKV_BIN=/tmp/dfkv",
@@ -24,7 +27,7 @@ func TestUnknownEnv(t *testing.T) {
 	want := []string{
 		"environment variable DFKV_BOGUS is not a dfkv setting and is ignored; dfkv.example.toml lists every setting with its env name",
 		"environment variable DFKV_LISTN is not a dfkv setting and is ignored; did you mean DFKV_SERVER_LISTEN?",
-		"environment variable DFKV_RDMA_DEV belongs to a feature this build does not have yet; it is ignored",
+		"environment variable DFKV_RDMA_NUMA belongs to a feature this build does not have yet; it is ignored",
 		"environment variable DFKV_ZZZ_WHAT is not a dfkv setting and is ignored; dfkv.example.toml lists every setting with its env name",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -59,35 +62,47 @@ func TestLoadWarnsUnknownEnv(t *testing.T) {
 }
 
 // TestRDMASwitchRefused: DFKV_RDMA set to a true value stops a node with
-// an error that says the transport is not built and how to serve over TCP,
-// and so does a value that is not a boolean; a false value, and any value
-// for a client role, is only warned about, like the tuning variables.
+// an error that says why it cannot have the transport (a build without
+// the rdma tag: how to build one; a host without a device: the verbs
+// library's reason) and how to serve over TCP, and so does a value that
+// is not a boolean or a malformed RDMA setting; a false value passes, and
+// a client role only warns.
 func TestRDMASwitchRefused(t *testing.T) {
-	env := func(v string) func(string) (string, bool) {
+	env := func(vals ...string) func(string) (string, bool) {
 		return func(name string) (string, bool) {
-			if name == "DFKV_RDMA" {
-				return v, true
+			for i := 0; i+1 < len(vals); i += 2 {
+				if vals[i] == name {
+					return vals[i+1], true
+				}
 			}
 			return "", false
 		}
 	}
+	why := "go build -tags rdma" // the reason of a build without verbs
+	if _, err := rdma.DefaultProvider(); err == nil {
+		why = "RDMA" // a tag build: no device here, or the role does not start it
+	}
 	for _, v := range []string{"1", "true", "on", "YES"} {
-		_, _, err := runRole(t, "server", nil, env(v))
-		if err == nil || !strings.Contains(err.Error(), "DFKV_RDMA="+v) || !strings.Contains(err.Error(), "not built yet") ||
+		_, _, err := runRole(t, "server", nil, env("DFKV_RDMA", v))
+		if err == nil || !strings.Contains(err.Error(), "DFKV_RDMA="+v) || !strings.Contains(err.Error(), why) ||
 			!strings.Contains(err.Error(), "serve over TCP") {
-			t.Errorf("server with DFKV_RDMA=%s: %v, want a refusal naming it", v, err)
+			t.Errorf("server with DFKV_RDMA=%s: %v, want a refusal naming it, saying %q", v, err, why)
 		}
 	}
-	if _, _, err := runRole(t, "server", nil, env("maybe")); err == nil || !strings.Contains(err.Error(), "is not a boolean") {
+	if _, _, err := runRole(t, "server", nil, env("DFKV_RDMA", "maybe")); err == nil || !strings.Contains(err.Error(), "is not a boolean") {
 		t.Errorf("server with DFKV_RDMA=maybe: %v, want it called not a boolean", err)
 	}
+	if _, _, err := runRole(t, "server", nil, env("DFKV_RDMA", "1", "DFKV_RDMA_OP_TIMEOUT_MS", "soon")); err == nil ||
+		!strings.Contains(err.Error(), "DFKV_RDMA_OP_TIMEOUT_MS") {
+		t.Errorf("server with a malformed RDMA timeout: %v, want it named", err)
+	}
 	for _, v := range []string{"0", "false", "f", "off", ""} {
-		if _, _, err := runRole(t, "server", nil, env(v)); err != nil {
+		if _, _, err := runRole(t, "server", nil, env("DFKV_RDMA", v, "DFKV_RDMA_OP_TIMEOUT_MS", "soon")); err != nil {
 			t.Errorf("server with DFKV_RDMA=%q: %v", v, err)
 		}
 	}
 	for _, role := range []string{"ctl", "bench", "smoke"} {
-		if _, _, err := runRole(t, role, nil, env("1")); err != nil {
+		if _, _, err := runRole(t, role, nil, env("DFKV_RDMA", "1")); err != nil {
 			t.Errorf("%s with DFKV_RDMA=1: %v; a client role only warns", role, err)
 		}
 	}
@@ -98,8 +113,8 @@ func TestRDMASwitchRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(strings.Join(r.Warnings(), "\n"), "DFKV_RDMA belongs to a feature this build does not have yet") {
-		t.Fatalf("ctl with DFKV_RDMA=1: warnings %q, want the not-built warning", r.Warnings())
+	if !strings.Contains(strings.Join(r.Warnings(), "\n"), "DFKV_RDMA asks for the RDMA transport, which client roles do not use yet") {
+		t.Fatalf("ctl with DFKV_RDMA=1: warnings %q, want the client-role warning", r.Warnings())
 	}
 }
 

@@ -249,7 +249,7 @@ func (l *loader) validate() error {
 		l.errs = crossCheck(l.cfg, l.bit)
 	}
 	if l.bit&roleServer != 0 {
-		if err := notBuiltAsked(l.lookup); err != nil {
+		if err := rdmaAsked(l.lookup); err != nil {
 			l.errs = append(l.errs, err)
 		}
 	}
@@ -261,6 +261,8 @@ func (l *loader) warn() {
 	l.r.warnings = append(l.r.warnings, noEffect(l.cfg, l.r.values)...)
 	if l.bit&roleServer != 0 {
 		l.r.warnings = append(l.r.warnings, loopbackRegistered(&l.cfg.Server)...)
+	} else if l.in.environ != nil {
+		l.r.warnings = append(l.r.warnings, rdmaClientWarning(l.in.environ)...)
 	}
 	if l.in.environ != nil {
 		l.r.warnings = append(l.r.warnings, unknownEnv(l.in.environ)...)

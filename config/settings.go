@@ -639,16 +639,17 @@ var otherEnv = []string{
 const testEnvPrefix = "DFKV_TEST_"
 
 // notBuiltEnv lists the variables of features this build does not have
-// yet (the RDMA transport, a legacy MDS framing). Setting one is not a
+// yet (the RDMA transport's receive chunks and NUMA placement, a legacy
+// MDS framing). Setting one is not a
 // typo, but it does nothing yet, and Load says so in a warning rather than
 // letting an operator believe it took effect. When a feature lands, its
 // variable becomes a row above and leaves this list.
 var notBuiltEnv = []string{
 	// a legacy MDS framing: dfkv has no legacy peers.
 	"DFKV_MDS_ACCEPT_LEGACY",
-	// the RDMA transport of a node
-	"DFKV_RDMA", "DFKV_RDMA_DEV", "DFKV_RDMA_NUMA", "DFKV_RDMA_MAX_BLOCK_BYTES", "DFKV_RDMA_OP_TIMEOUT_MS",
-	"DFKV_RDMA_BATCH_OP_TIMEOUT_MS", "DFKV_RDMA_RECV_SEGMENT_SIZE", "DFKV_RDMA_RECV_CHUNK_IDLE_MS",
+	// tuning of the RDMA transport that it does not have (rdmaEnv lists
+	// the variables it reads)
+	"DFKV_RDMA_NUMA", "DFKV_RDMA_MAX_BLOCK_BYTES", "DFKV_RDMA_RECV_SEGMENT_SIZE", "DFKV_RDMA_RECV_CHUNK_IDLE_MS",
 }
 
 // lookupKey returns the row with TOML key key, or nil.

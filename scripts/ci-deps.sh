@@ -4,6 +4,9 @@
 #   python3-torch - CPU torch for Debian's /usr/bin/python3, for the
 #                   connector tests with real tensors (contrib/python)
 #   gcc           - cgo for libdfkv.so and the C test program
+#   libibverbs-dev - headers and library of the RDMA transport's cgo
+#                   provider, so the "rdma" tag build compiles and vets
+#                   (nothing here runs it: CI has no RDMA device)
 #   python3-venv, python3-pip - the Python package is tested as installed
 #                   (pip install ./contrib/python into a venv)
 #   redis-server, memcached, iperf3, curl, fio - the peers, the loopback
@@ -15,6 +18,7 @@ need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 # The contrib suite installs the Python package into a virtual environment.
 /usr/bin/python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)

@@ -213,3 +213,9 @@ func (t *Tier) Unpin(l engine.Loan) {
 	}
 	t.Return(l)
 }
+
+// ArenaMem is the arena's memory, one contiguous mapping with a stable
+// address for the life of the tier, so a transport can register it once
+// (RDMA). The tier owns it: the caller only lets peers read it, and
+// stops them (deregisters) before Close.
+func (t *Tier) ArenaMem() []byte { return t.arena.mem }

@@ -284,7 +284,7 @@ func (c *nodeConn) serve() {
 		}
 		return
 	}
-	if err := c.loop(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	if err := c.loop(); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		n.opts.Logger.Warn("rdma: connection ended", "peer", c.nc.RemoteAddr(), "err", err)
 	}
 }
@@ -358,7 +358,8 @@ func (c *nodeConn) bootstrap() (err error) {
 	return c.nc.SetDeadline(time.Time{})
 }
 
-// loop serves requests until the client closes or breaks the protocol.
+// loop serves requests until the client closes or breaks the protocol,
+// and returns why (never nil).
 func (c *nodeConn) loop() error {
 	n := c.n
 	lim := wire.Limits{MaxBlockBytes: n.opts.MaxBlockBytes, MaxBatchItems: uint64(n.opts.MaxBatchItems)}

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/dfkv/dfkv/rdma"
@@ -90,7 +89,7 @@ func rdmaAsked(lookup func(string) (string, bool)) error {
 	if !ok {
 		return nil
 	}
-	on, known := parseSwitch(val)
+	on, known := rdma.ParseSwitch(val)
 	switch {
 	case !known:
 		return fmt.Errorf("environment variable %s=%s is not a boolean (1/0, true/false, yes/no, on/off); it asks for the RDMA transport: unset it or set it to 0 to serve over TCP", rdma.EnvSwitch, Echo(val))
@@ -113,23 +112,10 @@ func rdmaAsked(lookup func(string) (string, bool)) error {
 func rdmaClientWarning(environ []string) []string {
 	for _, kv := range environ {
 		if name, val, _ := strings.Cut(kv, "="); name == rdma.EnvSwitch {
-			if on, _ := parseSwitch(val); on {
+			if on, _ := rdma.ParseSwitch(val); on {
 				return []string{fmt.Sprintf("environment variable %s asks for the RDMA transport, which client roles do not use yet (they speak TCP); it is ignored", rdma.EnvSwitch)}
 			}
 		}
 	}
 	return nil
-}
-
-// parseSwitch reads an on/off variable: strconv.ParseBool's forms, yes/no,
-// on/off, or empty for off.
-func parseSwitch(v string) (on, known bool) {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "", "no", "off":
-		return false, true
-	case "yes", "on":
-		return true, true
-	}
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
-	return b, err == nil
 }

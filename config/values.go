@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dfkv/dfkv/rdma"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -597,7 +598,7 @@ func (s Switch) Or(def bool) bool {
 }
 
 // switchValue is a Switch: auto, or a boolean in any of the forms
-// parseSwitch reads (true/false, 1/0, yes/no, on/off). A TOML file may
+// rdma.ParseSwitch reads (true/false, 1/0, yes/no, on/off). A TOML file may
 // give it as a boolean; its flag may stand alone (--fill is --fill=true).
 type switchValue struct {
 	field func(*Config) *Switch
@@ -609,7 +610,7 @@ func (v switchValue) set(c *Config, vals []string) error {
 		*v.field(c) = SwitchAuto
 		return nil
 	}
-	on, known := parseSwitch(t)
+	on, known := rdma.ParseSwitch(t)
 	switch {
 	case t == "":
 		return errors.New("is empty")

@@ -499,19 +499,14 @@ func (c *nodeConn) leasePut(items []byte, cnt int) {
 	c.keys, c.vals, c.errs, c.idx = c.keys[:0], c.vals[:0], c.errs[:0], c.idx[:0]
 	for i := range cnt {
 		k, off, length := wire.DecodeGetItem(items[i*wire.LeaseItemLen:])
-		switch {
-		case length == 0:
-			st[i] = byte(wire.StatusInvalid)
-		case length > c.n.opts.MaxBlockBytes:
-			st[i] = byte(wire.StatusTooLarge)
-		case off > uint64(len(stage)) || length > uint64(len(stage))-off:
-			st[i] = byte(wire.StatusInvalid)
-		default:
-			c.keys = append(c.keys, k)
-			c.vals = append(c.vals, stage[off:off+length:off+length])
-			c.errs = append(c.errs, nil)
-			c.idx = append(c.idx, i)
+		if v := wire.StagedItemStatus(off, length, uint64(len(stage)), c.n.opts.MaxBlockBytes); v != wire.StatusOK {
+			st[i] = byte(v)
+			continue
 		}
+		c.keys = append(c.keys, k)
+		c.vals = append(c.vals, stage[off:off+length:off+length])
+		c.errs = append(c.errs, nil)
+		c.idx = append(c.idx, i)
 	}
 	if len(c.keys) > 0 {
 		c.n.opts.Engine.PutBatch(c.keys, c.vals, c.errs)

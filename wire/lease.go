@@ -263,3 +263,18 @@ func DecodeLeaseRecord(src []byte) (LeaseRecord, error) {
 	}
 	return r, nil
 }
+
+// StagedItemStatus is the verdict on one LEASE_PUT item before its value
+// is stored: a zero-byte value or a range outside the staging region is
+// INVALID, a value over maxBlock TOO_LARGE, anything else OK.
+func StagedItemStatus(off, length, staging, maxBlock uint64) Status {
+	switch {
+	case length == 0:
+		return StatusInvalid
+	case length > maxBlock:
+		return StatusTooLarge
+	case off > staging || length > staging-off:
+		return StatusInvalid
+	}
+	return StatusOK
+}

@@ -319,19 +319,13 @@ func (c *conn) leasePut(items []byte, n int) {
 	idx := c.lease.idx[:0]
 	for i := range n {
 		k, off, length := wire.DecodeGetItem(items[i*wire.LeaseItemLen:])
-		switch {
-		case length == 0:
-			st[i] = byte(wire.StatusInvalid)
-		case length > c.s.opts.MaxBlockBytes:
-			st[i] = byte(wire.StatusTooLarge)
-		case off > uint64(len(stage)) || length > uint64(len(stage))-off:
-			st[i] = byte(wire.StatusInvalid)
-		default:
-			c.keys = append(c.keys, k)
-			c.vals = append(c.vals, stage[off:off+length:off+length])
-			idx = append(idx, i)
+		if v := wire.StagedItemStatus(off, length, uint64(len(stage)), c.s.opts.MaxBlockBytes); v != wire.StatusOK {
+			st[i] = byte(v)
 			continue
 		}
+		c.keys = append(c.keys, k)
+		c.vals = append(c.vals, stage[off:off+length:off+length])
+		idx = append(idx, i)
 	}
 	if len(c.keys) > 0 {
 		for range c.keys {

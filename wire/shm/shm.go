@@ -77,6 +77,11 @@ func Map(f *os.File, size uint64, writable bool) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mapping %d bytes of %s: %w", size, f.Name(), err)
 	}
+	// Huge pages where the kernel allows them for shared memory
+	// (/sys/kernel/mm/transparent_hugepage/shmem_enabled = advise): a
+	// 1 MiB copy then walks one TLB entry instead of 256. Refused (the
+	// common default, never): 4 KiB pages, which work, slower.
+	_ = unix.Madvise(mem, unix.MADV_HUGEPAGE)
 	return mem, nil
 }
 

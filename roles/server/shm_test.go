@@ -640,3 +640,31 @@ func TestExistPinExpires(t *testing.T) {
 		return st.Live == 0 && st.Expired == 1
 	})
 }
+
+// TestShmPutKeepsQuotas: a PUT through the staging region is charged to
+// its tenant's quota like a TCP PUT: past it, QUOTA_EXCEEDED, and what
+// was refused is not stored.
+func TestShmPutKeepsQuotas(t *testing.T) {
+	flags, _ := shmNodeFlags(t, map[string][]string{"tenant-default-quota": {"1MiB"}})
+	addr, _, _ := runNode(t, flags)
+	cl := shmClient(t, addr, client.ShmOn)
+	val := bytes.Repeat([]byte("q"), 400<<10)
+	keys := [][]byte{[]byte("q0"), []byte("q1"), []byte("q2"), []byte("q3")}
+	errs := cl.PutBatch(context.Background(), keys, [][]byte{val, val, val, val})
+	over := 0
+	for i, err := range errs {
+		switch wire.StatusOf(err) {
+		case wire.StatusOK:
+		case wire.StatusQuotaExceeded:
+			over++
+			if _, err := cl.Exist(context.Background(), keys[i]); wire.StatusOf(err) != wire.StatusNotFound {
+				t.Fatalf("%s was refused for quota but is stored: %v", keys[i], err)
+			}
+		default:
+			t.Fatalf("%s: %v", keys[i], err)
+		}
+	}
+	if over < 2 {
+		t.Fatalf("4 × 400 KiB under a 1 MiB quota: %d refused, want at least 2 (%v)", over, errs)
+	}
+}

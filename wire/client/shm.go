@@ -401,12 +401,20 @@ func (c *Client) leaseGet(cc *cconn, flags uint64, idx []int, ks []wire.BlockKey
 		if err != nil {
 			return err
 		}
+		if afterLeaseCopy != nil {
+			afterLeaseCopy()
+		}
 		if !leaseHeld(m, lr.Lease) {
 			*r = GetResult{Stored: r.Stored, Err: errLeaseLapsed}
 		}
 	}
 	return nil
 }
+
+// afterLeaseCopy, set only by tests, runs between the copy of a leased
+// value and the check of its lease word: a test pauses there past the
+// lease time, as a descheduled client would be.
+var afterLeaseCopy func()
 
 // leaseHeld reports whether lease id was still live after the copy out
 // of its bytes: the seqlock's check. The atomic add orders the copy's

@@ -34,7 +34,9 @@ func TestLeaseLapsedDuringCopyIsAMiss(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- server.Run(ctx, cfg, server.Deps{Listener: ln, Ready: func(*server.Server) { close(ready) }}) }()
+	go func() {
+		done <- server.Run(ctx, cfg, server.Deps{Listener: ln, Ready: func(*server.Server) { close(ready) }})
+	}()
 	defer func() { cancel(); <-done }()
 	select {
 	case <-ready:

@@ -82,8 +82,7 @@ var rdmaEnv = []string{rdma.EnvSwitch, rdma.EnvDevice, rdma.EnvOpTimeout, rdma.E
 // have it, or nil when it was not asked for. Serving without it would
 // mislead (clients set up for RDMA would find TCP), so the node refuses
 // to start. The reason is the build's (no "rdma" tag: how to build it),
-// the host's (no device: what the verbs library said), or that the server
-// role does not start the transport yet.
+// or the host's (no device: what the verbs library said).
 func rdmaAsked(lookup func(string) (string, bool)) error {
 	val, ok := lookup(rdma.EnvSwitch)
 	if !ok {
@@ -103,7 +102,7 @@ func rdmaAsked(lookup func(string) (string, bool)) error {
 	if err := rdma.Check(s.Device); err != nil {
 		return fmt.Errorf("environment variable %s=%s asks for the RDMA transport, which cannot run here: %w; unset %s or set it to 0 to serve over TCP", rdma.EnvSwitch, val, err, rdma.EnvSwitch)
 	}
-	return fmt.Errorf("environment variable %s=%s asks for the RDMA transport: this build has it and the device opens, but the server role does not start it yet (package rdma); unset %s or set it to 0 to serve over TCP", rdma.EnvSwitch, val, rdma.EnvSwitch)
+	return nil // the node starts it (roles/server)
 }
 
 // rdmaClientWarning is the warning of a client role run with DFKV_RDMA

@@ -114,7 +114,8 @@ type Node struct {
 }
 
 // NewNode opens the device, registers the arena and the lease words,
-// and makes the lease table. Serve then accepts on ln.
+// and makes the lease table. Serve then accepts on ln; a node whose
+// connections come from elsewhere (ServeConn) passes a nil ln.
 func NewNode(ln net.Listener, opts NodeOptions) (_ *Node, err error) {
 	opts.defaults()
 	if opts.Engine == nil {
@@ -164,6 +165,9 @@ func NewNode(ln net.Listener, opts NodeOptions) (_ *Node, err error) {
 // Serve accepts connections until Close (then it returns nil) or until
 // the listener fails.
 func (n *Node) Serve() error {
+	if n.ln == nil {
+		return errors.New("rdma node: Serve without a listener; its connections come through ServeConn")
+	}
 	for {
 		nc, err := n.ln.Accept()
 		if err != nil {
@@ -175,18 +179,37 @@ func (n *Node) Serve() error {
 			}
 			return fmt.Errorf("rdma node: accept: %w", err)
 		}
-		c := &nodeConn{n: n, nc: nc, br: bufio.NewReaderSize(nc, 64<<10)}
-		n.mu.Lock()
-		if n.closed {
-			n.mu.Unlock()
-			nc.Close()
+		if !n.start(nc, bufio.NewReaderSize(nc, 64<<10), true) {
 			return nil
 		}
-		n.conns[c] = struct{}{}
-		n.wg.Add(1)
-		n.mu.Unlock()
-		go c.serve()
 	}
+}
+
+// ServeConn serves one connection whose bootstrap frame is still to be
+// read from br (the cache node's data port took the connection and saw
+// the lease epoch in its first byte), until it ends. It returns at once,
+// closing nc, after Close.
+func (n *Node) ServeConn(nc net.Conn, br *bufio.Reader) { n.start(nc, br, false) }
+
+// start registers a connection and serves it, on its own goroutine when
+// async; false after Close.
+func (n *Node) start(nc net.Conn, br *bufio.Reader, async bool) bool {
+	c := &nodeConn{n: n, nc: nc, br: br}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		nc.Close()
+		return false
+	}
+	n.conns[c] = struct{}{}
+	n.wg.Add(1)
+	n.mu.Unlock()
+	if async {
+		go c.serve()
+	} else {
+		c.serve()
+	}
+	return true
 }
 
 // Close stops accepting, ends every connection (its QP first, so no
@@ -200,7 +223,10 @@ func (n *Node) Close() error {
 		c.nc.Close()
 	}
 	n.mu.Unlock()
-	err := n.ln.Close()
+	var err error
+	if n.ln != nil {
+		err = n.ln.Close()
+	}
 	n.wg.Wait()
 	n.release()
 	return err

@@ -18,6 +18,7 @@ import (
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/ramtier"
 	"github.com/dfkv/dfkv/engine/vfs"
+	"github.com/dfkv/dfkv/rdma"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
 	"github.com/dfkv/dfkv/roles/server/hostcheck"
 	"github.com/dfkv/dfkv/roles/server/quota"
@@ -72,6 +73,9 @@ type Deps struct {
 	Clock        engine.Clock
 	// Ready, if set, is called with the server once it accepts connections.
 	Ready func(*Server)
+	// RDMAProvider, set by tests, serves RDMA over this verbs provider
+	// (the in-process fake) whatever DFKV_RDMA says.
+	RDMAProvider rdma.Provider
 	// ConfigFile and ConfigSources describe where the configuration came
 	// from, for `dfkv ctl info`.
 	ConfigFile    string
@@ -245,7 +249,12 @@ func (n *node) listen() error {
 // reports about the node and the metrics it exports.
 func (n *node) newServer() error {
 	sc := n.sc
+	rn, err := n.startRDMA()
+	if err != nil {
+		return err
+	}
 	srv, err := New(Options{
+		RDMA:            rn,
 		Engine:          n.eng,
 		Listener:        n.ln,
 		Logger:          n.log,

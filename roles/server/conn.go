@@ -408,6 +408,12 @@ func (c *conn) serve() {
 			}
 			return
 		}
+		if !c.pastFirst && c.lease == nil {
+			if b, _ := c.br.Peek(1); b[0] == wire.EpochLease {
+				c.serveRDMA()
+				return
+			}
+		}
 		if !c.begin() {
 			// Shutdown: replies of pipelined requests already executed
 			// still go out.

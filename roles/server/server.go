@@ -60,6 +60,7 @@ import (
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/rdma"
 	"github.com/dfkv/dfkv/roles/internal/accept"
 	"github.com/dfkv/dfkv/roles/server/internal/ratelog"
 	"github.com/dfkv/dfkv/wire"
@@ -104,6 +105,10 @@ type Options struct {
 	// pins nothing).
 	LeaseTTL time.Duration
 	LeaseMax int
+
+	// RDMA serves the lease protocol over RDMA to clients whose first
+	// byte on the data port is the lease epoch (rdma.go); nil: off.
+	RDMA *rdma.Node
 
 	// Shm serves the lease protocol on a Unix socket for clients on the
 	// node's host (shm.go); nil: off.

@@ -104,17 +104,3 @@ func rdmaAsked(lookup func(string) (string, bool)) error {
 	}
 	return nil // the node starts it (roles/server)
 }
-
-// rdmaClientWarning is the warning of a client role run with DFKV_RDMA
-// on in its environment (an engine's environment carried into a shell):
-// it is not an error, client roles speak TCP.
-func rdmaClientWarning(environ []string) []string {
-	for _, kv := range environ {
-		if name, val, _ := strings.Cut(kv, "="); name == rdma.EnvSwitch {
-			if on, _ := rdma.ParseSwitch(val); on {
-				return []string{fmt.Sprintf("environment variable %s asks for the RDMA transport, which client roles do not use yet (they speak TCP); it is ignored", rdma.EnvSwitch)}
-			}
-		}
-	}
-	return nil
-}

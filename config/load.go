@@ -262,7 +262,8 @@ func (l *loader) warn() {
 	if l.bit&roleServer != 0 {
 		l.r.warnings = append(l.r.warnings, loopbackRegistered(&l.cfg.Server)...)
 	} else if l.in.environ != nil {
-		l.r.warnings = append(l.r.warnings, rdmaClientWarning(l.in.environ)...)
+		// Client roles read DFKV_RDMA themselves (rdma.ClientFromEnv) and
+		// warn when it cannot run.
 	}
 	if l.in.environ != nil {
 		l.r.warnings = append(l.r.warnings, unknownEnv(l.in.environ)...)

@@ -58,9 +58,17 @@
 // bootstraps of the wrong epoch. The libibverbs provider compiles and is
 // vetted, but has never run against a NIC: the test machines have none.
 //
-// Not done: the server role does not start the transport and wire/client
-// does not dial it (DFKV_RDMA=1 refuses to start a node); each client
-// connection opens its own device, PD and buffer; a leased value larger
-// than the client's registered buffer fails as TOO_LARGE; on RoCE the
-// GID index is 0; the bootstrap carries device names of at most 7 bytes.
+// # In dfkv
+//
+// A node started with DFKV_RDMA=1 (roles/server) takes RDMA clients on
+// its data port: a connection whose first byte is the lease epoch is
+// handed to Node.ServeConn. wire/client (Options.RDMA; the roles, libdfkv
+// and so Python read DFKV_RDMA with ClientFromEnv) reads and writes
+// values over RDMA and falls back to TCP, for a while, for a node whose
+// RDMA fails, and for the calls RDMA does not serve.
+//
+// Not done: each client connection opens its own device, PD and buffer;
+// a leased value larger than the client's registered buffer fails as
+// TOO_LARGE; on RoCE the GID index is 0; the bootstrap carries device
+// names of at most 7 bytes; there are no RDMA metrics.
 package rdma

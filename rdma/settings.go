@@ -108,3 +108,21 @@ func ParseSwitch(v string) (on, known bool) {
 	b, err := strconv.ParseBool(strings.TrimSpace(v))
 	return b, err == nil
 }
+
+// ClientFromEnv returns the client options DFKV_RDMA asks for (with
+// lookup, os.LookupEnv in production), or nil when it is off or cannot
+// run here; then why says which, for the caller to warn once (empty when
+// it is simply off). A client without RDMA speaks TCP.
+func ClientFromEnv(lookup func(string) (string, bool)) (opts *ClientOptions, why string) {
+	s, err := FromEnv(lookup)
+	switch {
+	case err != nil:
+		return nil, fmt.Sprintf("RDMA settings ignored, using TCP: %v", err)
+	case !s.Enabled:
+		return nil, ""
+	}
+	if err := Check(s.Device); err != nil {
+		return nil, fmt.Sprintf("%s asks for RDMA, which cannot run here (%v); using TCP", EnvSwitch, err)
+	}
+	return &ClientOptions{Device: s.Device, OpTimeout: s.OpTimeout, BatchOpTimeout: s.BatchOpTimeout}, ""
+}

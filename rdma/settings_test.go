@@ -42,3 +42,32 @@ func TestFromEnv(t *testing.T) {
 	bad("DFKV_RDMA_BATCH_OP_TIMEOUT_MS", "DFKV_RDMA_BATCH_OP_TIMEOUT_MS", "1s")
 	bad("shorter name", "DFKV_RDMA_DEV", "mlx5_bond_0")
 }
+
+// TestClientFromEnv: a client asked for RDMA where it cannot run (this
+// default build, without the rdma tag) gets no options and one reason to
+// warn with; off, neither; malformed, the reason names the variable.
+func TestClientFromEnv(t *testing.T) {
+	env := func(kv ...string) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1], true
+				}
+			}
+			return "", false
+		}
+	}
+	if o, why := ClientFromEnv(env()); o != nil || why != "" {
+		t.Fatalf("off: %+v %q", o, why)
+	}
+	if o, why := ClientFromEnv(env(EnvSwitch, "1", EnvOpTimeout, "soon")); o != nil || !strings.Contains(why, EnvOpTimeout) {
+		t.Fatalf("malformed: %+v %q", o, why)
+	}
+	o, why := ClientFromEnv(env(EnvSwitch, "1"))
+	if _, err := DefaultProvider(); err == nil {
+		t.Skip("a build with the rdma tag and a working provider: nothing to refuse")
+	}
+	if o != nil || !strings.Contains(why, "using TCP") {
+		t.Fatalf("on, unbuildable: %+v %q", o, why)
+	}
+}

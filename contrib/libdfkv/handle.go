@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"runtime/cgo"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dfkv/dfkv/rdma"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
@@ -167,6 +169,9 @@ func open(o openOptions) (uintptr, error) {
 	if o.maxBlockBytes > 1<<40 {
 		return 0, fmt.Errorf("dfkv_open_v2: max_block_bytes %d is over 1 TiB: %w", o.maxBlockBytes, wire.StatusInvalid)
 	}
+	// DFKV_RDMA in the engine's environment asks for RDMA; a library
+	// built without it (the default) or a host without a device uses TCP.
+	rdmaOpts, _ := rdma.ClientFromEnv(os.LookupEnv)
 	c, err := client.Open(client.Options{
 		Namespace:        append([]byte(nil), o.namespace...),
 		Members:          members,
@@ -178,6 +183,7 @@ func open(o openOptions) (uintptr, error) {
 		BatchConcurrency: int(o.batchConcurrency),
 		MaxBlockBytes:    o.maxBlockBytes,
 		SharedMemory:     shmMode,
+		RDMA:             rdmaOpts,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("dfkv_open_v2: %w", err)

@@ -167,7 +167,8 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
 			}
 			return nil
 		},
-		func(i int, dst []byte) { copy(dst, values[i]) })
+		func(i int, dst []byte) { copy(dst, values[i]) },
+		func(i int) []byte { return values[i] })
 }
 
 // putBatch sends the items of keys not yet failed in errs as BATCH_PUT
@@ -175,13 +176,16 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) []error {
 // value length; send writes wbuf (the frame's prefix and item table) and
 // then the values of idx, in order.
 func (c *Client) putBatch(ctx context.Context, keys [][]byte, errs []error, size func(i int) uint64,
-	send func(cc *cconn, idx []int) error, fill func(i int, dst []byte)) []error {
+	send func(cc *cconn, idx []int) error, fill func(i int, dst []byte), value func(i int) []byte) []error {
 	groups := c.split(keys, func(i int, err error) { errs[i] = err })
 	dropFailed(groups, func(i int) bool { return errs[i] != nil })
 	deadline := c.deadline(ctx)
 	c.fanOut(groups, true, func(g *group, lo, hi int) {
 		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
 		if len(idx) == 0 {
+			return
+		}
+		if value != nil && c.rdmaPut(g.p, idx, ks, errs, value) {
 			return
 		}
 		var body uint64
@@ -230,7 +234,7 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte, dsts [][]byte) []G
 		}
 		return dsts[i]
 	}
-	return c.getBatch(ctx, keys, res, atStart, func(i int) uint64 { return c.askFor(dst(i)) },
+	return c.getBatch(ctx, keys, res, atStart, func(i int) uint64 { return c.askFor(dst(i)) }, dst,
 		func(cc *cconn, i int, r *GetResult, n uint64) error {
 			d := dst(i)
 			switch {
@@ -273,7 +277,7 @@ func atStart(int) uint64 { return 0 }
 // into r's destination, and may set r.Err. An offset is per item because
 // a ranged caller (a layer of each of many blocks) reads a different
 // place in each value.
-func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, at, ask func(i int) uint64,
+func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, at, ask func(i int) uint64, direct func(i int) []byte,
 	take func(cc *cconn, i int, r *GetResult, n uint64) error) []GetResult {
 	groups := c.split(keys, func(i int, err error) { res[i].Err = err })
 	dropFailed(groups, func(i int) bool { return res[i].Err != nil })
@@ -281,6 +285,9 @@ func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, a
 	c.fanOut(groups, false, func(g *group, lo, hi int) {
 		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
 		if len(idx) == 0 {
+			return
+		}
+		if direct != nil && c.rdmaGet(g.p, idx, ks, res, direct) {
 			return
 		}
 		err := c.exchange(ctx, g.p, deadline, true, func(cc *cconn) error {

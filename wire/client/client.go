@@ -51,6 +51,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/dfkv/dfkv/rdma"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/deadline"
 )
@@ -93,6 +94,12 @@ type Options struct {
 	MaxBatchItems int
 	// MaxBlockBytes is the largest value the client will send or accept.
 	MaxBlockBytes uint64
+	// RDMA, when set, reads and writes values over RDMA (package rdma)
+	// with every node, falling back to TCP for a node whose RDMA fails
+	// (for a while) and for the calls RDMA does not serve (buffers the
+	// node sizes, vectored parts, lookups, removes). Nil: TCP (and
+	// shared memory) only.
+	RDMA *rdma.ClientOptions
 	// SharedMemory is ShmAuto (the default: shared memory for nodes on
 	// this host that offer it, TCP otherwise), ShmOff or ShmOn.
 	SharedMemory string

@@ -28,6 +28,7 @@ type peer struct {
 	done bool
 
 	shm     shmPeer                // its shared-memory socket, when it is on this host (shm.go)
+	rdma    rdmaPeer               // its RDMA connections, with Options.RDMA (rdma.go)
 	brk     breaker                // whether calls may go to the node now
 	lastErr atomic.Pointer[string] // why the last failed exchange failed
 
@@ -308,6 +309,7 @@ func (p *peer) close() {
 	for _, cc := range idle {
 		_ = cc.closeConn()
 	}
+	p.rdma.close()
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -128,7 +128,7 @@ func (c *Client) PutBatchV(ctx context.Context, keys [][]byte, parts [][][]byte)
 			for _, p := range parts[i] {
 				dst = dst[copy(dst, p):]
 			}
-		})
+		}, nil)
 }
 
 // GetBatchV reads keys[i] into parts[i] in order, straight from the
@@ -149,7 +149,7 @@ func (c *Client) GetBatchV(ctx context.Context, keys [][]byte, parts [][][]byte)
 			res[i].Err = fmt.Errorf("scatter-gather get into zero bytes of buffers: %w", wire.StatusInvalid)
 		}
 	}
-	return c.getBatch(ctx, keys, res, atStart, func(i int) uint64 { return wants[i] },
+	return c.getBatch(ctx, keys, res, atStart, func(i int) uint64 { return wants[i] }, nil,
 		func(cc *cconn, i int, r *GetResult, n uint64) error {
 			if err := cc.readParts(parts[i], n); err != nil {
 				return err
@@ -190,7 +190,7 @@ func (c *Client) GetBatchRangeV(ctx context.Context, keys [][]byte, offsets []ui
 			res[i].Err = fmt.Errorf("ranged scatter-gather get of %d bytes exceeds max_block_bytes %d: %w", wants[i], c.opts.MaxBlockBytes, wire.StatusTooLarge)
 		}
 	}
-	return c.getBatch(ctx, keys, res, func(i int) uint64 { return offsets[i] }, func(i int) uint64 { return wants[i] },
+	return c.getBatch(ctx, keys, res, func(i int) uint64 { return offsets[i] }, func(i int) uint64 { return wants[i] }, nil,
 		func(cc *cconn, i int, r *GetResult, n uint64) error {
 			return cc.readParts(parts[i], n)
 		})

@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/rdma"
 	"github.com/dfkv/dfkv/wire/client"
 )
 
@@ -140,10 +141,16 @@ func NewLogger(lc config.Log, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// OpenClient opens a client on the [client] settings.
+// OpenClient opens a client on the [client] settings, over RDMA when
+// DFKV_RDMA asks for it and it can run here.
 func OpenClient(cfg *config.Config, log *slog.Logger) (*client.Client, error) {
 	cc := cfg.Client
+	rdmaOpts, why := rdma.ClientFromEnv(os.LookupEnv)
+	if why != "" {
+		log.Warn(why)
+	}
 	return client.Open(client.Options{
+		RDMA:             rdmaOpts,
 		Namespace:        []byte(cc.Namespace),
 		Members:          cc.Members,
 		MDS:              cc.MDS,

@@ -1,0 +1,173 @@
+package client
+
+import (
+	"sync"
+	"time"
+
+	"github.com/dfkv/dfkv/rdma"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// rdmaRetry is how long a node whose RDMA connection failed is served
+// over TCP before the client dials RDMA again.
+const rdmaRetry = 30 * time.Second
+
+// rdmaPeer is a node's pool of RDMA connections (Options.RDMA).
+type rdmaPeer struct {
+	mu      sync.Mutex
+	idle    []*rdma.Conn
+	retryAt time.Time
+	done    bool
+}
+
+// getRDMA returns an RDMA connection to p, or nil: RDMA is off, or the
+// node failed it lately (the call goes over TCP).
+func (c *Client) getRDMA(p *peer) *rdma.Conn {
+	if c.opts.RDMA == nil || p == nil {
+		return nil
+	}
+	r := &p.rdma
+	r.mu.Lock()
+	if n := len(r.idle); n > 0 {
+		rc := r.idle[n-1]
+		r.idle = r.idle[:n-1]
+		r.mu.Unlock()
+		return rc
+	}
+	if r.done || time.Now().Before(r.retryAt) {
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.Unlock()
+	rc, err := rdma.Dial(p.addr, *c.opts.RDMA)
+	if err != nil {
+		c.rdmaFailed(p, nil, err)
+		return nil
+	}
+	return rc
+}
+
+// putRDMA returns a healthy connection to the pool.
+func (c *Client) putRDMA(p *peer, rc *rdma.Conn) {
+	r := &p.rdma
+	r.mu.Lock()
+	if !r.done && len(r.idle) < c.opts.PoolSize {
+		r.idle = append(r.idle, rc)
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	_ = rc.Close()
+}
+
+// rdmaFailed closes a broken connection (rc may be nil: the dial failed)
+// and serves the node over TCP for rdmaRetry.
+func (c *Client) rdmaFailed(p *peer, rc *rdma.Conn, err error) {
+	if rc != nil {
+		_ = rc.Close()
+	}
+	r := &p.rdma
+	r.mu.Lock()
+	first := !time.Now().Before(r.retryAt)
+	r.retryAt = time.Now().Add(rdmaRetry)
+	r.mu.Unlock()
+	if first {
+		c.opts.Logger.Warn("client: RDMA to a node failed; using TCP for it", "node", p.addr, "retry_in", rdmaRetry.String(), "err", err)
+	}
+}
+
+// closeRDMA ends the pool (Client.Close).
+func (r *rdmaPeer) close() {
+	r.mu.Lock()
+	idle := r.idle
+	r.idle, r.done = nil, true
+	r.mu.Unlock()
+	for _, rc := range idle {
+		_ = rc.Close()
+	}
+}
+
+// rdmaGet serves a group of whole-value reads (GetBatch) whose items all
+// have destination buffers over RDMA; false: the group goes over TCP
+// (RDMA off, failed, or an item without a buffer). A value longer than
+// its buffer fills it and fails with ErrBufferTooSmall, as over TCP.
+func (c *Client) rdmaGet(p *peer, idx []int, ks []wire.BlockKey, res []GetResult, dstOf func(i int) []byte) bool {
+	if c.opts.RDMA == nil {
+		return false
+	}
+	items := make([]rdma.GetItem, len(idx))
+	dst := make([][]byte, len(idx))
+	for n, i := range idx {
+		if dst[n] = dstOf(i); len(dst[n]) == 0 {
+			return false
+		}
+		items[n] = rdma.GetItem{Key: ks[n], Length: uint64(len(dst[n]))}
+	}
+	rc := c.getRDMA(p)
+	if rc == nil {
+		return false
+	}
+	out := make([]rdma.GetResult, len(idx))
+	if err := rc.GetBatch(items, dst, out); err != nil {
+		c.rdmaFailed(p, rc, err)
+		return false
+	}
+	c.putRDMA(p, rc)
+	for n, i := range idx {
+		r := GetResult{Stored: out[n].Stored, Err: out[n].Err}
+		if r.Err == nil {
+			r.Data = dst[n][:out[n].N]
+			if r.Stored > uint64(len(dst[n])) {
+				r.Err = ErrBufferTooSmall
+			}
+		}
+		res[i] = r
+	}
+	return true
+}
+
+// rdmaGetRange is GetRange over RDMA; ok false: it goes over TCP.
+func (c *Client) rdmaGetRange(p *peer, k wire.BlockKey, offset, length uint64, dst []byte) (n int, stored uint64, err error, ok bool) {
+	if c.opts.RDMA == nil {
+		return 0, 0, nil, false
+	}
+	rc := c.getRDMA(p)
+	if rc == nil {
+		return 0, 0, nil, false
+	}
+	r, terr := rc.Get(k, offset, length, dst)
+	if terr != nil {
+		c.rdmaFailed(p, rc, terr)
+		return 0, 0, nil, false
+	}
+	c.putRDMA(p, rc)
+	return r.N, r.Stored, r.Err, true
+}
+
+// rdmaPut stores a group of putBatch over RDMA; false: the group goes
+// over TCP.
+func (c *Client) rdmaPut(p *peer, idx []int, ks []wire.BlockKey, errs []error, value func(i int) []byte) bool {
+	if c.opts.RDMA == nil {
+		return false
+	}
+	vals := make([][]byte, len(idx))
+	for n, i := range idx {
+		if vals[n] = value(i); vals[n] == nil {
+			return false
+		}
+	}
+	rc := c.getRDMA(p)
+	if rc == nil {
+		return false
+	}
+	out := make([]error, len(idx))
+	if err := rc.PutBatch(ks, vals, out); err != nil {
+		c.rdmaFailed(p, rc, err)
+		return false
+	}
+	c.putRDMA(p, rc)
+	for n, i := range idx {
+		errs[i] = out[n]
+	}
+	return true
+}

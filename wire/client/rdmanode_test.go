@@ -3,12 +3,9 @@ package client_test
 import (
 	"bytes"
 	"context"
-	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/rdma"
 	"github.com/dfkv/dfkv/roles/server"
 	"github.com/dfkv/dfkv/wire"
@@ -23,30 +20,7 @@ import (
 // TCP instead, and the node keeps no registration of it.
 func TestClientOverRDMA(t *testing.T) {
 	fake := rdma.NewFake("fk0")
-	dir := t.TempDir()
-	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
-		"disks": {filepath.Join(dir, "d0")}, "disk-capacity-bytes": {"256MiB"}, "ram-tier": {"1"}, "ram-tier-bytes": {"128MiB"},
-		"http-listen": {""},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, cfg, server.Deps{Listener: ln, RDMAProvider: fake, Ready: func(*server.Server) { close(ready) }})
-	}()
-	defer func() { cancel(); <-done }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("node did not start: %v", err)
-	}
-	addr := ln.Addr().String()
+	addr := runNode(t, server.Deps{RDMAProvider: fake}, nil)
 	viaRDMA, err := client.Open(client.Options{Namespace: []byte("rdma"), Members: []string{addr}, SharedMemory: client.ShmOff,
 		RDMA: &rdma.ClientOptions{Provider: fake, BufferBytes: 8 << 20, OpTimeout: 10 * time.Second}})
 	if err != nil {

@@ -3,12 +3,10 @@ package client_test
 import (
 	"bytes"
 	"context"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/roles/server"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -21,29 +19,8 @@ import (
 // read returns the value.
 func TestLeaseLapsedDuringCopyIsAMiss(t *testing.T) {
 	dir := t.TempDir()
-	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
-		"disks": {filepath.Join(dir, "d0")}, "disk-capacity-bytes": {"256MiB"}, "ram-tier": {"1"}, "ram-tier-bytes": {"128MiB"},
-		"shm-socket": {filepath.Join(dir, "s.sock")}, "lease-ms": {"20"}, "http-listen": {""},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, cfg, server.Deps{Listener: ln, Ready: func(*server.Server) { close(ready) }})
-	}()
-	defer func() { cancel(); <-done }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("node did not start: %v", err)
-	}
-	cl, err := client.Open(client.Options{Namespace: []byte("lapse"), Members: []string{ln.Addr().String()}, SharedMemory: client.ShmOn})
+	addr := runNode(t, server.Deps{}, map[string][]string{"shm-socket": {filepath.Join(dir, "s.sock")}, "lease-ms": {"20"}})
+	cl, err := client.Open(client.Options{Namespace: []byte("lapse"), Members: []string{addr}, SharedMemory: client.ShmOn})
 	if err != nil {
 		t.Fatal(err)
 	}

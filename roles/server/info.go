@@ -9,6 +9,7 @@ import (
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/lease"
 	"github.com/dfkv/dfkv/engine/ramtier"
+	"github.com/dfkv/dfkv/rdma"
 	"github.com/dfkv/dfkv/roles/version"
 )
 
@@ -58,6 +59,8 @@ type StatsReply struct {
 	Shm *ShmStats `json:"shm,omitempty"`
 	// Pins are BATCH_EXIST's pins; absent without the RAM tier.
 	Pins *lease.Stats `json:"pins,omitempty"`
+	// RDMA is the RDMA transport's; absent when it is off.
+	RDMA *rdma.NodeStats `json:"rdma,omitempty"`
 }
 
 // SetInfo records what STATS reports about the node. Call before Serve.
@@ -71,6 +74,10 @@ func (s *Server) statsReply() StatsReply {
 	if s.pins != nil {
 		st := s.pins.table.Stats()
 		r.Pins = &st
+	}
+	if s.opts.RDMA != nil {
+		st := s.opts.RDMA.Stats()
+		r.RDMA = &st
 	}
 	if t, ok := s.opts.Engine.(*ramtier.Tier); ok {
 		ram := t.RAM()

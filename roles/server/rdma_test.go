@@ -70,6 +70,9 @@ func TestRDMAOnTheDataPort(t *testing.T) {
 			t.Fatalf("GET %d over RDMA: %+v", i, res[i])
 		}
 	}
+	if st := nodeStats(t, addr).RDMA; st == nil || st.Conns != 1 || st.Leases.Granted < 2 {
+		t.Fatalf("STATS of the RDMA transport: %+v, want one connection and its leases", st)
+	}
 	// The TCP port still speaks TCP, and sees what RDMA stored.
 	c := dial(t, addr)
 	writeReq(t, c, wire.RequestHeader{Op: wire.OpGet, Key: keys[1]}, nil)

@@ -427,8 +427,9 @@ func (s *Server) ShmStats() *ShmStats {
 	return st
 }
 
-// shmCollector exports the shared-memory transport's numbers; without it
-// no dfkv_shm_* or dfkv_lease_* series exist.
+// shmCollector exports the lease transports' numbers (shared memory,
+// RDMA) and the pins'; without them no dfkv_shm_*, dfkv_lease_*,
+// dfkv_rdma_* or dfkv_pin_* series exist.
 type shmCollector struct{ srv *Server }
 
 var (
@@ -441,12 +442,16 @@ var (
 	descLeaseFull     = prometheus.NewDesc("dfkv_lease_full_total", "Values sent on the socket because every lease was live (server.lease_max).", nil, nil)
 	descPinLive       = prometheus.NewDesc("dfkv_pin_live", "Values a BATCH_EXIST with the pin flag keeps from eviction until a GET reads them.", nil, nil)
 	descPinGranted    = prometheus.NewDesc("dfkv_pin_granted_total", "Pins taken by BATCH_EXIST with the pin flag.", nil, nil)
+	descRDMAConns     = prometheus.NewDesc("dfkv_rdma_conns", "Open RDMA connections.", nil, nil)
+	descRDMALeaseLive = prometheus.NewDesc("dfkv_rdma_lease_live", "Leases RDMA clients hold now.", nil, nil)
+	descRDMAExpired   = prometheus.NewDesc("dfkv_rdma_lease_expired_total", "RDMA leases that ran out (server.lease_ms): a client that hung or forgot to release.", nil, nil)
+	descRDMARefused   = prometheus.NewDesc("dfkv_rdma_lease_refused_total", "Releases over RDMA of leases another connection holds, or of ids that never existed.", nil, nil)
 	descPinExpired    = prometheus.NewDesc("dfkv_pin_expired_total", "Pins that ran out (server.lease_ms) before a GET read their value: lookups not followed by a load.", nil, nil)
 )
 
 func (c *shmCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descShmConns, descLeaseLive, descLeaseGranted, descLeaseReleased, descLeaseExpired, descLeaseRefused, descLeaseFull,
-		descPinLive, descPinGranted, descPinExpired} {
+		descPinLive, descPinGranted, descPinExpired, descRDMAConns, descRDMALeaseLive, descRDMAExpired, descRDMARefused} {
 		ch <- d
 	}
 }
@@ -461,6 +466,13 @@ func (c *shmCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descPinLive, float64(st.Live))
 		k(descPinGranted, st.Granted)
 		k(descPinExpired, st.Expired)
+	}
+	if r := c.srv.opts.RDMA; r != nil {
+		st := r.Stats()
+		g(descRDMAConns, float64(st.Conns))
+		g(descRDMALeaseLive, float64(st.Leases.Live))
+		k(descRDMAExpired, st.Leases.Expired)
+		k(descRDMARefused, st.Leases.Refused)
 	}
 	st := c.srv.ShmStats()
 	if st == nil {

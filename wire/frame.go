@@ -112,7 +112,7 @@ func foreignProtocol(src []byte) string {
 			return "HTTP"
 		}
 	}
-	if src[0] == 0x16 && src[1] == 0x03 {
+	if len(src) >= 2 && src[0] == 0x16 && src[1] == 0x03 {
 		return "a TLS handshake"
 	}
 	return ""
@@ -178,6 +178,18 @@ func DecodeRequest(src []byte, lim Limits) (RequestHeader, error) {
 		return h, h.checkBatch(lim)
 	}
 	return h, frameErr(StatusUnsupported, "unknown op %d", uint8(h.Op))
+}
+
+// ForeignEpoch refuses, from its first bytes alone (at least one), a
+// request whose epoch is not EpochTCP, or returns nil. A node checks it
+// as soon as a request's first byte arrives, so a peer of another
+// generation (whose frames may be shorter than the prefix) is answered at
+// once rather than when the prefix's missing bytes time out.
+func ForeignEpoch(first []byte) error {
+	if len(first) == 0 || first[0] == EpochTCP {
+		return nil
+	}
+	return epochMismatch(first, first[0])
 }
 
 // epochMismatch is DecodeRequest's error for a prefix whose first byte is

@@ -99,6 +99,17 @@ func AppendMDSRequest(dst []byte, op Op, knownEpoch uint64, bodyLen int) []byte 
 	return append(dst, b[:]...)
 }
 
+// ForeignMDSEpoch refuses, from its first byte, a control request of
+// another epoch, or returns nil: the MDS answers a peer of another
+// generation at once instead of waiting for a prefix it will never send
+// whole.
+func ForeignMDSEpoch(first []byte) error {
+	if len(first) == 0 || first[0] == EpochMDS {
+		return nil
+	}
+	return frameErr(StatusEpochMismatch, "request epoch %d on the MDS control port, which speaks epoch %d; is this a data-plane client dialing the MDS, or a client of another generation?", first[0], EpochMDS)
+}
+
 // DecodeMDSRequest decodes and checks a control request prefix: epoch,
 // op, zero key and offset, body within MaxMDSRequest. A non-nil error is a
 // *FrameError; the connection is answered and closed.

@@ -472,3 +472,32 @@ type countingDir struct {
 }
 
 func (d *countingDir) Probe(context.Context) error { d.probes++; return nil }
+
+// TestShortFrameOfAnotherEpochRefusedAtOnce: a control frame of an older
+// generation, shorter than this prefix (42 bytes), is answered on its
+// first byte, not after the first-request deadline (60 s here) its
+// missing bytes would run into.
+func TestShortFrameOfAnotherEpochRefusedAtOnce(t *testing.T) {
+	ctrl, _, _ := runMDS(t, map[string][]string{"db": {filepath.Join(t.TempDir(), "m.db")}, "first-request-ms": {"60000"}})
+	c, err := net.Dial("tcp", ctrl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	legacy := make([]byte, 42)
+	legacy[0] = 1
+	c.Write(legacy)
+	start := time.Now()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	var hb [wire.ResponsePrefixLen]byte
+	if _, err := io.ReadFull(c, hb[:]); err != nil {
+		t.Fatalf("no answer to a 42-byte frame of epoch 1: %v", err)
+	}
+	h, err := wire.DecodeMDSResponse(hb[:])
+	msg := make([]byte, h.BodyLen)
+	io.ReadFull(c, msg)
+	t.Logf("refused after %s: %s", time.Since(start).Round(time.Microsecond), msg)
+	if err != nil || h.Status != wire.StatusEpochMismatch || !strings.Contains(string(msg), "epoch 1") {
+		t.Fatalf("a 42-byte frame of epoch 1 on the MDS: %+v %v %q", h, err, msg)
+	}
+}

@@ -133,7 +133,21 @@ func (s *controlServer) handle(ctx context.Context, c net.Conn) {
 			// expires every node).
 			_ = c.SetReadDeadline(time.Now().Add(s.firstReq))
 		}
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		// The first byte alone says whether the request is of this
+		// epoch: one of another generation is refused now, not when the
+		// prefix it will never complete times out.
+		peeked, err := br.Peek(1)
+		if err == nil {
+			if ferr := wire.ForeignMDSEpoch(peeked); ferr != nil {
+				fe := ferr.(*wire.FrameError)
+				s.frameErrors.Add(1)
+				s.log.Warn("MDS: closing connection after a request of another epoch", "remote", c.RemoteAddr().String(), "error", fe.Message)
+				s.reply(c, fe.Status, 0, []byte(fe.Message))
+				return
+			}
+			_, err = io.ReadFull(br, hdr[:])
+		}
+		if err != nil {
 			if first && errors.Is(err, os.ErrDeadlineExceeded) {
 				s.firstReqTimeouts.Add(1)
 				s.log.Warn("MDS: closing control connection: no complete first request within the deadline",

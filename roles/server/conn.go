@@ -582,6 +582,13 @@ func (c *conn) respond(st wire.Status, stored uint64, err error) {
 // connection: a *wire.FrameError is answered first, anything else is an
 // I/O failure of the connection itself.
 func (c *conn) handleOne() error {
+	// A request of another epoch is refused on its first byte: an older
+	// generation's frame may be shorter than this prefix, and reading the
+	// rest would wait for the body deadline.
+	if err := wire.ForeignEpoch(c.peekBuffered()); err != nil {
+		c.takeScratch()
+		return err
+	}
 	if err := c.readPrefix(); err != nil {
 		return err
 	}
@@ -873,4 +880,11 @@ func (c *conn) batchKeys(h *wire.RequestHeader) error {
 		}
 	}
 	return nil
+}
+
+// peekBuffered is what has arrived of the next request, without
+// consuming it (at least one byte: the caller's Peek saw it).
+func (c *conn) peekBuffered() []byte {
+	b, _ := c.br.Peek(min(c.br.Buffered(), wire.RequestPrefixLen))
+	return b
 }

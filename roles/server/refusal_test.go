@@ -260,3 +260,24 @@ func TestLingerStopsAtItsByteBound(t *testing.T) {
 		t.Fatalf("writes failed only after %d bytes, more than the %d-byte bound and the socket buffers", written, lingerFloor)
 	}
 }
+
+// TestShortFrameOfAnotherEpochRefusedAtOnce: a frame of an older
+// generation, shorter than this prefix (42 bytes), is answered on its
+// first byte, not after the first-request deadline (60 s here) its
+// missing bytes would run into.
+func TestShortFrameOfAnotherEpochRefusedAtOnce(t *testing.T) {
+	n := startNode(t, newMemEngine(), func(o *Options) { o.FirstRequest = time.Minute })
+	c := dial(t, n.addr)
+	legacy := make([]byte, 42)
+	legacy[0], legacy[1] = 5, byte(wire.OpGet)
+	if _, err := c.Write(legacy); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	h, msg := readResp(t, c)
+	t.Logf("refused after %s: %s", time.Since(start).Round(time.Microsecond), msg)
+	if h.Status != wire.StatusEpochMismatch || !strings.Contains(string(msg), "epoch 5") {
+		t.Fatalf("a 42-byte frame of epoch 5: %s %q", h.Status, msg)
+	}
+}

@@ -125,8 +125,12 @@
 //	                                  BATCH_PUT; a range outside the
 //	                                  region is that item's INVALID
 //
-// The lease ops are refused (UNSUPPORTED, connection closed) on the TCP
-// port. A lease id is a slot index (high 32 bits) and a sequence number
+// Over RDMA (package rdma) the same ops run on a TCP connection to the
+// node's data port whose first byte is 7: rdma's bootstrap frame, which
+// the node hands to its RDMA transport (a node without one answers with
+// a refusal welcome). Otherwise the lease ops are refused (UNSUPPORTED,
+// connection closed) on the TCP port, and a frame of any epoch other
+// than 6 is refused on its first byte. A lease id is a slot index (high 32 bits) and a sequence number
 // (low 32, never 0). A lease ends when its connection releases it (best
 // piggybacked on its next LEASE_GET or LEASE_PUT), when its connection
 // closes, or server.lease_ms after it was granted; a release of an id the

@@ -325,7 +325,6 @@ func (r *Ring) reap() {
 			continue
 		}
 		r.mu.Lock()
-		n := 0
 		for ; head != tail; head++ {
 			c := r.cqes[head&mask]
 			if c.userData == closeSlot {
@@ -336,14 +335,15 @@ func (r *Ring) reap() {
 			r.inflight[c.userData] = nil
 			r.free = append(r.free, c.userData)
 			q.res = c.res
+			// Counted before its caller wakes, so a caller that reads
+			// Ops after its I/O sees the I/O counted.
+			r.Ops.Add(1)
 			q.done <- struct{}{}
-			n++
 		}
 		atomic.StoreUint32(r.cqHead, head)
 		r.room.Broadcast()
 		idle := len(r.free) == len(r.inflight)
 		r.mu.Unlock()
-		r.Ops.Add(uint64(n))
 		if closing && idle {
 			return
 		}

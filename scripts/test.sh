@@ -11,6 +11,18 @@ cd "$(dirname "$0")/.."
 echo "== go version: $(go version)"
 go mod download
 
+# The object-store tier's tests run against a real S3 server, versitygw,
+# built from the Go module proxy into $(go env GOPATH)/bin (where the
+# tests look for it). It builds in the background while vet and
+# staticcheck run; the Go tests wait for it.
+versitygw_version=v1.8.0
+versitygw_pid=
+if ! command -v versitygw >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/versitygw" ]; then
+	echo "== installing versitygw $versitygw_version (S3 server for the tests), in the background"
+	go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version" >"${TMPDIR:-/tmp}/versitygw-install.log" 2>&1 &
+	versitygw_pid=$!
+fi
+
 # The tests use a real etcd and Debian's torch. As root (CI, a fresh VM)
 # they are installed when missing; otherwise the tests that need them say
 # that they are skipped and why.
@@ -46,6 +58,13 @@ go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 out=${DFKV_TEST_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/dfkv-test.XXXXXX")}
 mkdir -p "$out"
 echo "== logs in $out"
+
+if [ -n "$versitygw_pid" ]; then
+	if ! wait "$versitygw_pid"; then
+		echo "installing versitygw failed:"; cat "${TMPDIR:-/tmp}/versitygw-install.log"; exit 1
+	fi
+	echo "== versitygw installed: $("$(go env GOPATH)/bin/versitygw" --version 2>&1 | head -1)"
+fi
 
 echo "== go test -race (one line per package as it finishes; the full -v output is in $out/go-test.log)"
 # -p 1 keeps the 2-core CI machine from running several heavy packages

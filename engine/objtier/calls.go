@@ -1,0 +1,189 @@
+package objtier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// Op is a kind of bucket call, a label of the tier's metrics.
+type Op int
+
+const (
+	OpGet Op = iota
+	OpHead
+	OpPut
+	OpDelete
+	opCount
+)
+
+func (o Op) String() string { return [...]string{"get", "head", "put", "delete"}[o] }
+
+// CallStatus is how a bucket call ended, a label of the tier's metrics.
+type CallStatus int
+
+const (
+	CallOK       CallStatus = iota
+	CallNotFound            // the object is not there: a miss, not a failure
+	CallError               // the bucket answered with an error (5xx, 403, a refused connection)
+	CallTimeout             // the call ran past Options.Timeout
+	CallSkipped             // not made: the bucket is down and its retry time has not come
+	statusCount
+)
+
+func (s CallStatus) String() string {
+	return [...]string{"ok", "not_found", "error", "timeout", "skipped"}[s]
+}
+
+// errSkipped is a call not made while the bucket is down.
+var errSkipped = errors.New("object store down: call skipped until its retry time")
+
+// call runs one bucket call under the tier's timeout, counting it and
+// keeping the bucket's health.
+func (t *Tier) call(op Op, f func(ctx context.Context) error) error {
+	return t.callCtx(context.Background(), op, f)
+}
+
+func (t *Tier) callCtx(parent context.Context, op Op, f func(ctx context.Context) error) error {
+	start := t.clock.Now()
+	if !t.health.allow(start) {
+		t.calls[op][CallSkipped].Add(1)
+		return errSkipped
+	}
+	ctx, cancel := context.WithTimeout(parent, t.opts.Timeout)
+	err := f(ctx)
+	timedOut := ctx.Err() == context.DeadlineExceeded
+	cancel()
+	now := t.clock.Now()
+	st := CallOK
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotExist):
+		st = CallNotFound
+	case errors.Is(err, ErrTooLarge):
+		st = CallOK // the bucket answered; the object is just not ours
+	case timedOut || errors.Is(err, context.DeadlineExceeded):
+		st = CallTimeout
+	default:
+		st = CallError
+	}
+	t.calls[op][st].Add(1)
+	if t.opts.Observe != nil {
+		t.opts.Observe(op, st, now.Sub(start))
+	}
+	if st == CallError || st == CallTimeout {
+		if parent.Err() == nil { // a drain cut short at Close is not an outage
+			t.health.failure(now, op.String(), err)
+		}
+	} else {
+		t.health.success(now)
+	}
+	return err
+}
+
+// Stats is a snapshot of the tier's counters.
+type Stats struct {
+	Bucket string `json:"bucket"`
+	Write  string `json:"write"`
+	Exist  string `json:"exist"`
+	// Reachable is false during an outage (after a failed call, until a
+	// call succeeds again); Outages counts them.
+	Reachable bool   `json:"reachable"`
+	Outages   uint64 `json:"outages"`
+	// Calls counts bucket calls by operation and how they ended.
+	Calls []CallCount `json:"calls"`
+	// BytesRead and BytesWritten count object bytes (headers included).
+	BytesRead    uint64 `json:"bytes_read"`
+	BytesWritten uint64 `json:"bytes_written"`
+	// ReadThroughHits counts backing misses served from the bucket (or
+	// from the upload queue: QueueHits); ReadThroughMisses those it did
+	// not have either.
+	ReadThroughHits   uint64 `json:"read_through_hits"`
+	ReadThroughMisses uint64 `json:"read_through_misses"`
+	QueueHits         uint64 `json:"queue_hits"`
+	// Promoted counts objects written into the backing after a read
+	// through; PromoteSkipped those not written because the key changed
+	// meanwhile or the backing refused.
+	Promoted       uint64 `json:"promoted"`
+	PromoteSkipped uint64 `json:"promote_skipped"`
+	// Ignored counts objects that were not the key's value in this
+	// layout (checksum, length, identity, header): served as misses.
+	Ignored uint64 `json:"ignored"`
+	// The upload queue (async writes): what waits or is in flight,
+	// uploads done, dropped because the queue was full, and dropped after
+	// failing every try.
+	QueueItems     int    `json:"queue_items"`
+	QueueBytes     int64  `json:"queue_bytes"`
+	Uploaded       uint64 `json:"uploaded"`
+	UploadDrops    uint64 `json:"upload_drops"`
+	UploadFailed   uint64 `json:"upload_failed"`
+	PendingDeletes int64  `json:"pending_deletes"`
+	RetriedDeletes uint64 `json:"retried_deletes"`
+}
+
+// CallCount is the number of bucket calls of one operation that ended one way.
+type CallCount struct {
+	Op     string `json:"op"`
+	Status string `json:"status"`
+	Count  uint64 `json:"count"`
+}
+
+// TierStats returns the tier's own counters (Stats is the backing's).
+func (t *Tier) TierStats() Stats {
+	items, bytes, drops := t.queue.depth()
+	st := Stats{
+		Bucket: t.bucket.String(), Write: t.opts.Write.String(), Exist: t.opts.Exist.String(),
+		Reachable: !t.health.down.Load(), Outages: t.health.outages.Load(),
+		BytesRead: t.bytesIn.Load(), BytesWritten: t.bytesOut.Load(),
+		ReadThroughHits: t.readHits.Load() + t.queueHits.Load(), ReadThroughMisses: t.readMisses.Load(), QueueHits: t.queueHits.Load(),
+		Promoted: t.promoted.Load(), PromoteSkipped: t.promoteSkips.Load(), Ignored: t.corrupt.Load(),
+		QueueItems: items, QueueBytes: bytes, Uploaded: t.uploaded.Load(), UploadDrops: drops, UploadFailed: t.uploadFails.Load(),
+		PendingDeletes: t.tombs.Load(), RetriedDeletes: t.retriedDeletes.Load(),
+	}
+	for op := range opCount {
+		for s := range statusCount {
+			st.Calls = append(st.Calls, CallCount{Op: op.String(), Status: s.String(), Count: t.calls[op][s].Load()})
+		}
+	}
+	return st
+}
+
+// Stats returns the backing's stats: the disks are what the node holds.
+func (t *Tier) Stats() engine.Stats { return t.backing.Stats() }
+
+// Pin pins key in the backing, when the backing pins.
+func (t *Tier) Pin(key wire.BlockKey) (engine.Loan, bool) {
+	if p, ok := t.backing.(engine.Pinner); ok {
+		return p.Pin(key)
+	}
+	return engine.Loan{}, false
+}
+
+// Unpin ends a pin Pin took.
+func (t *Tier) Unpin(l engine.Loan) { t.backing.(engine.Pinner).Unpin(l) }
+
+// Close stops the workers, gives queued uploads up to
+// Options.DrainTimeout to finish, and closes the backing.
+func (t *Tier) Close() error {
+	if !t.closed.CompareAndSwap(false, true) {
+		return fmt.Errorf("object store tier already closed: %w", wire.StatusUnavailable)
+	}
+	close(t.stop)
+	t.workers.Wait()
+	if t.opts.Write == WriteAsync {
+		ctx, cancel := context.WithTimeout(context.Background(), t.opts.DrainTimeout)
+		t.drain(ctx)
+		cancel()
+		if items, bytes, _ := t.queue.depth(); items > 0 {
+			t.log.Warn("object store: uploads still queued at close were not made; those blocks stay on disk only",
+				"bucket", t.bucket.String(), "items", items, "bytes", bytes, "drain_timeout", t.opts.DrainTimeout)
+		}
+	}
+	return t.backing.Close()
+}
+
+var _ engine.StoreEngine = (*Tier)(nil)
+var _ engine.Pinner = (*Tier)(nil)

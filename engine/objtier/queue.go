@@ -1,0 +1,278 @@
+package objtier
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// uploadQueue holds the objects waiting for an async upload, one per key:
+// a newer PUT of a queued key replaces its object in place, and one that
+// arrives while the key's upload is in flight waits for it, so uploads of
+// one key never overlap and the newest lands last. Bounded by bytes; a
+// full queue refuses (the caller counts the drop).
+type uploadQueue struct {
+	mu       sync.Mutex
+	items    map[wire.BlockKey]*upload
+	order    []wire.BlockKey // FIFO of keys with a body to upload
+	head     int
+	bytes    int64
+	maxBytes int64
+	drops    uint64
+	wake     chan struct{} // a token when order gained a key
+	pool     *iobuf.Pool
+}
+
+type upload struct {
+	body     *iobuf.Buf // the next object to upload; nil when none
+	inflight bool
+	canceled bool          // a REMOVE came while in flight: do not retry
+	done     chan struct{} // closed when the upload in flight ends
+	tries    int
+}
+
+// maxTries is how often a failed upload is tried before it is dropped.
+const maxTries = 3
+
+func newUploadQueue(maxBytes int64, pool *iobuf.Pool) *uploadQueue {
+	return &uploadQueue{items: make(map[wire.BlockKey]*upload), maxBytes: maxBytes, wake: make(chan struct{}, 1), pool: pool}
+}
+
+// add queues body as key's next upload. false: the queue is full and the
+// caller still owns body.
+func (q *uploadQueue) add(key wire.BlockKey, body *iobuf.Buf) bool {
+	n := int64(len(body.B))
+	q.mu.Lock()
+	u := q.items[key]
+	var old *iobuf.Buf
+	if u != nil && u.body != nil {
+		old = u.body
+		if q.bytes-int64(len(old.B))+n > q.maxBytes {
+			q.drops++
+			q.mu.Unlock()
+			return false
+		}
+		q.bytes += n - int64(len(old.B))
+		u.body, u.tries = body, 0
+		q.mu.Unlock()
+		q.pool.Put(old)
+		return true
+	}
+	if q.bytes+n > q.maxBytes {
+		q.drops++
+		q.mu.Unlock()
+		return false
+	}
+	q.bytes += n
+	if u == nil {
+		u = &upload{}
+		q.items[key] = u
+	}
+	u.body, u.tries, u.canceled = body, 0, false
+	if !u.inflight {
+		q.push(key)
+	}
+	q.mu.Unlock()
+	return true
+}
+
+func (q *uploadQueue) push(key wire.BlockKey) {
+	if q.head > 1024 && q.head*2 > len(q.order) {
+		q.order = append(q.order[:0], q.order[q.head:]...)
+		q.head = 0
+	}
+	q.order = append(q.order, key)
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the next key to upload and its object, marking it in
+// flight; ok is false when nothing is queued.
+func (q *uploadQueue) take() (key wire.BlockKey, body *iobuf.Buf, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.head < len(q.order) {
+		key = q.order[q.head]
+		q.head++
+		u := q.items[key]
+		if u == nil || u.body == nil || u.inflight {
+			continue
+		}
+		body, u.body = u.body, nil
+		u.inflight, u.done = true, make(chan struct{})
+		u.tries++
+		if q.head < len(q.order) {
+			select { // more to do: let another worker in
+			case q.wake <- struct{}{}:
+			default:
+			}
+		}
+		return key, body, true
+	}
+	return key, nil, false
+}
+
+// finish ends key's upload of body. ok: the upload succeeded. It returns
+// whether body was the key's newest object (so a stale mark may end), and
+// whether the upload was dropped after its last try.
+// tried is false for a call the tier skipped while the bucket was down,
+// which does not count as a try.
+func (q *uploadQueue) finish(key wire.BlockKey, body *iobuf.Buf, ok, tried bool) (newest, dropped bool) {
+	q.mu.Lock()
+	u := q.items[key]
+	if !tried {
+		u.tries--
+	}
+	u.inflight = false
+	close(u.done)
+	u.done = nil
+	switch {
+	case u.body != nil: // a newer object arrived meanwhile
+		q.bytes -= int64(len(body.B))
+		q.pool.Put(body)
+		q.push(key)
+	case !ok && !u.canceled && u.tries < maxTries:
+		u.body = body // try again, after the others
+		q.push(key)
+	default:
+		q.bytes -= int64(len(body.B))
+		q.pool.Put(body)
+		delete(q.items, key)
+		newest = ok && !u.canceled
+		dropped = !ok && !u.canceled
+	}
+	q.mu.Unlock()
+	return newest, dropped
+}
+
+// cancel forgets key's queued object and waits for an upload of it in
+// flight to end, so a REMOVE's delete comes after every upload of the
+// value it removed.
+func (q *uploadQueue) cancel(key wire.BlockKey) {
+	q.mu.Lock()
+	u := q.items[key]
+	if u == nil {
+		q.mu.Unlock()
+		return
+	}
+	if u.body != nil {
+		q.bytes -= int64(len(u.body.B))
+		q.pool.Put(u.body)
+		u.body = nil
+	}
+	if !u.inflight {
+		delete(q.items, key)
+		q.mu.Unlock()
+		return
+	}
+	u.canceled = true
+	done := u.done
+	q.mu.Unlock()
+	<-done
+}
+
+// copyOf returns a pooled copy of key's newest queued object (the
+// newest value of the key, which the bucket may not hold yet), or nil.
+func (q *uploadQueue) copyOf(key wire.BlockKey, pool *iobuf.Pool) *iobuf.Buf {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	u := q.items[key]
+	if u == nil || u.body == nil {
+		return nil
+	}
+	c := pool.Get(len(u.body.B))
+	copy(c.B, u.body.B)
+	return c
+}
+
+// lengthOf returns the value length of key's queued object.
+func (q *uploadQueue) lengthOf(key wire.BlockKey) (uint64, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	u := q.items[key]
+	if u == nil || u.body == nil {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(u.body.B[40:48]), true
+}
+
+// pending reports whether key has an upload queued or in flight.
+func (q *uploadQueue) pending(key wire.BlockKey) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.items[key] != nil
+}
+
+// depth is the number of keys and bytes waiting or in flight.
+func (q *uploadQueue) depth() (items int, bytes int64, drops uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items), q.bytes, q.drops
+}
+
+// uploadWorker uploads queued objects until the tier stops, waiting out
+// the bucket's outages rather than failing every queued object at once.
+func (t *Tier) uploadWorker() {
+	defer t.workers.Done()
+	for {
+		if d := t.health.wait(t.clock.Now()); d > 0 {
+			select {
+			case <-t.stop:
+				return
+			case <-time.After(d):
+			}
+		}
+		key, body, ok := t.queue.take()
+		if !ok {
+			select {
+			case <-t.stop:
+				return
+			case <-t.queue.wake:
+			}
+			continue
+		}
+		t.uploadOne(context.Background(), key, body)
+	}
+}
+
+func (t *Tier) uploadOne(ctx context.Context, key wire.BlockKey, body *iobuf.Buf) {
+	err := t.callCtx(ctx, OpPut, func(ctx context.Context) error { return t.bucket.Put(ctx, t.name(key), body.B) })
+	if err == nil {
+		t.bytesOut.Add(uint64(len(body.B)))
+		t.uploaded.Add(1)
+	}
+	newest, dropped := t.queue.finish(key, body, err == nil, !errors.Is(err, errSkipped))
+	switch {
+	case newest:
+		t.clearStale(key)
+	case dropped:
+		t.uploadFails.Add(1)
+		t.markStale(key)
+	}
+}
+
+// drain uploads what is queued until the queue is empty or ctx ends.
+func (t *Tier) drain(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range t.opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				key, body, ok := t.queue.take()
+				if !ok {
+					return
+				}
+				t.uploadOne(ctx, key, body)
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,194 @@
+// Package s3test starts a real S3 server for tests: versitygw (a Go S3
+// gateway over a local directory) as a child process on a free loopback
+// port, its objects in a temporary directory, stopped by PID when the test
+// ends. When versitygw is not installed the test is skipped with the
+// command that installs it, except under CI (CI=true), where a missing
+// server is a failure: scripts/ci-deps.sh installs it.
+package s3test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// Version is the versitygw release the tests run against.
+const Version = "v1.8.0"
+
+// InstallHint is the command that installs it.
+const InstallHint = "go install github.com/versity/versitygw/cmd/versitygw@" + Version
+
+// Server is one running versitygw with one bucket.
+type Server struct {
+	Endpoint  string // host:port
+	Bucket    string
+	AccessKey string
+	SecretKey string
+	Root      string // the directory holding the bucket's files
+	bin       string
+	cmd       *exec.Cmd
+	done      chan struct{}
+	logPath   string
+}
+
+// Binary finds versitygw: on PATH, else in $GOBIN or $GOPATH/bin (where
+// go install puts it), else "".
+func Binary() string {
+	if p, err := exec.LookPath("versitygw"); err == nil {
+		return p
+	}
+	var dirs []string
+	if d := os.Getenv("GOBIN"); d != "" {
+		dirs = append(dirs, d)
+	}
+	gopath := os.Getenv("GOPATH")
+	if gopath == "" {
+		if home, err := os.UserHomeDir(); err == nil {
+			gopath = filepath.Join(home, "go")
+		}
+	}
+	for _, p := range filepath.SplitList(gopath) {
+		dirs = append(dirs, filepath.Join(p, "bin"))
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, "versitygw")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+	}
+	return ""
+}
+
+// Start starts versitygw with bucket "dfkv-test" for t, or skips t.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := Binary()
+	if bin == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("versitygw is not installed; scripts/ci-deps.sh should have run: " + InstallHint)
+		}
+		t.Skip("versitygw is not installed (" + InstallHint + "); skipping the tests that need a real S3 server")
+	}
+	dir := t.TempDir()
+	s := &Server{
+		Endpoint: freeAddr(t), Bucket: "dfkv-test", AccessKey: "dfkvtestkey", SecretKey: "dfkv-test-secret-key",
+		Root: filepath.Join(dir, "root"), bin: bin, logPath: filepath.Join(dir, "versitygw.log"),
+	}
+	if err := os.MkdirAll(s.Root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.start(t)
+	t.Cleanup(s.Stop)
+	c := s.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.MakeBucket(ctx, s.Bucket, minio.MakeBucketOptions{}); err != nil {
+		t.Fatalf("create bucket %s on versitygw: %v; log:\n%s", s.Bucket, err, s.Log())
+	}
+	return s
+}
+
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func (s *Server) start(t testing.TB) {
+	t.Helper()
+	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	s.cmd = exec.Command(s.bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--port", s.Endpoint, "--quiet", "posix", s.Root)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start versitygw: %v", err)
+	}
+	s.done = make(chan struct{})
+	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(s.cmd, s.done)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		// Any HTTP answer (403 to an unsigned request) means it serves.
+		resp, err := http.Get("http://" + s.Endpoint + "/")
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		select {
+		case <-s.done:
+			t.Fatalf("versitygw exited at start; log:\n%s", s.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("versitygw not answering after 20s; log:\n%s", s.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Client returns a plain minio-go client of the server.
+func (s *Server) Client(t testing.TB) *minio.Client {
+	t.Helper()
+	c, err := minio.New(s.Endpoint, &minio.Options{
+		Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), Region: "us-east-1", BucketLookup: minio.BucketLookupPath,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Env is the environment a dfkv process needs to use the server.
+func (s *Server) Env() []string {
+	return []string{"AWS_ACCESS_KEY_ID=" + s.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s.SecretKey}
+}
+
+// Stop stops the server (SIGTERM, then SIGKILL) and waits for it.
+func (s *Server) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-s.done:
+	default:
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(10 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+	}
+}
+
+// Restart starts the server again on the same port and directory.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop()
+	s.start(t)
+}
+
+// Log returns what the server wrote.
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(s.logPath)
+	return strings.TrimSpace(string(b))
+}
+
+// String names the server.
+func (s *Server) String() string { return fmt.Sprintf("versitygw at %s", s.Endpoint) }

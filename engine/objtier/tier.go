@@ -1,0 +1,643 @@
+package objtier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/wire"
+)
+
+// WriteMode says when a PUT reaches the bucket.
+type WriteMode int
+
+const (
+	// WriteAsync uploads after the backing stored the value, from a
+	// bounded queue; a full queue drops the upload (counted), never the PUT.
+	WriteAsync WriteMode = iota
+	// WriteSync acknowledges a PUT only once the object is stored.
+	WriteSync
+	// WriteOff never writes or deletes objects: the bucket is read only.
+	WriteOff
+)
+
+// ParseWriteMode maps the setting's words to a WriteMode.
+func ParseWriteMode(s string) (WriteMode, error) {
+	switch s {
+	case "async", "":
+		return WriteAsync, nil
+	case "sync":
+		return WriteSync, nil
+	case "off":
+		return WriteOff, nil
+	}
+	return 0, fmt.Errorf("unknown object store write mode %q; valid: async, sync, off", s)
+}
+
+func (m WriteMode) String() string { return [...]string{"async", "sync", "off"}[m] }
+
+// ExistMode says whether EXIST (and so a prefix count) asks the bucket
+// about keys the node does not hold.
+type ExistMode int
+
+const (
+	// ExistRemote asks the bucket (one HEAD) for each key missing locally.
+	ExistRemote ExistMode = iota
+	// ExistLocal answers from RAM and disk only.
+	ExistLocal
+)
+
+// ParseExistMode maps the setting's words to an ExistMode.
+func ParseExistMode(s string) (ExistMode, error) {
+	switch s {
+	case "remote", "":
+		return ExistRemote, nil
+	case "local":
+		return ExistLocal, nil
+	}
+	return 0, fmt.Errorf("unknown object store exist mode %q; valid: remote, local", s)
+}
+
+func (m ExistMode) String() string { return [...]string{"remote", "local"}[m] }
+
+// Options configure a Tier.
+type Options struct {
+	Backing engine.StoreEngine // the disks (normally an engine.Group)
+	Bucket  Bucket
+	Prefix  string // object names start "<Prefix>/v1/"
+	Write   WriteMode
+	Exist   ExistMode
+	// Timeout bounds each bucket call (default 5s).
+	Timeout time.Duration
+	// Workers upload queued values (default 8).
+	Workers int
+	// QueueBytes bounds the bytes waiting for upload (default 256MiB).
+	QueueBytes int64
+	// MaxValueBytes is the largest value; larger objects are misses.
+	MaxValueBytes uint64
+	// DrainTimeout is how long Close waits for queued uploads (default 10s).
+	DrainTimeout time.Duration
+	Logger       *slog.Logger
+	Clock        engine.Clock
+	// Observe, when set, is told the duration of every bucket call.
+	Observe func(op Op, status CallStatus, d time.Duration)
+}
+
+// Tier is an engine.StoreEngine that keeps the values of its backing
+// engine in an object store too, and reads a backing miss through from it.
+type Tier struct {
+	opts    Options
+	backing engine.StoreEngine
+	bucket  Bucket
+	log     *slog.Logger
+	clock   engine.Clock
+	pool    *iobuf.Pool
+	health  *health
+	queue   *uploadQueue
+	stripes [stripeCount]stripe
+	tombs   atomic.Int64 // keys with a pending delete, over all stripes
+
+	stop    chan struct{}
+	workers sync.WaitGroup
+	closed  atomic.Bool
+
+	calls                        [opCount][statusCount]atomic.Uint64
+	bytesIn, bytesOut            atomic.Uint64
+	readHits, readMisses         atomic.Uint64
+	queueHits                    atomic.Uint64
+	corrupt                      atomic.Uint64
+	promoted, promoteSkips       atomic.Uint64
+	uploaded, uploadFails        atomic.Uint64
+	retriedDeletes, tombOverflow atomic.Uint64
+	tombGen                      atomic.Uint64
+	corruptWarn                  atomic.Int64 // unix ns of the last corrupt-object warning
+}
+
+// stripeCount stripes keys for the fences between a read-through's
+// promotion and the writes of its key.
+const stripeCount = 1024
+
+// A stripe serializes the backing writes of its keys (Put, Remove, a
+// read-through's promotion) and holds their read-through state. Its lock
+// is held across the backing's disk write, never across a bucket call.
+type stripe struct {
+	mu sync.Mutex
+	// epoch counts writes (Put, Remove) of the stripe's keys; a
+	// read-through promotes its object only if none came since it began.
+	epoch uint64
+	// tombs are keys whose object must not be read: a delete is pending
+	// (REMOVE's, or one a dropped upload left behind) or in progress.
+	tombs map[wire.BlockKey]tomb
+	// flights are the bucket reads in progress, shared by identical
+	// concurrent misses.
+	flights map[wire.BlockKey]*flight
+}
+
+// A tomb marks a key whose object must not be read. gen tells one
+// marking from the next, so that whoever ends a mark (a finished delete)
+// ends only its own. A REMOVE's mark ends only with a delete; a mark left
+// by a dropped or failed upload (stale) also ends when a newer upload of
+// the key succeeds.
+type tomb struct {
+	gen     uint64
+	removed bool
+}
+
+// maxTombs bounds the keys waiting for a delete. Past it the tier stops
+// reading through at all (every miss stays a miss) until deletes drain,
+// because a key it cannot remember might be read back after its REMOVE.
+const maxTombs = 1 << 18
+
+// Open starts the tier's upload workers and delete retries over
+// opts.Backing. The bucket is not checked here; s3bucket.Open checks it.
+func Open(opts Options) (*Tier, error) {
+	if opts.Backing == nil || opts.Bucket == nil {
+		return nil, errors.New("objtier: Backing and Bucket are required")
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 8
+	}
+	if opts.QueueBytes <= 0 {
+		opts.QueueBytes = 256 << 20
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = 10 * time.Second
+	}
+	if opts.MaxValueBytes == 0 {
+		opts.MaxValueBytes = 64 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock == nil {
+		opts.Clock = engine.SystemClock{}
+	}
+	t := &Tier{
+		opts: opts, backing: opts.Backing, bucket: opts.Bucket, log: opts.Logger, clock: opts.Clock,
+		pool:   iobuf.NewPool(int(opts.MaxValueBytes) + HeaderLen),
+		health: newHealth(opts.Logger, opts.Bucket.String()),
+		stop:   make(chan struct{}),
+	}
+	t.queue = newUploadQueue(opts.QueueBytes, t.pool)
+	if opts.Write == WriteAsync {
+		for range opts.Workers {
+			t.workers.Add(1)
+			go t.uploadWorker()
+		}
+	}
+	if opts.Write != WriteOff {
+		t.workers.Add(1)
+		go t.deleteRetries()
+	}
+	return t, nil
+}
+
+func (t *Tier) stripe(key wire.BlockKey) *stripe {
+	return &t.stripes[(key.Tenant^uint64(key.ID[0])|uint64(key.ID[1])<<8)%stripeCount]
+}
+
+func (t *Tier) name(key wire.BlockKey) string { return ObjectName(t.opts.Prefix, key) }
+
+// Put stores value in the backing, then in the bucket as the write mode says.
+func (t *Tier) Put(key wire.BlockKey, value []byte) error {
+	s := t.stripe(key)
+	s.mu.Lock()
+	s.epoch++
+	err := t.backing.Put(key, value)
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	switch t.opts.Write {
+	case WriteAsync:
+		t.enqueue(key, value)
+	case WriteSync:
+		return t.putSync(key, value)
+	}
+	return nil
+}
+
+// PutBatch stores the batch in the backing with one PutBatch (holding the
+// stripes of its keys, in order), then uploads the items it stored.
+func (t *Tier) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
+	var held [stripeCount / 64]uint64
+	for _, k := range keys {
+		i := t.stripeIndex(k)
+		held[i/64] |= 1 << (i % 64)
+	}
+	t.lockStripes(&held, true)
+	t.backing.PutBatch(keys, values, errs)
+	t.lockStripes(&held, false)
+	switch t.opts.Write {
+	case WriteAsync:
+		for i, k := range keys {
+			if errs[i] == nil {
+				t.enqueue(k, values[i])
+			}
+		}
+	case WriteSync:
+		t.putSyncBatch(keys, values, errs)
+	}
+}
+
+func (t *Tier) stripeIndex(key wire.BlockKey) int {
+	return int((key.Tenant ^ uint64(key.ID[0]) | uint64(key.ID[1])<<8) % stripeCount)
+}
+
+// lockStripes locks (or unlocks) the stripes whose bits are set, in index
+// order, so batches never deadlock with each other; locking also counts a
+// write in each stripe's epoch.
+func (t *Tier) lockStripes(held *[stripeCount / 64]uint64, lock bool) {
+	for w, bits := range held {
+		for bits != 0 {
+			b := 0
+			for bits&(1<<b) == 0 {
+				b++
+			}
+			bits &^= 1 << b
+			s := &t.stripes[w*64+b]
+			if lock {
+				s.mu.Lock()
+				s.epoch++
+			} else {
+				s.mu.Unlock()
+			}
+		}
+	}
+}
+
+// putSync uploads one value; on failure it takes the value out of the
+// backing too and marks the key for a delete, so the PUT that failed
+// leaves no copy that a later read could prefer to the bucket's older one.
+func (t *Tier) putSync(key wire.BlockKey, value []byte) error {
+	buf := t.object(key, value)
+	err := t.call(OpPut, func(ctx context.Context) error { return t.bucket.Put(ctx, t.name(key), buf.B) })
+	t.pool.Put(buf)
+	if err == nil {
+		t.clearStale(key)
+		return nil
+	}
+	s := t.stripe(key)
+	s.mu.Lock()
+	s.epoch++
+	t.markLocked(s, key, false)
+	_ = t.backing.Remove(key)
+	s.mu.Unlock()
+	return fmt.Errorf("object store put of %s: %w: %w", t.bucket, err, wire.StatusIOError)
+}
+
+func (t *Tier) putSyncBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
+	sem := make(chan struct{}, t.opts.Workers)
+	var wg sync.WaitGroup
+	for i := range keys {
+		if errs[i] != nil {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = t.putSync(keys[i], values[i])
+		}(i)
+	}
+	wg.Wait()
+}
+
+// object returns a pooled buffer holding key's object: header and value.
+func (t *Tier) object(key wire.BlockKey, value []byte) *iobuf.Buf {
+	buf := t.pool.Get(HeaderLen + len(value))
+	copy(buf.B[HeaderLen:], value)
+	putHeader(buf.B[:HeaderLen], key, buf.B[HeaderLen:])
+	return buf
+}
+
+// enqueue queues key's upload, or drops it when the queue is full. A
+// dropped upload leaves an older object of the key (if any) in the
+// bucket, so the key is marked for a delete: a read never prefers it.
+func (t *Tier) enqueue(key wire.BlockKey, value []byte) {
+	if len(value)+HeaderLen > t.pool.Max() {
+		return
+	}
+	buf := t.object(key, value)
+	if !t.queue.add(key, buf) {
+		t.pool.Put(buf)
+		t.markStale(key)
+	}
+}
+
+// Get reads from the backing and, on a miss, through from the bucket.
+func (t *Tier) Get(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
+	data, stored, err := t.backing.Get(key, offset, length, alloc)
+	if err == nil || wire.StatusOf(err) != wire.StatusNotFound {
+		return data, stored, err
+	}
+	obj, release, ok := t.readThrough(key)
+	if !ok {
+		return nil, 0, err
+	}
+	defer release()
+	value := obj[HeaderLen:]
+	stored = uint64(len(value))
+	if offset > stored {
+		return nil, stored, fmt.Errorf("offset %d past the stored length %d: %w", offset, stored, wire.StatusInvalid)
+	}
+	n := stored - offset
+	if length != 0 && length < n {
+		n = length
+	}
+	if n == 0 {
+		return nil, stored, nil
+	}
+	dst := alloc.Alloc(int(n))
+	copy(dst, value[offset:offset+n])
+	return dst[:n], stored, nil
+}
+
+// flight is one bucket read shared by identical concurrent misses.
+type flight struct {
+	done  chan struct{}
+	epoch uint64 // the stripe's epoch when it began
+	buf   *iobuf.Buf
+	obj   []byte // verified header and value; nil for a miss
+	refs  int    // guarded by the stripe's lock
+}
+
+// readThrough returns key's verified object (header and value) from the
+// upload queue or the bucket and a func that releases it, promoting a
+// bucket object into the backing. ok is false for a miss.
+func (t *Tier) readThrough(key wire.BlockKey) (obj []byte, release func(), ok bool) {
+	if buf := t.queue.copyOf(key, t.pool); buf != nil {
+		t.queueHits.Add(1)
+		return buf.B, func() { t.pool.Put(buf) }, true
+	}
+	if t.tombs.Load() >= maxTombs {
+		return nil, nil, false
+	}
+	s := t.stripe(key)
+	s.mu.Lock()
+	if _, dead := s.tombs[key]; dead {
+		s.mu.Unlock()
+		return nil, nil, false
+	}
+	f := s.flights[key]
+	if f != nil && f.epoch == s.epoch {
+		f.refs++
+		s.mu.Unlock()
+		<-f.done
+	} else {
+		f = &flight{done: make(chan struct{}), epoch: s.epoch, refs: 1}
+		if s.flights == nil {
+			s.flights = make(map[wire.BlockKey]*flight)
+		}
+		s.flights[key] = f
+		s.mu.Unlock()
+		t.fetch(key, f)
+		s.mu.Lock()
+		if s.flights[key] == f {
+			delete(s.flights, key)
+		}
+		s.mu.Unlock()
+		close(f.done)
+	}
+	release = func() {
+		s.mu.Lock()
+		f.refs--
+		last := f.refs == 0
+		s.mu.Unlock()
+		if last && f.buf != nil {
+			t.pool.Put(f.buf)
+		}
+	}
+	if f.obj == nil {
+		release()
+		t.readMisses.Add(1)
+		return nil, nil, false
+	}
+	t.readHits.Add(1)
+	return f.obj, release, true
+}
+
+// fetch reads, verifies and promotes key's object into f.
+func (t *Tier) fetch(key wire.BlockKey, f *flight) {
+	name := t.name(key)
+	limit := int64(t.opts.MaxValueBytes) + HeaderLen
+	var obj []byte
+	err := t.call(OpGet, func(ctx context.Context) error {
+		var err error
+		obj, err = t.bucket.Get(ctx, name, limit, func(n int) []byte {
+			f.buf = t.pool.Get(n)
+			return f.buf.B
+		})
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			t.noteCorrupt(name, err)
+		}
+		return
+	}
+	t.bytesIn.Add(uint64(len(obj)))
+	value, err := checkObject(obj, key)
+	if err != nil {
+		t.noteCorrupt(name, err)
+		return
+	}
+	f.obj = obj
+	// Promote under the stripe's lock, unless a write of the key came
+	// since the read began: its value (or its absence) is newer than
+	// this object.
+	s := t.stripe(key)
+	s.mu.Lock()
+	_, dead := s.tombs[key]
+	if s.epoch != f.epoch || dead {
+		s.mu.Unlock()
+		t.promoteSkips.Add(1)
+		if dead {
+			f.obj = nil
+		}
+		return
+	}
+	perr := t.backing.Put(key, value)
+	s.mu.Unlock()
+	if perr == nil {
+		t.promoted.Add(1)
+	} else {
+		t.promoteSkips.Add(1)
+	}
+}
+
+// noteCorrupt counts an object that is not this key's value in this
+// layout (a miss) and warns at most once a second.
+func (t *Tier) noteCorrupt(name string, err error) {
+	n := t.corrupt.Add(1)
+	now := t.clock.Now().UnixNano()
+	last := t.corruptWarn.Load()
+	if now-last >= int64(time.Second) && t.corruptWarn.CompareAndSwap(last, now) {
+		t.log.Warn("object store: ignoring an object that is not a value of this layout (served as a miss)",
+			"object", name, "err", err, "ignored_total", n)
+	}
+}
+
+// Exist answers from the backing and, in ExistRemote, from the bucket.
+func (t *Tier) Exist(key wire.BlockKey) (uint64, error) {
+	stored, err := t.backing.Exist(key)
+	if err == nil || t.opts.Exist != ExistRemote || wire.StatusOf(err) != wire.StatusNotFound {
+		return stored, err
+	}
+	if n, ok := t.queue.lengthOf(key); ok {
+		return n, nil
+	}
+	if t.tombs.Load() >= maxTombs {
+		return 0, err
+	}
+	s := t.stripe(key)
+	s.mu.Lock()
+	_, dead := s.tombs[key]
+	s.mu.Unlock()
+	if dead {
+		return 0, err
+	}
+	var size int64
+	herr := t.call(OpHead, func(ctx context.Context) error {
+		var e error
+		size, e = t.bucket.Head(ctx, t.name(key))
+		return e
+	})
+	if herr != nil || size < HeaderLen || uint64(size-HeaderLen) > t.opts.MaxValueBytes {
+		return 0, err
+	}
+	return uint64(size - HeaderLen), nil
+}
+
+// Remove removes key from the backing and deletes its object. Until the
+// delete is done the key is marked so that nothing reads its object
+// back; a delete that fails is retried in the background.
+func (t *Tier) Remove(key wire.BlockKey) error {
+	if t.opts.Write == WriteOff {
+		return t.backing.Remove(key)
+	}
+	s := t.stripe(key)
+	s.mu.Lock()
+	s.epoch++
+	gen := t.markLocked(s, key, true)
+	err := t.backing.Remove(key)
+	s.mu.Unlock()
+	t.queue.cancel(key) // waits for an upload of key in flight
+	if wire.StatusOf(err) == wire.StatusNotFound {
+		// The node held no copy; the bucket may (written by another node
+		// before the ring changed, or evicted here).
+		herr := t.call(OpHead, func(ctx context.Context) error {
+			_, e := t.bucket.Head(ctx, t.name(key))
+			return e
+		})
+		if herr == nil {
+			err = nil
+		}
+	}
+	if t.deleteObject(key) == nil {
+		t.clear(key, gen)
+	}
+	return err
+}
+
+func (t *Tier) deleteObject(key wire.BlockKey) error {
+	return t.call(OpDelete, func(ctx context.Context) error { return t.bucket.Delete(ctx, t.name(key)) })
+}
+
+// markStale marks key after an upload of it was dropped or failed.
+func (t *Tier) markStale(key wire.BlockKey) {
+	s := t.stripe(key)
+	s.mu.Lock()
+	t.markLocked(s, key, false)
+	s.mu.Unlock()
+}
+
+// markLocked marks key (a REMOVE's mark when removed) and returns the
+// mark's generation.
+func (t *Tier) markLocked(s *stripe, key wire.BlockKey, removed bool) uint64 {
+	if s.tombs == nil {
+		s.tombs = make(map[wire.BlockKey]tomb)
+	}
+	old, had := s.tombs[key]
+	gen := t.tombGen.Add(1)
+	s.tombs[key] = tomb{gen: gen, removed: removed || old.removed}
+	if !had && t.tombs.Add(1) == maxTombs {
+		t.tombOverflow.Add(1)
+		t.log.Warn("object store: too many deletes pending; reading through is off until they drain", "pending", maxTombs)
+	}
+	return gen
+}
+
+// clear ends mark gen of key after its delete succeeded.
+func (t *Tier) clear(key wire.BlockKey, gen uint64) {
+	s := t.stripe(key)
+	s.mu.Lock()
+	if tb, ok := s.tombs[key]; ok && tb.gen == gen {
+		delete(s.tombs, key)
+		t.tombs.Add(-1)
+	}
+	s.mu.Unlock()
+}
+
+// clearStale ends a stale mark of key: an upload of its newest value
+// succeeded, so the object is current again.
+func (t *Tier) clearStale(key wire.BlockKey) {
+	s := t.stripe(key)
+	s.mu.Lock()
+	if tb, ok := s.tombs[key]; ok && !tb.removed {
+		delete(s.tombs, key)
+		t.tombs.Add(-1)
+	}
+	s.mu.Unlock()
+}
+
+// deleteRetries deletes the objects of marked keys while the bucket
+// answers: REMOVEs whose delete failed and dropped uploads.
+func (t *Tier) deleteRetries() {
+	defer t.workers.Done()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	type marked struct {
+		key wire.BlockKey
+		gen uint64
+	}
+	var keys []marked
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+		}
+		if t.tombs.Load() == 0 || !t.health.allow(t.clock.Now()) {
+			continue
+		}
+		for i := range t.stripes {
+			s := &t.stripes[i]
+			s.mu.Lock()
+			keys = keys[:0]
+			for k, tb := range s.tombs {
+				keys = append(keys, marked{k, tb.gen})
+			}
+			s.mu.Unlock()
+			for _, m := range keys {
+				if t.queue.pending(m.key) {
+					continue // its upload replaces the object and ends a stale mark
+				}
+				t.retriedDeletes.Add(1)
+				if t.deleteObject(m.key) != nil {
+					break
+				}
+				t.clear(m.key, m.gen)
+			}
+		}
+	}
+}

@@ -86,6 +86,20 @@ type Server struct {
 	LeaseMax            int           // most leases live at once
 	ShmStagingBytes     uint64        // each shared-memory connection's staging region
 
+	S3Endpoint         string        // object store host:port; empty = no object store tier
+	S3Bucket           string        // its bucket
+	S3Prefix           string        // object names start "<prefix>/v1/"
+	S3Region           string        // signing region
+	S3BucketLookup     string        // auto | path | virtual
+	S3TLS              int           // 1 = https
+	S3CredentialsFile  string        // AWS shared credentials file; empty = the usual places
+	S3Profile          string        // its profile
+	S3Write            string        // async | sync | off
+	S3Exist            string        // remote | local
+	S3Timeout          time.Duration // one object store call
+	S3UploadWorkers    int           // uploads in flight
+	S3UploadQueueBytes uint64        // bytes waiting for upload
+
 	TenantQuotasFile        string // TOML file of per-tenant quotas; empty = none
 	TenantDefaultQuotaBytes uint64 // quota of tenants the file does not list; 0 = unlimited
 }

@@ -280,6 +280,12 @@ func crossCheck(cfg *Config, bit role) []error {
 		if sc.RAMTier == 1 && sc.RAMTierBytes == 0 {
 			errs = append(errs, errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_SERVER_RAM_TIER_BYTES, --ram-tier-bytes), e.g. 8GiB"))
 		}
+		if sc.S3Endpoint != "" && sc.S3Bucket == "" {
+			errs = append(errs, errors.New("server.s3_endpoint is set but server.s3_bucket (DFKV_SERVER_S3_BUCKET, --s3-bucket) is empty: name the bucket to use"))
+		}
+		if sc.S3Endpoint != "" && sc.S3Write == "sync" && sc.RAMTier == 1 && sc.RAMWriteMode == "writeback" && sc.PutAckMode == "ram" {
+			errs = append(errs, errors.New("server.s3_write = sync acknowledges a PUT only once its object is stored, but the RAM tier acknowledges write-back PUTs from RAM: set server.put_ack_mode = disk (or s3_write = async)"))
+		}
 		if sameListener(sc.Listen, sc.HTTPListen) {
 			errs = append(errs, fmt.Errorf("server.http_listen (DFKV_SERVER_HTTP_LISTEN) %s takes the port of server.listen (DFKV_SERVER_LISTEN) %s; give the metrics and health endpoints a port of their own (default 127.0.0.1:7680)", Echo(sc.HTTPListen), Echo(sc.Listen)))
 		}

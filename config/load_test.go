@@ -44,6 +44,15 @@ func TestDefaults(t *testing.T) {
 			Lease:               2 * time.Second,
 			LeaseMax:            65536,
 			ShmStagingBytes:     64 << 20,
+			S3Prefix:            "dfkv",
+			S3Region:            "us-east-1",
+			S3BucketLookup:      "auto",
+			S3TLS:               1,
+			S3Write:             "async",
+			S3Exist:             "remote",
+			S3Timeout:           5 * time.Second,
+			S3UploadWorkers:     8,
+			S3UploadQueueBytes:  256 << 20,
 		},
 		Client: Client{
 			Members:          []string{"127.0.0.1:7600"},
@@ -370,7 +379,7 @@ func TestErrors(t *testing.T) {
 		`config file PATH: unknown key listen: no such setting (did you mean server.listen (DFKV_SERVER_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?); valid top-level keys are group, [server], [client], [mds], [bench], [log]`)
 	f("unknown key in section", in{file: "[server]\nlistn = \"x:1\"\n"},
 		`config file PATH: unknown key server.listn in [server]: no such setting (did you mean server.listen (DFKV_SERVER_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?)`,
-		`valid keys in [server] are id, listen, http_listen, advertise_addr, weight, mds, disks, disk_capacity_bytes, store_engine, slab_extent_bytes, scrub_bytes_per_second, scrub_interval_hours, uring, pprof, ram_tier, ram_tier_bytes, ram_write_mode, put_ack_mode, ram_flush_threads, ram_flush_delay_ms, ram_tier_shards, ram_tier_large_reserve_bytes, ram_tier_numa, read_coalesce, shm_socket, shm_socket_mode, lease_ms, lease_max, shm_staging_bytes, max_block_bytes, max_batch_items, max_conns, buffer_budget_bytes, socket_buffer_bytes, first_request_ms, body_timeout_ms, metrics_first_request_ms, shutdown_timeout_ms, tenant_quotas_file, tenant_default_quota_bytes`)
+		`valid keys in [server] are id, listen, http_listen, advertise_addr, weight, mds, disks, disk_capacity_bytes, store_engine, slab_extent_bytes, scrub_bytes_per_second, scrub_interval_hours, uring, pprof, ram_tier, ram_tier_bytes, ram_write_mode, put_ack_mode, ram_flush_threads, ram_flush_delay_ms, ram_tier_shards, ram_tier_large_reserve_bytes, ram_tier_numa, read_coalesce, shm_socket, shm_socket_mode, lease_ms, lease_max, shm_staging_bytes, s3_endpoint, s3_bucket, s3_prefix, s3_region, s3_bucket_lookup, s3_tls, s3_credentials_file, s3_profile, s3_write, s3_exist, s3_timeout_ms, s3_upload_workers, s3_upload_queue_bytes, max_block_bytes, max_batch_items, max_conns, buffer_budget_bytes, socket_buffer_bytes, first_request_ms, body_timeout_ms, metrics_first_request_ms, shutdown_timeout_ms, tenant_quotas_file, tenant_default_quota_bytes`)
 	f("key in the wrong section", in{file: "[client]\nlisten = \"x:1\"\n"},
 		`unknown key client.listen in [client]`, `did you mean server.listen (DFKV_SERVER_LISTEN)`, `valid keys in [client] are members, mds, mds_poll_ms, namespace`)
 	f("key in the wrong case", in{file: "[server]\nListen = \"x:1\"\n"},
@@ -444,6 +453,15 @@ func TestErrors(t *testing.T) {
 	// Settings valid one by one that cannot work together.
 	f("ram tier without a size", in{flags: map[string][]string{"ram-tier": {"1"}}},
 		`server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_SERVER_RAM_TIER_BYTES, --ram-tier-bytes)`)
+	f("object store without a bucket", in{env: map[string]string{"DFKV_SERVER_S3_ENDPOINT": "s3.local:9000"}},
+		`server.s3_endpoint is set but server.s3_bucket (DFKV_SERVER_S3_BUCKET, --s3-bucket) is empty`)
+	f("sync uploads behind a RAM-acknowledged write-back", in{env: map[string]string{"DFKV_SERVER_S3_ENDPOINT": "s3.local:9000", "DFKV_SERVER_S3_BUCKET": "b",
+		"DFKV_SERVER_S3_WRITE": "sync", "DFKV_SERVER_RAM_TIER": "1", "DFKV_SERVER_RAM_TIER_BYTES": "64MiB"}},
+		`server.s3_write = sync acknowledges a PUT only once its object is stored`, `set server.put_ack_mode = disk`)
+	f("object store endpoint given as a URL", in{env: map[string]string{"DFKV_SERVER_S3_ENDPOINT": "https://s3.local:9000"}},
+		`server.s3_endpoint (DFKV_SERVER_S3_ENDPOINT) from env: "https://s3.local:9000" has a scheme; give host:port and choose https with s3_tls`)
+	f("object prefix with a trailing slash", in{env: map[string]string{"DFKV_SERVER_S3_PREFIX": "cache/"}},
+		`server.s3_prefix (DFKV_SERVER_S3_PREFIX) from env: "cache/" has a leading, trailing or doubled slash`)
 	f("http on the data port", in{flags: map[string][]string{"listen": {"127.0.0.1:7601"}, "http-listen": {"127.0.0.1:7601"}}},
 		`server.http_listen (DFKV_SERVER_HTTP_LISTEN) "127.0.0.1:7601" takes the port of server.listen (DFKV_SERVER_LISTEN) "127.0.0.1:7601"`)
 	f("http on the data port through a wildcard", in{flags: map[string][]string{"listen": {"0.0.0.0:7601"}, "http-listen": {"127.0.0.1:7601"}}},

@@ -713,3 +713,27 @@ func ParseFileMode(s string) (os.FileMode, error) {
 	}
 	return os.FileMode(v), nil
 }
+
+// checkS3Endpoint accepts an empty endpoint (no object store) or
+// host:port without a scheme: the scheme is s3_tls's to choose, and a URL
+// here would otherwise be taken as a host name.
+func checkS3Endpoint(s string) error {
+	switch {
+	case s == "":
+		return nil
+	case strings.Contains(s, "://"):
+		return errors.New("has a scheme; give host:port and choose https with s3_tls")
+	case strings.ContainsAny(s, "/ "):
+		return errors.New("is not host:port")
+	}
+	return nil
+}
+
+// checkS3Prefix accepts a prefix that joins object names with exactly
+// one slash.
+func checkS3Prefix(s string) error {
+	if strings.HasPrefix(s, "/") || strings.HasSuffix(s, "/") || strings.Contains(s, "//") {
+		return errors.New("has a leading, trailing or doubled slash")
+	}
+	return nil
+}

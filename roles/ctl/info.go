@@ -83,6 +83,13 @@ func writeInfo(w io.Writer, addr string, st *nodeStats) {
 		}
 		fmt.Fprintf(w, "  disk       %s: %s, %s of %s, %d objects, %s, %s\n", d.Path, d.Engine, config.HumanSize(d.UsedBytes), config.HumanSize(d.CapacityBytes), d.Objects, io, health)
 	}
+	if o := st.ObjectStore; o != nil {
+		state := "reachable"
+		if !o.Reachable {
+			state = "UNREACHABLE"
+		}
+		fmt.Fprintf(w, "  objects    %s, %s; write %s, exist %s\n", o.Bucket, state, o.Write, o.Exist)
+	}
 	if in.ConfigFile != "" {
 		fmt.Fprintf(w, "  config     %s\n", in.ConfigFile)
 	}

@@ -102,6 +102,18 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 			fmt.Fprintln(w, "  WARNING      the RAM tier dropped a value after every flush retry; see the node's log")
 		}
 	}
+	if o := st.ObjectStore; o != nil {
+		state := "reachable"
+		if !o.Reachable {
+			state = "UNREACHABLE (serving from RAM and disk; see the node's log)"
+		}
+		fmt.Fprintf(w, "  object store %s, %s; write %s, exist %s; %d outages\n", o.Bucket, state, o.Write, o.Exist, o.Outages)
+		fmt.Fprintf(w, "  s3 reads     %d read through (%d from the upload queue), %d not there, %d promoted to disk, %d objects ignored (checksum, key or layout)\n",
+			o.ReadThroughHits, o.QueueHits, o.ReadThroughMisses, o.Promoted, o.Ignored)
+		fmt.Fprintf(w, "  s3 uploads   %d done, %d queued (%s), %d dropped (queue full), %d failed; %d deletes pending; %s read, %s written\n",
+			o.Uploaded, o.QueueItems, config.HumanSize(uint64(o.QueueBytes)), o.UploadDrops, o.UploadFailed, o.PendingDeletes,
+			config.HumanSize(o.BytesRead), config.HumanSize(o.BytesWritten))
+	}
 	if !e.Healthy {
 		fmt.Fprintln(w, "  WARNING      a storage engine failed closed; see the node's log")
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/objtier"
 	"github.com/dfkv/dfkv/engine/ramtier"
 	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/rdma"
@@ -105,6 +106,8 @@ type node struct {
 	started time.Time
 
 	group *engine.Group
+	obj   *objtier.Tier // nil without the object store tier
+	s3m   *s3Metrics    // its metrics; nil without it
 	tier  *ramtier.Tier // nil without the RAM tier
 	// eng is what the server serves: the disk group, or the RAM tier in
 	// front of it. Closing eng closes everything below it.
@@ -205,10 +208,19 @@ func (n *node) openEngines() error {
 		// After the open: the directories exist, so stat finds their mounts.
 		hostcheck.WarnOnlineDiscard(n.log, n.sc.Disks)
 	}
+	if n.sc.S3Endpoint != "" {
+		n.s3m = newS3Metrics()
+		obj, err := openObjectTier(n.sc, group, n.deps.Clock, n.log, n.s3m)
+		if err != nil {
+			return err
+		}
+		n.obj, n.eng = obj, obj
+		n.s3m.tier = obj
+	}
 	if n.sc.RAMTier != 1 {
 		return nil
 	}
-	tier, err := openRAMTier(n.sc, group, n.log)
+	tier, err := openRAMTier(n.sc, group, n.eng, n.log)
 	if err != nil {
 		return err
 	}
@@ -276,6 +288,7 @@ func (n *node) newServer() error {
 	}
 	n.srv = srv
 	srv.group = n.group
+	srv.obj = n.obj
 	srv.SetInfo(NodeInfo{
 		ID: serverID(n.cfg, n.ln.Addr()), Group: n.cfg.Group, Listen: n.ln.Addr().String(), Engine: sc.StoreEngine,
 		ConfigFile: n.deps.ConfigFile, ConfigSources: n.deps.ConfigSources, StartedUnixMS: n.started.UnixMilli(), MDS: sc.MDS,
@@ -283,6 +296,11 @@ func (n *node) newServer() error {
 	n.prom = prometheus.NewRegistry()
 	if srv.metrics, err = NewMetrics(n.prom, srv, n.group); err != nil {
 		return err
+	}
+	if n.s3m != nil {
+		if err := n.prom.Register(&s3Collector{m: n.s3m}); err != nil {
+			return err
+		}
 	}
 	if n.tier != nil {
 		return n.prom.Register(&ramCollector{tier: n.tier})

@@ -95,8 +95,9 @@ func writable(path string) error {
 	return fmt.Errorf("%s is not writable (%v): a disk needs a directory this user can write on a read-write filesystem", abs, err)
 }
 
-// openRAMTier puts the RAM tier in front of group.
-func openRAMTier(sc config.Server, group *engine.Group, log *slog.Logger) (*ramtier.Tier, error) {
+// openRAMTier puts the RAM tier in front of backing: group, or the
+// object-store tier over it (group still routes flushes to their disks).
+func openRAMTier(sc config.Server, group *engine.Group, backing engine.StoreEngine, log *slog.Logger) (*ramtier.Tier, error) {
 	threads := sc.RAMFlushThreads
 	if threads == 0 {
 		threads = min(4*len(sc.Disks), 16)
@@ -110,7 +111,7 @@ func openRAMTier(sc config.Server, group *engine.Group, log *slog.Logger) (*ramt
 		limited = func(tenant uint64) bool { return q.Limit(tenant) != 0 }
 	}
 	t, err := ramtier.Open(ramtier.Options{
-		Backing: group, Bytes: sc.RAMTierBytes, Mode: sc.RAMWriteMode, AckMode: sc.PutAckMode,
+		Backing: backing, Bytes: sc.RAMTierBytes, Mode: sc.RAMWriteMode, AckMode: sc.PutAckMode,
 		FlushThreads: threads, FlushDelay: sc.RAMFlushDelay, MaxValueBytes: sc.MaxBlockBytes, Logger: log,
 		LargeReserveBytes: largeReserve(sc.RAMTierLargeReserve), Shards: sc.RAMTierShards, NUMA: sc.RAMTierNUMA,
 		ReadCoalesce: sc.ReadCoalesce == 1, DiskOf: group.DiskOf, Disks: len(group.Names()), Limited: limited,

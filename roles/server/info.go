@@ -8,6 +8,7 @@ import (
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/lease"
+	"github.com/dfkv/dfkv/engine/objtier"
 	"github.com/dfkv/dfkv/engine/ramtier"
 	"github.com/dfkv/dfkv/rdma"
 	"github.com/dfkv/dfkv/roles/version"
@@ -61,6 +62,8 @@ type StatsReply struct {
 	Pins *lease.Stats `json:"pins,omitempty"`
 	// RDMA is the RDMA transport's; absent when it is off.
 	RDMA *rdma.NodeStats `json:"rdma,omitempty"`
+	// ObjectStore is the object-store tier's; absent when it is off.
+	ObjectStore *objtier.Stats `json:"object_store,omitempty"`
 }
 
 // SetInfo records what STATS reports about the node. Call before Serve.
@@ -78,6 +81,10 @@ func (s *Server) statsReply() StatsReply {
 	if s.opts.RDMA != nil {
 		st := s.opts.RDMA.Stats()
 		r.RDMA = &st
+	}
+	if s.obj != nil {
+		st := s.obj.TierStats()
+		r.ObjectStore = &st
 	}
 	if t, ok := s.opts.Engine.(*ramtier.Tier); ok {
 		ram := t.RAM()

@@ -60,6 +60,7 @@ import (
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/engine/objtier"
 	"github.com/dfkv/dfkv/rdma"
 	"github.com/dfkv/dfkv/roles/internal/accept"
 	"github.com/dfkv/dfkv/roles/server/internal/ratelog"
@@ -153,6 +154,7 @@ type Server struct {
 	metrics                                                                      *Metrics      // nil = not exported
 	info                                                                         NodeInfo      // reported by STATS
 	group                                                                        *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
+	obj                                                                          *objtier.Tier // the object-store tier, for its STATS; nil without it
 	shm                                                                          *shmNode      // the shared-memory transport, or nil
 	pins                                                                         *pinSet       // values BATCH_EXIST pinned; nil without a pinning engine or LeaseTTL
 }

@@ -1,7 +1,9 @@
 // Package wire is the contract between dfkv clients and cache nodes: status
 // codes, block identity (namespace descriptor, object key, 128-bit object
-// id, tenant hash), the Ketama ring that routes blocks, and the TCP frame
-// codec described here. The client library is wire/client.
+// id, tenant hash; ident.go, namespace.go, objectkey.go), block-prefix
+// chain keys that name KV blocks from token ids (chain.go), the Ketama
+// ring that routes blocks, and the TCP frame codec described here. The
+// client library is wire/client.
 //
 // # TCP frames (protocol epoch 6)
 //

@@ -53,9 +53,9 @@
  * Last error
  *   Each handle keeps the message of its most recent failure per calling
  *   thread, like errno (dfkv_last_error(c, ...)); failures of dfkv_open_v2,
- *   which has no handle yet, and of calls made with a NULL or closed handle
- *   go to one process-wide slot kept the same way (dfkv_last_error(NULL,
- *   ...)). Read it on the thread that made the failing call: with one
+ *   which has no handle yet, of dfkv_chain_keys, which takes none, and of
+ *   calls made with a NULL or closed handle go to one process-wide slot
+ *   kept the same way (dfkv_last_error(NULL, ...)). Read it on the thread that made the failing call: with one
  *   handle shared by many threads, each gets its own failure's message. A
  *   thread with no message of its own on the handle gets the latest of any
  *   thread (or, once its thread id is reused, a dead thread's). Up to 1,024
@@ -293,6 +293,61 @@ int dfkv_get_batch_range_sg(dfkv_client* c, uint64_t n,
                             const uint64_t* offsets,
                             const uint64_t* counts, void* const* bufs, const uint64_t* lens,
                             uint64_t* stored_lens, int32_t* statuses);
+
+/* ---- block-prefix chain keys (no handle, no I/O) ----
+ *
+ * Content-addressed names of KV blocks computed from token ids, for an
+ * engine that gives the connector tokens rather than block hashes of its
+ * own: two prompts that share their first M full blocks of tokens name
+ * those M blocks identically. With H = BLAKE3-256, integers little-endian,
+ * F the namespace's layout fingerprint (the u64 of its canonical
+ * descriptor, as the Python package's layout_fingerprint computes) and B
+ * tokens per block:
+ *
+ *   seed     = H("DFKVCHAIN1" || u64le(F))
+ *   chain[0] = H(seed || u32le of tokens[0..B))
+ *   chain[k] = H(chain[k-1] || u32le of tokens[k*B..(k+1)*B))   full blocks only
+ *
+ * The n_tokens % B trailing tokens, if any, are the tail; with P the last
+ * full block's hash (seed when there is none):
+ *
+ *   tail name   = H(P || "tail")
+ *   tail digest = H(P || u32le of the tail's tokens)
+ *
+ * The name depends on P alone, so a longer prompt with the same full
+ * blocks writes its tail under the same key (replacing the shorter one);
+ * store the digest with the tail's value and compare it before using a
+ * stored tail. Object keys (what dfkv_put and dfkv_exist_prefix take) are
+ * the prefixes below followed by 64 lower-case hex digits of a chain hash
+ * or tail name, no NUL; dfkv_exist_prefix over the block keys, in order,
+ * returns how many leading blocks are stored. wire/chain.go in the dfkv
+ * source is the definition and wire/testdata/chain_golden.json its
+ * vectors. */
+#define DFKV_CHAIN_BLOCK_KEY_PREFIX "dfkv/chain/v1/b3="
+#define DFKV_CHAIN_TAIL_KEY_PREFIX "dfkv/chain/v1/tail/b3="
+enum { DFKV_CHAIN_HASH_BYTES = 32 };
+
+/* Computes the chain of tokens[0..n_tokens) in blocks of block_tokens for
+ * fingerprint. out_hashes receives *n_blocks = n_tokens / block_tokens
+ * hashes of DFKV_CHAIN_HASH_BYTES bytes each, back to back, when it holds
+ * them (out_capacity_blocks hashes; it may be NULL when that is 0).
+ * tail_name and tail_digest (required, 32 bytes each) and *tail_tokens
+ * (required) receive the tail, or zeros and 0 when n_tokens is a multiple
+ * of block_tokens. All outputs but out_hashes are preset (0 and zeros)
+ * before any check; out_hashes is written only on success.
+ *   DFKV_INVALID:   block_tokens 0; n_blocks, tail_name, tail_digest or
+ *                   tail_tokens NULL; tokens NULL with n_tokens > 0;
+ *                   out_hashes NULL with out_capacity_blocks > 0;
+ *                   n_tokens over 2^32.
+ *   DFKV_TOO_LARGE: out_capacity_blocks is below the number of full
+ *                   blocks, which *n_blocks then holds: call again with
+ *                   room for that many (n_tokens / block_tokens).
+ * No tokens is DFKV_OK with no blocks and no tail. Failures are reported
+ * in dfkv_last_error(NULL, ...). */
+int dfkv_chain_keys(uint64_t fingerprint,
+                    const uint32_t* tokens, uint64_t n_tokens, uint64_t block_tokens,
+                    uint8_t* out_hashes, uint64_t out_capacity_blocks, uint64_t* n_blocks,
+                    uint8_t* tail_name, uint8_t* tail_digest, uint64_t* tail_tokens);
 
 /* ---- introspection ---- */
 

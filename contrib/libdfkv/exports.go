@@ -865,3 +865,69 @@ func getBatchSG(name string, h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, 
 	}
 	return s.finish(st, local)
 }
+
+//export dfkv_chain_keys
+func dfkv_chain_keys(fingerprint C.uint64_t, tokens *C.uint32_t, nTokens C.uint64_t, blockTokens C.uint64_t,
+	outHashes *C.uint8_t, outCapacityBlocks C.uint64_t, nBlocks *C.uint64_t,
+	tailName, tailDigest *C.uint8_t, tailTokens *C.uint64_t) (rc C.int) {
+	defer guard("dfkv_chain_keys", 0, &rc)
+	// Preset every output but out_hashes, which is written only on
+	// success (zeroing a caller's large buffer would cost for nothing).
+	if nBlocks != nil {
+		*nBlocks = 0
+	}
+	if tailTokens != nil {
+		*tailTokens = 0
+	}
+	name, digest := hash32(tailName), hash32(tailDigest)
+	for _, h := range [...]*[wire.ChainHashSize]byte{name, digest} {
+		if h != nil {
+			*h = [wire.ChainHashSize]byte{}
+		}
+	}
+	fail := func(err error) C.int {
+		setGlobalErr(fmt.Errorf("dfkv_chain_keys: %w", err))
+		return C.int(statusOf(err))
+	}
+	switch {
+	case nBlocks == nil:
+		return fail(fmt.Errorf("n_blocks is NULL: %w", wire.StatusInvalid))
+	case tailName == nil || tailDigest == nil || tailTokens == nil:
+		return fail(fmt.Errorf("tail_name, tail_digest or tail_tokens is NULL: %w", wire.StatusInvalid))
+	case tokens == nil && nTokens > 0:
+		return fail(fmt.Errorf("tokens is NULL with n_tokens %d: %w", uint64(nTokens), wire.StatusInvalid))
+	case outHashes == nil && outCapacityBlocks > 0:
+		return fail(fmt.Errorf("out_hashes is NULL with out_capacity_blocks %d: %w", uint64(outCapacityBlocks), wire.StatusInvalid))
+	}
+	n, err := chainCount(uint64(nTokens), uint64(blockTokens), uint64(outCapacityBlocks))
+	if err != nil {
+		if wire.StatusOf(err) == wire.StatusTooLarge {
+			*nBlocks = C.uint64_t(n)
+		}
+		return fail(err)
+	}
+	var toks []uint32
+	if nTokens > 0 {
+		toks = unsafe.Slice((*uint32)(unsafe.Pointer(tokens)), int(nTokens))
+	}
+	var hashes [][wire.ChainHashSize]byte
+	if n > 0 {
+		// Only the n hashes written are viewed, whatever the capacity.
+		hashes = unsafe.Slice((*[wire.ChainHashSize]byte)(unsafe.Pointer(outHashes)), int(n))
+	}
+	tail, err := chainInto(uint64(fingerprint), toks, uint64(blockTokens), hashes)
+	if err != nil {
+		return fail(err)
+	}
+	*nBlocks = C.uint64_t(n)
+	if tail != nil {
+		*name, *digest = tail.Name, tail.Digest
+		*tailTokens = C.uint64_t(tail.Tokens)
+	}
+	return stOK
+}
+
+// hash32 views a caller's 32-byte hash output, or nil.
+func hash32(p *C.uint8_t) *[wire.ChainHashSize]byte {
+	return (*[wire.ChainHashSize]byte)(unsafe.Pointer(p))
+}

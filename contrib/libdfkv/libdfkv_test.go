@@ -157,3 +157,116 @@ func TestErrSlotPerThread(t *testing.T) {
 		t.Fatalf("%d threads' messages kept, bound %d", n, maxErrThreads)
 	}
 }
+
+// TestHeaderDeclaresEveryExport: each //export of this package, and
+// dfkv_status_name of status.c, has a prototype in dfkv.h, and the header
+// declares no function the library lacks.
+func TestHeaderDeclaresEveryExport(t *testing.T) {
+	h, err := os.ReadFile("dfkv.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("exports.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{"dfkv_status_name": true}
+	for _, m := range regexp.MustCompile(`(?m)^//export (\w+)$`).FindAllStringSubmatch(string(src), -1) {
+		exported[m[1]] = true
+	}
+	declared := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\w[\w ]*?\**\s*\b(dfkv_\w+)\(`).FindAllStringSubmatch(string(h), -1) {
+		declared[m[1]] = true
+	}
+	if !exported["dfkv_chain_keys"] || !declared["dfkv_open_v2"] {
+		t.Fatalf("parsing went wrong: exported %v, declared %v", exported, declared)
+	}
+	for f := range exported {
+		if !declared[f] {
+			t.Errorf("%s is exported but has no prototype in dfkv.h", f)
+		}
+	}
+	for f := range declared {
+		if !exported[f] {
+			t.Errorf("dfkv.h declares %s, which the library does not export", f)
+		}
+	}
+}
+
+// TestHeaderChainConstants: the chain key prefixes and hash size of dfkv.h
+// are wire's.
+func TestHeaderChainConstants(t *testing.T) {
+	h, err := os.ReadFile("dfkv.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"DFKV_CHAIN_BLOCK_KEY_PREFIX": `"` + wire.ChainBlockKeyPrefix + `"`,
+		"DFKV_CHAIN_TAIL_KEY_PREFIX":  `"` + wire.ChainTailKeyPrefix + `"`,
+	} {
+		m := regexp.MustCompile(`(?m)^#define ` + name + `\s+(.*)$`).FindStringSubmatch(string(h))
+		if m == nil || strings.TrimSpace(m[1]) != want {
+			t.Errorf("dfkv.h: %s = %v, want %s", name, m, want)
+		}
+	}
+	if !strings.Contains(string(h), "DFKV_CHAIN_HASH_BYTES = "+strconv.Itoa(wire.ChainHashSize)+" ") {
+		t.Errorf("dfkv.h: DFKV_CHAIN_HASH_BYTES is not %d", wire.ChainHashSize)
+	}
+}
+
+// TestChainCount: the size checks of dfkv_chain_keys.
+func TestChainCount(t *testing.T) {
+	for _, c := range []struct {
+		n, bt, capacity, want uint64
+		st                    wire.Status
+		msg                   string
+	}{
+		{0, 16, 0, 0, wire.StatusOK, ""},
+		{15, 16, 0, 0, wire.StatusOK, ""},
+		{32, 16, 2, 2, wire.StatusOK, ""},
+		{33, 16, 5, 2, wire.StatusOK, ""},
+		{33, 16, 1, 2, wire.StatusTooLarge, "pass room for 2 hashes (64 bytes)"},
+		{3, 1, 0, 3, wire.StatusTooLarge, "make 3 full blocks"},
+		{5, 0, 10, 0, wire.StatusInvalid, "block_tokens is 0"},
+		{0, 0, 0, 0, wire.StatusInvalid, "block_tokens is 0"},
+		{maxChainTokens + 1, 1 << 40, 0, 0, wire.StatusInvalid, "n_tokens 4294967297 is over the limit"},
+		{maxChainTokens, 1 << 63, 0, 0, wire.StatusOK, ""},
+	} {
+		got, err := chainCount(c.n, c.bt, c.capacity)
+		if got != c.want || wire.StatusOf(err) != c.st || (err != nil && !strings.Contains(err.Error(), c.msg)) {
+			t.Errorf("chainCount(%d, %d, %d) = %d, %v; want %d, %s containing %q", c.n, c.bt, c.capacity, got, err, c.want, c.st, c.msg)
+		}
+	}
+}
+
+// TestChainInto: the Go side of dfkv_chain_keys writes in place and
+// equals wire.ChainKeys, also for block lengths past int and the tokens.
+func TestChainInto(t *testing.T) {
+	toks := []uint32{1, 2, 3, 4, 5, 0xffffffff, 7}
+	for _, bt := range []uint64{1, 2, 3, 7, 8, 1 << 40, 1<<64 - 1} {
+		n, err := chainCount(uint64(len(toks)), bt, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashes := make([][wire.ChainHashSize]byte, n)
+		tail, err := chainInto(9, toks, bt, hashes)
+		if err != nil {
+			t.Fatalf("block tokens %d: %v", bt, err)
+		}
+		want, err := wire.ChainKeys(9, toks, int(min(bt, 8)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want.Blocks) != len(hashes) || (want.Tail == nil) != (tail == nil) || (tail != nil && *tail != *want.Tail) {
+			t.Fatalf("block tokens %d: %d hashes, tail %+v; want %d, %+v", bt, len(hashes), tail, len(want.Blocks), want.Tail)
+		}
+		for i := range hashes {
+			if hashes[i] != want.Blocks[i] {
+				t.Fatalf("block tokens %d: hash %d differs", bt, i)
+			}
+		}
+	}
+	if tail, err := chainInto(9, nil, 16, nil); tail != nil || err != nil {
+		t.Fatalf("no tokens: %+v, %v", tail, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -151,4 +152,45 @@ func (s *state) getBatchSG(keys [][]byte, offsets []uint64, parts [][][]byte, er
 		stored[idx[j]], errs[idx[j]] = r.Stored, r.Err
 	}
 	return stored
+}
+
+// maxChainTokens bounds n_tokens of dfkv_chain_keys (4 Gi tokens, 16 GiB
+// of ids), so a garbage count is refused rather than read as a prompt.
+const maxChainTokens = 1 << 32
+
+// chainCount checks dfkv_chain_keys' sizes and returns the number of full
+// blocks. When hashes, which holds capacity hashes, is too small, the
+// error is TOO_LARGE and the count is still returned: the caller learns
+// how many to make room for.
+func chainCount(nTokens, blockTokens, capacity uint64) (uint64, error) {
+	switch {
+	case blockTokens == 0:
+		return 0, fmt.Errorf("block_tokens is 0; it must be at least 1: %w", wire.StatusInvalid)
+	case nTokens > maxChainTokens:
+		return 0, fmt.Errorf("n_tokens %d is over the limit %d: %w", nTokens, uint64(maxChainTokens), wire.StatusInvalid)
+	}
+	n := nTokens / blockTokens
+	if n > capacity {
+		return n, fmt.Errorf("%d tokens in blocks of %d make %d full blocks, and out_hashes holds %d (out_capacity_blocks): pass room for %d hashes (%d bytes): %w",
+			nTokens, blockTokens, n, capacity, n, n*wire.ChainHashSize, wire.StatusTooLarge)
+	}
+	return n, nil
+}
+
+// chainInto computes the chain of tokens with wire.ChainKeysInto, writing
+// the block hashes into hashes, which has exactly chainCount's length, and
+// returns the tail (nil when there is none).
+func chainInto(fingerprint uint64, tokens []uint32, blockTokens uint64, hashes [][wire.ChainHashSize]byte) (*wire.ChainTail, error) {
+	// A block longer than the tokens makes no full block and the same
+	// tail whatever its length, so any length past them is as good as
+	// len+1, which fits an int.
+	bt := int(min(blockTokens, uint64(len(tokens))+1))
+	c, err := wire.ChainKeysInto(hashes[:0], fingerprint, tokens, bt)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Blocks) != len(hashes) || (len(hashes) > 0 && &c.Blocks[0] != &hashes[0]) {
+		return nil, fmt.Errorf("chain of %d blocks not written in place into %d hashes: %w", len(c.Blocks), len(hashes), wire.StatusInternal)
+	}
+	return c.Tail, nil
 }

@@ -385,7 +385,11 @@ func (c *Client) existBatch(ctx context.Context, keys [][]byte, flags uint64) []
 // ExistPrefix returns how many consecutive keys from the first are
 // stored: the "how long a prefix is cached" question every engine asks.
 // It looks up all keys in parallel across their owners and cuts the answer
-// at the first miss or error.
+// at the first miss or error. It is also the lookup for block-prefix chain
+// keys: given the keys of wire.Chain.ObjectKeys it returns the number of
+// leading blocks stored. The tail's key, last, counts when a tail of the
+// same parent is stored, possibly for other tokens: compare the digest
+// stored with it before using it.
 func (c *Client) ExistPrefix(ctx context.Context, keys [][]byte) (int, error) {
 	return prefixOf(c.ExistBatch(ctx, keys))
 }

@@ -400,6 +400,95 @@ static void test_batch_sg(dfkv_client* c) {
     CHECK(rst[0] == DFKV_INVALID && rst[3] == DFKV_INVALID, c);
 }
 
+/* Renders the object key of a chain hash: prefix then 64 lower-case hex
+ * digits, NUL-terminated; returns its length. */
+static size_t chain_key(char* out, const char* prefix, const uint8_t* hash) {
+    size_t n = strlen(prefix);
+    memcpy(out, prefix, n);
+    for (int i = 0; i < DFKV_CHAIN_HASH_BYTES; i++) {
+        snprintf(out + n + 2 * (size_t)i, 3, "%02x", hash[i]);
+    }
+    return n + 2 * DFKV_CHAIN_HASH_BYTES;
+}
+
+static void hex32(char* out, const uint8_t* hash) {
+    for (int i = 0; i < DFKV_CHAIN_HASH_BYTES; i++) snprintf(out + 2 * i, 3, "%02x", hash[i]);
+}
+
+static void test_chain_keys(dfkv_client* c) {
+    /* fingerprint 0x0123456789abcdef, tokens 1..5, blocks of 2: two full
+     * blocks and a one-token tail. The expected values are BLAKE3 over
+     * the bytes spelled out in wire/chain.go, from the reference b3sum. */
+    const uint32_t toks[5] = {1, 2, 3, 4, 5};
+    const uint64_t fp = 0x0123456789abcdefULL;
+    uint8_t hashes[4 * DFKV_CHAIN_HASH_BYTES], name[DFKV_CHAIN_HASH_BYTES], digest[DFKV_CHAIN_HASH_BYTES];
+    uint64_t nb = 99, tt = 99;
+    char hx[2 * DFKV_CHAIN_HASH_BYTES + 1];
+    CHECK_RC(dfkv_chain_keys(fp, toks, 5, 2, hashes, 4, &nb, name, digest, &tt), DFKV_OK, NULL);
+    CHECK(nb == 2 && tt == 1, NULL);
+    hex32(hx, hashes);
+    CHECK(strcmp(hx, "4c401db66ba43808ab8c39000bb6ed44bdc192f7afe43851eb114547b8fa37c2") == 0, NULL);
+    hex32(hx, hashes + DFKV_CHAIN_HASH_BYTES);
+    CHECK(strcmp(hx, "7b54aae8fb35cd93c2a117df40dda67eac8c763e7cb5a6c90e3ac96cdb928b7b") == 0, NULL);
+    hex32(hx, name);
+    CHECK(strcmp(hx, "a470ef02343c42a21f1bf9bd6d5d0a40e47b2f3eaba6264d1342dfe4cd8acf89") == 0, NULL);
+    hex32(hx, digest);
+    CHECK(strcmp(hx, "3cdee5030b2c1d0c66ef6fd378f709657896023b29fdfd84ca6a1682265668fc") == 0, NULL);
+
+    /* Too little room: TOO_LARGE with the count needed, and asking with
+     * no buffer at all is how a caller sizes one. */
+    CHECK_RC(dfkv_chain_keys(fp, toks, 5, 2, hashes, 1, &nb, name, digest, &tt), DFKV_TOO_LARGE, NULL);
+    CHECK(nb == 2 && tt == 0, NULL);
+    char msg[512];
+    dfkv_last_error(NULL, msg, sizeof msg);
+    CHECK(strstr(msg, "dfkv_chain_keys") != NULL && strstr(msg, "room for 2") != NULL, NULL);
+    CHECK_RC(dfkv_chain_keys(fp, toks, 5, 1, NULL, 0, &nb, name, digest, &tt), DFKV_TOO_LARGE, NULL);
+    CHECK(nb == 5, NULL);
+    /* Exact multiple: no tail, zeroed tail outputs. */
+    memset(name, 0xaa, sizeof name);
+    CHECK_RC(dfkv_chain_keys(fp, toks, 4, 2, hashes, 2, &nb, name, digest, &tt), DFKV_OK, NULL);
+    CHECK(nb == 2 && tt == 0 && name[0] == 0 && name[31] == 0, NULL);
+    /* Nothing, or only a tail: no hashes needed. */
+    CHECK_RC(dfkv_chain_keys(fp, NULL, 0, 16, NULL, 0, &nb, name, digest, &tt), DFKV_OK, NULL);
+    CHECK(nb == 0 && tt == 0, NULL);
+    CHECK_RC(dfkv_chain_keys(fp, toks, 5, 16, NULL, 0, &nb, name, digest, &tt), DFKV_OK, NULL);
+    CHECK(nb == 0 && tt == 5, NULL);
+    /* Argument errors: INVALID, outputs preset. */
+    CHECK_RC(dfkv_chain_keys(fp, toks, 5, 0, hashes, 4, &nb, name, digest, &tt), DFKV_INVALID, NULL);
+    dfkv_last_error(NULL, msg, sizeof msg);
+    CHECK(strstr(msg, "block_tokens is 0") != NULL, NULL);
+    CHECK_RC(dfkv_chain_keys(fp, NULL, 5, 2, hashes, 4, &nb, name, digest, &tt), DFKV_INVALID, NULL);
+    CHECK(nb == 0 && tt == 0, NULL);
+    CHECK_RC(dfkv_chain_keys(fp, toks, 5, 2, NULL, 4, &nb, name, digest, &tt), DFKV_INVALID, NULL);
+    CHECK_RC(dfkv_chain_keys(fp, toks, 5, 2, hashes, 4, NULL, name, digest, &tt), DFKV_INVALID, NULL);
+    CHECK_RC(dfkv_chain_keys(fp, toks, 5, 2, hashes, 4, &nb, NULL, digest, &tt), DFKV_INVALID, NULL);
+    CHECK_RC(dfkv_chain_keys(fp, toks, 5, 2, hashes, 4, &nb, name, NULL, &tt), DFKV_INVALID, NULL);
+    CHECK_RC(dfkv_chain_keys(fp, toks, 5, 2, hashes, 4, &nb, name, digest, NULL), DFKV_INVALID, NULL);
+    CHECK_RC(dfkv_chain_keys(fp, toks, (uint64_t)1 << 33, 1 << 20, NULL, 0, &nb, name, digest, &tt), DFKV_INVALID, NULL);
+
+    /* End to end: the rendered keys go through dfkv_put and
+     * dfkv_exist_prefix like any other; storing block 0 of the two makes
+     * a prefix of 1. */
+    CHECK_RC(dfkv_chain_keys(fp, toks, 5, 2, hashes, 4, &nb, name, digest, &tt), DFKV_OK, NULL);
+    char keys[3][128];
+    const void* kp[3] = {keys[0], keys[1], keys[2]};
+    uint64_t kl[3];
+    kl[0] = chain_key(keys[0], DFKV_CHAIN_BLOCK_KEY_PREFIX, hashes);
+    kl[1] = chain_key(keys[1], DFKV_CHAIN_BLOCK_KEY_PREFIX, hashes + DFKV_CHAIN_HASH_BYTES);
+    kl[2] = chain_key(keys[2], DFKV_CHAIN_TAIL_KEY_PREFIX, name);
+    CHECK(kl[0] == 81 && strncmp(keys[0], "dfkv/chain/v1/b3=4c401db6", 25) == 0, c);
+    CHECK(kl[2] == 86 && strncmp(keys[2], "dfkv/chain/v1/tail/b3=a470ef02", 30) == 0, c);
+    int32_t st[3];
+    dfkv_remove_batch(c, 3, kp, kl, st);
+    uint64_t hits = 99;
+    CHECK_RC(dfkv_exist_prefix(c, 3, kp, kl, &hits), DFKV_OK, c);
+    CHECK(hits == 0, c);
+    CHECK_RC(dfkv_put(c, keys[0], kl[0], "kv0", 3), DFKV_OK, c);
+    CHECK_RC(dfkv_exist_prefix(c, 3, kp, kl, &hits), DFKV_OK, c);
+    CHECK(hits == 1, c);
+    CHECK_RC(dfkv_remove(c, keys[0], kl[0]), DFKV_OK, c);
+}
+
 static void test_stats_and_close(const char* members) {
     dfkv_client* c = open_client(members);
     uint64_t len = 0;
@@ -441,6 +530,7 @@ int main(int argc, char** argv) {
     test_batch(c);
     test_sg(c);
     test_batch_sg(c);
+    test_chain_keys(c);
     CHECK_RC(dfkv_close(c), DFKV_OK, NULL);
     test_stats_and_close(argv[1]);
     if (failures) {

@@ -23,6 +23,11 @@ Clients in the process that uses them (after any fork; engines that fork
 workers should create their connector in the worker), which the lazy load
 makes natural: importing dfkv starts nothing.
 
+Block-prefix chain keys: chain_keys(fingerprint, token_ids, block_tokens)
+names KV blocks by their tokens (for an engine that gives tokens rather
+than block hashes); Client.stored_chain_prefix counts the leading blocks
+stored. The hashing is libdfkv's, loaded on the first call.
+
 Connectors: dfkv.sglang (HiCacheStorage), dfkv.lmcache (RemoteConnector and
 ConnectorAdapter for dfkv://), dfkv.vllm (KVConnectorBase_V1).
 """
@@ -36,6 +41,8 @@ from .identity import (MAX_NAMESPACE_BYTES, MAX_OBJECT_KEY_BYTES, NAMESPACE_MAGI
 from .errors import (DfkvError, NotFound, InvalidArgument, QuotaExceeded, CacheFull, DfkvIOError,
                      Timeout, Unavailable, Unsupported, EpochMismatch, TooLarge, Internal, Status, error_for)
 from .client import Client, key_bytes, namespace_bytes
+from .chain import (CHAIN_BLOCK_KEY_PREFIX, CHAIN_TAIL_KEY_PREFIX, CHAIN_HASH_BYTES, ChainTail, ChainKeys,
+                    chain_keys)
 
 # Spelled out rather than `from .identity import *`, so linters see every
 # name (tests/test_identity.py checks it covers identity.__all__).
@@ -50,4 +57,5 @@ __all__ = [
     "DfkvError", "NotFound", "InvalidArgument", "QuotaExceeded", "CacheFull", "DfkvIOError", "Timeout",
     "Unavailable", "Unsupported", "EpochMismatch", "TooLarge", "Internal", "Status", "error_for",
     "Client", "key_bytes", "namespace_bytes",
+    "CHAIN_BLOCK_KEY_PREFIX", "CHAIN_TAIL_KEY_PREFIX", "CHAIN_HASH_BYTES", "ChainTail", "ChainKeys", "chain_keys",
 ]

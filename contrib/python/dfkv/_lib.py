@@ -76,6 +76,7 @@ def _declare(lib):
         "dfkv_get_batch_sg": (i, [vp, u64, pvp, pu64, pu64, pvp, pu64, pu64, pi32]),
         "dfkv_get_batch_range_sg": (i, [vp, u64, pvp, pu64, pu64, pu64, pvp, pu64, pu64, pi32]),
         "dfkv_stats": (i, [vp, c_char_p, u64, pu64]),
+        "dfkv_chain_keys": (i, [u64, vp, u64, u64, vp, u64, pu64, vp, vp, pu64]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

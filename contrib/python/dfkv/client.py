@@ -12,6 +12,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 from . import _lib
 from ._buffers import Pinned
 from .errors import InvalidArgument, Status, error_for, unreachable_error
+from .chain import ChainKeys
 from .identity import NamespaceDescriptor
 
 Key = Union[bytes, bytearray, memoryview, str]
@@ -93,7 +94,9 @@ class Client:
         dfkv_stats, dfkv_close          stats, close
 
     batch_get (values as new bytearrays) and batch_exists (bools) have no
-    C counterpart.
+    C counterpart. dfkv_chain_keys takes no handle: it is the function
+    dfkv.chain_keys, and stored_chain_prefix is exist_prefix over the
+    keys of its result.
 
     Errors raise a DfkvError subclass per status (NotFound, InvalidArgument,
     Unavailable, TooLarge, ...) whose message is libdfkv's last error. Batch
@@ -546,6 +549,17 @@ class Client:
         if rc and raise_on_error:
             self._raise(rc, "exist_prefix")
         return hits.value
+
+    def stored_chain_prefix(self, chain: Union[ChainKeys, Sequence[Key]], *, raise_on_error: bool = False,
+                            pin: bool = False) -> int:
+        """How many leading blocks of a chain (dfkv.chain_keys) are stored:
+        exist_prefix over chain.object_keys(), one batched lookup. When
+        every block and then the tail's key are found, the count includes
+        the tail, which may hold another prompt's tokens after the same
+        blocks: compare the digest stored with it to chain.tail.digest
+        before using it. A list of chain object keys is taken as is."""
+        keys = chain.object_keys() if isinstance(chain, ChainKeys) else chain
+        return self.exist_prefix(keys, raise_on_error=raise_on_error, pin=pin)
 
     def stats(self) -> dict:
         """{member address: that node's STATS document or {"error": ...}}."""

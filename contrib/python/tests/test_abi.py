@@ -34,12 +34,32 @@ class HeaderTest(unittest.TestCase):
     def test_every_function_is_a_client_method_of_its_name(self):
         # dfkv_<name> is Client.<name>, so C examples translate word for
         # word; open is the constructor and the error helpers are internal.
+        # A function that takes no dfkv_client (it needs no node) is the
+        # package's function dfkv.<name> instead.
+        import dfkv
         from dfkv import Client
-        functions = re.findall(r"^\w[\w ]*?\**\s*\bdfkv_(\w+)\(", self.h, re.M)
+        protos = re.findall(r"^\w[\w ]*?\**\s*\bdfkv_(\w+)\(([^)]*)\)", self.h, re.M)
+        functions = [f for f, _ in protos]
         self.assertIn("exist_prefix", functions)
+        self.assertIn("chain_keys", functions)
         internal = {"open_v2", "last_error", "status_name"}
-        missing = [f for f in functions if f not in internal and not callable(getattr(Client, f, None))]
-        self.assertEqual(missing, [], "dfkv.h functions with no Client method of the same name")
+        missing = []
+        for f, params in protos:
+            if f in internal:
+                continue
+            owner = Client if params.lstrip().startswith("dfkv_client*") else dfkv
+            if not callable(getattr(owner, f, None)):
+                missing.append(f"{owner.__name__}.{f}")
+        self.assertEqual(missing, [], "dfkv.h functions with no Client method or dfkv function of the same name")
+
+    def test_chain_key_prefixes_are_the_headers(self):
+        import dfkv
+        for name, value in (("DFKV_CHAIN_BLOCK_KEY_PREFIX", dfkv.CHAIN_BLOCK_KEY_PREFIX),
+                            ("DFKV_CHAIN_TAIL_KEY_PREFIX", dfkv.CHAIN_TAIL_KEY_PREFIX)):
+            m = re.search(r"^#define " + name + r'\s+"([^"]*)"', self.h, re.M)
+            self.assertIsNotNone(m, name)
+            self.assertEqual(m.group(1).encode(), value, name)
+        self.assertIn(f"DFKV_CHAIN_HASH_BYTES = {dfkv.CHAIN_HASH_BYTES} ", self.h)
 
     def test_cli_verbs_are_client_methods(self):
         # `dfkv ctl` verbs that act on keys (roles/ctl) are methods too.

@@ -76,10 +76,11 @@ func startChild(t *testing.T, name, readyURL string, args ...string) *child {
 }
 
 // startChildCmd starts cmd (a dfkv process, perhaps through a shell that
-// sets its limits first) and waits until readyURL answers 200.
+// sets its limits first) and waits until readyURL answers 200. cmd.Env,
+// when set, is added to the caller's environment without its DFKV_*.
 func startChildCmd(t *testing.T, name, readyURL string, cmd *exec.Cmd) *child {
 	t.Helper()
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), cmd.Env...) // what the caller set wins
 	c := &child{name: name, cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = c.logs, c.logs
 	if err := cmd.Start(); err != nil {

@@ -173,6 +173,7 @@ func (t *Tier) Close() error {
 	}
 	close(t.stop)
 	t.workers.Wait()
+	t.promotions.Wait()
 	if t.opts.Write == WriteAsync {
 		ctx, cancel := context.WithTimeout(context.Background(), t.opts.DrainTimeout)
 		t.drain(ctx)

@@ -254,9 +254,10 @@ func open(t *testing.T, mutate func(*Options)) *fixture {
 	return f
 }
 
-// settle waits until every queued upload has ended.
+// settle waits until every queued upload and every promotion has ended.
 func (f *fixture) settle(t *testing.T) {
 	t.Helper()
+	f.tier.promotions.Wait()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if items, _, _ := f.tier.queue.depth(); items == 0 {

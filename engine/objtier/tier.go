@@ -105,7 +105,10 @@ type Tier struct {
 
 	stop    chan struct{}
 	workers sync.WaitGroup
-	closed  atomic.Bool
+	// promoting holds a token per promotion running behind its reader.
+	promoting  chan struct{}
+	promotions sync.WaitGroup
+	closed     atomic.Bool
 
 	calls                        [opCount][statusCount]atomic.Uint64
 	bytesIn, bytesOut            atomic.Uint64
@@ -183,9 +186,10 @@ func Open(opts Options) (*Tier, error) {
 	}
 	t := &Tier{
 		opts: opts, backing: opts.Backing, bucket: opts.Bucket, log: opts.Logger, clock: opts.Clock,
-		pool:   iobuf.NewPool(int(opts.MaxValueBytes) + HeaderLen),
-		health: newHealth(opts.Logger, opts.Bucket.String()),
-		stop:   make(chan struct{}),
+		pool:      iobuf.NewPool(int(opts.MaxValueBytes) + HeaderLen),
+		health:    newHealth(opts.Logger, opts.Bucket.String()),
+		stop:      make(chan struct{}),
+		promoting: make(chan struct{}, opts.Workers),
 	}
 	t.queue = newUploadQueue(opts.QueueBytes, t.pool)
 	if opts.Write == WriteAsync {
@@ -390,43 +394,101 @@ func (t *Tier) readThrough(key wire.BlockKey) (obj []byte, release func(), ok bo
 	}
 	f := s.flights[key]
 	if f != nil && f.epoch == s.epoch {
+		// Join the read in flight, or one done whose promotion into
+		// the backing has not finished (its bytes are still here).
 		f.refs++
 		s.mu.Unlock()
 		<-f.done
 	} else {
-		f = &flight{done: make(chan struct{}), epoch: s.epoch, refs: 1}
+		// One reference for this reader, one for the promotion.
+		f = &flight{done: make(chan struct{}), epoch: s.epoch, refs: 2}
 		if s.flights == nil {
 			s.flights = make(map[wire.BlockKey]*flight)
 		}
 		s.flights[key] = f
 		s.mu.Unlock()
 		t.fetch(key, f)
-		s.mu.Lock()
-		if s.flights[key] == f {
-			delete(s.flights, key)
-		}
-		s.mu.Unlock()
 		close(f.done)
-	}
-	release = func() {
-		s.mu.Lock()
-		f.refs--
-		last := f.refs == 0
-		s.mu.Unlock()
-		if last && f.buf != nil {
-			t.pool.Put(f.buf)
-		}
+		t.promote(key, f)
 	}
 	if f.obj == nil {
-		release()
+		t.release(key, f)
 		t.readMisses.Add(1)
 		return nil, nil, false
 	}
 	t.readHits.Add(1)
-	return f.obj, release, true
+	return f.obj, func() { t.release(key, f) }, true
 }
 
-// fetch reads, verifies and promotes key's object into f.
+// release drops one reference to f; the last returns its buffer.
+func (t *Tier) release(key wire.BlockKey, f *flight) {
+	s := t.stripe(key)
+	s.mu.Lock()
+	f.refs--
+	last := f.refs == 0
+	s.mu.Unlock()
+	if last && f.buf != nil {
+		t.pool.Put(f.buf)
+	}
+}
+
+// promote writes f's verified object into the backing, off the reader's
+// path when a promotion slot is free (the reader returns its bytes while
+// the disk write runs), on it when all are busy (back-pressure rather
+// than an unbounded pile of writes). Until it is done the flight stays
+// joinable, so a GET arriving meanwhile reads these bytes instead of the
+// bucket a second time.
+func (t *Tier) promote(key wire.BlockKey, f *flight) {
+	if f.obj == nil {
+		t.finishPromote(key, f)
+		return
+	}
+	select {
+	case t.promoting <- struct{}{}:
+		t.promotions.Add(1)
+		go func() {
+			defer t.promotions.Done()
+			t.promoteNow(key, f)
+			<-t.promoting
+		}()
+	default:
+		t.promoteNow(key, f)
+	}
+}
+
+// promoteNow writes the value under the stripe's lock, unless a write of
+// the key came since the read began: its value (or its absence) is newer
+// than this object.
+func (t *Tier) promoteNow(key wire.BlockKey, f *flight) {
+	s := t.stripe(key)
+	s.mu.Lock()
+	_, dead := s.tombs[key]
+	if s.epoch != f.epoch || dead {
+		s.mu.Unlock()
+		t.promoteSkips.Add(1)
+	} else {
+		err := t.backing.Put(key, f.obj[HeaderLen:])
+		s.mu.Unlock()
+		if err == nil {
+			t.promoted.Add(1)
+		} else {
+			t.promoteSkips.Add(1)
+		}
+	}
+	t.finishPromote(key, f)
+}
+
+func (t *Tier) finishPromote(key wire.BlockKey, f *flight) {
+	s := t.stripe(key)
+	s.mu.Lock()
+	if s.flights[key] == f {
+		delete(s.flights, key)
+	}
+	s.mu.Unlock()
+	t.release(key, f)
+}
+
+// fetch reads and verifies key's object into f (f.obj stays nil for a miss).
 func (t *Tier) fetch(key wire.BlockKey, f *flight) {
 	name := t.name(key)
 	limit := int64(t.opts.MaxValueBytes) + HeaderLen
@@ -446,33 +508,11 @@ func (t *Tier) fetch(key wire.BlockKey, f *flight) {
 		return
 	}
 	t.bytesIn.Add(uint64(len(obj)))
-	value, err := checkObject(obj, key)
-	if err != nil {
+	if _, err := checkObject(obj, key); err != nil {
 		t.noteCorrupt(name, err)
 		return
 	}
 	f.obj = obj
-	// Promote under the stripe's lock, unless a write of the key came
-	// since the read began: its value (or its absence) is newer than
-	// this object.
-	s := t.stripe(key)
-	s.mu.Lock()
-	_, dead := s.tombs[key]
-	if s.epoch != f.epoch || dead {
-		s.mu.Unlock()
-		t.promoteSkips.Add(1)
-		if dead {
-			f.obj = nil
-		}
-		return
-	}
-	perr := t.backing.Put(key, value)
-	s.mu.Unlock()
-	if perr == nil {
-		t.promoted.Add(1)
-	} else {
-		t.promoteSkips.Add(1)
-	}
 }
 
 // noteCorrupt counts an object that is not this key's value in this

@@ -83,6 +83,7 @@ func TestAsyncUploadThenReadThroughPromotes(t *testing.T) {
 	if err != nil || !bytes.Equal(got, v) {
 		t.Fatalf("read-through: %v (got %d bytes)", err, len(got))
 	}
+	f.settle(t)
 	if held, ok := f.backing.has(k); !ok || !bytes.Equal(held, v) {
 		t.Fatal("read-through did not promote the value into the backing")
 	}
@@ -132,6 +133,7 @@ func TestCorruptOrForeignObjectsAreMisses(t *testing.T) {
 	if st := f.tier.TierStats(); st.Ignored != 2 {
 		t.Fatalf("ignored = %d, want 2", st.Ignored)
 	}
+	f.settle(t)
 	if _, ok := f.backing.has(k1); ok {
 		t.Fatal("a corrupt object was promoted")
 	}
@@ -225,6 +227,7 @@ func TestWriteDuringReadThroughIsNotOverwritten(t *testing.T) {
 				close(gate)
 			}
 			<-done
+			f.settle(t)
 			held, ok := f.backing.has(k)
 			switch {
 			case write == "put" && (!ok || !bytes.Equal(held, newer)):

@@ -23,7 +23,7 @@ import (
 )
 
 // scrape fetches /metrics and parses it.
-func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+func scrape(t testing.TB, addr string) map[string]*dto.MetricFamily {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -40,7 +40,7 @@ func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 
 // value returns the value of the series of family name whose labels
 // include want (nil: the first series).
-func value(t *testing.T, mf map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+func value(t testing.TB, mf map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
 	t.Helper()
 	f := mf[name]
 	if f == nil {

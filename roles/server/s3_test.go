@@ -41,7 +41,7 @@ func (l *lockedBuf) String() string {
 
 // s3Node runs a node in-process with the object store tier on s3 and
 // disk directory dir; extra flags override.
-func s3Node(t *testing.T, s3 *s3test.Server, dir string, extra map[string][]string) (addr, httpAddr string, logs *lockedBuf, stop func() error) {
+func s3Node(t testing.TB, s3 *s3test.Server, dir string, extra map[string][]string) (addr, httpAddr string, logs *lockedBuf, stop func() error) {
 	t.Helper()
 	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
@@ -100,7 +100,7 @@ func s3Value(i, n int) []byte {
 	return v
 }
 
-func waitUploads(t *testing.T, httpAddr string, want float64) {
+func waitUploads(t testing.TB, httpAddr string, want float64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -262,10 +262,12 @@ func TestObjectStoreRefusedAtStart(t *testing.T) {
 	}
 }
 
+func minioListAll() minio.ListObjectsOptions { return minio.ListObjectsOptions{Recursive: true} }
+
 func countObjects(t *testing.T, s3 *s3test.Server) int {
 	t.Helper()
 	n := 0
-	for o := range s3.Client(t).ListObjects(context.Background(), s3.Bucket, minio.ListObjectsOptions{Recursive: true}) {
+	for o := range s3.Client(t).ListObjects(context.Background(), s3.Bucket, minioListAll()) {
 		if o.Err != nil {
 			t.Fatal(o.Err)
 		}

@@ -174,6 +174,16 @@ func (b *Bucket) Get(ctx context.Context, name string, limit int64, alloc func(n
 	if _, err := io.ReadFull(obj, buf); err != nil {
 		return nil, wrap(err)
 	}
+	// Read on to the end of the body: net/http reuses a connection only
+	// after its response body reached EOF, and a new connection per GET
+	// costs a dial (and a TLS handshake) per block.
+	var tail [1]byte
+	if n, err := obj.Read(tail[:]); n != 0 || err != io.EOF {
+		if err == nil || err == io.EOF {
+			err = fmt.Errorf("%s: more bytes than the %d its size said", name, info.Size)
+		}
+		return nil, wrap(err)
+	}
 	return buf, nil
 }
 

@@ -115,7 +115,10 @@ func (s *Server) start(t testing.TB) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(s.bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--port", s.Endpoint, "--quiet", "posix", s.Root)
+	// --keep-alive: versitygw closes every connection after one response
+	// unless told otherwise, which no production S3 service does; with it,
+	// clients pay one dial per connection rather than one per request.
+	s.cmd = exec.Command(s.bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--port", s.Endpoint, "--keep-alive", "--quiet", "posix", s.Root)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("start versitygw: %v", err)
@@ -192,3 +195,22 @@ func (s *Server) Log() string {
 
 // String names the server.
 func (s *Server) String() string { return fmt.Sprintf("versitygw at %s", s.Endpoint) }
+
+// CPUTime is the CPU time (user and system) the server has used so far,
+// read from /proc: benchmarks on a small machine report it to tell the
+// S3 server's share of the cores from the client's.
+func (s *Server) CPUTime() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	var utime, stime int64
+	fmt.Sscan(f[11], &utime)
+	fmt.Sscan(f[12], &stime)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ is 100 on Linux
+}

@@ -35,8 +35,13 @@ func readFile(path, from string) (map[string]any, error) {
 		}
 		return nil, fmt.Errorf("cannot read config file %s (from %s): %w", path, from, err)
 	}
+	return decodeFile(string(data), path)
+}
+
+// decodeFile decodes the TOML text of the configuration file at path.
+func decodeFile(data, path string) (map[string]any, error) {
 	var doc map[string]any
-	md, err := toml.Decode(string(data), &doc)
+	md, err := toml.Decode(data, &doc)
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {

@@ -67,9 +67,18 @@ func LoadFrom(role, file string, lookup func(string) (string, bool), flags map[s
 	return load(input{role: role, file: file, fileSet: file != "", lookup: lookup, flags: flags})
 }
 
+// LoadText is LoadFrom with the configuration file's content given as
+// TOML text (an embedder's configuration string, in the layout of
+// dfkv.toml); name stands for the file in messages and --print-config.
+// DFKV_CONFIG is not consulted.
+func LoadText(role, name, text string, lookup func(string) (string, bool), flags map[string][]string) (*Config, *Resolved, error) {
+	return load(input{role: role, file: name, fileSet: true, text: &text, lookup: lookup, flags: flags})
+}
+
 // input is everything one load reads.
 type input struct {
 	role    string
+	text    *string // the file's content, when given rather than read from file
 	file    string
 	fileSet bool // file came from --config, even if empty ("no file, whatever DFKV_CONFIG says")
 	lookup  func(string) (string, bool)
@@ -162,7 +171,14 @@ func (l *loader) readFile() error {
 		return nil
 	}
 	l.r.file, l.r.fileFrom = path, from
-	doc, err := readFile(path, from)
+	var doc map[string]any
+	var err error
+	if l.in.text != nil {
+		l.r.fileFrom = "text"
+		doc, err = decodeFile(*l.in.text, path)
+	} else {
+		doc, err = readFile(path, from)
+	}
 	if err != nil {
 		return err
 	}

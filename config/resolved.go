@@ -30,6 +30,18 @@ func (r *Resolved) SetAuto(key, resolved string) {
 	r.auto[key] = resolved
 }
 
+// FromDefault reports whether key (e.g. "server.disks") kept its
+// default: no file, variable or flag set it. An embedder uses it to pick
+// defaults of its own for what the user left alone.
+func (r *Resolved) FromDefault(key string) bool {
+	for _, v := range r.values {
+		if v.s.key == key {
+			return v.src.kind == fromDefault
+		}
+	}
+	return false
+}
+
 type resolvedValue struct {
 	s   *setting
 	src source

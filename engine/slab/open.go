@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
@@ -87,6 +88,7 @@ func open(opts Options) (*Store, error) {
 		return nil, err
 	}
 	ok = true
+	s.noteHolder()
 	s.made = nil
 	s.chargeRestored()
 	s.log.Info("slab engine: opened", "dir", s.dir, "epoch", s.epoch, "cold", tableCold, "after_unclean_stop", !clean && !fresh,
@@ -216,12 +218,31 @@ func (s *Store) lockStore() error {
 		// remove.
 		s.made = nil
 		if errors.Is(err, errLocked) {
-			return fmt.Errorf("%s is in use by another slab store (another dfkv server, or a second disk entry naming the same directory); nothing was changed: %w", s.dir, wire.StatusUnavailable)
+			holder := "another slab store"
+			if b, rerr := readSmall(s.fs, filepath.Join(s.dir, holderName), 512); rerr == nil && len(b) > 0 {
+				holder = strings.TrimSpace(string(b))
+			}
+			return fmt.Errorf("%s is in use by %s (a disk has one owner: another dfkv server, an embedded store, or a second disk entry naming the same directory); nothing was changed: %w", s.dir, holder, wire.StatusUnavailable)
 		}
 		return err
 	}
 	return nil
 }
+
+// noteHolder says who holds the lock, for whoever is refused it next;
+// written once the open succeeded (a failed open leaves the directory as
+// it found it). Best effort: the lock, not this file, keeps a second
+// owner out.
+func (s *Store) noteHolder() {
+	exe, _ := os.Executable()
+	if f, err := s.fs.OpenFile(filepath.Join(s.dir, holderName), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644); err == nil {
+		_, _ = f.WriteAt(fmt.Appendf(nil, "pid %d (%s) since %s\n", os.Getpid(), exe, time.Now().UTC().Format(time.RFC3339)), 0)
+		_ = f.Close()
+	}
+}
+
+// holderName is the file naming the process that holds a disk's lock.
+const holderName = "holder"
 
 // openFiles writes slab_meta for a new or upgraded store, opens the
 // extents, the io_uring ring (if asked for) and the slot table, and makes
@@ -317,6 +338,8 @@ func (s *Store) checkDir(want geometry) (fresh, missing bool, damaged string, er
 			hasMeta = true
 		case metaName + ".tmp", stateName + ".tmp":
 			// a crash during an atomic write; harmless
+		case holderName:
+			// who last held the lock; says nothing about the contents
 		case "lost+found":
 			// the root of a fresh ext4 filesystem used as the disk dir
 		case stateName, tableName, extentsDir:

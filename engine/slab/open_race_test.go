@@ -2,8 +2,10 @@ package slab
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dfkv/dfkv/engine/vfs"
@@ -91,5 +93,20 @@ func TestOtherStoreKeepsItsDir(t *testing.T) {
 				t.Fatalf("the other store's directory is gone after the failed Open: %v (Open: %v)", serr, err)
 			}
 		})
+	}
+}
+
+// A second store refused a directory is told which process holds it.
+func TestSecondOwnerIsToldTheHolder(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, CapacityBytes: 16 << 20, ExtentBytes: testExtent(16 << 20)}
+	s := openT(t, opts)
+	defer s.Close()
+	_, err := Open(opts)
+	if err == nil {
+		t.Fatal("a second store opened the same directory")
+	}
+	if want := fmt.Sprintf("in use by pid %d (", os.Getpid()); !strings.Contains(err.Error(), want) {
+		t.Fatalf("refusal %q does not name the holder (%q)", err, want)
 	}
 }

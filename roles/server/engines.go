@@ -67,6 +67,16 @@ func OpenEngines(cfg *config.Config, fs vfs.FS, clock engine.Clock, log *slog.Lo
 	for i, d := range sc.Disks {
 		names[i] = filepath.Clean(d)
 	}
+	if len(sc.Disks) == 0 {
+		// Only an embedded store runs without a disk (the configuration
+		// refuses an empty server.disks); its RAM tier keeps the values,
+		// and what RAM evicts is gone unless the object store has it.
+		if sc.RAMTier != 1 {
+			return nil, errors.New("no disk (server.disks) and no RAM tier (server.ram_tier): nothing would be kept")
+		}
+		engines, names = []engine.StoreEngine{&engine.Discard{}}, []string{"(no disk)"}
+		log.Info("no disk: values live in RAM (and the object store, if configured) only")
+	}
 	g, err := engine.NewGroup(engines, names)
 	if err != nil {
 		closeAll()

@@ -1,0 +1,159 @@
+package embed_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dfkv/dfkv/roles/embed"
+	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/client"
+)
+
+func open(t *testing.T, text string) *embed.Store {
+	t.Helper()
+	cfg, err := embed.Config(text, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := embed.Open(cfg, client.Options{Namespace: []byte("embedded-test"), Timeout: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// The embedded store has the client API and the node's semantics: the
+// range contract, batches, prefix counts, REMOVE, bad input refused.
+func TestRAMOnlyStore(t *testing.T) {
+	s := open(t, "[server]\nram_tier_bytes = \"64MiB\"\n")
+	ctx := context.Background()
+	v := bytes.Repeat([]byte("kv-cache"), 1<<17) // 1 MiB
+	if err := s.Put(ctx, []byte("k\x001"), v); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2<<20)
+	n, stored, err := s.Get(ctx, []byte("k\x001"), buf)
+	if err != nil || stored != uint64(len(v)) || !bytes.Equal(buf[:n], v) {
+		t.Fatalf("GET: %v (stored %d)", err, stored)
+	}
+	got, stored, err := s.GetRange(ctx, []byte("k\x001"), 100, 10, buf)
+	if err != nil || stored != uint64(len(v)) || !bytes.Equal(buf[:got], v[100:110]) {
+		t.Fatalf("GET range: %v", err)
+	}
+	keys := [][]byte{[]byte("a"), []byte("b"), []byte("c")}
+	for i, err := range s.PutBatch(ctx, keys[:2], [][]byte{v[:10], v[:20]}) {
+		if err != nil {
+			t.Fatalf("batch item %d: %v", i, err)
+		}
+	}
+	if hits, err := s.ExistPrefix(ctx, keys); err != nil || hits != 2 {
+		t.Fatalf("prefix count = %d, %v; want 2", hits, err)
+	}
+	if err := s.Remove(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Get(ctx, []byte("a"), buf); wire.StatusOf(err) != wire.StatusNotFound {
+		t.Fatalf("GET after REMOVE: %v", err)
+	}
+	if err := s.Put(ctx, []byte("empty"), nil); wire.StatusOf(err) != wire.StatusInvalid {
+		t.Fatalf("zero-byte PUT: %v, want INVALID", err)
+	}
+	if err := s.Put(ctx, nil, v[:1]); err == nil {
+		t.Fatal("PUT of an empty key accepted")
+	}
+}
+
+// Values outlive the store on its disk: closed and opened again, a
+// store with a disk serves what the first one stored.
+func TestDiskSurvivesReopen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "disk")
+	text := fmt.Sprintf("[server]\ndisks = [%q]\ndisk_capacity_bytes = \"256MiB\"\nram_tier_bytes = \"64MiB\"\n", dir)
+	cfg, err := embed.Config(text, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := embed.Open(cfg, client.Options{Namespace: []byte("embedded-test")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 50 {
+		if err := s.Put(ctx, []byte(fmt.Sprint(i)), bytes.Repeat([]byte{byte(i)}, 5000+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A second store on the same disk, while the first holds it, is
+	// refused with the holder named.
+	_, err = embed.Open(cfg, client.Options{Namespace: []byte("embedded-test")}, nil)
+	if err == nil || !strings.Contains(err.Error(), "in use by pid") {
+		t.Fatalf("second store on a held disk: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, text)
+	buf := make([]byte, 8192)
+	for i := range 50 {
+		n, _, err := s.Get(ctx, []byte(fmt.Sprint(i)), buf)
+		if err != nil || !bytes.Equal(buf[:n], bytes.Repeat([]byte{byte(i)}, 5000+i)) {
+			t.Fatalf("GET %d after reopening: %v", i, err)
+		}
+	}
+}
+
+func TestConfigRefusesWhatCannotWork(t *testing.T) {
+	for text, want := range map[string]string{
+		"[server]\nram_tier = 0\n":                     "it would keep nothing",
+		"[server]\nram_write_mode = \"writearound\"\n": "writearound",
+		"[server]\nno_such_setting = 1\n":              "no_such_setting",
+		"[server\n":                                    "TOML",
+	} {
+		_, err := embed.Config(text, nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Config(%q) = %v, want an error saying %q", text, err, want)
+		}
+	}
+	if _, err := embed.Open(nil, client.Options{Members: []string{"127.0.0.1:7600"}}, nil); err == nil {
+		t.Error("Open accepted client members")
+	}
+}
+
+// Many goroutines at once, under -race.
+func TestConcurrentClients(t *testing.T) {
+	s := open(t, "[server]\nram_tier_bytes = \"64MiB\"\n")
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 4096)
+			for i := range 200 {
+				k := []byte(fmt.Sprint(w, "/", i))
+				v := bytes.Repeat([]byte{byte(w), byte(i)}, 1000)
+				if err := s.Put(ctx, k, v); err != nil {
+					errs <- err
+					return
+				}
+				n, _, err := s.Get(ctx, k, buf)
+				if err != nil || !bytes.Equal(buf[:n], v) {
+					errs <- fmt.Errorf("GET %s: %v", k, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}

@@ -146,6 +146,11 @@ func TestObjectStoreRefillsAnEmptyDisk(t *testing.T) {
 			t.Fatalf("GET k%d from the bucket: %v", i, err)
 		}
 	}
+	// Promotions finish behind the reads.
+	deadline := time.Now().Add(10 * time.Second)
+	for value(t, scrape(t, httpAddr), "dfkv_s3_promoted_total", nil) < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	mf := scrape(t, httpAddr)
 	gets := value(t, mf, "dfkv_s3_requests_total", map[string]string{"op": "get", "status": "ok"})
 	if gets != n || value(t, mf, "dfkv_s3_promoted_total", nil) != n {

@@ -123,6 +123,21 @@ typedef struct dfkv_client_options_v2 {
      * DFKV_SHM_ON requires it (a call to a node without it fails). */
     uint32_t shm;
     uint32_t reserved0;          /* must be 0 */
+
+    /* Appended later (a shorter struct_size reads it as NULL).
+     * NULL: connect to the nodes named above. Otherwise open an embedded
+     * store inside this process instead: a whole cache node (RAM tier,
+     * optional local disk, optional object store) reached through the
+     * same calls, with no server and no port. The string is TOML in the
+     * layout of dfkv.toml, usually its [server] table, e.g.
+     *   "[server]\nram_tier_bytes = \"8GiB\"\ndisks = [\"/nvme/dfkv\"]\n"
+     * ("" for the defaults: a 1 GiB RAM tier and no disk); DFKV_SERVER_*
+     * variables apply on top. members and mds_addrs must be empty. A disk
+     * has one owner: a second process naming the same directory fails with
+     * an error naming the process that holds it; processes share through
+     * the object store (server.s3_*). dfkv_close flushes RAM to the disk
+     * and queued uploads to the object store before it returns. */
+    const char* embedded_config;
 } dfkv_client_options_v2;
 
 /* dfkv_client_options_v2.shm (not statuses: an enum, apart from them). */

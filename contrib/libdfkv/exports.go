@@ -260,11 +260,15 @@ func dfkv_open_v2(opts *C.dfkv_client_options_v2, out *C.uintptr_t) (rc C.int) {
 		dialTimeoutMS:    uint64(opts.dial_timeout_ms),
 		maxBlockBytes:    uint64(opts.max_block_bytes),
 	}
-	if size >= known {
+	if size >= uint64(unsafe.Offsetof(opts.reserved0))+4 {
 		o.shm = uint32(opts.shm)
 		if opts.reserved0 != 0 {
 			return fail(fmt.Errorf("dfkv_open_v2: reserved0 is %d; it must be 0: %w", uint32(opts.reserved0), wire.StatusInvalid))
 		}
+	}
+	if size >= known && opts.embedded_config != nil {
+		text := C.GoString(opts.embedded_config)
+		o.embedded = &text
 	}
 	nsLen := uint64(opts.namespace_len)
 	switch {
@@ -290,7 +294,7 @@ func dfkv_close(h C.uintptr_t) (rc C.int) {
 	if err != nil {
 		return handleErr(fmt.Errorf("dfkv_close: %w", err))
 	}
-	return s.ret(s.c.Close())
+	return s.ret(s.close())
 }
 
 //export dfkv_last_error

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dfkv/dfkv/rdma"
+	"github.com/dfkv/dfkv/roles/embed"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
@@ -19,11 +20,25 @@ import (
 type state struct {
 	c        *client.Client
 	maxBlock uint64
+	// release lets go of the embedded node c is a client of; nil when c
+	// connects to nodes.
+	release func() error
 
 	lastErr errSlot
 }
 
 func (s *state) setErr(err error) { s.lastErr.set(err.Error()) }
+
+// close closes the client, and the embedded store if there is one.
+func (s *state) close() error {
+	err := s.c.Close()
+	if s.release != nil {
+		if rerr := s.release(); rerr != nil {
+			return rerr
+		}
+	}
+	return err
+}
 
 func (s *state) getErr() string { return s.lastErr.get() }
 
@@ -136,13 +151,17 @@ type openOptions struct {
 	timeoutMS           uint64
 	dialTimeoutMS       uint64
 	maxBlockBytes       uint64
-	shm                 uint32 // DFKV_SHM_*
+	shm                 uint32  // DFKV_SHM_*
+	embedded            *string // embedded_config; nil = connect to nodes
 }
 
 // open builds the client state and returns its token.
 func open(o openOptions) (uintptr, error) {
 	members := splitList(o.members)
 	mds := splitList(o.mds)
+	if o.embedded != nil {
+		return openEmbedded(o, len(members)+len(mds) > 0)
+	}
 	switch {
 	case len(mds) > 0 && len(members) > 0:
 		return 0, fmt.Errorf("dfkv_open_v2: both members (%q) and mds_addrs (%q) are set; give exactly one: %w", o.members, o.mds, wire.StatusInvalid)
@@ -193,6 +212,42 @@ func open(o openOptions) (uintptr, error) {
 		maxBlock = 64 << 20 // client.Options default
 	}
 	return uintptr(cgo.NewHandle(&state{c: c, maxBlock: maxBlock})), nil
+}
+
+// openEmbedded opens an embedded store and a handle on its client.
+func openEmbedded(o openOptions, membership bool) (uintptr, error) {
+	switch {
+	case membership:
+		return 0, fmt.Errorf("dfkv_open_v2: embedded_config is set together with members or mds_addrs; an embedded store is its own single member: leave them empty: %w", wire.StatusInvalid)
+	case len(o.namespace) == 0:
+		return 0, fmt.Errorf("dfkv_open_v2: namespace is NULL or empty: %w", wire.StatusInvalid)
+	case o.shm == 2:
+		return 0, fmt.Errorf("dfkv_open_v2: shm is DFKV_SHM_ON, but an embedded store is reached in-process, not through shared memory: %w", wire.StatusInvalid)
+	}
+	const maxTimeoutMS = uint64(24 * time.Hour / time.Millisecond)
+	if o.timeoutMS > maxTimeoutMS {
+		return 0, fmt.Errorf("dfkv_open_v2: timeout_ms %d over a day: %w", o.timeoutMS, wire.StatusInvalid)
+	}
+	node, release, err := embed.Shared(*o.embedded, os.LookupEnv)
+	if err != nil {
+		return 0, fmt.Errorf("dfkv_open_v2: %w: %w", err, wire.StatusInvalid)
+	}
+	c, err := node.Client(client.Options{
+		Namespace:        append([]byte(nil), o.namespace...),
+		Timeout:          time.Duration(o.timeoutMS) * time.Millisecond,
+		PoolSize:         int(o.poolSize),
+		BatchConcurrency: int(o.batchConcurrency),
+		MaxBlockBytes:    o.maxBlockBytes,
+	})
+	if err != nil {
+		_ = release()
+		return 0, fmt.Errorf("dfkv_open_v2: %w", err)
+	}
+	maxBlock := o.maxBlockBytes
+	if maxBlock == 0 {
+		maxBlock = 64 << 20
+	}
+	return uintptr(cgo.NewHandle(&state{c: c, release: release, maxBlock: maxBlock})), nil
 }
 
 func splitList(s string) []string {

@@ -17,9 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 
 	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/roles/internal/rolekit"
 	"github.com/dfkv/dfkv/roles/server"
 	"github.com/dfkv/dfkv/wire/client"
 )
@@ -28,15 +30,26 @@ import (
 // configuration does not size it.
 const DefaultRAMBytes = 1 << 30
 
-// Store is an embedded store: the client of an in-process node. Close
-// closes both.
-type Store struct {
-	*client.Client
+// Node is a cache node running inside this process, reachable only
+// through the clients it makes. Several clients (one per namespace, say)
+// share one node.
+type Node struct {
+	cfg    *config.Config
+	srv    *server.Server
 	ln     *pipeListener
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
 	err    error
+}
+
+// Store is an embedded store: a node of its own and one client of it.
+// Close closes both.
+type Store struct {
+	*client.Client
+	node *Node
+	once sync.Once
+	err  error
 }
 
 // Config loads an embedded store's configuration: text is TOML in the
@@ -70,60 +83,154 @@ func Config(text string, lookup func(string) (string, bool)) (*config.Config, er
 	return cfg, nil
 }
 
-// Open starts the node of cfg (from Config) in this process and a client
-// of it with copts (namespace, timeouts; its members, MDS, dialer and
-// transports are the store's own). log receives the node's log lines;
-// nil discards them.
-func Open(cfg *config.Config, copts client.Options, log *slog.Logger) (*Store, error) {
-	if len(copts.Members) > 0 || len(copts.MDS) > 0 {
-		return nil, errors.New("embedded store: the client options name members or an MDS; an embedded store is its own single member")
-	}
+// StartNode starts the node of cfg (from Config) in this process. log
+// receives its log lines; nil discards them.
+func StartNode(cfg *config.Config, log *slog.Logger) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ln := newPipeListener()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Store{ln: ln, cancel: cancel, done: make(chan error, 1)}
+	n := &Node{cfg: cfg, ln: ln, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan struct{})
 	go func() {
-		s.done <- server.Run(ctx, cfg, server.Deps{Listener: ln, Logger: log, Ready: func(*server.Server) { close(ready) }})
+		n.done <- server.Run(ctx, cfg, server.Deps{Listener: ln, Logger: log, Ready: func(srv *server.Server) { n.srv = srv; close(ready) }})
 	}()
 	select {
 	case <-ready:
-	case err := <-s.done:
+		return n, nil
+	case err := <-n.done:
 		cancel()
 		if err == nil {
 			err = errors.New("stopped before it was ready")
 		}
 		return nil, fmt.Errorf("embedded store: %w", err)
 	}
+}
+
+// Client opens a client of the node with copts (namespace, timeouts;
+// its members, MDS, dialer and transports are the node's own).
+func (n *Node) Client(copts client.Options) (*client.Client, error) {
+	if len(copts.Members) > 0 || len(copts.MDS) > 0 {
+		return nil, errors.New("embedded store: the client options name members or an MDS; an embedded store is its own single member")
+	}
 	copts.Members = []string{Address}
-	copts.Dialer = ln
+	copts.Dialer = n.ln
 	copts.SharedMemory = client.ShmOff
 	copts.RDMA = nil
+	// Values in RAM are copied straight out of the arena; the rest (and
+	// every write) go through the connection, to the same node.
+	copts.Local = n.srv.LocalRead
 	if copts.MaxBlockBytes == 0 {
-		copts.MaxBlockBytes = cfg.Server.MaxBlockBytes
+		copts.MaxBlockBytes = n.cfg.Server.MaxBlockBytes
 	}
 	cl, err := client.Open(copts)
 	if err != nil {
-		cancel()
-		<-s.done
 		return nil, fmt.Errorf("embedded store: %w", err)
 	}
-	s.Client = cl
-	return s, nil
+	return cl, nil
 }
 
-// Close closes the client, then stops the node: it drains, flushes its
-// RAM tier to disk, uploads what it queued for the object store (up to
+// Close stops the node: it drains, flushes its RAM tier to disk, uploads
+// what it queued for the object store (up to
 // server.shutdown_timeout_ms) and releases the disk. It returns the
-// node's error, if closing its engines failed.
+// node's error, if closing its engines failed. Close the node's clients
+// first.
+func (n *Node) Close() error {
+	n.once.Do(func() {
+		n.cancel()
+		n.err = <-n.done
+		n.ln.Close()
+	})
+	return n.err
+}
+
+// Open starts a node of cfg and a client of it with copts.
+func Open(cfg *config.Config, copts client.Options, log *slog.Logger) (*Store, error) {
+	if len(copts.Members) > 0 || len(copts.MDS) > 0 {
+		return nil, errors.New("embedded store: the client options name members or an MDS; an embedded store is its own single member")
+	}
+	n, err := StartNode(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := n.Client(copts)
+	if err != nil {
+		_ = n.Close()
+		return nil, err
+	}
+	return &Store{Client: cl, node: n}, nil
+}
+
+// Close closes the client, then the node.
 func (s *Store) Close() error {
 	s.once.Do(func() {
 		_ = s.Client.Close()
-		s.cancel()
-		s.err = <-s.done
-		s.ln.Close()
+		s.err = s.node.Close()
 	})
 	return s.err
+}
+
+// The process's shared nodes, by configuration text: every handle an
+// engine opens with the same configuration (a connector per namespace,
+// a scheduler and a worker in one process) reaches the same cache, as
+// handles to one cluster would, rather than each getting a cache of its
+// own, or failing on the disk the first one holds.
+var shared struct {
+	mu    sync.Mutex
+	nodes map[string]*sharedNode
+}
+
+type sharedNode struct {
+	node *Node
+	refs int
+}
+
+// Shared returns the process's node for configuration text (Config's
+// text and lookup), starting it on first use, and a release func that
+// stops it when the last user releases it. Each user opens its own
+// client with Node.Client.
+func Shared(text string, lookup func(string) (string, bool)) (*Node, func() error, error) {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if sn := shared.nodes[text]; sn != nil {
+		sn.refs++
+		return sn.node, releaser(text, sn), nil
+	}
+	cfg, err := Config(text, lookup)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Started under the lock: a second user of the same text waits for
+	// this start rather than racing it for the disk.
+	n, err := StartNode(cfg, rolekit.NewLogger(cfg.Log, os.Stderr))
+	if err != nil {
+		return nil, nil, err
+	}
+	if shared.nodes == nil {
+		shared.nodes = map[string]*sharedNode{}
+	}
+	sn := &sharedNode{node: n, refs: 1}
+	shared.nodes[text] = sn
+	return n, releaser(text, sn), nil
+}
+
+func releaser(text string, sn *sharedNode) func() error {
+	var once sync.Once
+	var err error
+	return func() error {
+		once.Do(func() {
+			shared.mu.Lock()
+			sn.refs--
+			last := sn.refs == 0
+			if last {
+				delete(shared.nodes, text)
+			}
+			shared.mu.Unlock()
+			if last {
+				err = sn.node.Close()
+			}
+		})
+		return err
+	}
 }

@@ -157,3 +157,81 @@ func TestConcurrentClients(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Users of one configuration in a process share one node: a value one
+// stores, another reads; the node lives until the last lets go.
+func TestSharedNode(t *testing.T) {
+	const text = "[server]\nram_tier_bytes = \"64MiB\"\n"
+	n1, release1, err := embed.Shared(text, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2, release2, err := embed.Shared(text, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n1 != n2 {
+		t.Fatal("two users of one configuration got two nodes")
+	}
+	c1, err := n1.Client(client.Options{Namespace: []byte("shared")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := n2.Client(client.Options{Namespace: []byte("shared")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c1.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	c1.Close()
+	if err := release1(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	if n, _, err := c2.Get(ctx, []byte("k"), buf); err != nil || string(buf[:n]) != "v" {
+		t.Fatalf("the other user's GET after the first let go: %q, %v", buf[:n], err)
+	}
+	c2.Close()
+	if err := release2(); err != nil {
+		t.Fatal(err)
+	}
+	n3, release3, err := embed.Shared(text, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release3()
+	if n3 == n1 {
+		t.Fatal("the node outlived its last user")
+	}
+}
+
+// GetBatch into caller buffers reads resident values straight from the
+// node's RAM and sends the rest over the connection, with the same
+// answers either way.
+func TestBatchGetLocalAndRemote(t *testing.T) {
+	s := open(t, "[server]\nram_tier_bytes = \"64MiB\"\n")
+	ctx := context.Background()
+	big := bytes.Repeat([]byte("0123456789"), 1000)
+	for _, kv := range [][2][]byte{{[]byte("a"), []byte("alpha")}, {[]byte("big"), big}} {
+		if err := s.Put(ctx, kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dsts := [][]byte{make([]byte, 16), make([]byte, 16), make([]byte, 100)}
+	res := s.GetBatch(ctx, [][]byte{[]byte("a"), []byte("missing"), []byte("big")}, dsts)
+	if res[0].Err != nil || string(res[0].Data) != "alpha" || res[0].Stored != 5 {
+		t.Errorf("resident item: %+v", res[0])
+	}
+	if wire.StatusOf(res[1].Err) != wire.StatusNotFound {
+		t.Errorf("missing item: %v", res[1].Err)
+	}
+	if res[2].Err != client.ErrBufferTooSmall || res[2].Stored != uint64(len(big)) || !bytes.Equal(res[2].Data, big[:100]) {
+		t.Errorf("item larger than its buffer: %v stored %d data %d bytes", res[2].Err, res[2].Stored, len(res[2].Data))
+	}
+	st, err := s.Stats(ctx, embed.Address)
+	if err != nil || !bytes.Contains(st, []byte(`"GET":`)) {
+		t.Fatalf("STATS of the embedded node: %v %s", err, st)
+	}
+}

@@ -284,6 +284,9 @@ func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, a
 	deadline := c.deadline(ctx)
 	c.fanOut(groups, false, func(g *group, lo, hi int) {
 		idx, ks := g.idx[lo:hi], g.keys[lo:hi]
+		if direct != nil && c.opts.Local != nil {
+			idx, ks = c.localGet(idx, ks, res, at, ask, direct)
+		}
 		if len(idx) == 0 {
 			return
 		}
@@ -526,4 +529,42 @@ func (c *Client) askFor(dst []byte) uint64 {
 		return c.opts.MaxBlockBytes + 1
 	}
 	return uint64(len(dst)) + 1
+}
+
+// localGet reads the items an embedded store's node holds in RAM with
+// Options.Local, into their caller buffers, and returns the others (in
+// order; the same slices when it read none), which go over the connection.
+func (c *Client) localGet(idx []int, ks []wire.BlockKey, res []GetResult, at, ask func(int) uint64, direct func(int) []byte) ([]int, []wire.BlockKey) {
+	var restIdx []int
+	var restKs []wire.BlockKey
+	for j, i := range idx {
+		d := direct(i)
+		var n int
+		var stored uint64
+		var ok bool
+		var err error
+		if d != nil {
+			n, stored, ok, err = c.opts.Local(ks[j], at(i), min(ask(i), uint64(len(d))), d)
+		}
+		if !ok {
+			if restIdx != nil {
+				restIdx, restKs = append(restIdx, i), append(restKs, ks[j])
+			}
+			continue
+		}
+		if restIdx == nil { // the first read here: the items before it were left
+			restIdx, restKs = append(make([]int, 0, len(idx)), idx[:j]...), append(make([]wire.BlockKey, 0, len(idx)), ks[:j]...)
+		}
+		res[i].Stored, res[i].Err = stored, err
+		if err == nil {
+			res[i].Data = d[:n]
+			if stored > at(i)+uint64(n) && uint64(n) == uint64(len(d)) {
+				res[i].Err = ErrBufferTooSmall // as over the connection: d holds the first bytes
+			}
+		}
+	}
+	if restIdx == nil {
+		return idx, ks
+	}
+	return restIdx, restKs
 }

@@ -100,6 +100,12 @@ type Options struct {
 	// node sizes, vectored parts, lookups, removes). Nil: TCP (and
 	// shared memory) only.
 	RDMA *rdma.ClientOptions
+	// Local, set by an embedded store (package roles/embed), reads a
+	// value its in-process node holds in RAM straight into the caller's
+	// buffer (server.LocalRead); ok false sends the read over the
+	// connection as usual. GetRange, Get and GetBatch into caller buffers
+	// use it.
+	Local func(key wire.BlockKey, offset, length uint64, dst []byte) (n int, stored uint64, ok bool, err error)
 	// SharedMemory is ShmAuto (the default: shared memory for nodes on
 	// this host that offer it, TCP otherwise), ShmOff or ShmOn.
 	SharedMemory string

@@ -83,6 +83,11 @@ func (c *Client) GetRange(ctx context.Context, key []byte, offset, length uint64
 			return 0, 0, fmt.Errorf("GetRange into an empty buffer: %w", wire.StatusInvalid)
 		}
 	}
+	if c.opts.Local != nil {
+		if n, stored, ok, err := c.opts.Local(k, offset, length, dst); ok {
+			return n, stored, err
+		}
+	}
 	p := c.route(k)
 	if n, stored, err, ok := c.rdmaGetRange(p, k, offset, length, dst); ok {
 		return n, stored, err

@@ -40,7 +40,7 @@ from .identity import (MAX_NAMESPACE_BYTES, MAX_OBJECT_KEY_BYTES, NAMESPACE_MAGI
                        disk_hash, Ring)
 from .errors import (DfkvError, NotFound, InvalidArgument, QuotaExceeded, CacheFull, DfkvIOError,
                      Timeout, Unavailable, Unsupported, EpochMismatch, TooLarge, Internal, Status, error_for)
-from .client import Client, key_bytes, namespace_bytes
+from .client import EMBEDDED, Client, key_bytes, namespace_bytes, server_toml
 from .chain import (CHAIN_BLOCK_KEY_PREFIX, CHAIN_TAIL_KEY_PREFIX, CHAIN_HASH_BYTES, ChainTail, ChainKeys,
                     chain_keys)
 
@@ -56,6 +56,6 @@ __all__ = [
     "disk_hash", "Ring",
     "DfkvError", "NotFound", "InvalidArgument", "QuotaExceeded", "CacheFull", "DfkvIOError", "Timeout",
     "Unavailable", "Unsupported", "EpochMismatch", "TooLarge", "Internal", "Status", "error_for",
-    "Client", "key_bytes", "namespace_bytes",
+    "Client", "key_bytes", "namespace_bytes", "EMBEDDED", "server_toml",
     "CHAIN_BLOCK_KEY_PREFIX", "CHAIN_TAIL_KEY_PREFIX", "CHAIN_HASH_BYTES", "ChainTail", "ChainKeys", "chain_keys",
 ]

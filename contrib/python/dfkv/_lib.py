@@ -28,6 +28,7 @@ class ClientOptionsV2(ctypes.Structure):
         ("max_block_bytes", c_uint64),
         ("shm", c_uint32),
         ("reserved0", c_uint32),
+        ("embedded_config", c_char_p),
     ]
 
 

@@ -7,7 +7,7 @@ import json
 import os
 import threading
 from ctypes import POINTER, byref, c_char_p, c_int32, c_uint64, c_void_p
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
 from ._buffers import Pinned
@@ -56,6 +56,35 @@ def _key_arrays(keys: Sequence[Key]):
     return n, ctypes.cast(arr, POINTER(c_void_p)), lens, (ks, arr)
 
 
+# members=EMBEDDED (or $DFKV_CLIENT_MEMBERS=embedded in a connector) opens
+# the process's embedded store, configured by $DFKV_EMBEDDED_CONFIG.
+EMBEDDED = "embedded"
+
+
+def server_toml(settings: Dict[str, Any]) -> str:
+    """The [server] table of a dfkv.toml holding settings (names as in
+    dfkv.example.toml: {"ram_tier_bytes": "8GiB", "disks": ["/nvme/dfkv"]}),
+    for Client(embedded=...)."""
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "1" if v else "0"
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, str):
+            if any(ord(c) < 0x20 for c in v):
+                raise InvalidArgument(f"embedded setting value {v!r} holds a control character")
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        raise InvalidArgument(f"embedded setting value {v!r}: want a string, an integer or a list of them")
+    lines = ["[server]"]
+    for k, v in settings.items():
+        if not isinstance(k, str) or not k.replace("_", "").isalnum():
+            raise InvalidArgument(f"embedded setting name {k!r}: want a [server] key such as ram_tier_bytes")
+        lines.append(f"{k} = {value(v)}")
+    return "\n".join(lines) + "\n"
+
+
 class Client:
     """A dfkv client on one namespace.
 
@@ -67,6 +96,17 @@ class Client:
     clients share blocks exactly when their namespace bytes are equal.
     Safe to share between threads: every call releases the GIL inside
     libdfkv.
+
+    ``embedded`` opens a store inside this process instead of connecting
+    to nodes: a whole cache node (RAM tier, optional disk, optional object
+    store) with the same calls and no server or port. It is the [server]
+    table of a dfkv.toml, as TOML text or a dict ({"ram_tier_bytes":
+    "8GiB", "disks": ["/nvme/dfkv"]}; {} or "" for the defaults: a 1 GiB
+    RAM tier and no disk). ``members="embedded"`` does the same with the
+    TOML in $DFKV_EMBEDDED_CONFIG, which is how the connectors are pointed
+    at it. Clients of one configuration in a process share its store; a
+    disk has one owning process (another gets an error naming it), and
+    processes share blocks through the object store.
 
     Names follow the C ABI (dfkv.h) and `dfkv ctl`: the C function
     dfkv_<name> is the method <name>, and the CLI verbs put, get, exist and
@@ -120,7 +160,8 @@ class Client:
                  namespace: Union[bytes, bytearray, memoryview, str, NamespaceDescriptor], *,
                  mds: Union[str, Sequence[str], None] = None, group: Optional[str] = None,
                  batch_concurrency: int = 0, pool_size: int = 0, timeout_ms: int = 0, dial_timeout_ms: int = 0,
-                 max_block_bytes: int = 0, shm: Optional[str] = None, library: Optional[str] = None) -> None:
+                 max_block_bytes: int = 0, shm: Optional[str] = None, library: Optional[str] = None,
+                 embedded: Union[str, Dict[str, Any], None] = None) -> None:
         self._h: Optional[int] = None
         self._lib = _lib.load(library)
         ns = namespace_bytes(namespace)
@@ -131,6 +172,18 @@ class Client:
                 return None
             return (v if isinstance(v, str) else ",".join(v)).encode()
 
+        if members == EMBEDDED and embedded is None:
+            embedded = os.environ.get("DFKV_EMBEDDED_CONFIG", "")
+        self._embedded_b = None
+        if embedded is not None:
+            if members not in (None, EMBEDDED) or mds:
+                raise InvalidArgument("embedded: an embedded store is its own single member; "
+                                      "pass members=None (or 'embedded') and no mds")
+            members = None
+            self._embedded_b = (embedded if isinstance(embedded, str) else server_toml(embedded)).encode()
+            if shm is None:
+                shm = "off"
+        self.embedded = self._embedded_b is not None
         self._members_b = join(members)
         o = _lib.ClientOptionsV2()
         o.struct_size = ctypes.sizeof(_lib.ClientOptionsV2)
@@ -149,6 +202,7 @@ class Client:
         if mode not in _lib.SHM_MODES:
             raise ValueError(f"shm={mode!r}: want 'auto' (shared memory with nodes on this host that offer it), 'off' or 'on'")
         o.shm = _lib.SHM_MODES[mode]
+        o.embedded_config = self._embedded_b
         h = c_void_p()
         rc = self._lib.dfkv_open_v2(byref(o), byref(h))
         if rc != 0:

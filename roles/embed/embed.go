@@ -55,8 +55,9 @@ type Store struct {
 // Config loads an embedded store's configuration: text is TOML in the
 // layout of dfkv.toml (its [server] table; "" for every default), then
 // DFKV_* variables through lookup (nil: none). Unlike a node, an embedded
-// store has no disk unless server.disks names one, and its RAM tier is on
-// with DefaultRAMBytes unless the configuration says otherwise; the
+// store has no disk unless server.disks names one, its RAM tier is on
+// with DefaultRAMBytes unless the configuration says otherwise, it logs
+// warnings and errors only unless log.level says otherwise, and the
 // listeners and MDS settings do not apply.
 func Config(text string, lookup func(string) (string, bool)) (*config.Config, error) {
 	cfg, res, err := config.LoadText("server", "embedded configuration", text, lookup, nil)
@@ -78,6 +79,11 @@ func Config(text string, lookup func(string) (string, bool)) (*config.Config, er
 	}
 	if len(sc.Disks) == 0 && sc.RAMWriteMode == "writearound" {
 		return nil, errors.New("embedded store: server.ram_write_mode = writearound sends PUTs to the disk, and there is none (server.disks): use writeback")
+	}
+	if res.FromDefault("log.level") {
+		// A library in someone else's process: warnings and errors only,
+		// unless asked (log.level, DFKV_LOG_LEVEL).
+		cfg.Log.Level = "warn"
 	}
 	sc.HTTPListen, sc.MDS, sc.ShmSocket, sc.AdvertiseAddr = "", nil, "", ""
 	return cfg, nil

@@ -67,10 +67,14 @@ class Endpoints:
     DFKV_MDS_ADDRS and DFKV_MEMBERS still count); an MDS wins over static
     members when both are set, as in every dfkv role."""
 
-    __slots__ = ("mds", "members", "group")
+    __slots__ = ("mds", "members", "group", "embedded")
 
-    def __init__(self, mds: Optional[str], members: Optional[str], group: Optional[str]) -> None:
+    def __init__(self, mds: Optional[str], members: Optional[str], group: Optional[str],
+                 embedded: Optional[str] = None) -> None:
         self.mds, self.members, self.group = mds or None, members or None, group or None
+        # members == "embedded": the process's embedded store, configured
+        # by this TOML (dfkv_embedded_config / $DFKV_EMBEDDED_CONFIG).
+        self.embedded = embedded
 
     @classmethod
     def from_settings(cls, extra: Optional[Dict[str, Any]], who: str, *, members: Optional[str] = None,
@@ -84,9 +88,17 @@ class Endpoints:
         group = setting(extra, "dfkv_group", "DFKV_GROUP")
         if not mds and not members:
             raise ValueError(f"{who}: no dfkv nodes configured; set dfkv_mds (an MDS list, host:port,...) "
-                             "or dfkv_members (static nodes) in the engine's extra config, "
+                             "or dfkv_members (static nodes, or \"embedded\" for a store inside the engine's "
+                             "process) in the engine's extra config, "
                              "or DFKV_CLIENT_MDS / DFKV_CLIENT_MEMBERS in its environment")
-        return cls(_join(mds), _join(members), str(group) if group else None)
+        members = _join(members)
+        if members == "embedded":
+            if mds:
+                raise ValueError(f"{who}: dfkv_members is \"embedded\" and an MDS is set too; "
+                                 "an embedded store is its own single member: unset dfkv_mds / DFKV_CLIENT_MDS")
+            cfg = setting(extra, "dfkv_embedded_config", "DFKV_EMBEDDED_CONFIG", "")
+            return cls(None, members, None, cfg if isinstance(cfg, str) else _server_toml(cfg))
+        return cls(_join(mds), members, str(group) if group else None)
 
     def client_kwargs(self) -> Dict[str, Any]:
         """Arguments for dfkv.Client: (members, mds=..., group=...). The
@@ -112,6 +124,8 @@ class Endpoints:
         from .client import Client
         from .errors import DfkvError
         kw = self.client_kwargs()
+        if self.embedded is not None:
+            return Client(None, namespace, embedded=self.embedded, **opts)
         try:
             return Client(kw["members"], namespace, mds=kw["mds"], group=kw["group"], **opts)
         except DfkvError as err:
@@ -123,6 +137,8 @@ class Endpoints:
             return Client(fallback.members, namespace, **opts)
 
     def __repr__(self) -> str:
+        if self.embedded is not None:
+            return "embedded store"
         if self.mds:
             return f"mds={self.mds!r}" + (f" group={self.group!r}" if self.group else "")
         return f"members={self.members!r}"
@@ -132,3 +148,8 @@ def _join(v: Any) -> Optional[str]:
     if v is None or v == "":
         return None
     return v if isinstance(v, str) else ",".join(str(x) for x in v)
+
+
+def _server_toml(settings: Any) -> str:
+    from .client import server_toml
+    return server_toml(settings)

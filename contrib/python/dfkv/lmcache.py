@@ -292,12 +292,16 @@ PLUGIN_TYPE = "dfkv"
 
 
 def parse_dfkv_url(url: str):
-    """dfkv://host:port[,host:port...][/][?tenant=..&group=..] -> (members, params)."""
+    """dfkv://host:port[,host:port...][/][?tenant=..&group=..] -> (members, params).
+    dfkv://embedded opens the process's embedded store ($DFKV_EMBEDDED_CONFIG
+    or the dfkv.embedded_config setting configures it)."""
     if not url.startswith(SCHEME):
         raise ValueError(f"not a dfkv URL: {url!r}")
     rest = url[len(SCHEME):]
     rest, _, query = rest.partition("?")
     hosts = [h for h in rest.strip("/").split(",") if h]
+    if hosts == ["embedded"]:
+        return "embedded", {k: v[0] for k, v in parse_qs(query).items()}
     for h in hosts:
         host, _, port = h.rpartition(":")
         if not host or not port.isdigit():
@@ -453,7 +457,7 @@ def _release(objs: Any) -> None:
 
 # ---------------------------------------------------------------- connector
 
-_NAMES = ("mds", "members", "group", "tenant", "model_revision", "library", "timeout_ms", "url")
+_NAMES = ("mds", "members", "group", "tenant", "model_revision", "library", "timeout_ms", "url", "embedded_config")
 
 
 class DfkvConnector(_RemoteConnectorBase):

@@ -115,6 +115,7 @@ type Client struct {
 	PoolSize         int           // idle connections kept per peer
 	BatchConcurrency int           // nodes a batch talks to at once
 	Shm              string        // auto | off | on: shared memory with nodes on this host
+	Embedded         int           // 1 = an embedded store in the tool's own process
 }
 
 // MDS configures the membership directory (dfkv mds).

@@ -34,7 +34,7 @@ func Flags(role string) []cli.Flag {
 		switch s.value.(type) {
 		case listValue:
 			flags = append(flags, &cli.StringSliceFlag{Name: s.flag, Aliases: aliases, Usage: usage, DefaultText: s.def})
-		case switchValue:
+		case switchValue, onOffValue:
 			flags = append(flags, &cli.GenericFlag{Name: s.flag, Aliases: aliases, Usage: usage, DefaultText: s.def, Value: &switchFlag{}})
 		default:
 			flags = append(flags, &cli.StringFlag{Name: s.flag, Aliases: aliases, Usage: usage, DefaultText: s.def})

@@ -51,7 +51,7 @@ var listFlags = map[string]bool{"disks": true, "members": true, "mds": true, "et
 
 func TestFlagsPerRole(t *testing.T) {
 	tools := []string{"group", "max-block-bytes", "members", "mds", "mds-poll-ms", "namespace", "timeout-ms", "dial-timeout-ms",
-		"pool-size", "shm", "batch-concurrency", "log-level", "log-format", "config", "print-config"}
+		"pool-size", "shm", "embedded", "batch-concurrency", "log-level", "log-format", "config", "print-config"}
 	want := map[string][]string{
 		"server": {"group", "id", "listen", "http-listen", "advertise-addr", "weight", "mds", "disks", "disk-capacity-bytes", "store-engine", "slab-extent-bytes", "scrub-bytes-per-second", "scrub-interval-hours", "uring", "pprof", "ram-tier", "ram-tier-bytes", "ram-write-mode", "put-ack-mode", "ram-flush-threads", "ram-flush-delay-ms",
 			"ram-tier-shards", "ram-tier-large-reserve-bytes", "ram-tier-numa", "read-coalesce", "shm-socket", "shm-socket-mode", "lease-ms", "lease-max", "shm-staging-bytes", "s3-endpoint", "s3-bucket", "s3-prefix", "s3-region", "s3-bucket-lookup", "s3-tls", "s3-credentials-file", "s3-profile", "s3-write", "s3-exist", "s3-timeout-ms", "s3-upload-workers", "s3-upload-queue-bytes", "max-block-bytes",
@@ -60,8 +60,8 @@ func TestFlagsPerRole(t *testing.T) {
 		"mds": {"group", "listen", "http-listen", "etcd-endpoints", "etcd-prefix", "db-path", "heartbeat-ttl-ms", "first-request-ms",
 			"metrics-first-request-ms", "probe-cache-ms", "log-level", "log-format", "config", "print-config"},
 		"smoke": tools,
-		"bench": append(append(tools[:11:11], "workload", "protocol", "addr", "value-size", "keys", "concurrency", "duration", "ops", "warmup",
-			"sweep", "fill", "mixed-get-ratio", "sequences", "pages-per-seq", "shared-prefix", "key-prefix", "seed"), tools[11:]...),
+		"bench": append(append(tools[:12:12], "workload", "protocol", "addr", "value-size", "keys", "concurrency", "duration", "ops", "warmup",
+			"sweep", "fill", "mixed-get-ratio", "sequences", "pages-per-seq", "shared-prefix", "key-prefix", "seed"), tools[12:]...),
 		"ctl": tools,
 	}
 	for _, rn := range roleNames {
@@ -85,7 +85,9 @@ func TestFlagsPerRole(t *testing.T) {
 					t.Errorf("%s: --%s has a value, env vars or aliases; Load layers those itself", rn.name, name)
 				}
 			case *cli.GenericFlag:
-				if _, ok := flagSetting(name, rn.bit).value.(switchValue); !ok {
+				switch flagSetting(name, rn.bit).value.(type) {
+				case switchValue, onOffValue:
+				default:
 					t.Errorf("%s: --%s is a switch flag", rn.name, name)
 				}
 				if f.Value.String() != "" || len(f.EnvVars) != 0 || !onlyOldName(f.Aliases, name) {
@@ -232,5 +234,29 @@ func TestEarlierNamesStillAccepted(t *testing.T) {
 	_, _, err = runRole(t, "mds", []string{"--db", "/tmp/x.db", "--etcd", "127.0.0.1:2379"}, nil)
 	if err != nil {
 		t.Errorf("mds with earlier flag names: %v", err)
+	}
+}
+
+// An on/off setting's flag may stand alone, or say 0/1 or a boolean.
+func TestOnOffFlagStandsAlone(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{{[]string{"--embedded"}, 1}, {[]string{"--embedded=false"}, 0}, {[]string{"--embedded=1"}, 1}, {nil, 0}} {
+		var got int
+		app := &cli.App{Flags: Flags("smoke"), Action: func(ctx *cli.Context) error {
+			cfg, _, err := Load(ctx, "smoke", func(string) (string, bool) { return "", false })
+			if err != nil {
+				return err
+			}
+			got = cfg.Client.Embedded
+			return nil
+		}}
+		if err := app.Run(append([]string{"smoke"}, c.args...)); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if got != c.want {
+			t.Errorf("%v: client.embedded = %d, want %d", c.args, got, c.want)
+		}
 	}
 }

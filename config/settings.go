@@ -510,6 +510,12 @@ var settings = []setting{
 		value: stringValue{field: func(c *Config) *string { return &c.Client.Shm }, ok: oneOf("auto", "off", "on"), text: "auto, off, on"},
 	},
 	{
+		key: "client.embedded", roles: roleTools,
+		def:   "0",
+		help:  "1 runs the tool against an embedded store inside its own process instead of the cluster: the [server] table of the config file and DFKV_SERVER_* configure it (no disk unless server.disks names one, the RAM tier on), and members and mds are not used; the flag alone means 1",
+		value: onOffValue{field: func(c *Config) *int { return &c.Client.Embedded }},
+	},
+	{
 		key: "client.batch_concurrency", oldEnv: "DFKV_BATCH_CONCURRENCY", roles: roleTools,
 		def:   "8",
 		help:  "nodes one batch talks to at once",

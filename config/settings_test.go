@@ -73,6 +73,7 @@ func TestSettingsTable(t *testing.T) {
 		{"client.dial_timeout_ms", "DFKV_CLIENT_DIAL_TIMEOUT_MS", "dial-timeout-ms", "", "", tools, "2000"},
 		{"client.pool_size", "DFKV_CLIENT_POOL_SIZE", "pool-size", "", "", tools, "16"},
 		{"client.shm", "DFKV_CLIENT_SHM", "shm", "", "", tools, "auto"},
+		{"client.embedded", "DFKV_CLIENT_EMBEDDED", "embedded", "", "", tools, "0"},
 		{"client.batch_concurrency", "DFKV_CLIENT_BATCH_CONCURRENCY", "batch-concurrency", "DFKV_BATCH_CONCURRENCY", "", tools, "8"},
 		{"mds.listen", "DFKV_MDS_LISTEN", "listen", "", "", "mds", "127.0.0.1:7700"},
 		{"mds.http_listen", "DFKV_MDS_HTTP_LISTEN", "http-listen", "", "", "mds", "127.0.0.1:7780"},

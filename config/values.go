@@ -737,3 +737,33 @@ func checkS3Prefix(s string) error {
 	}
 	return nil
 }
+
+// onOffValue is a 0/1 setting whose flag may stand alone, as a switch's
+// does (--embedded means 1); every layer also takes true/false, yes/no
+// and on/off.
+type onOffValue struct {
+	field func(*Config) *int
+}
+
+func (v onOffValue) set(c *Config, vals []string) error {
+	on, known := rdma.ParseSwitch(strings.TrimSpace(vals[0]))
+	if !known {
+		return errors.New("is not 0 or 1")
+	}
+	*v.field(c) = 0
+	if on {
+		*v.field(c) = 1
+	}
+	return nil
+}
+
+func (v onOffValue) check(c *Config) error {
+	if n := *v.field(c); n != 0 && n != 1 {
+		return errOutOfRange
+	}
+	return nil
+}
+
+func (v onOffValue) format(c *Config) string { return strconv.Itoa(*v.field(c)) }
+func (onOffValue) allowed() string           { return "0 or 1 (also true/false, yes/no, on/off)" }
+func (onOffValue) list() bool                { return false }

@@ -142,6 +142,12 @@ type Options struct {
 	// SharedArena maps the arena from a memory file (ArenaFile) that the
 	// node shares with clients on its host, instead of anonymous memory.
 	SharedArena bool
+	// NoDisk says the backing keeps nothing (engine.Discard: an embedded
+	// store without a disk), so RAM is the only copy: a PUT RAM cannot
+	// take (larger than it holds, every slot pinned, a tenant with a
+	// quota) is refused instead of handed to the backing, where it would
+	// be acknowledged and lost.
+	NoDisk bool
 	// WarmWorkers is how many goroutines fault the arena in after Open
 	// returns (0: one per core the Go runtime uses).
 	WarmWorkers int
@@ -179,6 +185,7 @@ type Tier struct {
 	numa       string // the memory policy applied to the arena
 	diskOf     func(wire.BlockKey) int
 	limited    func(tenant uint64) bool
+	noDisk     bool
 	arena      *arena
 	seed       maphash.Seed
 	stripe     [stripes]sync.Mutex
@@ -281,7 +288,7 @@ func Open(opts Options) (*Tier, error) {
 		return nil, err
 	}
 	t := &Tier{backing: opts.Backing, log: opts.Logger, extent: opts.ExtentBytes, coalesce: opts.ReadCoalesce,
-		limited: opts.Limited, seed: maphash.MakeSeed()}
+		limited: opts.Limited, noDisk: opts.NoDisk, seed: maphash.MakeSeed()}
 	if err := t.setModes(opts.Mode, opts.AckMode); err != nil {
 		return nil, err
 	}

@@ -106,6 +106,9 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 		return nil, t.writeThrough(s, key, value, false)
 	}
 	if t.bypassesRAM(&key, n) {
+		if t.noDisk {
+			return nil, t.noRoom(key, n)
+		}
 		return nil, t.writeThrough(s, key, value, true)
 	}
 	shadow, had := t.backingLen(key)
@@ -136,6 +139,9 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 	s.mu.Unlock()
 	if !ok || !t.copyIn(e, dst, value, pre) {
 		// No room in RAM: the one synchronous disk path.
+		if t.noDisk {
+			return nil, fmt.Errorf("ram tier: cache %s: no disk, and every slot RAM could give it is pinned by reads in flight; retry: %w", key, wire.StatusCacheFull)
+		}
 		return nil, t.writeThrough(s, key, value, true)
 	}
 	if t.beforePublish != nil {
@@ -163,6 +169,15 @@ func (t *Tier) refusal(key *wire.BlockKey, n uint64) error {
 			*key, engine.ErrFailedClosed, wire.StatusIOError)
 	}
 	return nil
+}
+
+// noRoom is the refusal, without a disk, of a PUT that bypassesRAM.
+func (t *Tier) noRoom(key wire.BlockKey, n uint64) error {
+	if t.limited != nil && t.limited(key.Tenant) {
+		return fmt.Errorf("ram tier: cache %s: tenant quotas are enforced on a disk, and this store has none: give it a disk (server.disks) or drop the tenant's quota: %w", key, wire.StatusUnsupported)
+	}
+	return fmt.Errorf("ram tier: cache %s: the %d-byte value is larger than RAM holds one value (%d-byte extents, a %d-byte large-value reserve) and there is no disk: raise server.ram_tier_large_reserve_bytes: %w",
+		key, n, t.extent, t.large.budget, wire.StatusTooLarge)
 }
 
 // bypassesRAM reports whether a write-back PUT of n bytes of key goes to

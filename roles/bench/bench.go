@@ -40,6 +40,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/roles/embed"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
 )
 
@@ -113,7 +114,7 @@ func action(c *cli.Context) error {
 		// One pooled connection per worker, so the client does not dial
 		// and close connections under load.
 		cc.Client.PoolSize = max(cc.Client.PoolSize, o.maxConcurrency())
-		cl, err := rolekit.OpenClient(&cc, log)
+		cl, err := embed.ToolClient(&cc, c.String("config"), log)
 		if err != nil {
 			// The settings were checked when loaded: what fails here is
 			// the cluster (an MDS that does not answer), not the usage.

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/roles/embed"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -98,7 +99,7 @@ func open(c *cli.Context) (*client.Client, *config.Config, bool, error) {
 	if strings.EqualFold(cfg.Log.Level, "info") { // the default; warn and debug are kept as asked
 		log = rolekit.NewLogger(config.Log{Level: "error", Format: cfg.Log.Format}, c.App.ErrWriter).With("role", "ctl")
 	}
-	cl, err := rolekit.OpenClient(cfg, log)
+	cl, err := embed.ToolClient(cfg, c.String("config"), log)
 	if err != nil {
 		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv ctl: %v", err), exitFailure)
 	}

@@ -52,6 +52,49 @@ type Store struct {
 	err  error
 }
 
+// ServerConfig loads an embedded store's configuration for a tool run
+// with client.embedded: the [server] table of the tool's config file
+// (file as --config gives it; "" consults DFKV_CONFIG) and DFKV_SERVER_*
+// through lookup, with the embedded store's defaults (see Config).
+func ServerConfig(file string, lookup func(string) (string, bool)) (*config.Config, error) {
+	cfg, res, err := config.LoadFrom("server", file, lookup, nil)
+	if err != nil {
+		return nil, err
+	}
+	return embedDefaults(cfg, res)
+}
+
+// ToolClient opens the client a tool (bench, smoke, ctl) runs on: the
+// cluster's, or with client.embedded an embedded store's (its
+// configuration from configFile, see ServerConfig); closing the client
+// then stops the store.
+func ToolClient(cfg *config.Config, configFile string, log *slog.Logger) (*client.Client, error) {
+	if cfg.Client.Embedded != 1 {
+		return rolekit.OpenClient(cfg, log)
+	}
+	scfg, err := ServerConfig(configFile, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	// The node logs as an embedded store does (warnings and errors unless
+	// log.level says otherwise), not at the tool's level.
+	n, err := StartNode(scfg, rolekit.NewLogger(scfg.Log, os.Stderr).With("embedded", true))
+	if err != nil {
+		return nil, err
+	}
+	cc := cfg.Client
+	cl, err := n.Client(client.Options{
+		Namespace: []byte(cc.Namespace), Timeout: cc.Timeout, PoolSize: cc.PoolSize,
+		BatchConcurrency: cc.BatchConcurrency, MaxBlockBytes: scfg.Server.MaxBlockBytes, Logger: log,
+		AfterClose: n.Close,
+	})
+	if err != nil {
+		_ = n.Close()
+		return nil, err
+	}
+	return cl, nil
+}
+
 // Config loads an embedded store's configuration: text is TOML in the
 // layout of dfkv.toml (its [server] table; "" for every default), then
 // DFKV_* variables through lookup (nil: none). Unlike a node, an embedded
@@ -64,6 +107,12 @@ func Config(text string, lookup func(string) (string, bool)) (*config.Config, er
 	if err != nil {
 		return nil, err
 	}
+	return embedDefaults(cfg, res)
+}
+
+// embedDefaults gives what the user left at a node's default the
+// embedded store's default, and checks what cannot work.
+func embedDefaults(cfg *config.Config, res *config.Resolved) (*config.Config, error) {
 	sc := &cfg.Server
 	if res.FromDefault("server.disks") {
 		sc.Disks = nil
@@ -73,6 +122,13 @@ func Config(text string, lookup func(string) (string, bool)) (*config.Config, er
 	}
 	if sc.RAMTier == 1 && res.FromDefault("server.ram_tier_bytes") {
 		sc.RAMTierBytes = DefaultRAMBytes
+	}
+	if len(sc.Disks) == 0 && sc.RAMTier == 1 && res.FromDefault("server.ram_tier_large_reserve_bytes") &&
+		2*sc.MaxBlockBytes <= sc.RAMTierBytes/2 {
+		// Without a disk RAM is the only place for a value, so room for
+		// two of the largest is kept (a node's default, two 16 MiB arena
+		// extents, would refuse values over 32 MiB).
+		sc.RAMTierLargeReserve = int64(2 * sc.MaxBlockBytes)
 	}
 	if len(sc.Disks) == 0 && sc.RAMTier != 1 {
 		return nil, errors.New("embedded store: no disk (server.disks) and no RAM tier (server.ram_tier = 0): it would keep nothing; configure one of them")

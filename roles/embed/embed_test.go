@@ -235,3 +235,24 @@ func TestBatchGetLocalAndRemote(t *testing.T) {
 		t.Fatalf("STATS of the embedded node: %v %s", err, st)
 	}
 }
+
+// Without a disk RAM is the only copy: a value it cannot hold is refused,
+// never acknowledged and lost.
+func TestNoDiskRefusesWhatRAMCannotHold(t *testing.T) {
+	s := open(t, "[server]\nram_tier_bytes = \"64MiB\"\nram_tier_large_reserve_bytes = 0\n")
+	ctx := context.Background()
+	big := make([]byte, 20<<20) // over one 16 MiB arena extent, and no reserve
+	err := s.Put(ctx, []byte("big"), big)
+	if wire.StatusOf(err) != wire.StatusTooLarge || !strings.Contains(err.Error(), "no disk") {
+		t.Fatalf("PUT of a value RAM cannot hold without a disk: %v, want TOO_LARGE saying so", err)
+	}
+	// With the embedded default reserve the largest value fits.
+	s2 := open(t, "[server]\nram_tier_bytes = \"256MiB\"\nmax_block_bytes = \"32MiB\"\n")
+	if err := s2.Put(ctx, []byte("big"), big); err != nil {
+		t.Fatalf("PUT of 20 MiB with the default reserve: %v", err)
+	}
+	buf := make([]byte, len(big))
+	if n, _, err := s2.Get(ctx, []byte("big"), buf); err != nil || n != len(big) {
+		t.Fatalf("GET: %d %v", n, err)
+	}
+}

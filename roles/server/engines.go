@@ -125,7 +125,7 @@ func openRAMTier(sc config.Server, group *engine.Group, backing engine.StoreEngi
 		FlushThreads: threads, FlushDelay: sc.RAMFlushDelay, MaxValueBytes: sc.MaxBlockBytes, Logger: log,
 		LargeReserveBytes: largeReserve(sc.RAMTierLargeReserve), Shards: sc.RAMTierShards, NUMA: sc.RAMTierNUMA,
 		ReadCoalesce: sc.ReadCoalesce == 1, DiskOf: group.DiskOf, Disks: len(group.Names()), Limited: limited,
-		SharedArena: sc.ShmSocket != "",
+		SharedArena: sc.ShmSocket != "", NoDisk: len(sc.Disks) == 0,
 	})
 	if err != nil {
 		// The tier's errors name the problem (budget, reserve, NUMA

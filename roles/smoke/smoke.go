@@ -20,6 +20,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/roles/embed"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -45,7 +46,7 @@ func Command() *cli.Command {
 			if strings.EqualFold(cfg.Log.Level, "info") { // the default
 				log = rolekit.NewLogger(config.Log{Level: "error", Format: cfg.Log.Format}, c.App.ErrWriter).With("role", "smoke")
 			}
-			cl, err := rolekit.OpenClient(cfg, log)
+			cl, err := embed.ToolClient(cfg, c.String("config"), log)
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("dfkv smoke: %v", err), 2)
 			}

@@ -106,6 +106,10 @@ type Options struct {
 	// connection as usual. GetRange, Get and GetBatch into caller buffers
 	// use it.
 	Local func(key wire.BlockKey, offset, length uint64, dst []byte) (n int, stored uint64, ok bool, err error)
+	// AfterClose, when set, runs once at the end of Close and its error is
+	// Close's: an embedded store stops its node there, so whoever holds
+	// only the client still closes the store.
+	AfterClose func() error
 	// SharedMemory is ShmAuto (the default: shared memory for nodes on
 	// this host that offer it, TCP otherwise), ShmOff or ShmOn.
 	SharedMemory string
@@ -166,6 +170,7 @@ type Client struct {
 	probes               sync.WaitGroup // its liveness probes, waited for by Close
 
 	closeOnce sync.Once
+	closeErr  error // AfterClose's
 }
 
 // routeTable is one immutable view of the cluster: a ring and the peer of
@@ -383,6 +388,11 @@ func sameMembers(a, b []wire.MemberInfo) bool {
 // flight finish on their own.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
+		defer func() {
+			if c.opts.AfterClose != nil {
+				c.closeErr = c.opts.AfterClose()
+			}
+		}()
 		if c.stop != nil {
 			close(c.stop)
 			<-c.done
@@ -396,7 +406,7 @@ func (c *Client) Close() error {
 		}
 		c.peerMu.Unlock()
 	})
-	return nil
+	return c.closeErr
 }
 
 // Epoch is the membership epoch the client routes by (0 for static

@@ -373,7 +373,7 @@ var settings = []setting{
 	{
 		key: "server.s3_exist", roles: roleServer,
 		def:   "remote",
-		help:  "remote: EXIST and prefix counts ask the object store (one HEAD) about each key not held on this node, so engines that look before they load find what a crashed or replaced node left there; local: answer from RAM and disk only",
+		help:  "remote: EXIST and prefix counts read each key this node lacks through from the object store (verified and promoted, so the GET after the lookup finds it on disk), so engines that look before they load find what a crashed or replaced node left there; local: answer from RAM and disk only",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.S3Exist }, ok: oneOf("remote", "local"), text: "remote, local"},
 	},
 	{

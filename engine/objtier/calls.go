@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
+	"syscall"
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/wire"
@@ -55,6 +58,14 @@ func (t *Tier) callCtx(parent context.Context, op Op, f func(ctx context.Context
 	}
 	ctx, cancel := context.WithTimeout(parent, t.opts.Timeout)
 	err := f(ctx)
+	if err != nil && staleConn(err) && ctx.Err() == nil {
+		// A kept-alive connection the service had closed (it restarted,
+		// or a load balancer dropped it idle): the request never reached
+		// it. net/http retries only GET and HEAD on its own; every call
+		// here is idempotent, so try once more, on a new connection,
+		// before calling it an outage.
+		err = f(ctx)
+	}
 	timedOut := ctx.Err() == context.DeadlineExceeded
 	cancel()
 	now := t.clock.Now()
@@ -79,7 +90,7 @@ func (t *Tier) callCtx(parent context.Context, op Op, f func(ctx context.Context
 			t.health.failure(now, op.String(), err)
 		}
 	} else {
-		t.health.success(now)
+		t.health.success(now, op.String()+" "+st.String())
 	}
 	return err
 }
@@ -98,9 +109,10 @@ type Stats struct {
 	// BytesRead and BytesWritten count object bytes (headers included).
 	BytesRead    uint64 `json:"bytes_read"`
 	BytesWritten uint64 `json:"bytes_written"`
-	// ReadThroughHits counts backing misses served from the bucket (or
-	// from the upload queue: QueueHits); ReadThroughMisses those it did
-	// not have either.
+	// ReadThroughHits counts objects read from the bucket for backing
+	// misses (identical misses at once share one) and values served from
+	// the upload queue (QueueHits); ReadThroughMisses the reads that found
+	// no usable object.
 	ReadThroughHits   uint64 `json:"read_through_hits"`
 	ReadThroughMisses uint64 `json:"read_through_misses"`
 	QueueHits         uint64 `json:"queue_hits"`
@@ -188,3 +200,12 @@ func (t *Tier) Close() error {
 
 var _ engine.StoreEngine = (*Tier)(nil)
 var _ engine.Pinner = (*Tier)(nil)
+
+// staleConn reports whether err is a connection that broke under a
+// request (reset, closed, cut short), as opposed to one refused or timed
+// out.
+func staleConn(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "server closed idle connection")
+}

@@ -408,15 +408,18 @@ func (t *Tier) readThrough(key wire.BlockKey) (obj []byte, release func(), ok bo
 		s.flights[key] = f
 		s.mu.Unlock()
 		t.fetch(key, f)
+		if f.obj != nil {
+			t.readHits.Add(1)
+		} else {
+			t.readMisses.Add(1)
+		}
 		close(f.done)
 		t.promote(key, f)
 	}
 	if f.obj == nil {
 		t.release(key, f)
-		t.readMisses.Add(1)
 		return nil, nil, false
 	}
-	t.readHits.Add(1)
 	return f.obj, func() { t.release(key, f) }, true
 }
 
@@ -528,34 +531,23 @@ func (t *Tier) noteCorrupt(name string, err error) {
 }
 
 // Exist answers from the backing and, in ExistRemote, from the bucket.
+// A key the backing lacks is read through, not merely looked up with a
+// HEAD: the object is verified before EXIST claims it (a HEAD would
+// vouch for a corrupt one), and it is promoted, so the GET an engine
+// sends after its lookup finds it on disk (or joins the read) instead of
+// costing the bucket a second request.
 func (t *Tier) Exist(key wire.BlockKey) (uint64, error) {
 	stored, err := t.backing.Exist(key)
 	if err == nil || t.opts.Exist != ExistRemote || wire.StatusOf(err) != wire.StatusNotFound {
 		return stored, err
 	}
-	if n, ok := t.queue.lengthOf(key); ok {
-		return n, nil
-	}
-	if t.tombs.Load() >= maxTombs {
+	obj, release, ok := t.readThrough(key)
+	if !ok {
 		return 0, err
 	}
-	s := t.stripe(key)
-	s.mu.Lock()
-	_, dead := s.tombs[key]
-	s.mu.Unlock()
-	if dead {
-		return 0, err
-	}
-	var size int64
-	herr := t.call(OpHead, func(ctx context.Context) error {
-		var e error
-		size, e = t.bucket.Head(ctx, t.name(key))
-		return e
-	})
-	if herr != nil || size < HeaderLen || uint64(size-HeaderLen) > t.opts.MaxValueBytes {
-		return 0, err
-	}
-	return uint64(size - HeaderLen), nil
+	n := uint64(len(obj) - HeaderLen)
+	release()
+	return n, nil
 }
 
 // Remove removes key from the backing and deletes its object. Until the

@@ -73,7 +73,7 @@ func s3Desc(name, help string, labels ...string) *prometheus.Desc {
 var (
 	descS3Requests    = s3Desc("requests_total", "Object store calls by operation and outcome (ok, not_found, error, timeout, skipped during an outage).", "op", "status")
 	descS3Bytes       = s3Desc("bytes_total", "Object bytes (headers included) read from and written to the object store.", "direction")
-	descS3ReadThrough = s3Desc("read_through_total", "RAM and disk misses looked up in the object store, by result (hit, miss).", "result")
+	descS3ReadThrough = s3Desc("read_through_total", "Reads of the object store for RAM and disk misses (identical misses at once share one), by result: hit (an object served, or a value still in the upload queue) or miss.", "result")
 	descS3Promoted    = s3Desc("promoted_total", "Objects read through and written into the disks.")
 	descS3Ignored     = s3Desc("ignored_objects_total", "Objects whose checksum, length, key or layout did not match: served as misses.")
 	descS3QueueItems  = s3Desc("upload_queue_items", "Values waiting for (or in) an async upload.")

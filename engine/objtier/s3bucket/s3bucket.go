@@ -53,6 +53,7 @@ type Options struct {
 // Bucket is an objtier.Bucket on one S3 bucket.
 type Bucket struct {
 	c      *minio.Client
+	core   minio.Core // for GetObject in one request
 	bucket string
 	desc   string
 }
@@ -104,7 +105,7 @@ func Open(ctx context.Context, o Options) (*Bucket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("object store %s: %w", desc, err)
 	}
-	b := &Bucket{c: c, bucket: o.Bucket, desc: desc}
+	b := &Bucket{c: c, core: minio.Core{Client: c}, bucket: o.Bucket, desc: desc}
 	timeout := o.CheckTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -156,29 +157,26 @@ func wrap(err error) error {
 	return err
 }
 
-// Get reads the whole object.
+// Get reads the whole object with one GET (minio.Client's GetObject
+// would HEAD first to learn the size; the GET's own answer carries it).
 func (b *Bucket) Get(ctx context.Context, name string, limit int64, alloc func(n int) []byte) ([]byte, error) {
-	obj, err := b.c.GetObject(ctx, b.bucket, name, minio.GetObjectOptions{})
+	body, info, _, err := b.core.GetObject(ctx, b.bucket, name, minio.GetObjectOptions{})
 	if err != nil {
 		return nil, wrap(err)
 	}
-	defer obj.Close()
-	info, err := obj.Stat()
-	if err != nil {
-		return nil, wrap(err)
-	}
-	if info.Size > limit {
+	defer body.Close()
+	if info.Size < 0 || info.Size > limit {
 		return nil, fmt.Errorf("%s is %d bytes (limit %d): %w", name, info.Size, limit, objtier.ErrTooLarge)
 	}
 	buf := alloc(int(info.Size))
-	if _, err := io.ReadFull(obj, buf); err != nil {
+	if _, err := io.ReadFull(body, buf); err != nil {
 		return nil, wrap(err)
 	}
 	// Read on to the end of the body: net/http reuses a connection only
 	// after its response body reached EOF, and a new connection per GET
 	// costs a dial (and a TLS handshake) per block.
 	var tail [1]byte
-	if n, err := obj.Read(tail[:]); n != 0 || err != io.EOF {
+	if n, err := body.Read(tail[:]); n != 0 || err != io.EOF {
 		if err == nil || err == io.EOF {
 			err = fmt.Errorf("%s: more bytes than the %d its size said", name, info.Size)
 		}

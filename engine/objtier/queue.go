@@ -2,7 +2,6 @@ package objtier
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"sync"
 	"time"
@@ -190,17 +189,6 @@ func (q *uploadQueue) copyOf(key wire.BlockKey, pool *iobuf.Pool) *iobuf.Buf {
 	c := pool.Get(len(u.body.B))
 	copy(c.B, u.body.B)
 	return c
-}
-
-// lengthOf returns the value length of key's queued object.
-func (q *uploadQueue) lengthOf(key wire.BlockKey) (uint64, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	u := q.items[key]
-	if u == nil || u.body == nil {
-		return 0, false
-	}
-	return binary.LittleEndian.Uint64(u.body.B[40:48]), true
 }
 
 // pending reports whether key has an upload queued or in flight.

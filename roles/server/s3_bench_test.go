@@ -48,11 +48,12 @@ func BenchmarkObjectStore(b *testing.B) {
 			b.Fatal(err)
 		}
 		names := objectNames(b, s3)
-		bufs := sync.Pool{New: func() any { return make([]byte, size+4096) }}
+		bufs := sync.Pool{New: func() any { b := make([]byte, size+4096); return &b }}
 		cpuShares(b, s3, func() {
 			run(b, workers, size, func(i int) error {
-				buf := bufs.Get().([]byte)
-				defer bufs.Put(buf)
+				bp := bufs.Get().(*[]byte)
+				defer bufs.Put(bp)
+				buf := *bp
 				_, err := bk.Get(ctx, names[i%len(names)], int64(len(buf)), func(n int) []byte { return buf[:n] })
 				return err
 			})
@@ -60,12 +61,12 @@ func BenchmarkObjectStore(b *testing.B) {
 	})
 	b.Run("node-read-through", func(b *testing.B) {
 		before := value(b, scrape(b, httpAddr), "dfkv_s3_read_through_total", map[string]string{"result": "hit"})
-		bufs := sync.Pool{New: func() any { return make([]byte, size) }}
+		bufs := sync.Pool{New: func() any { b := make([]byte, size); return &b }}
 		cpuShares(b, s3, func() {
 			run(b, workers, size, func(i int) error {
-				buf := bufs.Get().([]byte)
-				defer bufs.Put(buf)
-				_, _, err := cl.Get(ctx, key(i%keys), buf)
+				bp := bufs.Get().(*[]byte)
+				defer bufs.Put(bp)
+				_, _, err := cl.Get(ctx, key(i%keys), *bp)
 				return err
 			})
 		})

@@ -81,7 +81,7 @@ var rdmaEnv = []string{rdma.EnvSwitch, rdma.EnvDevice, rdma.EnvOpTimeout, rdma.E
 // set to a true value, or to something that is not a boolean) cannot
 // have it, or nil when it was not asked for. Serving without it would
 // mislead (clients set up for RDMA would find TCP), so the node refuses
-// to start. The reason is the build's (no "rdma" tag: how to build it),
+// to start. The reason is the build's (no "ibverbs" tag: how to build it),
 // or the host's (no device: what the verbs library said).
 func rdmaAsked(lookup func(string) (string, bool)) error {
 	val, ok := lookup(rdma.EnvSwitch)

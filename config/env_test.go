@@ -63,7 +63,7 @@ func TestLoadWarnsUnknownEnv(t *testing.T) {
 
 // TestRDMASwitchRefused: DFKV_RDMA set to a true value stops a node with
 // an error that says why it cannot have the transport (a build without
-// the rdma tag: how to build one; a host without a device: the verbs
+// the ibverbs tag: how to build one; a host without a device: the verbs
 // library's reason) and how to serve over TCP, and so does a value that
 // is not a boolean or a malformed RDMA setting; a false value passes, and
 // a client role only warns.
@@ -78,7 +78,7 @@ func TestRDMASwitchRefused(t *testing.T) {
 			return "", false
 		}
 	}
-	why := "go build -tags rdma" // the reason of a build without verbs
+	why := "go build -tags ibverbs" // the reason of a build without verbs
 	if _, err := rdma.DefaultProvider(); err == nil {
 		why = "RDMA" // a tag build: no device here, or the role does not start it
 	}

@@ -9,7 +9,8 @@
 //   - verbs.go: the few verbs the transport uses (device, PD, memory
 //     regions, RC queue pairs, READ, WRITE, completions), as interfaces.
 //   - ibverbs.go: those verbs over libibverbs, built only with
-//     `go build -tags rdma` (cgo, libibverbs-dev). A default build has no
+//     `go build -tags ibverbs` (cgo, libibverbs-dev; not "rdma", a tag
+//     the S3 client library uses for a build of its own). A default build has no
 //     verbs library: NewNode, Dial and Check without a Provider return
 //     ErrNotBuilt, which says how to build one.
 //   - fake.go: an in-process provider (not hardware) that keeps the rules

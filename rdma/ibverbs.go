@@ -1,8 +1,8 @@
-//go:build rdma && linux && cgo
+//go:build ibverbs && linux && cgo
 
 package rdma
 
-// The libibverbs provider. It is compiled and vetted (go vet -tags rdma)
+// The libibverbs provider. It is compiled and vetted (go vet -tags ibverbs)
 // but has never run in this repository's tests: the test machines have no
 // RDMA device and no kernel RDMA, so every test runs the transport over
 // the Fake. Known simplifications: GID index 0 is used on RoCE (a RoCE v2

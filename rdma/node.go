@@ -34,7 +34,7 @@ type Arena interface {
 // NodeOptions configure NewNode.
 type NodeOptions struct {
 	// Provider is the verbs library; nil: DefaultProvider (libibverbs in
-	// a build with -tags rdma).
+	// a build with -tags ibverbs).
 	Provider Provider
 	// Device names the RDMA device; "": the first with an ACTIVE port.
 	Device string

@@ -1,7 +1,7 @@
-//go:build !(rdma && linux && cgo)
+//go:build !(ibverbs && linux && cgo)
 
 package rdma
 
-// defaultProvider is the libibverbs provider in an rdma build; this
+// defaultProvider is the libibverbs provider in an ibverbs build; this
 // build has none.
 func defaultProvider() (Provider, error) { return nil, ErrNotBuilt }

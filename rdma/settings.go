@@ -8,13 +8,13 @@ import (
 	"time"
 )
 
-// ErrNotBuilt is the reason a binary built without the "rdma" tag (or
+// ErrNotBuilt is the reason a binary built without the "ibverbs" tag (or
 // without cgo) cannot use RDMA hardware: it has no verbs library. The
 // transport still runs over a Provider given in its options (the Fake).
-var ErrNotBuilt = errors.New("this dfkv is built without RDMA: build it with `go build -tags rdma` (cgo, with libibverbs-dev installed)")
+var ErrNotBuilt = errors.New("this dfkv is built without RDMA: build it with `go build -tags ibverbs` (cgo, with libibverbs-dev installed)")
 
 // DefaultProvider is the verbs library of this build: libibverbs in a
-// build with -tags rdma, otherwise none (ErrNotBuilt).
+// build with -tags ibverbs, otherwise none (ErrNotBuilt).
 func DefaultProvider() (Provider, error) { return defaultProvider() }
 
 // Check reports why this binary cannot serve RDMA on device dev (""

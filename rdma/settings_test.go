@@ -44,7 +44,7 @@ func TestFromEnv(t *testing.T) {
 }
 
 // TestClientFromEnv: a client asked for RDMA where it cannot run (this
-// default build, without the rdma tag) gets no options and one reason to
+// default build, without the ibverbs tag) gets no options and one reason to
 // warn with; off, neither; malformed, the reason names the variable.
 func TestClientFromEnv(t *testing.T) {
 	env := func(kv ...string) func(string) (string, bool) {
@@ -65,7 +65,7 @@ func TestClientFromEnv(t *testing.T) {
 	}
 	o, why := ClientFromEnv(env(EnvSwitch, "1"))
 	if _, err := DefaultProvider(); err == nil {
-		t.Skip("a build with the rdma tag and a working provider: nothing to refuse")
+		t.Skip("a build with the ibverbs tag and a working provider: nothing to refuse")
 	}
 	if o != nil || !strings.Contains(why, "using TCP") {
 		t.Fatalf("on, unbuildable: %+v %q", o, why)

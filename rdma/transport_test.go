@@ -350,13 +350,13 @@ func TestNoArena(t *testing.T) {
 	}
 }
 
-// TestWithoutVerbs: in a build without the rdma tag, a node and a client
+// TestWithoutVerbs: in a build without the ibverbs tag, a node and a client
 // without a provider refuse with how to build one.
 func TestWithoutVerbs(t *testing.T) {
 	if _, err := DefaultProvider(); err == nil {
 		t.Skip("built with a verbs library")
 	}
-	if _, err := NewNode(newPipeListener(), NodeOptions{Engine: newMemEngine()}); !errors.Is(err, ErrNotBuilt) || !strings.Contains(err.Error(), "-tags rdma") {
+	if _, err := NewNode(newPipeListener(), NodeOptions{Engine: newMemEngine()}); !errors.Is(err, ErrNotBuilt) || !strings.Contains(err.Error(), "-tags ibverbs") {
 		t.Fatalf("node: %v", err)
 	}
 	if err := Check(""); !errors.Is(err, ErrNotBuilt) {

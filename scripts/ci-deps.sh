@@ -5,7 +5,7 @@
 #                   connector tests with real tensors (contrib/python)
 #   gcc           - cgo for libdfkv.so and the C test program
 #   libibverbs-dev - headers and library of the RDMA transport's cgo
-#                   provider, so the "rdma" tag build compiles and vets
+#                   provider, so the "ibverbs" tag build compiles and vets
 #                   (nothing here runs it: CI has no RDMA device)
 #   python3-venv, python3-pip - the Python package is tested as installed
 #                   (pip install ./contrib/python into a venv)

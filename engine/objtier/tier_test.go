@@ -2,6 +2,7 @@ package objtier
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -416,5 +417,53 @@ func TestCloseDrainsTheQueue(t *testing.T) {
 	}
 	if _, ok := f.bucket.object(ObjectName("p", k)); !ok {
 		t.Fatal("Close did not drain the queued upload")
+	}
+}
+
+// A bucket that does not answer costs a read one timeout, then nothing
+// while the back-off runs: the misses after it are skipped, not waited on.
+func TestSlowBucketTimesOutThenIsSkipped(t *testing.T) {
+	f := open(t, func(o *Options) { o.Timeout = 50 * time.Millisecond })
+	hang := make(chan struct{})
+	defer close(hang)
+	f.bucket.mu.Lock()
+	f.bucket.gate = hang // every Get hangs until the test ends
+	f.bucket.mu.Unlock()
+	slow := &ctxBucket{memBucket: f.bucket}
+	f.tier.bucket = slow
+	for i := range 20 {
+		if _, err := get(t, f.tier, enginetest.Key(500+i)); wire.StatusOf(err) != wire.StatusNotFound {
+			t.Fatalf("GET of a key the node lacks while the bucket hangs: %v, want NOT_FOUND", err)
+		}
+	}
+	st := f.tier.TierStats()
+	var timeouts, skipped uint64
+	for _, c := range st.Calls {
+		if c.Op == "get" && c.Status == "timeout" {
+			timeouts = c.Count
+		}
+		if c.Op == "get" && c.Status == "skipped" {
+			skipped = c.Count
+		}
+	}
+	if timeouts == 0 || skipped < 15 || st.Reachable {
+		t.Fatalf("%d timeouts, %d skipped, reachable %v: want a timeout, then the rest skipped", timeouts, skipped, st.Reachable)
+	}
+}
+
+// ctxBucket makes memBucket's hanging Get honour its context, as a real
+// client's does.
+type ctxBucket struct{ *memBucket }
+
+func (b *ctxBucket) Get(ctx context.Context, name string, limit int64, alloc func(int) []byte) ([]byte, error) {
+	done := make(chan struct{})
+	var obj []byte
+	var err error
+	go func() { obj, err = b.memBucket.Get(ctx, name, limit, alloc); close(done) }()
+	select {
+	case <-done:
+		return obj, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }

@@ -16,7 +16,7 @@ import (
 func (c *conn) serveRDMA() {
 	if c.s.opts.RDMA == nil {
 		c.s.stats.frameErrors.Add(1)
-		_ = shm.SendRefusal(c.nc, wire.StatusUnsupported, fmt.Sprintf("this node does not serve RDMA: start it with %s=1, built with -tags rdma on a host with an RDMA device", rdma.EnvSwitch))
+		_ = shm.SendRefusal(c.nc, wire.StatusUnsupported, fmt.Sprintf("this node does not serve RDMA: start it with %s=1, built with -tags ibverbs on a host with an RDMA device", rdma.EnvSwitch))
 		return
 	}
 	c.returnScratch()

@@ -123,6 +123,10 @@ type memEngine struct {
 	mu     sync.Mutex
 	values map[wire.BlockKey][]byte
 	closed bool
+	// putGate, when set, holds every Put until it is closed; afterMiss
+	// runs after a Get misses, before it returns.
+	putGate   chan struct{}
+	afterMiss func()
 }
 
 func newMemEngine() *memEngine { return &memEngine{values: map[wire.BlockKey][]byte{}} }
@@ -130,6 +134,12 @@ func newMemEngine() *memEngine { return &memEngine{values: map[wire.BlockKey][]b
 func (m *memEngine) Put(key wire.BlockKey, value []byte) error {
 	if len(value) == 0 {
 		return fmt.Errorf("empty value: %w", wire.StatusInvalid)
+	}
+	m.mu.Lock()
+	gate := m.putGate
+	m.mu.Unlock()
+	if gate != nil {
+		<-gate
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -149,8 +159,12 @@ func (m *memEngine) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error
 func (m *memEngine) Get(key wire.BlockKey, off, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
 	m.mu.Lock()
 	v, ok := m.values[key]
+	hook := m.afterMiss
 	m.mu.Unlock()
 	if !ok {
+		if hook != nil {
+			hook()
+		}
 		return nil, 0, wire.StatusNotFound
 	}
 	stored := uint64(len(v))

@@ -344,7 +344,12 @@ func (t *Tier) Get(key wire.BlockKey, offset, length uint64, alloc engine.Alloca
 	if err == nil || wire.StatusOf(err) != wire.StatusNotFound {
 		return data, stored, err
 	}
-	obj, release, ok := t.readThrough(key)
+	obj, release, ok, promoted := t.readThrough(key)
+	if promoted {
+		// A read-through of the key finished between our miss and our
+		// look at the flights: the backing has it now.
+		return t.backing.Get(key, offset, length, alloc)
+	}
 	if !ok {
 		return nil, 0, err
 	}
@@ -377,22 +382,33 @@ type flight struct {
 
 // readThrough returns key's verified object (header and value) from the
 // upload queue or the bucket and a func that releases it, promoting a
-// bucket object into the backing. ok is false for a miss.
-func (t *Tier) readThrough(key wire.BlockKey) (obj []byte, release func(), ok bool) {
+// bucket object into the backing. ok is false for a miss; promoted is
+// true (and ok false) when the backing holds the key after all: an
+// earlier read-through's promotion finished after the caller's miss.
+func (t *Tier) readThrough(key wire.BlockKey) (obj []byte, release func(), ok, promoted bool) {
 	if buf := t.queue.copyOf(key, t.pool); buf != nil {
 		t.queueHits.Add(1)
-		return buf.B, func() { t.pool.Put(buf) }, true
+		return buf.B, func() { t.pool.Put(buf) }, true, false
 	}
 	if t.tombs.Load() >= maxTombs {
-		return nil, nil, false
+		return nil, nil, false, false
 	}
 	s := t.stripe(key)
 	s.mu.Lock()
 	if _, dead := s.tombs[key]; dead {
 		s.mu.Unlock()
-		return nil, nil, false
+		return nil, nil, false, false
 	}
 	f := s.flights[key]
+	if f == nil || f.epoch != s.epoch {
+		// About to read the bucket: unless a promotion (which holds this
+		// lock while it writes) put the key in the backing since the
+		// caller missed it. The backing's Exist is an index look-up.
+		if _, err := t.backing.Exist(key); err == nil {
+			s.mu.Unlock()
+			return nil, nil, false, true
+		}
+	}
 	if f != nil && f.epoch == s.epoch {
 		// Join the read in flight, or one done whose promotion into
 		// the backing has not finished (its bytes are still here).
@@ -418,9 +434,9 @@ func (t *Tier) readThrough(key wire.BlockKey) (obj []byte, release func(), ok bo
 	}
 	if f.obj == nil {
 		t.release(key, f)
-		return nil, nil, false
+		return nil, nil, false, false
 	}
-	return f.obj, func() { t.release(key, f) }, true
+	return f.obj, func() { t.release(key, f) }, true, false
 }
 
 // release drops one reference to f; the last returns its buffer.
@@ -541,7 +557,10 @@ func (t *Tier) Exist(key wire.BlockKey) (uint64, error) {
 	if err == nil || t.opts.Exist != ExistRemote || wire.StatusOf(err) != wire.StatusNotFound {
 		return stored, err
 	}
-	obj, release, ok := t.readThrough(key)
+	obj, release, ok, promoted := t.readThrough(key)
+	if promoted {
+		return t.backing.Exist(key)
+	}
 	if !ok {
 		return 0, err
 	}

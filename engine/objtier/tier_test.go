@@ -467,3 +467,42 @@ func (b *ctxBucket) Get(ctx context.Context, name string, limit int64, alloc fun
 		return nil, ctx.Err()
 	}
 }
+
+// A GET that missed the backing while a promotion of its key was still
+// writing, and looks for a read in flight only after the promotion
+// finished, reads the backing again rather than the bucket a second time.
+func TestMissRacingAFinishingPromotionReadsTheBacking(t *testing.T) {
+	f := open(t, nil)
+	k := enginetest.Key(21)
+	v := enginetest.Value(21, 3000)
+	if err := f.tier.Put(k, v); err != nil {
+		t.Fatal(err)
+	}
+	f.settle(t)
+	f.backing.evict(k)
+	gate := make(chan struct{})
+	f.backing.mu.Lock()
+	f.backing.putGate = gate // the promotion's write waits
+	f.backing.mu.Unlock()
+	if n, err := f.tier.Exist(k); err != nil || n != uint64(len(v)) {
+		t.Fatalf("EXIST through the bucket: %d %v", n, err)
+	}
+	f.backing.mu.Lock()
+	f.backing.afterMiss = func() {
+		// The GET has missed: now let the promotion finish, and wait
+		// for it to leave, before the GET looks for it.
+		f.backing.mu.Lock()
+		f.backing.afterMiss = nil
+		f.backing.mu.Unlock()
+		close(gate)
+		f.tier.promotions.Wait()
+	}
+	f.backing.mu.Unlock()
+	got, err := get(t, f.tier, k)
+	if err != nil || !bytes.Equal(got, v) {
+		t.Fatalf("GET: %v", err)
+	}
+	if n := f.bucket.gets.Load(); n != 1 {
+		t.Fatalf("%d bucket reads, want 1: the GET read the bucket again", n)
+	}
+}

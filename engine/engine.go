@@ -130,6 +130,27 @@ type Pinner interface {
 	Unpin(loan Loan)
 }
 
+// BatchExister is implemented by an engine that answers many EXISTs
+// faster together than one at a time: the object-store tier reads the
+// keys its disks lack through from the bucket in parallel, where one by
+// one a prefix count would wait out a bucket round trip per key.
+// stored[i] and errs[i] are Exist's answers for keys[i].
+type BatchExister interface {
+	ExistBatch(keys []wire.BlockKey, stored []uint64, errs []error)
+}
+
+// ExistBatch answers EXIST for every key, through e's BatchExister when it
+// has one, else one Exist at a time.
+func ExistBatch(e StoreEngine, keys []wire.BlockKey, stored []uint64, errs []error) {
+	if b, ok := e.(BatchExister); ok {
+		b.ExistBatch(keys, stored, errs)
+		return
+	}
+	for i, k := range keys {
+		stored[i], errs[i] = e.Exist(k)
+	}
+}
+
 // Loan identifies lent bytes to the engine that lent them; its fields
 // are the engine's own (no allocation per loan).
 type Loan struct{ A, B uint64 }

@@ -557,16 +557,47 @@ func (t *Tier) Exist(key wire.BlockKey) (uint64, error) {
 	if err == nil || t.opts.Exist != ExistRemote || wire.StatusOf(err) != wire.StatusNotFound {
 		return stored, err
 	}
+	return t.remoteExist(key, err)
+}
+
+// remoteExist answers EXIST for a key the backing lacked (miss is its
+// answer) by reading it through.
+func (t *Tier) remoteExist(key wire.BlockKey, miss error) (uint64, error) {
 	obj, release, ok, promoted := t.readThrough(key)
 	if promoted {
 		return t.backing.Exist(key)
 	}
 	if !ok {
-		return 0, err
+		return 0, miss
 	}
 	n := uint64(len(obj) - HeaderLen)
 	release()
 	return n, nil
+}
+
+// ExistBatch implements engine.BatchExister: the keys the backing lacks
+// are read through in parallel (up to Options.Workers at once), so a
+// prefix count after a restart waits about one bucket round trip, not
+// one per key.
+func (t *Tier) ExistBatch(keys []wire.BlockKey, stored []uint64, errs []error) {
+	engine.ExistBatch(t.backing, keys, stored, errs)
+	if t.opts.Exist != ExistRemote {
+		return
+	}
+	sem := make(chan struct{}, t.opts.Workers)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		if errs[i] == nil || wire.StatusOf(errs[i]) != wire.StatusNotFound {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			stored[i], errs[i] = t.remoteExist(k, errs[i])
+		}()
+	}
+	wg.Wait()
 }
 
 // Remove removes key from the backing and deletes its object. Until the

@@ -506,3 +506,46 @@ func TestMissRacingAFinishingPromotionReadsTheBacking(t *testing.T) {
 		t.Fatalf("%d bucket reads, want 1: the GET read the bucket again", n)
 	}
 }
+
+// A batch of lookups reads the keys the backing lacks through in
+// parallel, and answers each as EXIST would.
+func TestExistBatchReadsThroughInParallel(t *testing.T) {
+	f := open(t, func(o *Options) { o.Workers = 4 })
+	keys := make([]wire.BlockKey, 8)
+	for i := range keys {
+		keys[i] = enginetest.Key(600 + i)
+		if i < 6 { // 6 in the bucket, 2 nowhere
+			if err := f.tier.Put(keys[i], enginetest.Value(uint64(i), 1000+i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f.settle(t)
+	for _, k := range keys[1:] {
+		f.backing.evict(k) // keys[0] stays on the backing
+	}
+	gate := make(chan struct{})
+	f.bucket.mu.Lock()
+	f.bucket.gate = gate
+	f.bucket.mu.Unlock()
+	stored, errs := make([]uint64, len(keys)), make([]error, len(keys))
+	done := make(chan struct{})
+	go func() { f.tier.ExistBatch(keys, stored, errs); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.bucket.gets.Load() < 4 { // all four workers in the bucket at once
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d bucket reads in flight together, want 4", f.bucket.gets.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	<-done
+	for i := range keys {
+		switch {
+		case i < 6 && (errs[i] != nil || stored[i] != uint64(1000+i)):
+			t.Errorf("key %d: %d %v, want %d bytes", i, stored[i], errs[i], 1000+i)
+		case i >= 6 && wire.StatusOf(errs[i]) != wire.StatusNotFound:
+			t.Errorf("key %d: %v, want NOT_FOUND", i, errs[i])
+		}
+	}
+}

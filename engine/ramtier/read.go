@@ -229,22 +229,64 @@ func (t *Tier) Exist(key wire.BlockKey) (uint64, error) {
 		return 0, err
 	}
 	defer t.exit()
-	s := t.shardOf(&key)
-	s.mu.Lock()
-	if s.removing[key] != nil {
-		s.mu.Unlock()
-		return 0, wire.StatusNotFound
-	}
-	if lg := t.largeOf(&key); lg != nil {
-		s.mu.Unlock()
-		return lg.n, nil
-	}
-	_, n, ok := s.alloc.Exist(&key)
-	s.mu.Unlock()
-	if ok {
-		return uint64(n), nil
+	if n, decided, err := t.existRAM(key); decided {
+		return n, err
 	}
 	stored, err := t.backing.Exist(key)
+	return backingExist(key, stored, err)
+}
+
+// ExistBatch implements engine.BatchExister: RAM answers what it holds,
+// and the keys it lacks go to the backing together (engine.ExistBatch).
+func (t *Tier) ExistBatch(keys []wire.BlockKey, stored []uint64, errs []error) {
+	if err := t.enter(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return
+	}
+	defer t.exit()
+	var rest []int
+	for i, k := range keys {
+		var decided bool
+		if stored[i], decided, errs[i] = t.existRAM(k); !decided {
+			rest = append(rest, i)
+		}
+	}
+	if len(rest) == 0 {
+		return
+	}
+	ks := make([]wire.BlockKey, len(rest))
+	for j, i := range rest {
+		ks[j] = keys[i]
+	}
+	st, es := make([]uint64, len(rest)), make([]error, len(rest))
+	engine.ExistBatch(t.backing, ks, st, es)
+	for j, i := range rest {
+		stored[i], errs[i] = backingExist(keys[i], st[j], es[j])
+	}
+}
+
+// existRAM answers EXIST from RAM when it can: decided is false when the
+// backing must be asked.
+func (t *Tier) existRAM(key wire.BlockKey) (n uint64, decided bool, err error) {
+	s := t.shardOf(&key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.removing[key] != nil {
+		return 0, true, wire.StatusNotFound
+	}
+	if lg := t.largeOf(&key); lg != nil {
+		return lg.n, true, nil
+	}
+	if _, m, ok := s.alloc.Exist(&key); ok {
+		return uint64(m), true, nil
+	}
+	return 0, false, nil
+}
+
+// backingExist maps the backing's EXIST answer to the tier's.
+func backingExist(key wire.BlockKey, stored uint64, err error) (uint64, error) {
 	switch {
 	case err == nil:
 		return stored, nil

@@ -47,23 +47,27 @@ type conn struct {
 	raw *rawSock // nc's socket, read and written with raw system calls; nil: use nc
 	br  *bufio.Reader
 
-	sc       *scratch    // the working memory below comes from it while the connection serves
-	wbuf     []byte      // pending response bytes
-	iov      [2][]byte   // backing array for writev
-	bufs     net.Buffers // reused writev vector
-	hdr      [wire.RequestPrefixLen]byte
-	table    []byte      // batch item table scratch
-	stat     []byte      // batch status scratch
-	lent     *iobuf.Buf  // buffer lent to the engine by Alloc
-	loan     engine.Loan // bytes the engine lent (valid while onLoan)
-	onLoan   bool
-	held     []*iobuf.Buf    // BATCH_PUT values read but not yet stored
-	budget   int64           // payload budget bytes this connection holds (payloadBudget)
-	reserved int64           // payload budget bytes it holds from the small-request reserve
-	loans    []engine.Loan   // BATCH_PUT values the engine received, not yet committed
-	keys     []wire.BlockKey // BATCH_PUT chunk scratch
-	vals     [][]byte
-	errs     []error
+	sc    *scratch    // the working memory below comes from it while the connection serves
+	wbuf  []byte      // pending response bytes
+	iov   [2][]byte   // backing array for writev
+	bufs  net.Buffers // reused writev vector
+	hdr   [wire.RequestPrefixLen]byte
+	table []byte // batch item table scratch
+	stat  []byte // batch status scratch
+	// BATCH_EXIST through an engine.BatchExister: its keys and answers.
+	existKeys   []wire.BlockKey
+	existStored []uint64
+	existErrs   []error
+	lent        *iobuf.Buf  // buffer lent to the engine by Alloc
+	loan        engine.Loan // bytes the engine lent (valid while onLoan)
+	onLoan      bool
+	held        []*iobuf.Buf    // BATCH_PUT values read but not yet stored
+	budget      int64           // payload budget bytes this connection holds (payloadBudget)
+	reserved    int64           // payload budget bytes it holds from the small-request reserve
+	loans       []engine.Loan   // BATCH_PUT values the engine received, not yet committed
+	keys        []wire.BlockKey // BATCH_PUT chunk scratch
+	vals        [][]byte
+	errs        []error
 
 	// lease is the connection's shared-memory state once its lease hello
 	// is answered (shm.go); needHello: it came in on the shared-memory
@@ -862,6 +866,9 @@ func (c *conn) batchKeys(h *wire.RequestHeader) error {
 	}
 	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: uint64(n)})
 	eng := c.s.opts.Engine
+	if be, ok := eng.(engine.BatchExister); ok && h.Op == wire.OpBatchExist {
+		return c.existBatch(be, table, n, h.Offset == wire.ExistFlagPin)
+	}
 	for i := 0; i < n; i++ {
 		k := wire.DecodeKeyItem(table[i*wire.BatchKeyItemLen:])
 		if h.Op == wire.OpBatchExist {
@@ -873,6 +880,33 @@ func (c *conn) batchKeys(h *wire.RequestHeader) error {
 		} else {
 			c.wbuf = append(c.wbuf, byte(wire.StatusOf(eng.Remove(k))))
 		}
+		if len(c.wbuf) >= flushAt {
+			if err := c.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// existBatch answers a BATCH_EXIST through an engine that looks keys up
+// together (the object-store tier reads the ones its disks lack in
+// parallel). The keys and answers live in slices the connection keeps.
+func (c *conn) existBatch(be engine.BatchExister, table []byte, n int, pin bool) error {
+	if cap(c.existKeys) < n {
+		c.existKeys, c.existStored, c.existErrs = make([]wire.BlockKey, n), make([]uint64, n), make([]error, n)
+	}
+	keys, stored, errs := c.existKeys[:n], c.existStored[:n], c.existErrs[:n]
+	for i := range keys {
+		keys[i] = wire.DecodeKeyItem(table[i*wire.BatchKeyItemLen:])
+	}
+	be.ExistBatch(keys, stored, errs)
+	for i, k := range keys {
+		if errs[i] == nil && pin && c.s.pins != nil {
+			c.s.pins.pin(k)
+		}
+		c.wbuf = wire.AppendExistRecord(c.wbuf, wire.StatusOf(errs[i]), stored[i])
+		errs[i] = nil // hold no error past the request
 		if len(c.wbuf) >= flushAt {
 			if err := c.flush(); err != nil {
 				return err

@@ -280,3 +280,40 @@ func countObjects(t *testing.T, s3 *s3test.Server) int {
 	}
 	return n
 }
+
+// With the RAM tier in front, a lookup on a fresh node reaches the bucket
+// through it, and the GETs after it are served (from RAM or disk) without
+// reading the bucket again.
+func TestObjectStoreBehindRAMTier(t *testing.T) {
+	s3 := s3test.Start(t)
+	ram := map[string][]string{"ram-tier": {"1"}, "ram-tier-bytes": {"64MiB"}}
+	addr, httpAddr, _, stop := s3Node(t, s3, filepath.Join(t.TempDir(), "d0"), ram)
+	cl := s3Client(t, addr)
+	ctx := context.Background()
+	keys := make([][]byte, 12)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprint("r", i))
+		if err := cl.Put(ctx, keys[i], s3Value(i, 20000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUploads(t, httpAddr, float64(len(keys)))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	addr, httpAddr, _, _ = s3Node(t, s3, filepath.Join(t.TempDir(), "fresh"), ram)
+	cl = s3Client(t, addr)
+	if hits, err := cl.ExistPrefix(ctx, append(keys, []byte("absent"))); err != nil || hits != len(keys) {
+		t.Fatalf("prefix count through the RAM tier on an empty node: %d, %v; want %d", hits, err, len(keys))
+	}
+	buf := make([]byte, 32<<10)
+	for i, k := range keys {
+		n, _, err := cl.Get(ctx, k, buf)
+		if err != nil || !bytes.Equal(buf[:n], s3Value(i, 20000)) {
+			t.Fatalf("GET %s: %v", k, err)
+		}
+	}
+	if gets := value(t, scrape(t, httpAddr), "dfkv_s3_requests_total", map[string]string{"op": "get", "status": "ok"}); gets != float64(len(keys)) {
+		t.Fatalf("%v bucket GETs for %d keys looked up and read, want one each", gets, len(keys))
+	}
+}

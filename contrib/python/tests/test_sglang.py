@@ -114,6 +114,23 @@ class ControllerTest(SGLangCase):
             self.assertEqual(pool.get_data_page((6 + i) * pool.page_size), want[i])
         self.assertEqual(c.threads_alive(), ["prefetch_thread_func", "prefetch_io_aux_func", "backup_thread_func"])
 
+    def test_round_trip_through_an_embedded_store(self):
+        # dfkv_members: embedded runs the store inside the engine's process.
+        pool = up.KVHostPool("page_first", pages=8)
+        c = self.controller(pool, extra=self.extra(dfkv_members="embedded",
+                                                   dfkv_embedded_config={"ram_tier_bytes": "64MiB"}))
+        keys = hashes(3)
+        for p in range(3):
+            pool.fill(p, seed=p + 11)
+        want = [pool.get_data_page(p * pool.page_size) for p in range(3)]
+        self.assertEqual(self.backup(c, keys, [0, 1, 2]).completed_tokens, 3 * pool.page_size)
+        hit, load = self.prefetch(c, keys, [4, 5, 6])
+        self.assertEqual(hit, keys)
+        self.assertEqual(load.completed_tokens, 3 * pool.page_size)
+        for i in range(3):
+            self.assertEqual(pool.get_data_page((4 + i) * pool.page_size), want[i])
+        self.assertTrue(c.storage_backend._client.embedded)
+
     def test_every_layout_round_trips_the_flat_page(self):
         cases = [(False, "layer_first"), (False, "page_first"), (False, "page_first_direct"), (False, "page_head"),
                  (True, "layer_first"), (True, "page_first"), (True, "page_first_direct"),

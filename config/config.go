@@ -50,6 +50,7 @@ type Server struct {
 	ID                  string        // stable node identity; derived from host and listen address when empty
 	Listen              string        // data-plane TCP address
 	HTTPListen          string        // metrics and health address
+	HTTPTokenFile       string        // bearer token /metrics requires; empty = none
 	AdvertiseAddr       string        // address registered with the MDS; empty = Listen
 	Weight              int           // ring weight registered with the MDS
 	MDS                 []string      // MDS addresses; empty = static membership
@@ -122,6 +123,7 @@ type Client struct {
 type MDS struct {
 	Listen        string
 	HTTPListen    string
+	HTTPTokenFile string   // bearer token /members and /metrics require; empty = none
 	EtcdEndpoints []string // empty = bbolt at DBPath
 	EtcdPrefix    string
 	DBPath        string

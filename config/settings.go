@@ -161,6 +161,12 @@ var settings = []setting{
 		value: stringValue{field: func(c *Config) *string { return &c.Server.HTTPListen }, ok: checkHTTPListen, text: "host:port with port 0..65535, or empty for off"},
 	},
 	{
+		key: "server.http_token_file", roles: roleServer,
+		def:   "",
+		help:  "file whose first line is a bearer token that /metrics (and /debug/pprof/) then require (they name tenants); /healthz and /readyz stay open for probes; reread when it changes; empty: no token",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.HTTPTokenFile }, ok: func(string) error { return nil }, text: "a file path, or empty"},
+	},
+	{
 		key: "server.advertise_addr", oldEnv: "DFKV_ADVERTISE_ADDR", roles: roleServer,
 		def:   "",
 		help:  "host:port clients reach this node at, registered with the MDS; empty = the listen address",
@@ -533,6 +539,12 @@ var settings = []setting{
 		def:   "127.0.0.1:7780",
 		help:  "address of the MDS /healthz, /readyz, /members and /metrics; empty = off",
 		value: stringValue{field: func(c *Config) *string { return &c.MDS.HTTPListen }, ok: checkHTTPListen, text: "empty, or host:port (port 0..65535)"},
+	},
+	{
+		key: "mds.http_token_file", roles: roleMDS,
+		def:   "",
+		help:  "file whose first line is a bearer token that /members and /metrics then require; /healthz and /readyz stay open for probes; reread when it changes; empty: no token",
+		value: stringValue{field: func(c *Config) *string { return &c.MDS.HTTPTokenFile }, ok: func(string) error { return nil }, text: "a file path, or empty"},
 	},
 	{
 		key: "mds.etcd_endpoints", oldEnv: "DFKV_ETCD_ENDPOINTS", oldFlag: "etcd", roles: roleMDS,

@@ -32,4 +32,6 @@ type Bucket interface {
 	// String names the bucket for logs: endpoint and bucket, never a
 	// credential.
 	String() string
+	// Close lets go of the bucket's connections; the tier calls it last.
+	Close() error
 }

@@ -195,7 +195,9 @@ func (t *Tier) Close() error {
 				"bucket", t.bucket.String(), "items", items, "bytes", bytes, "drain_timeout", t.opts.DrainTimeout)
 		}
 	}
-	return t.backing.Close()
+	err := t.backing.Close()
+	_ = t.bucket.Close()
+	return err
 }
 
 var _ engine.StoreEngine = (*Tier)(nil)

@@ -105,6 +105,8 @@ func (b *memBucket) Delete(ctx context.Context, name string) error {
 
 func (b *memBucket) String() string { return "mem bucket" }
 
+func (b *memBucket) Close() error { return nil }
+
 func (b *memBucket) object(name string) ([]byte, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -64,6 +64,7 @@ import (
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/roles/internal/httpauth"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
 	"github.com/dfkv/dfkv/wire"
 )
@@ -113,6 +114,13 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if err := wire.ValidateGroup(cfg.Group); err != nil {
 		return err
 	}
+	var guard *httpauth.Guard
+	if mc.HTTPTokenFile != "" {
+		var err error
+		if guard, err = httpauth.Load(mc.HTTPTokenFile, "mds.http_token_file (DFKV_MDS_HTTP_TOKEN_FILE)", log); err != nil {
+			return err
+		}
+	}
 	var expiries atomic.Uint64
 	var dir Directory
 	var backend string
@@ -158,7 +166,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 				return fmt.Errorf("listen on %s (mds.http_listen / DFKV_MDS_HTTP_LISTEN): %w", mc.HTTPListen, err)
 			}
 		}
-		httpSrv = newHTTP(dir, probe, reg, cfg.Group, mc.MetricsFirstRequest)
+		httpSrv = newHTTP(dir, probe, reg, cfg.Group, mc.MetricsFirstRequest, guard)
 		go func() {
 			if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("MDS http listener failed", "error", err.Error())
@@ -259,7 +267,9 @@ func (p *probeCache) probe(ctx context.Context, now bool) error {
 	return p.last
 }
 
-func newHTTP(dir Directory, probe *probeCache, reg *prometheus.Registry, group string, firstReq time.Duration) *http.Server {
+// newHTTP serves the probes to anyone, and /members and /metrics, which
+// show the cluster, only with guard's token when there is a guard.
+func newHTTP(dir Directory, probe *probeCache, reg *prometheus.Registry, group string, firstReq time.Duration, guard *httpauth.Guard) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -269,7 +279,7 @@ func newHTTP(dir Directory, probe *probeCache, reg *prometheus.Registry, group s
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	mux.HandleFunc("/members", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/members", guard.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g := r.URL.Query().Get("group")
 		if g == "" {
 			g = group
@@ -291,8 +301,8 @@ func newHTTP(dir Directory, probe *probeCache, reg *prometheus.Registry, group s
 			Epoch   uint64            `json:"epoch"`
 			Members []wire.MemberInfo `json:"members"`
 		}{g, epoch, members})
-	})
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	})))
+	mux.Handle("/metrics", guard.Wrap(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	// firstReq (mds.metrics_first_request_ms) is the header deadline; 0 turns
 	// it off, and headers stay bounded in size either way.
 	return &http.Server{Handler: mux, ReadHeaderTimeout: firstReq, WriteTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}

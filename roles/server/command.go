@@ -20,6 +20,7 @@ import (
 	"github.com/dfkv/dfkv/engine/ramtier"
 	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/rdma"
+	"github.com/dfkv/dfkv/roles/internal/httpauth"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
 	"github.com/dfkv/dfkv/roles/server/hostcheck"
 	"github.com/dfkv/dfkv/roles/server/quota"
@@ -118,8 +119,10 @@ type node struct {
 	prom    *prometheus.Registry
 	regDone chan struct{} // closed once registration has left the MDS; nil without server.mds
 	hln     net.Listener  // HTTP listener; nil without one
-	closers closers
-	failed  bool // the start failed: closers also undo what it created on disk
+	// httpGuard holds /metrics behind server.http_token_file; nil without one.
+	httpGuard *httpauth.Guard
+	closers   closers
+	failed    bool // the start failed: closers also undo what it created on disk
 }
 
 // closers undo a node's start, last first: on a failed start, and at the
@@ -315,6 +318,13 @@ func (n *node) listenHTTP() error {
 	if n.hln == nil && n.sc.HTTPListen == "" {
 		return nil
 	}
+	if n.sc.HTTPTokenFile != "" {
+		g, err := httpauth.Load(n.sc.HTTPTokenFile, "server.http_token_file (DFKV_SERVER_HTTP_TOKEN_FILE)", n.log)
+		if err != nil {
+			return err
+		}
+		n.httpGuard = g
+	}
 	if n.hln == nil {
 		ln, err := net.Listen("tcp", n.sc.HTTPListen)
 		if err != nil {
@@ -389,7 +399,7 @@ func (n *node) serveHTTP() error {
 	if hln == nil {
 		return nil
 	}
-	httpSrv := newHTTPServer(n.srv, n.eng, n.prom, n.sc.MetricsFirstRequest, n.sc.PProf == 1)
+	httpSrv := newHTTPServer(n.srv, n.eng, n.prom, n.sc.MetricsFirstRequest, n.sc.PProf == 1, n.httpGuard)
 	go func() {
 		if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("http listener failed", "addr", n.sc.HTTPListen, "error", err.Error())

@@ -193,3 +193,4 @@ func (emptyBucket) Head(context.Context, string) (int64, error) { return 0, objt
 func (emptyBucket) Put(context.Context, string, []byte) error   { return nil }
 func (emptyBucket) Delete(context.Context, string) error        { return nil }
 func (emptyBucket) String() string                              { return "empty bucket" }
+func (emptyBucket) Close() error                                { return nil }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/roles/internal/httpauth"
 )
 
 // newHTTPServer serves /metrics, /healthz (the process is alive) and
@@ -17,16 +18,20 @@ import (
 // default, since a profile costs CPU and shows the node's internals to
 // whoever can reach the port). Header reads are bounded in time and size
 // so a drip-feeding scraper cannot pin it.
-func newHTTPServer(srv *Server, eng engine.StoreEngine, reg *prometheus.Registry, firstReq time.Duration, withPProf bool) *http.Server {
+//
+// With a guard (server.http_token_file), /metrics and the profiler, which
+// name tenants and show the node's internals, need its bearer token; the
+// probes never do.
+func newHTTPServer(srv *Server, eng engine.StoreEngine, reg *prometheus.Registry, firstReq time.Duration, withPProf bool, guard *httpauth.Guard) *http.Server {
 	mux := http.NewServeMux()
 	if withPProf {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.Handle("/debug/pprof/", guard.Wrap(http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/cmdline", guard.Wrap(http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("/debug/pprof/profile", guard.Wrap(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/symbol", guard.Wrap(http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("/debug/pprof/trace", guard.Wrap(http.HandlerFunc(pprof.Trace)))
 	}
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: nil}))
+	mux.Handle("/metrics", guard.Wrap(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: nil})))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

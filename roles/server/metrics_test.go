@@ -237,7 +237,7 @@ func TestReadyzReasons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHTTPServer(srv, eng, prometheus.NewRegistry(), time.Second, false).Handler
+	h := newHTTPServer(srv, eng, prometheus.NewRegistry(), time.Second, false, nil).Handler
 	check := func(wantCode int, wantBody string) {
 		t.Helper()
 		rec := httptest.NewRecorder()

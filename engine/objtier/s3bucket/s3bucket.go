@@ -52,6 +52,7 @@ type Options struct {
 
 // Bucket is an objtier.Bucket on one S3 bucket.
 type Bucket struct {
+	tr     *http.Transport
 	c      *minio.Client
 	core   minio.Core // for GetObject in one request
 	bucket string
@@ -105,7 +106,7 @@ func Open(ctx context.Context, o Options) (*Bucket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("object store %s: %w", desc, err)
 	}
-	b := &Bucket{c: c, core: minio.Core{Client: c}, bucket: o.Bucket, desc: desc}
+	b := &Bucket{tr: tr, c: c, core: minio.Core{Client: c}, bucket: o.Bucket, desc: desc}
 	timeout := o.CheckTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -213,6 +214,14 @@ func (b *Bucket) Delete(ctx context.Context, name string) error {
 		return nil
 	}
 	return err
+}
+
+// Close closes the kept-alive connections to the service, so a node
+// that stops leaves none open behind it (a service draining for a
+// restart would wait on them).
+func (b *Bucket) Close() error {
+	b.tr.CloseIdleConnections()
+	return nil
 }
 
 // String names the bucket and endpoint.

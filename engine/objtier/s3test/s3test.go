@@ -162,7 +162,9 @@ func (s *Server) Env() []string {
 	return []string{"AWS_ACCESS_KEY_ID=" + s.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s.SecretKey}
 }
 
-// Stop stops the server (SIGTERM, then SIGKILL) and waits for it.
+// Stop stops the server (SIGTERM, then SIGKILL after 3 s: a graceful
+// versitygw waits for its clients' kept-alive connections) and waits for
+// it.
 func (s *Server) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
@@ -173,7 +175,7 @@ func (s *Server) Stop() {
 		_ = s.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-s.done:
-		case <-time.After(10 * time.Second):
+		case <-time.After(3 * time.Second):
 			_ = s.cmd.Process.Kill()
 			<-s.done
 		}

@@ -128,6 +128,7 @@ type memEngine struct {
 	// putGate, when set, holds every Put until it is closed; afterMiss
 	// runs after a Get misses, before it returns.
 	putGate   chan struct{}
+	gateOnce  bool // only the next Put waits at putGate
 	afterMiss func()
 }
 
@@ -139,6 +140,9 @@ func (m *memEngine) Put(key wire.BlockKey, value []byte) error {
 	}
 	m.mu.Lock()
 	gate := m.putGate
+	if m.gateOnce {
+		m.putGate = nil
+	}
 	m.mu.Unlock()
 	if gate != nil {
 		<-gate

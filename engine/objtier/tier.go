@@ -126,14 +126,23 @@ type Tier struct {
 // promotion and the writes of its key.
 const stripeCount = 1024
 
-// A stripe serializes the backing writes of its keys (Put, Remove, a
-// read-through's promotion) and holds their read-through state. Its lock
-// is held across the backing's disk write, never across a bucket call.
+// A stripe holds the read-through state of its keys and orders a
+// read-through's promotion against the writes of its key. Its lock is
+// never held across I/O: a write in progress is counted in writing, a
+// promotion in progress announced in promoting, and each side yields to
+// the other (a promotion is skipped when a write began since its read
+// did or is under way; a write waits for a promotion of its key to
+// land, so the write's value is the one left).
 type stripe struct {
 	mu sync.Mutex
-	// epoch counts writes (Put, Remove) of the stripe's keys; a
-	// read-through promotes its object only if none came since it began.
-	epoch uint64
+	// epoch counts the starts and ends of writes (Put, Remove) of the
+	// stripe's keys; a read-through promotes its object only if none came
+	// since it began.
+	epoch   uint64
+	writing map[wire.BlockKey]int
+	// promoting holds, for a key whose promotion is writing, a channel
+	// closed when it is done.
+	promoting map[wire.BlockKey]chan struct{}
 	// tombs are keys whose object must not be read: a delete is pending
 	// (REMOVE's, or one a dropped upload left behind) or in progress.
 	tombs map[wire.BlockKey]tomb
@@ -211,13 +220,47 @@ func (t *Tier) stripe(key wire.BlockKey) *stripe {
 
 func (t *Tier) name(key wire.BlockKey) string { return ObjectName(t.opts.Prefix, key) }
 
-// Put stores value in the backing, then in the bucket as the write mode says.
-func (t *Tier) Put(key wire.BlockKey, value []byte) error {
+// beginWrite starts a write of key in its stripe: it waits for a
+// promotion of key that is writing, then counts the write, so a promotion
+// whose read began earlier is skipped. It returns the stripe locked (the
+// caller may mark the key) for the caller to unlock; endWrite ends the
+// write.
+func (t *Tier) beginWrite(key wire.BlockKey) *stripe {
 	s := t.stripe(key)
 	s.mu.Lock()
+	for {
+		ch := s.promoting[key]
+		if ch == nil {
+			break
+		}
+		s.mu.Unlock()
+		<-ch
+		s.mu.Lock()
+	}
 	s.epoch++
-	err := t.backing.Put(key, value)
+	if s.writing == nil {
+		s.writing = make(map[wire.BlockKey]int)
+	}
+	s.writing[key]++
+	return s
+}
+
+// endWrite ends a write beginWrite started.
+func (t *Tier) endWrite(s *stripe, key wire.BlockKey) {
+	s.mu.Lock()
+	if s.writing[key]--; s.writing[key] <= 0 {
+		delete(s.writing, key)
+	}
+	s.epoch++
 	s.mu.Unlock()
+}
+
+// Put stores value in the backing, then in the bucket as the write mode says.
+func (t *Tier) Put(key wire.BlockKey, value []byte) error {
+	s := t.beginWrite(key)
+	s.mu.Unlock()
+	err := t.backing.Put(key, value)
+	t.endWrite(s, key)
 	if err != nil {
 		return err
 	}
@@ -230,17 +273,16 @@ func (t *Tier) Put(key wire.BlockKey, value []byte) error {
 	return nil
 }
 
-// PutBatch stores the batch in the backing with one PutBatch (holding the
-// stripes of its keys, in order), then uploads the items it stored.
+// PutBatch stores the batch in the backing with one PutBatch, each key a
+// write in progress meanwhile, then uploads the items it stored.
 func (t *Tier) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
-	var held [stripeCount / 64]uint64
 	for _, k := range keys {
-		i := t.stripeIndex(k)
-		held[i/64] |= 1 << (i % 64)
+		t.beginWrite(k).mu.Unlock()
 	}
-	t.lockStripes(&held, true)
 	t.backing.PutBatch(keys, values, errs)
-	t.lockStripes(&held, false)
+	for _, k := range keys {
+		t.endWrite(t.stripe(k), k)
+	}
 	switch t.opts.Write {
 	case WriteAsync:
 		for i, k := range keys {
@@ -250,32 +292,6 @@ func (t *Tier) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 		}
 	case WriteSync:
 		t.putSyncBatch(keys, values, errs)
-	}
-}
-
-func (t *Tier) stripeIndex(key wire.BlockKey) int {
-	return int((key.Tenant ^ uint64(key.ID[0]) | uint64(key.ID[1])<<8) % stripeCount)
-}
-
-// lockStripes locks (or unlocks) the stripes whose bits are set, in index
-// order, so batches never deadlock with each other; locking also counts a
-// write in each stripe's epoch.
-func (t *Tier) lockStripes(held *[stripeCount / 64]uint64, lock bool) {
-	for w, bits := range held {
-		for bits != 0 {
-			b := 0
-			for bits&(1<<b) == 0 {
-				b++
-			}
-			bits &^= 1 << b
-			s := &t.stripes[w*64+b]
-			if lock {
-				s.mu.Lock()
-				s.epoch++
-			} else {
-				s.mu.Unlock()
-			}
-		}
 	}
 }
 
@@ -290,12 +306,11 @@ func (t *Tier) putSync(key wire.BlockKey, value []byte) error {
 		t.clearStale(key)
 		return nil
 	}
-	s := t.stripe(key)
-	s.mu.Lock()
-	s.epoch++
+	s := t.beginWrite(key)
 	t.markLocked(s, key, false)
-	_ = t.backing.Remove(key)
 	s.mu.Unlock()
+	_ = t.backing.Remove(key)
+	t.endWrite(s, key)
 	return fmt.Errorf("object store put of %s: %w: %w", t.bucket, err, wire.StatusIOError)
 }
 
@@ -401,9 +416,10 @@ func (t *Tier) readThrough(key wire.BlockKey) (obj []byte, release func(), ok, p
 	}
 	f := s.flights[key]
 	if f == nil || f.epoch != s.epoch {
-		// About to read the bucket: unless a promotion (which holds this
-		// lock while it writes) put the key in the backing since the
-		// caller missed it. The backing's Exist is an index look-up.
+		// About to read the bucket: unless a promotion (which stays
+		// joinable in flights until it has written) put the key in the
+		// backing since the caller missed it. The backing's Exist is an
+		// index look-up.
 		if _, err := t.backing.Exist(key); err == nil {
 			s.mu.Unlock()
 			return nil, nil, false, true
@@ -475,19 +491,29 @@ func (t *Tier) promote(key wire.BlockKey, f *flight) {
 	}
 }
 
-// promoteNow writes the value under the stripe's lock, unless a write of
-// the key came since the read began: its value (or its absence) is newer
-// than this object.
+// promoteNow writes the value into the backing, unless a write of the key
+// began since the read did or is under way: its value (or its absence)
+// is newer than this object. Writes of the key that begin meanwhile wait
+// for it (beginWrite), so they land after it.
 func (t *Tier) promoteNow(key wire.BlockKey, f *flight) {
 	s := t.stripe(key)
 	s.mu.Lock()
 	_, dead := s.tombs[key]
-	if s.epoch != f.epoch || dead {
+	if s.epoch != f.epoch || dead || s.writing[key] > 0 {
 		s.mu.Unlock()
 		t.promoteSkips.Add(1)
 	} else {
-		err := t.backing.Put(key, f.obj[HeaderLen:])
+		done := make(chan struct{})
+		if s.promoting == nil {
+			s.promoting = make(map[wire.BlockKey]chan struct{})
+		}
+		s.promoting[key] = done
 		s.mu.Unlock()
+		err := t.backing.Put(key, f.obj[HeaderLen:])
+		s.mu.Lock()
+		delete(s.promoting, key)
+		s.mu.Unlock()
+		close(done)
 		if err == nil {
 			t.promoted.Add(1)
 		} else {
@@ -607,12 +633,11 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 	if t.opts.Write == WriteOff {
 		return t.backing.Remove(key)
 	}
-	s := t.stripe(key)
-	s.mu.Lock()
-	s.epoch++
+	s := t.beginWrite(key)
 	gen := t.markLocked(s, key, true)
-	err := t.backing.Remove(key)
 	s.mu.Unlock()
+	err := t.backing.Remove(key)
+	t.endWrite(s, key)
 	t.queue.cancel(key) // waits for an upload of key in flight
 	if wire.StatusOf(err) == wire.StatusNotFound {
 		// The node held no copy; the bucket may (written by another node

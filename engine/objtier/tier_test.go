@@ -549,3 +549,56 @@ func TestExistBatchReadsThroughInParallel(t *testing.T) {
 		}
 	}
 }
+
+// A PUT that begins while a promotion of its key is writing waits for
+// it, so the PUT's value is the one the backing keeps.
+func TestPutDuringPromotionLandsLast(t *testing.T) {
+	f := open(t, nil)
+	k := enginetest.Key(31)
+	old, newer := enginetest.Value(31, 4000), enginetest.Value(32, 4000)
+	if err := f.tier.Put(k, old); err != nil {
+		t.Fatal(err)
+	}
+	f.settle(t)
+	f.backing.evict(k)
+	gate := make(chan struct{})
+	f.backing.mu.Lock()
+	f.backing.putGate, f.backing.gateOnce = gate, true // the promotion's write waits here, and only it
+	f.backing.mu.Unlock()
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	t.Cleanup(open) // a failure below must not leave the promotion waiting (Close waits for it)
+	if _, err := get(t, f.tier, k); err != nil {
+		t.Fatal(err)
+	}
+	// The promotion is now writing (held at the gate).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s := f.tier.stripe(k)
+		s.mu.Lock()
+		writing := s.promoting[k] != nil
+		s.mu.Unlock()
+		if writing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the promotion never started writing")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	putDone := make(chan error)
+	go func() { putDone <- f.tier.Put(k, newer) }()
+	select {
+	case err := <-putDone:
+		t.Fatalf("the PUT returned (%v) while the promotion of its key was still writing", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	open()
+	if err := <-putDone; err != nil {
+		t.Fatal(err)
+	}
+	f.settle(t)
+	if held, _ := f.backing.has(k); !bytes.Equal(held, newer) {
+		t.Fatal("the promotion's older value overwrote the PUT's")
+	}
+}

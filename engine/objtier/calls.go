@@ -90,7 +90,7 @@ func (t *Tier) callCtx(parent context.Context, op Op, f func(ctx context.Context
 			t.health.failure(now, op.String(), err)
 		}
 	} else {
-		t.health.success(now, op.String()+" "+st.String())
+		t.health.success(now, op, st)
 	}
 	return err
 }

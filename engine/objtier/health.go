@@ -46,7 +46,7 @@ func (h *health) wait(now time.Time) time.Duration {
 	return max(0, time.Duration(h.retryAt.Load()-now.UnixNano()))
 }
 
-func (h *health) success(now time.Time, op string) {
+func (h *health) success(now time.Time, op Op, st CallStatus) {
 	if !h.down.Load() {
 		return
 	}
@@ -57,7 +57,7 @@ func (h *health) success(now time.Time, op string) {
 	}
 	h.down.Store(false)
 	h.bo.Reset()
-	h.log.Info("object store reachable again", "bucket", h.bucket, "op", op, "down_for", now.Sub(h.since).Round(time.Millisecond))
+	h.log.Info("object store reachable again", "bucket", h.bucket, "op", op.String(), "status", st.String(), "down_for", now.Sub(h.since).Round(time.Millisecond))
 }
 
 func (h *health) failure(now time.Time, op string, err error) {

@@ -246,6 +246,18 @@ func (t *Tier) ExistBatch(keys []wire.BlockKey, stored []uint64, errs []error) {
 		return
 	}
 	defer t.exit()
+	if _, ok := t.backing.(engine.BatchExister); !ok {
+		// Nothing to gain from gathering the misses: answer in place,
+		// with no allocation.
+		for i, k := range keys {
+			var decided bool
+			if stored[i], decided, errs[i] = t.existRAM(k); !decided {
+				st, err := t.backing.Exist(k)
+				stored[i], errs[i] = backingExist(k, st, err)
+			}
+		}
+		return
+	}
 	var rest []int
 	for i, k := range keys {
 		var decided bool

@@ -54,7 +54,7 @@ type conn struct {
 	hdr   [wire.RequestPrefixLen]byte
 	table []byte // batch item table scratch
 	stat  []byte // batch status scratch
-	// BATCH_EXIST through an engine.BatchExister: its keys and answers.
+	// BATCH_EXIST's keys and answers.
 	existKeys   []wire.BlockKey
 	existStored []uint64
 	existErrs   []error
@@ -866,20 +866,12 @@ func (c *conn) batchKeys(h *wire.RequestHeader) error {
 	}
 	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: uint64(n)})
 	eng := c.s.opts.Engine
-	if be, ok := eng.(engine.BatchExister); ok && h.Op == wire.OpBatchExist {
-		return c.existBatch(be, table, n, h.Offset == wire.ExistFlagPin)
+	if h.Op == wire.OpBatchExist {
+		return c.existBatch(table, n, h.Offset == wire.ExistFlagPin)
 	}
 	for i := 0; i < n; i++ {
 		k := wire.DecodeKeyItem(table[i*wire.BatchKeyItemLen:])
-		if h.Op == wire.OpBatchExist {
-			stored, err := eng.Exist(k)
-			if err == nil && h.Offset == wire.ExistFlagPin && c.s.pins != nil {
-				c.s.pins.pin(k)
-			}
-			c.wbuf = wire.AppendExistRecord(c.wbuf, wire.StatusOf(err), stored)
-		} else {
-			c.wbuf = append(c.wbuf, byte(wire.StatusOf(eng.Remove(k))))
-		}
+		c.wbuf = append(c.wbuf, byte(wire.StatusOf(eng.Remove(k))))
 		if len(c.wbuf) >= flushAt {
 			if err := c.flush(); err != nil {
 				return err
@@ -889,10 +881,11 @@ func (c *conn) batchKeys(h *wire.RequestHeader) error {
 	return nil
 }
 
-// existBatch answers a BATCH_EXIST through an engine that looks keys up
-// together (the object-store tier reads the ones its disks lack in
-// parallel). The keys and answers live in slices the connection keeps.
-func (c *conn) existBatch(be engine.BatchExister, table []byte, n int, pin bool) error {
+// existBatch answers a BATCH_EXIST with engine.ExistBatch: an engine that
+// looks keys up together (the object-store tier reads the ones its disks
+// lack in parallel) gets them together, any other one key at a time. The
+// keys and answers live in slices the connection keeps.
+func (c *conn) existBatch(table []byte, n int, pin bool) error {
 	if cap(c.existKeys) < n {
 		c.existKeys, c.existStored, c.existErrs = make([]wire.BlockKey, n), make([]uint64, n), make([]error, n)
 	}
@@ -900,7 +893,7 @@ func (c *conn) existBatch(be engine.BatchExister, table []byte, n int, pin bool)
 	for i := range keys {
 		keys[i] = wire.DecodeKeyItem(table[i*wire.BatchKeyItemLen:])
 	}
-	be.ExistBatch(keys, stored, errs)
+	engine.ExistBatch(c.s.opts.Engine, keys, stored, errs)
 	for i, k := range keys {
 		if errs[i] == nil && pin && c.s.pins != nil {
 			c.s.pins.pin(k)

@@ -103,6 +103,7 @@ type Server struct {
 
 	TenantQuotasFile        string // TOML file of per-tenant quotas; empty = none
 	TenantDefaultQuotaBytes uint64 // quota of tenants the file does not list; 0 = unlimited
+	CredentialsFile         string // tenant credentials clients authenticate against; empty = open
 }
 
 // Client configures the tools' (and embedders') view of a cluster.
@@ -111,6 +112,7 @@ type Client struct {
 	MDS              []string      // MDS addresses; when set, Members is ignored
 	MDSPoll          time.Duration // interval of member-list checks
 	Namespace        string        // namespace bytes the tools use
+	Token            string        // secret presented to nodes that require credentials; never printed
 	Timeout          time.Duration // one request, end to end
 	DialTimeout      time.Duration // one connect
 	PoolSize         int           // idle connections kept per peer

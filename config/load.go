@@ -150,6 +150,9 @@ func (l *loader) fail(err error, s *setting) {
 
 // apply sets one layer's value of rv, or records why it could not.
 func (l *loader) apply(rv *resolvedValue, src source, vals []string, raw string) {
+	if rv.s.secret() && len(vals) == 1 {
+		raw = redact(vals[0])
+	}
 	if err := rv.s.value.set(l.cfg, vals); err != nil {
 		l.fail(rv.s.errorf(src, raw, err), rv.s)
 		return
@@ -210,7 +213,11 @@ func (l *loader) readEnv() {
 			if ov, set := l.lookup(old); set && !ok {
 				name, v, ok = old, ov, true
 			} else if set && ov != v {
-				l.r.warnings = append(l.r.warnings, fmt.Sprintf("%s=%s is ignored because %s=%s is set (both name %s)", old, Echo(ov), rv.s.env, Echo(v), rv.s.key))
+				shown, showOld := Echo(v), Echo(ov)
+				if rv.s.secret() {
+					shown, showOld = redact(v), redact(ov)
+				}
+				l.r.warnings = append(l.r.warnings, fmt.Sprintf("%s=%s is ignored because %s=%s is set (both name %s)", old, showOld, rv.s.env, shown, rv.s.key))
 			}
 		}
 		if ok {
@@ -301,6 +308,9 @@ func crossCheck(cfg *Config, bit role) []error {
 		}
 		if sc.S3Endpoint != "" && sc.S3Write == "sync" && sc.RAMTier == 1 && sc.RAMWriteMode == "writeback" && sc.PutAckMode == "ram" {
 			errs = append(errs, errors.New("server.s3_write = sync acknowledges a PUT only once its object is stored, but the RAM tier acknowledges write-back PUTs from RAM: set server.put_ack_mode = disk (or s3_write = async)"))
+		}
+		if sc.CredentialsFile != "" && sc.ShmSocket != "" {
+			errs = append(errs, errors.New("server.credentials_file and server.shm_socket cannot be on together: a shared-memory client maps the whole RAM arena, which no credential can confine to its tenants; unset server.shm_socket (DFKV_SERVER_SHM_SOCKET) on a node that requires credentials"))
 		}
 		if sameListener(sc.Listen, sc.HTTPListen) {
 			errs = append(errs, fmt.Errorf("server.http_listen (DFKV_SERVER_HTTP_LISTEN) %s takes the port of server.listen (DFKV_SERVER_LISTEN) %s; give the metrics and health endpoints a port of their own (default 127.0.0.1:7680)", Echo(sc.HTTPListen), Echo(sc.Listen)))

@@ -111,6 +111,9 @@ func (s *setting) section() string {
 	return ""
 }
 
+// secret reports whether the setting's value must never be shown.
+func (s *setting) secret() bool { _, ok := s.value.(secretValue); return ok }
+
 func (s *setting) leaf() string { return s.key[strings.IndexByte(s.key, '.')+1:] }
 
 // defaults splits def like an env value, so defaults go through set exactly
@@ -455,6 +458,12 @@ var settings = []setting{
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.ShutdownTimeout }, min: 1, max: hour},
 	},
 	{
+		key: "server.credentials_file", roles: roleServer,
+		def:   "",
+		help:  "TOML file of [[credential]] tables (token_sha256, tenants, allow) that clients must authenticate against before they address any tenant; reread on SIGHUP and when it changes; empty: the data port is open to any client for every tenant",
+		value: stringValue{field: func(c *Config) *string { return &c.Server.CredentialsFile }, ok: func(string) error { return nil }, text: "a file path, or empty"},
+	},
+	{
 		key: "server.tenant_quotas_file", oldEnv: "DFKV_TENANT_QUOTAS_FILE", roles: roleServer,
 		def:   "",
 		help:  "TOML file of per-tenant byte quotas for this node ([tenants] name = size); empty = none",
@@ -490,6 +499,12 @@ var settings = []setting{
 		def:   "dfkv-tools",
 		help:  "namespace bytes the tools address blocks in",
 		value: stringValue{field: func(c *Config) *string { return &c.Client.Namespace }, ok: checkNamespace, text: fmt.Sprintf("1..%d bytes", wire.MaxNamespaceBytes)},
+	},
+	{
+		key: "client.token", oldEnv: "DFKV_TOKEN", roles: roleTools,
+		def:   "",
+		help:  "secret token the tools present to nodes that require credentials (server.credentials_file); never printed; empty: none",
+		value: secretValue{field: func(c *Config) *string { return &c.Client.Token }},
 	},
 	{
 		key: "client.timeout_ms", roles: roleTools,

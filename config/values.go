@@ -220,6 +220,52 @@ func (v stringValue) format(c *Config) string {
 func (v stringValue) allowed() string { return v.text }
 func (stringValue) list() bool        { return false }
 
+// secretValue is a string that must never be shown: --print-config and
+// every error or warning about it say only whether it is set and how
+// long it is.
+type secretValue struct {
+	field func(*Config) *string
+}
+
+func (v secretValue) set(c *Config, vals []string) error {
+	*v.field(c) = vals[0]
+	return nil
+}
+
+func (v secretValue) check(c *Config) error {
+	t := *v.field(c)
+	if t == "" {
+		return nil
+	}
+	if len(t) < minTokenBytes || len(t) > wire.MaxTokenBytes {
+		return fmt.Errorf("is %d bytes", len(t))
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] <= ' ' || t[i] == 0x7f {
+			return fmt.Errorf("holds a space or control character at byte %d", i+1)
+		}
+	}
+	return nil
+}
+
+func (v secretValue) format(c *Config) string { return tomlString(redact(*v.field(c))) }
+func (v secretValue) allowed() string {
+	return fmt.Sprintf("empty, or %d..%d bytes without spaces or control characters (e.g. openssl rand -hex 32)", minTokenBytes, wire.MaxTokenBytes)
+}
+func (secretValue) list() bool { return false }
+
+// minTokenBytes is the shortest token accepted: anything shorter is
+// too easy to guess to protect a tenant.
+const minTokenBytes = 16
+
+// redact is how a secret shows: that it is set and its length.
+func redact(s string) string {
+	if s == "" {
+		return ""
+	}
+	return fmt.Sprintf("(secret, %d bytes)", len(s))
+}
+
 // listValue is a list of strings. An empty element is refused when it is
 // read, not dropped: "a,,b" is more likely a mistake than a wish for two.
 type listValue struct {

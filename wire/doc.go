@@ -74,6 +74,29 @@
 //	                                              stored u64
 //	BATCH_REMOVE (9)  length = n; body = n keys -> n status records
 //	STATS   (10) no body                       -> OK + JSON body
+//	AUTH    (15) body = a token, 1..256 bytes  -> OK + stored 1 (accepted)
+//	             or stored 0 (the node requires no credentials and did
+//	             not check it) | UNAUTHENTICATED, then closed
+//
+// # Credentials
+//
+// A node configured with credentials (server.credentials_file) requires
+// each connection to present a token in an AUTH frame before anything
+// but PING and SHM_INFO; AUTH is an op of epoch 6, so an open node and a
+// client without a token speak exactly as before. A request that comes
+// before AUTH, a token the node does not know, and any request after the
+// token was withdrawn from the node's file are answered UNAUTHENTICATED
+// (12) and the connection is closed; a second AUTH, or a token of 0 or
+// more than 256 bytes, is a malformed frame (INVALID, closed). Once
+// authenticated, a request whose key's tenant the token does not grant
+// for the op (read: GET, EXIST and their batch forms; write: PUT,
+// BATCH_PUT; remove: REMOVE, BATCH_REMOVE; stats: STATS) is answered
+// FORBIDDEN (13) and nothing is done, whether or not the key exists; in
+// a batch that is the item's status, and the other items are served. The
+// connection stays open. A client that predates AUTH and meets a node
+// that requires it reads status 12 as one it does not know, and stops.
+// The lease protocol below is not offered by such a node: a one-sided
+// reader maps the whole RAM arena, which no grant confines to a tenant.
 //
 // The range contract holds for GET and BATCH_GET on every
 // engine: length 0 reads the remainder, offset == stored succeeds with zero

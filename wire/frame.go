@@ -22,6 +22,11 @@ const (
 	// confused peer cannot make the other side allocate much to read it.
 	MaxErrorMessage = 4096
 
+	// MaxTokenBytes bounds an AUTH token: long enough for any secret an
+	// operator generates (openssl rand -hex 64 is 128 bytes), short enough
+	// that a node reads it into a fixed buffer.
+	MaxTokenBytes = 256
+
 	// ExistFlagPin, in a BATCH_EXIST's offset field, asks the node to
 	// keep each value it finds from eviction until a GET of the key or
 	// the lease time (server.lease_ms) passes.
@@ -42,7 +47,10 @@ const (
 	OpBatchExist  Op = 8
 	OpBatchRemove Op = 9
 	OpStats       Op = 10
-	LastOp        Op = OpLeasePut // the highest op; the lease protocol's are in lease.go
+	// OpAuth presents the connection's token (its body, 1..MaxTokenBytes
+	// bytes) to a node that requires credentials; see the package doc.
+	OpAuth Op = 15
+	LastOp Op = OpAuth // the highest op; the lease protocol's (11..14) are in lease.go
 )
 
 var opNames = [...]string{
@@ -50,6 +58,7 @@ var opNames = [...]string{
 	OpBatchPut: "BATCH_PUT", OpBatchGet: "BATCH_GET", OpBatchExist: "BATCH_EXIST",
 	OpBatchRemove: "BATCH_REMOVE", OpStats: "STATS",
 	OpShmInfo: "SHM_INFO", OpLeaseGet: "LEASE_GET", OpRelease: "RELEASE", OpLeasePut: "LEASE_PUT",
+	OpAuth: "AUTH",
 }
 
 func (o Op) String() string {
@@ -164,6 +173,8 @@ func DecodeRequest(src []byte, lim Limits) (RequestHeader, error) {
 		return h, h.checkLease(lim)
 	case OpPut:
 		return h, h.checkPut(lim)
+	case OpAuth:
+		return h, h.checkAuth()
 	case OpGet:
 		if h.BodyLen != 0 {
 			return h, frameErr(StatusInvalid, "GET carries a %d-byte body", h.BodyLen)
@@ -208,6 +219,18 @@ func epochMismatch(src []byte, epoch uint8) error {
 func (h *RequestHeader) checkBare() error {
 	if h.Key != (BlockKey{}) || h.Offset != 0 || h.Length != 0 || h.BodyLen != 0 {
 		return frameErr(StatusInvalid, "%s carries non-zero key, offset, length or body", h.Op)
+	}
+	return nil
+}
+
+// checkAuth checks AUTH: a token of 1..MaxTokenBytes as its body and
+// nothing else.
+func (h *RequestHeader) checkAuth() error {
+	if h.Key != (BlockKey{}) || h.Offset != 0 || h.Length != 0 {
+		return frameErr(StatusInvalid, "AUTH carries a non-zero key, offset or length")
+	}
+	if h.BodyLen == 0 || h.BodyLen > MaxTokenBytes {
+		return frameErr(StatusInvalid, "AUTH token of %d bytes; a token is 1..%d bytes", h.BodyLen, MaxTokenBytes)
 	}
 	return nil
 }

@@ -78,13 +78,38 @@ func TestRequestLayout(t *testing.T) {
 }
 
 func TestResponseRoundTrip(t *testing.T) {
-	for s := StatusOK; s <= StatusInternal; s++ {
+	for s := StatusOK; s <= LastStatus; s++ {
 		h := ResponseHeader{Status: s, Stored: uint64(s) * 1000, BodyLen: uint64(s)}
 		got, err := DecodeResponse(AppendResponse(nil, &h))
 		h.Epoch = EpochTCP
 		if err != nil || got != h {
 			t.Fatalf("status %s: got %+v, %v", s, got, err)
 		}
+	}
+}
+
+// TestAuthFrame: AUTH carries a token of 1..MaxTokenBytes as its body
+// and nothing else; anything else is refused before the body is read.
+func TestAuthFrame(t *testing.T) {
+	lim := Limits{MaxBlockBytes: 1 << 20, MaxBatchItems: 64}
+	for _, c := range []struct {
+		h    RequestHeader
+		want Status
+	}{
+		{RequestHeader{Op: OpAuth, BodyLen: 1}, StatusOK},
+		{RequestHeader{Op: OpAuth, BodyLen: MaxTokenBytes}, StatusOK},
+		{RequestHeader{Op: OpAuth}, StatusInvalid},
+		{RequestHeader{Op: OpAuth, BodyLen: MaxTokenBytes + 1}, StatusInvalid},
+		{RequestHeader{Op: OpAuth, BodyLen: 8, Key: sampleKey(1)}, StatusInvalid},
+		{RequestHeader{Op: OpAuth, BodyLen: 8, Length: 1}, StatusInvalid},
+	} {
+		_, err := DecodeRequest(AppendRequest(nil, &c.h), lim)
+		if got := StatusOf(err); got != c.want {
+			t.Errorf("%+v: %v, want %s", c.h, err, c.want)
+		}
+	}
+	if OpAuth.String() != "AUTH" || StatusForbidden.String() != "FORBIDDEN" || StatusUnauthenticated.String() != "UNAUTHENTICATED" {
+		t.Error("names of the new op and statuses")
 	}
 }
 

@@ -4,7 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding"
 	"encoding/binary"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
 )
 
 // Block identity. A client names a block by a namespace (immutable bytes
@@ -87,6 +90,24 @@ func TenantHash(namespace []byte) uint64 {
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// ParseTenant reads a tenant as operators write it in the quotas and
+// credentials files: a name, hashed as a client hashes its namespace's
+// tenant field (TenantHash), or the 64-bit hash itself as "0x" and 16 hex
+// digits (byHash), for a tenant whose name the operator does not know.
+func ParseTenant(s string) (hash uint64, byHash bool, err error) {
+	if s == "" {
+		return 0, false, errors.New("an empty tenant name")
+	}
+	if h, ok := strings.CutPrefix(s, "0x"); ok && len(h) == 16 {
+		b, err := hex.DecodeString(h)
+		if err != nil {
+			return 0, false, fmt.Errorf("tenant %q: not 16 hex digits: %v", s, err)
+		}
+		return binary.BigEndian.Uint64(b), true, nil
+	}
+	return TenantHash([]byte(s)), false, nil
 }
 
 // checkNamespace rejects spans the identity must not be built from: an empty

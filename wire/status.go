@@ -23,21 +23,34 @@ const (
 	StatusEpochMismatch Status = 9
 	StatusTooLarge      Status = 10
 	StatusInternal      Status = 11
+	// StatusUnauthenticated: the node requires credentials and the
+	// connection has not presented a valid token (AUTH), or the token was
+	// withdrawn since. The connection is closed after it.
+	StatusUnauthenticated Status = 12
+	// StatusForbidden: the connection's credential does not grant this
+	// op on this tenant. Nothing was read, written or removed, and the
+	// answer is the same whether the key exists or not.
+	StatusForbidden Status = 13
+
+	// LastStatus is the highest status this build knows.
+	LastStatus = StatusForbidden
 )
 
 var statusNames = [...]string{
-	StatusOK:            "OK",
-	StatusNotFound:      "NOT_FOUND",
-	StatusInvalid:       "INVALID",
-	StatusQuotaExceeded: "QUOTA_EXCEEDED",
-	StatusCacheFull:     "CACHE_FULL",
-	StatusIOError:       "IO_ERROR",
-	StatusTimeout:       "TIMEOUT",
-	StatusUnavailable:   "UNAVAILABLE",
-	StatusUnsupported:   "UNSUPPORTED",
-	StatusEpochMismatch: "EPOCH_MISMATCH",
-	StatusTooLarge:      "TOO_LARGE",
-	StatusInternal:      "INTERNAL",
+	StatusOK:              "OK",
+	StatusNotFound:        "NOT_FOUND",
+	StatusInvalid:         "INVALID",
+	StatusQuotaExceeded:   "QUOTA_EXCEEDED",
+	StatusCacheFull:       "CACHE_FULL",
+	StatusIOError:         "IO_ERROR",
+	StatusTimeout:         "TIMEOUT",
+	StatusUnavailable:     "UNAVAILABLE",
+	StatusUnsupported:     "UNSUPPORTED",
+	StatusEpochMismatch:   "EPOCH_MISMATCH",
+	StatusTooLarge:        "TOO_LARGE",
+	StatusInternal:        "INTERNAL",
+	StatusUnauthenticated: "UNAUTHENTICATED",
+	StatusForbidden:       "FORBIDDEN",
 }
 
 // String returns the upper-case name used in logs, metrics labels and the C header.

@@ -85,6 +85,8 @@ extern "C" {
 #define DFKV_EPOCH_MISMATCH 9  /* the node speaks another protocol epoch */
 #define DFKV_TOO_LARGE      10 /* value over max block bytes, or a destination smaller than the stored value */
 #define DFKV_INTERNAL       11 /* a bug inside libdfkv; the message says where */
+#define DFKV_UNAUTHENTICATED 12 /* the node requires a token (token option, DFKV_TOKEN) and refused this one, or none was given */
+#define DFKV_FORBIDDEN      13 /* the token does not grant this op on this namespace's tenant; nothing was done */
 
 /* Opaque client handle. It is a token, not a pointer to memory: never
  * dereference it. NULL is never a valid handle. */

@@ -136,6 +136,9 @@ func embedDefaults(cfg *config.Config, res *config.Resolved) (*config.Config, er
 	if len(sc.Disks) == 0 && sc.RAMWriteMode == "writearound" {
 		return nil, errors.New("embedded store: server.ram_write_mode = writearound sends PUTs to the disk, and there is none (server.disks): use writeback")
 	}
+	if sc.CredentialsFile != "" {
+		return nil, errors.New("embedded store: server.credentials_file is for a node's data port, and an embedded store has none (only this process reaches it): unset it in the embedded configuration")
+	}
 	if res.FromDefault("log.level") {
 		// A library in someone else's process: warnings and errors only,
 		// unless asked (log.level, DFKV_LOG_LEVEL).

@@ -110,10 +110,11 @@ func TestDiskSurvivesReopen(t *testing.T) {
 
 func TestConfigRefusesWhatCannotWork(t *testing.T) {
 	for text, want := range map[string]string{
-		"[server]\nram_tier = 0\n":                     "it would keep nothing",
-		"[server]\nram_write_mode = \"writearound\"\n": "writearound",
-		"[server]\nno_such_setting = 1\n":              "no_such_setting",
-		"[server\n":                                    "TOML",
+		"[server]\nram_tier = 0\n":                       "it would keep nothing",
+		"[server]\nram_write_mode = \"writearound\"\n":   "writearound",
+		"[server]\nno_such_setting = 1\n":                "no_such_setting",
+		"[server\n":                                      "TOML",
+		"[server]\ncredentials_file = \"/etc/c.toml\"\n": "only this process reaches it",
 	} {
 		_, err := embed.Config(text, nil)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -20,6 +20,7 @@ import (
 	"github.com/dfkv/dfkv/engine/ramtier"
 	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/rdma"
+	"github.com/dfkv/dfkv/roles/internal/creds"
 	"github.com/dfkv/dfkv/roles/internal/httpauth"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
 	"github.com/dfkv/dfkv/roles/server/hostcheck"
@@ -37,7 +38,7 @@ func Command() *cli.Command {
 		Usage: "run a cache node: serve blocks from local disks over TCP",
 		Description: "Starts a cache node on --listen with one storage engine per --disks directory.\n" +
 			"With no configuration it serves 127.0.0.1:7600 from ./dfkv-data/disk0.\n" +
-			"SIGTERM or SIGINT stops it gracefully: in-flight requests finish, disks are synced. SIGHUP is logged and ignored.",
+			"SIGTERM or SIGINT stops it gracefully: in-flight requests finish, disks are synced. SIGHUP re-reads server.credentials_file; the rest of the configuration is read only at start.",
 		Flags: config.Flags("server"),
 		Action: func(c *cli.Context) error {
 			cfg, log, done, err := rolekit.LoadExplained(c, "server", ExplainAuto)
@@ -49,6 +50,11 @@ func Command() *cli.Command {
 				// file it names is part of it.
 				if _, err := quota.Load(cfg.Server.TenantQuotasFile, cfg.Server.TenantDefaultQuotaBytes); err != nil {
 					return cli.Exit(fmt.Sprintf("dfkv server: configuration: %v", err), rolekit.ExitConfig)
+				}
+				if f := cfg.Server.CredentialsFile; f != "" {
+					if _, err := creds.LoadTenants(f); err != nil {
+						return cli.Exit(fmt.Sprintf("dfkv server: configuration: server.credentials_file: %v", err), rolekit.ExitConfig)
+					}
 				}
 				return nil
 			}
@@ -121,8 +127,10 @@ type node struct {
 	hln     net.Listener  // HTTP listener; nil without one
 	// httpGuard holds /metrics behind server.http_token_file; nil without one.
 	httpGuard *httpauth.Guard
-	closers   closers
-	failed    bool // the start failed: closers also undo what it created on disk
+	// creds is server.credentials_file as last read; nil: the data port is open.
+	creds   *creds.Watch[creds.Tenants]
+	closers closers
+	failed  bool // the start failed: closers also undo what it created on disk
 }
 
 // closers undo a node's start, last first: on a failed start, and at the
@@ -264,6 +272,9 @@ func (n *node) listen() error {
 // reports about the node and the metrics it exports.
 func (n *node) newServer() error {
 	sc := n.sc
+	if err := n.loadCredentials(); err != nil {
+		return err
+	}
 	rn, err := n.startRDMA()
 	if err != nil {
 		return err
@@ -285,6 +296,7 @@ func (n *node) newServer() error {
 		Shm:             n.shmOptions(),
 		LeaseTTL:        sc.Lease,
 		LeaseMax:        sc.LeaseMax,
+		Credentials:     n.creds,
 	})
 	if err != nil {
 		return err
@@ -308,6 +320,35 @@ func (n *node) newServer() error {
 	if n.tier != nil {
 		return n.prom.Register(&ramCollector{tier: n.tier})
 	}
+	return nil
+}
+
+// loadCredentials reads server.credentials_file, keeps it current (on
+// SIGHUP and when the file changes) while the node runs, and refuses a
+// start whose file is missing or broken.
+func (n *node) loadCredentials() error {
+	path := n.sc.CredentialsFile
+	if path == "" {
+		return nil
+	}
+	w, err := creds.NewWatch(path, "credentials file (server.credentials_file)", creds.LoadTenants, n.log)
+	if err != nil {
+		return fmt.Errorf("server.credentials_file (DFKV_SERVER_CREDENTIALS_FILE): %w", err)
+	}
+	n.creds = w
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx)
+	}()
+	unregister := rolekit.OnSIGHUP(w.Reload)
+	n.closers.add(func() error {
+		unregister()
+		cancel()
+		<-done
+		return nil
+	})
 	return nil
 }
 
@@ -423,8 +464,13 @@ func (n *node) logListening(st engine.Stats) {
 			"write_mode", sc.RAMWriteMode, "put_ack_mode", sc.PutAckMode, "flush_threads", r.FlushThreads,
 			"shards", r.Shards, "flush_queues", r.FlushQueues, "numa", r.NUMA, "read_coalesce", sc.ReadCoalesce == 1)
 	}
+	auth := "open: any client may address every tenant (no server.credentials_file)"
+	if n.creds != nil {
+		auth = fmt.Sprintf("tokens required: %d credentials from %s", n.creds.Current().Len(), n.sc.CredentialsFile)
+	}
 	n.log.Info("dfkv server listening",
 		"id", serverID(n.cfg, n.ln.Addr()),
+		"auth", auth,
 		"listen", n.ln.Addr().String(),
 		"http", sc.HTTPListen,
 		"engine", sc.StoreEngine,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/roles/internal/creds"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/deadline"
 )
@@ -58,6 +59,7 @@ type conn struct {
 	existKeys   []wire.BlockKey
 	existStored []uint64
 	existErrs   []error
+	existIdx    []int32     // with credentials: the request positions of the keys looked up
 	lent        *iobuf.Buf  // buffer lent to the engine by Alloc
 	loan        engine.Loan // bytes the engine lent (valid while onLoan)
 	onLoan      bool
@@ -74,6 +76,8 @@ type conn struct {
 	// socket and has not sent its hello yet.
 	lease     *shmConn
 	needHello bool
+
+	auth connAuth // the token this connection presented (auth.go)
 
 	writeDeadline deadline.Lazy // the socket's write deadline (armWrite)
 	status        wire.Status   // status of the request being answered, for metrics
@@ -453,9 +457,11 @@ func (c *conn) isStopped() bool {
 func (c *conn) onError(err error) {
 	var fe *wire.FrameError
 	if errors.As(err, &fe) {
-		c.s.stats.frameErrors.Add(1)
-		c.s.frameWarn.Warn(c.s.log, time.Now(), "closing connection after malformed request",
-			"remote", c.nc.RemoteAddr().String(), "status", fe.Status.String(), "error", fe.Message)
+		if fe.Status != wire.StatusUnauthenticated { // counted and logged by authFailed
+			c.s.stats.frameErrors.Add(1)
+			c.s.frameWarn.Warn(c.s.log, time.Now(), "closing connection after malformed request",
+				"remote", c.nc.RemoteAddr().String(), "status", fe.Status.String(), "error", fe.Message)
+		}
 		msg := fe.Message
 		if len(msg) > wire.MaxErrorMessage {
 			msg = msg[:wire.MaxErrorMessage]
@@ -613,11 +619,28 @@ func (c *conn) handleOne() error {
 		c.status = wire.StatusOK
 		defer func() { m.observe(h.Op, c.status, start) }()
 	}
+	if c.s.opts.Credentials != nil && requiresAuth(h.Op) {
+		if err := c.authenticated(); err != nil {
+			c.unread = h.BodyLen
+			return err
+		}
+	}
 	eng := c.s.opts.Engine
 	switch h.Op {
 	case wire.OpPing:
 		c.respond(wire.StatusOK, 0, nil)
+	case wire.OpAuth:
+		return c.handleAuth(&h)
 	case wire.OpPut:
+		if !c.allows(h.Key.Tenant, creds.Write) {
+			// The value is read off; the connection stays usable.
+			if _, err := c.br.Discard(int(h.BodyLen)); err != nil {
+				return err
+			}
+			err := c.errForbidden(creds.Write)
+			c.respond(wire.StatusForbidden, 0, err)
+			break
+		}
 		if r := c.s.receiver; r != nil {
 			if dst, loan, ok := r.Receive(h.Key, h.BodyLen); ok {
 				if _, err := io.ReadFull(c.br, dst); err != nil {
@@ -650,6 +673,10 @@ func (c *conn) handleOne() error {
 		c.dropBudget()
 		c.respond(wire.StatusOf(err), 0, err)
 	case wire.OpGet:
+		if !c.allows(h.Key.Tenant, creds.Read) {
+			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Read))
+			break
+		}
 		data, stored, err := c.read(h.Key, h.Offset, h.Length)
 		c.s.pins.read(h.Key) // after the read took its own pin
 		if err != nil {
@@ -662,12 +689,25 @@ func (c *conn) handleOne() error {
 		c.release()
 		return err
 	case wire.OpExist:
+		if !c.allows(h.Key.Tenant, creds.Read) {
+			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Read))
+			break
+		}
 		stored, err := eng.Exist(h.Key)
 		c.respond(wire.StatusOf(err), stored, err)
 	case wire.OpRemove:
+		if !c.allows(h.Key.Tenant, creds.Remove) {
+			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Remove))
+			break
+		}
 		err := eng.Remove(h.Key)
 		c.respond(wire.StatusOf(err), 0, err)
 	case wire.OpStats:
+		if c.s.opts.Credentials != nil && !c.auth.grant.Has(creds.Stats) {
+			c.s.forbid(c, "(stats)", creds.Stats)
+			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Stats))
+			break
+		}
 		body, _ := json.Marshal(c.s.statsReply())
 		c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, BodyLen: uint64(len(body))})
 		c.wbuf = append(c.wbuf, body...)
@@ -764,6 +804,15 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 			start = i + 1
 			continue
 		}
+		if !c.allows(k.Tenant, creds.Write) {
+			store(i) // as for TOO_LARGE: this item's answer, its bytes dropped
+			if _, err := c.br.Discard(int(vl)); err != nil {
+				return err
+			}
+			st[i] = byte(wire.StatusForbidden)
+			start = i + 1
+			continue
+		}
 		if runBytes > 0 && runBytes+vl > c.s.lim.MaxBlockBytes {
 			store(i) // before this item reserves anything: the bound holds
 		}
@@ -841,6 +890,10 @@ func (c *conn) batchGet(h *wire.RequestHeader) error {
 	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: uint64(n)})
 	for i := 0; i < n; i++ {
 		k, off, length := wire.DecodeGetItem(table[i*wire.BatchGetItemLen:])
+		if !c.allows(k.Tenant, creds.Read) {
+			c.wbuf = wire.AppendGetRecord(c.wbuf, wire.StatusForbidden, 0, 0)
+			continue
+		}
 		data, stored, err := c.read(k, off, length)
 		c.s.pins.read(k)
 		if err != nil {
@@ -871,7 +924,11 @@ func (c *conn) batchKeys(h *wire.RequestHeader) error {
 	}
 	for i := 0; i < n; i++ {
 		k := wire.DecodeKeyItem(table[i*wire.BatchKeyItemLen:])
-		c.wbuf = append(c.wbuf, byte(wire.StatusOf(eng.Remove(k))))
+		if !c.allows(k.Tenant, creds.Remove) {
+			c.wbuf = append(c.wbuf, byte(wire.StatusForbidden))
+		} else {
+			c.wbuf = append(c.wbuf, byte(wire.StatusOf(eng.Remove(k))))
+		}
 		if len(c.wbuf) >= flushAt {
 			if err := c.flush(); err != nil {
 				return err
@@ -890,16 +947,40 @@ func (c *conn) existBatch(table []byte, n int, pin bool) error {
 		c.existKeys, c.existStored, c.existErrs = make([]wire.BlockKey, n), make([]uint64, n), make([]error, n)
 	}
 	keys, stored, errs := c.existKeys[:n], c.existStored[:n], c.existErrs[:n]
-	for i := range keys {
-		keys[i] = wire.DecodeKeyItem(table[i*wire.BatchKeyItemLen:])
-	}
-	engine.ExistBatch(c.s.opts.Engine, keys, stored, errs)
-	for i, k := range keys {
-		if errs[i] == nil && pin && c.s.pins != nil {
-			c.s.pins.pin(k)
+	// With credentials, keys of tenants the grant does not cover are not
+	// looked up: idx holds the request position of each key that is.
+	var idx []int32
+	if c.s.opts.Credentials != nil {
+		if cap(c.existIdx) < n {
+			c.existIdx = make([]int32, n)
 		}
-		c.wbuf = wire.AppendExistRecord(c.wbuf, wire.StatusOf(errs[i]), stored[i])
-		errs[i] = nil // hold no error past the request
+		idx = c.existIdx[:0]
+	}
+	m := 0
+	for i := 0; i < n; i++ {
+		k := wire.DecodeKeyItem(table[i*wire.BatchKeyItemLen:])
+		if idx != nil {
+			if !c.allows(k.Tenant, creds.Read) {
+				continue
+			}
+			idx = append(idx, int32(i))
+		}
+		keys[m] = k
+		m++
+	}
+	engine.ExistBatch(c.s.opts.Engine, keys[:m], stored[:m], errs[:m])
+	j := 0 // the next looked-up key
+	for i := 0; i < n; i++ {
+		if idx != nil && (j == len(idx) || idx[j] != int32(i)) {
+			c.wbuf = wire.AppendExistRecord(c.wbuf, wire.StatusForbidden, 0)
+		} else {
+			if errs[j] == nil && pin && c.s.pins != nil {
+				c.s.pins.pin(keys[j])
+			}
+			c.wbuf = wire.AppendExistRecord(c.wbuf, wire.StatusOf(errs[j]), stored[j])
+			errs[j] = nil // hold no error past the request
+			j++
+		}
 		if len(c.wbuf) >= flushAt {
 			if err := c.flush(); err != nil {
 				return err

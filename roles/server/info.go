@@ -64,6 +64,8 @@ type StatsReply struct {
 	RDMA *rdma.NodeStats `json:"rdma,omitempty"`
 	// ObjectStore is the object-store tier's; absent when it is off.
 	ObjectStore *objtier.Stats `json:"object_store,omitempty"`
+	// Auth says whether the data port requires tokens and what it refused.
+	Auth AuthStats `json:"auth"`
 }
 
 // SetInfo records what STATS reports about the node. Call before Serve.
@@ -73,7 +75,7 @@ func (s *Server) SetInfo(n NodeInfo) {
 }
 
 func (s *Server) statsReply() StatsReply {
-	r := StatsReply{Info: s.info, Server: s.Stats(), Engine: s.opts.Engine.Stats(), Shm: s.ShmStats()}
+	r := StatsReply{Info: s.info, Server: s.Stats(), Engine: s.opts.Engine.Stats(), Shm: s.ShmStats(), Auth: s.AuthStats()}
 	if s.pins != nil {
 		st := s.pins.table.Stats()
 		r.Pins = &st

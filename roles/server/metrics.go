@@ -20,7 +20,7 @@ import (
 // numbers are read from engine.Stats at scrape time (the client_golang
 // dbstats-collector pattern), so the engines import no Prometheus.
 type Metrics struct {
-	requests [wire.LastOp + 1][wire.StatusInternal + 1]prometheus.Counter
+	requests [wire.LastOp + 1][wire.LastStatus + 1]prometheus.Counter
 	latency  [wire.LastOp + 1]prometheus.Observer
 }
 
@@ -48,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer, srv *Server, group *engine.Group) (*M
 	}, []string{"op"})
 	for op := wire.OpPing; op <= wire.LastOp; op++ {
 		m.latency[op] = lat.WithLabelValues(op.String())
-		for st := wire.StatusOK; st <= wire.StatusInternal; st++ {
+		for st := wire.StatusOK; st <= wire.LastStatus; st++ {
 			m.requests[op][st] = reqs.WithLabelValues(op.String(), st.String())
 		}
 	}
@@ -61,6 +61,7 @@ func NewMetrics(reg prometheus.Registerer, srv *Server, group *engine.Group) (*M
 		reqs, lat, build,
 		&nodeCollector{srv: srv, group: group},
 		&shmCollector{srv: srv},
+		authCollector{srv: srv},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -74,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer, srv *Server, group *engine.Group) (*M
 
 // observe records one answered request.
 func (m *Metrics) observe(op wire.Op, st wire.Status, start time.Time) {
-	if m == nil || op > wire.LastOp || st > wire.StatusInternal {
+	if m == nil || op > wire.LastOp || st > wire.LastStatus {
 		return
 	}
 	m.requests[op][st].Inc()

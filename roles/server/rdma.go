@@ -35,6 +35,9 @@ func (n *node) startRDMA() (*rdma.Node, error) {
 	if !st.Enabled && prov == nil {
 		return nil, nil
 	}
+	if n.creds != nil {
+		return nil, fmt.Errorf("%s with server.credentials_file: an RDMA client reads the RAM arena one-sided, which no credential can confine to its tenants; turn RDMA off on a node that requires credentials", rdma.EnvSwitch)
+	}
 	opts := rdma.NodeOptions{Provider: prov, Device: st.Device, Engine: n.eng, LeaseTTL: n.sc.Lease, LeaseMax: n.sc.LeaseMax,
 		StagingBytes: n.sc.ShmStagingBytes, MaxBlockBytes: n.sc.MaxBlockBytes, MaxBatchItems: n.sc.MaxBatchItems, Logger: n.log}
 	if n.tier != nil {

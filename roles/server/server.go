@@ -63,6 +63,7 @@ import (
 	"github.com/dfkv/dfkv/engine/objtier"
 	"github.com/dfkv/dfkv/rdma"
 	"github.com/dfkv/dfkv/roles/internal/accept"
+	"github.com/dfkv/dfkv/roles/internal/creds"
 	"github.com/dfkv/dfkv/roles/server/internal/ratelog"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/deadline"
@@ -115,6 +116,13 @@ type Options struct {
 	// node's host (shm.go); nil: off.
 	Shm *ShmOptions
 
+	// Credentials, when set, makes every connection authenticate with a
+	// token before it addresses any tenant, and confines it to what the
+	// token's grant allows (auth.go). Nil: any client may address every
+	// tenant. It excludes Shm and RDMA: a one-sided reader maps the whole
+	// RAM arena, which no grant can confine to its tenants.
+	Credentials *creds.Watch[creds.Tenants]
+
 	// lingerTime overrides the linger's time bound (conn.linger) in
 	// tests; 0 is the lingerTime default.
 	lingerTime time.Duration
@@ -149,14 +157,15 @@ type Server struct {
 	// Per-connection warnings a flood of bad connections could repeat,
 	// logged at most once per ratelog.DefaultEvery each (the counters
 	// count all).
-	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn, refusedWarn, idleCutWarn ratelog.Limiter
-	cutting                                                                      int           // connections closeIdlest closed that have not ended yet (under mu)
-	metrics                                                                      *Metrics      // nil = not exported
-	info                                                                         NodeInfo      // reported by STATS
-	group                                                                        *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
-	obj                                                                          *objtier.Tier // the object-store tier, for its STATS; nil without it
-	shm                                                                          *shmNode      // the shared-memory transport, or nil
-	pins                                                                         *pinSet       // values BATCH_EXIST pinned; nil without a pinning engine or LeaseTTL
+	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn, refusedWarn, idleCutWarn, authWarn, forbidWarn ratelog.Limiter
+	auth                                                                                               authCounters
+	cutting                                                                                            int           // connections closeIdlest closed that have not ended yet (under mu)
+	metrics                                                                                            *Metrics      // nil = not exported
+	info                                                                                               NodeInfo      // reported by STATS
+	group                                                                                              *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
+	obj                                                                                                *objtier.Tier // the object-store tier, for its STATS; nil without it
+	shm                                                                                                *shmNode      // the shared-memory transport, or nil
+	pins                                                                                               *pinSet       // values BATCH_EXIST pinned; nil without a pinning engine or LeaseTTL
 }
 
 // counters are the server's own numbers; engine numbers come from Stats().
@@ -216,6 +225,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.BufferBudget < largest {
 		return nil, fmt.Errorf("server: BufferBudget %d is less than the %d-byte buffer for the largest value", opts.BufferBudget, largest)
+	}
+	if opts.Credentials != nil && (opts.Shm != nil || opts.RDMA != nil) {
+		return nil, errors.New("server: Credentials with shared memory or RDMA: one-sided reads map the whole RAM arena, which no credential can confine to its tenants; turn them off (server.shm_socket, DFKV_RDMA) on a node with server.credentials_file")
 	}
 	lender, _ := opts.Engine.(engine.Lender)
 	receiver, _ := opts.Engine.(engine.Receiver)

@@ -110,6 +110,10 @@ type Options struct {
 	// Close's: an embedded store stops its node there, so whoever holds
 	// only the client still closes the store.
 	AfterClose func() error
+	// Token is presented once on every new connection (AUTH) to nodes
+	// that require credentials; a node without them ignores it. Empty:
+	// no token. The client never logs it.
+	Token string
 	// SharedMemory is ShmAuto (the default: shared memory for nodes on
 	// this host that offer it, TCP otherwise), ShmOff or ShmOn.
 	SharedMemory string

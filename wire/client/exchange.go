@@ -79,6 +79,11 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 		}
 		cc, reused, err := p.get(ctx, deadline)
 		if err != nil {
+			if errors.Is(err, ErrAuth) {
+				// The node is up and refused the token: not a miss to
+				// recompute around, nor a reason to back it off.
+				return err
+			}
 			if !errors.Is(ctx.Err(), context.Canceled) {
 				p.fail(time.Now(), trial, err)
 			}

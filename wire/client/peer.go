@@ -286,7 +286,47 @@ func (p *peer) dialTCP(ctx context.Context, deadline time.Time) (*cconn, error) 
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return &cconn{p: p, nc: nc, br: bufio.NewReaderSize(nc, 64<<10)}, nil
+	cc := &cconn{p: p, nc: nc, br: bufio.NewReaderSize(nc, 64<<10)}
+	if p.opts.Token != "" {
+		if err := cc.authenticate(p.opts.Token, minTime(deadline, time.Now().Add(p.opts.DialTimeout))); err != nil {
+			_ = nc.Close()
+			return nil, err
+		}
+	}
+	return cc, nil
+}
+
+// ErrAuth is wrapped by the error of a call whose connection could not
+// authenticate: the node refused the token, or cannot check one.
+var ErrAuth = errors.New("dfkv authentication failed")
+
+// authenticate presents the client's token on a new connection (AUTH),
+// before anything else is sent on it, within the dial's deadline. A node
+// without credentials accepts any token. A refused token is an error
+// wrapping wire.StatusUnauthenticated, which exchange returns as it is:
+// the node is up, the client is misconfigured.
+func (cc *cconn) authenticate(token string, by time.Time) error {
+	_ = cc.nc.SetDeadline(by)
+	defer func() { _ = cc.nc.SetDeadline(time.Time{}) }()
+	cc.wbuf = wire.AppendRequest(cc.wbuf[:0], &wire.RequestHeader{Op: wire.OpAuth, BodyLen: uint64(len(token))})
+	cc.wbuf = append(cc.wbuf, token...)
+	_, err := cc.nc.Write(cc.wbuf)
+	clear(cc.wbuf) // the token does not linger in the connection's buffer
+	cc.wbuf = cc.wbuf[:0]
+	if err == nil {
+		_, err = cc.readHeader()
+	}
+	cc.got, cc.broken = false, false
+	if err == nil {
+		return nil
+	}
+	switch wire.StatusOf(err) {
+	case wire.StatusUnauthenticated, wire.StatusInvalid:
+		return fmt.Errorf("dfkv node %s refused this client's token (client.token / DFKV_TOKEN): %w: %w", cc.p.addr, ErrAuth, err)
+	case wire.StatusUnsupported:
+		return fmt.Errorf("dfkv node %s predates credentials (it does not know AUTH) and cannot take this client's token: upgrade the node, or unset client.token: %w: %w", cc.p.addr, ErrAuth, err)
+	}
+	return connError(cc.p.addr, fmt.Errorf("authenticating: %w", err))
 }
 
 // put returns a healthy connection to the pool (or closes it when full).
@@ -536,6 +576,9 @@ func (cc *cconn) readHeaderFor(expect uint64) (wire.ResponseHeader, error) {
 	}
 	if h.Status == wire.StatusOK {
 		return h, nil
+	}
+	if h.Status == wire.StatusUnauthenticated {
+		cc.broken = true // the node closes the connection after it
 	}
 	if h.BodyLen > wire.MaxErrorMessage {
 		cc.broken = true

@@ -21,6 +21,8 @@ class Status(enum.IntEnum):
     EPOCH_MISMATCH = 9
     TOO_LARGE = 10
     INTERNAL = 11
+    UNAUTHENTICATED = 12
+    FORBIDDEN = 13
 
 
 class DfkvError(Exception):
@@ -88,9 +90,19 @@ class Internal(DfkvError):
     status = Status.INTERNAL
 
 
+class Unauthenticated(DfkvError, PermissionError):
+    """The node requires a token and refused this one (or none was given)."""
+    status = Status.UNAUTHENTICATED
+
+
+class Forbidden(DfkvError, PermissionError):
+    """The token does not grant this op on this namespace's tenant."""
+    status = Status.FORBIDDEN
+
+
 _BY_STATUS: Dict[int, Type[DfkvError]] = {
     c.status: c for c in (NotFound, InvalidArgument, QuotaExceeded, CacheFull, DfkvIOError, Timeout,
-                          Unavailable, Unsupported, EpochMismatch, TooLarge, Internal)
+                          Unavailable, Unsupported, EpochMismatch, TooLarge, Internal, Unauthenticated, Forbidden)
 }
 
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -74,11 +75,12 @@ func LoadExplained(c *cli.Context, role string, explain func(*config.Config, *co
 // sync that follow can take a while); stop releases the signals and must
 // be deferred.
 //
-// SIGHUP is logged and ignored, as redis does. Its default action ends the
-// process at once: no drain, no flush of the RAM tier, no clean mark, so a
-// slab disk would come back cold. It arrives when the terminal a node was
-// started from closes, or from a habit of "kill -HUP to reload"; dfkv
-// reads its configuration only at start.
+// SIGHUP never ends the process. Its default action would, at once: no
+// drain, no flush of the RAM tier, no clean mark, so a slab disk would
+// come back cold; it arrives when the terminal a node was started from
+// closes, or from a habit of "kill -HUP to reload". It re-reads the files
+// registered with OnSIGHUP (credentials); the rest of the configuration
+// is read only at start, and the log line says so.
 func SignalContext(c *cli.Context, log *slog.Logger) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(c.Context)
 	sigs := make(chan os.Signal, 1)
@@ -91,7 +93,11 @@ func SignalContext(c *cli.Context, log *slog.Logger) (ctx context.Context, stop 
 			case sig := <-sigs:
 				switch {
 				case sig == syscall.SIGHUP:
-					log.Warn("SIGHUP ignored: dfkv reads its configuration only at start; restart it (SIGTERM, then start) to apply changes")
+					if n := reloadAll(); n > 0 {
+						log.Info("SIGHUP: re-reading credentials files; the rest of the configuration is read only at start", "files", n)
+					} else {
+						log.Warn("SIGHUP ignored: dfkv reads its configuration only at start; restart it (SIGTERM, then start) to apply changes")
+					}
 				case stopping:
 					// Said, not silently swallowed: an operator pressing
 					// Ctrl-C again during a long flush learns why the
@@ -112,6 +118,40 @@ func SignalContext(c *cli.Context, log *slog.Logger) (ctx context.Context, stop 
 		close(done)
 		cancel(nil)
 	}
+}
+
+var (
+	reloadMu sync.Mutex
+	reloads  = map[*func()]struct{}{}
+)
+
+// OnSIGHUP registers reload to run when the process gets SIGHUP (under
+// SignalContext) and returns what unregisters it. A role registers the
+// files it can re-read while it runs.
+func OnSIGHUP(reload func()) (unregister func()) {
+	key := &reload
+	reloadMu.Lock()
+	reloads[key] = struct{}{}
+	reloadMu.Unlock()
+	return func() {
+		reloadMu.Lock()
+		delete(reloads, key)
+		reloadMu.Unlock()
+	}
+}
+
+// reloadAll runs every registered reload and says how many ran.
+func reloadAll() int {
+	reloadMu.Lock()
+	fns := make([]func(), 0, len(reloads))
+	for k := range reloads {
+		fns = append(fns, *k)
+	}
+	reloadMu.Unlock()
+	for _, f := range fns {
+		f()
+	}
+	return len(fns)
 }
 
 // Failed logs a role's fatal error as one structured line and returns the
@@ -162,6 +202,7 @@ func OpenClient(cfg *config.Config, log *slog.Logger) (*client.Client, error) {
 		BatchConcurrency: cc.BatchConcurrency,
 		MaxBlockBytes:    cfg.Server.MaxBlockBytes,
 		SharedMemory:     cc.Shm,
+		Token:            cc.Token,
 		Logger:           log,
 	})
 }

@@ -6,12 +6,9 @@
 package quota
 
 import (
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/BurntSushi/toml"
 
@@ -56,7 +53,7 @@ func Load(path string, def uint64) (*engine.Quotas, error) {
 				return nil, bad("tenants must be a table of name = size")
 			}
 			for name, raw := range table {
-				hash, byHash, err := tenantOf(name)
+				hash, byHash, err := wire.ParseTenant(name)
 				if err != nil {
 					return nil, bad("%w", err)
 				}
@@ -80,27 +77,6 @@ func Load(path string, def uint64) (*engine.Quotas, error) {
 	q := engine.NewQuotas(def, limits)
 	q.SetNames(names)
 	return q, nil
-}
-
-// tenantOf is the tenant hash a quotas-file entry names: "0x" and 16 hex
-// digits is the hash itself (byHash), anything else a tenant name, hashed
-// as the client hashes a namespace's tenant.
-func tenantOf(name string) (hash uint64, byHash bool, err error) {
-	if name == "" {
-		return 0, false, errors.New("an empty tenant name")
-	}
-	if h, ok := strings.CutPrefix(name, "0x"); ok && len(h) == 16 {
-		b, err := hex.DecodeString(h)
-		if err != nil {
-			return 0, false, fmt.Errorf("tenant %q: not 16 hex digits: %v", name, err)
-		}
-		var v uint64
-		for _, c := range b {
-			v = v<<8 | uint64(c)
-		}
-		return v, true, nil
-	}
-	return wire.TenantHash([]byte(name)), false, nil
 }
 
 func quotaSize(raw any) (uint64, error) {

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"errors"
 	"fmt"
+	"strconv"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -95,10 +97,15 @@ func (c *conn) allows(tenant uint64, r creds.Right) bool {
 }
 
 // errForbidden is the message of a refused scalar request. It names the
-// credential and the right, not the key: whether the key exists is the
-// tenant's business.
-func (c *conn) errForbidden(r creds.Right) error {
-	return fmt.Errorf("credential %q does not grant %s on this key's tenant: %w", c.auth.grant.Name, rightName(r), wire.StatusForbidden)
+// credential, the right and the tenant the client addressed (its own
+// namespace's, which it knows), not the key: whether the key exists is
+// the tenant's business.
+func (c *conn) errForbidden(r creds.Right, tenant uint64) error {
+	what := fmt.Sprintf("tenant 0x%016x", tenant)
+	if r == creds.Stats {
+		what = "this node"
+	}
+	return errors.New("credential " + strconv.Quote(c.auth.grant.Name) + " does not grant " + rightName(r) + " on " + what)
 }
 
 func rightName(r creds.Right) string {

@@ -429,3 +429,79 @@ func TestCredentialsExcludeOneSidedReads(t *testing.T) {
 		t.Fatalf("credentials with shared memory: %v", err)
 	}
 }
+
+// BenchmarkAuthCost measures what credentials cost a request: GET of a
+// 4 KiB value and EXIST, each on two nodes over a memory engine, one open
+// and one requiring tokens, through the Go client on loopback. The two are
+// interleaved in rounds of 2000 requests within one run, so the machine's
+// drift falls on both; auth/open is the ratio of time per request.
+//
+//	go test ./roles/server -run '^$' -bench AuthCost -benchtime 200000x
+func BenchmarkAuthCost(b *testing.B) {
+	for _, op := range []string{"GET", "EXIST"} {
+		b.Run(op, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "c.toml")
+			_ = os.WriteFile(path, []byte(credentialsText(aliceToken)), 0o600)
+			w, err := creds.NewWatch(path, "credentials file", creds.LoadTenants, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			val := bytes.Repeat([]byte("v"), 4096)
+			var cls [2]*client.Client
+			for i, opts := range []func(*Options){nil, func(o *Options) { o.Credentials = w }} {
+				ln, _ := net.Listen("tcp", "127.0.0.1:0")
+				o := Options{Engine: newMemEngine(), Listener: ln, MaxBlockBytes: testMaxBlock}
+				if opts != nil {
+					opts(&o)
+				}
+				srv, err := New(o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sctx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- srv.Serve(sctx) }()
+				b.Cleanup(func() { cancel(); <-done })
+				cl, err := client.Open(client.Options{Members: []string{ln.Addr().String()}, Namespace: []byte("acme"), Token: aliceToken, SharedMemory: client.ShmOff})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { cl.Close() })
+				if err := cl.Put(ctx, []byte("k"), val); err != nil {
+					b.Fatal(err)
+				}
+				cls[i] = cl
+			}
+			buf := make([]byte, 4096)
+			var spent [2]time.Duration
+			var count [2]int
+			const round = 2000
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				for i, cl := range cls {
+					n := min(round, b.N-done)
+					start := time.Now()
+					for range n {
+						var err error
+						if op == "GET" {
+							_, _, err = cl.Get(ctx, []byte("k"), buf)
+						} else {
+							_, err = cl.Exist(ctx, []byte("k"))
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+					spent[i] += time.Since(start)
+					count[i] += n
+				}
+				done += min(round, b.N-done)
+			}
+			open, auth := float64(spent[0])/float64(count[0]), float64(spent[1])/float64(count[1])
+			b.ReportMetric(open, "open-ns/op")
+			b.ReportMetric(auth, "auth-ns/op")
+			b.ReportMetric(auth/open, "auth/open")
+		})
+	}
+}

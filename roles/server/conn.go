@@ -637,7 +637,7 @@ func (c *conn) handleOne() error {
 			if _, err := c.br.Discard(int(h.BodyLen)); err != nil {
 				return err
 			}
-			err := c.errForbidden(creds.Write)
+			err := c.errForbidden(creds.Write, h.Key.Tenant)
 			c.respond(wire.StatusForbidden, 0, err)
 			break
 		}
@@ -674,7 +674,7 @@ func (c *conn) handleOne() error {
 		c.respond(wire.StatusOf(err), 0, err)
 	case wire.OpGet:
 		if !c.allows(h.Key.Tenant, creds.Read) {
-			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Read))
+			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Read, h.Key.Tenant))
 			break
 		}
 		data, stored, err := c.read(h.Key, h.Offset, h.Length)
@@ -690,14 +690,14 @@ func (c *conn) handleOne() error {
 		return err
 	case wire.OpExist:
 		if !c.allows(h.Key.Tenant, creds.Read) {
-			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Read))
+			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Read, h.Key.Tenant))
 			break
 		}
 		stored, err := eng.Exist(h.Key)
 		c.respond(wire.StatusOf(err), stored, err)
 	case wire.OpRemove:
 		if !c.allows(h.Key.Tenant, creds.Remove) {
-			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Remove))
+			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Remove, h.Key.Tenant))
 			break
 		}
 		err := eng.Remove(h.Key)
@@ -705,7 +705,7 @@ func (c *conn) handleOne() error {
 	case wire.OpStats:
 		if c.s.opts.Credentials != nil && !c.auth.grant.Has(creds.Stats) {
 			c.s.forbid(c, "(stats)", creds.Stats)
-			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Stats))
+			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Stats, 0))
 			break
 		}
 		body, _ := json.Marshal(c.s.statsReply())

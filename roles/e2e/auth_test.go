@@ -114,7 +114,9 @@ func TestCredentialsProcess(t *testing.T) {
 	// SIGHUP: alice is withdrawn, carol added.
 	write(credential("bob", bobTok, "globex", "read", "write", "remove", "stats") + credential("carol", carolTok, "acme", "read", "write"))
 	_ = srv.cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, "the reload", 10*time.Second, func() bool { return strings.Contains(srv.logs.String(), "credentials file (server.credentials_file) reloaded") })
+	waitFor(t, "the reload", 10*time.Second, func() bool {
+		return strings.Contains(srv.logs.String(), "credentials file (server.credentials_file) reloaded")
+	})
 	if code, _, errs := ctl(aliceTok, "acme", []byte("x"), "put", "a", "-"); code == 0 || !strings.Contains(errs, "UNAUTHENTICATED") {
 		t.Fatalf("a withdrawn token (exit %d): %s", code, errs)
 	}

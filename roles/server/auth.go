@@ -3,8 +3,8 @@ package server
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"

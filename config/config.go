@@ -104,6 +104,7 @@ type Server struct {
 	TenantQuotasFile        string // TOML file of per-tenant quotas; empty = none
 	TenantDefaultQuotaBytes uint64 // quota of tenants the file does not list; 0 = unlimited
 	CredentialsFile         string // tenant credentials clients authenticate against; empty = open
+	MDSToken                string // secret presented to the MDS when registering; never printed
 }
 
 // Client configures the tools' (and embedders') view of a cluster.
@@ -126,6 +127,10 @@ type MDS struct {
 	Listen        string
 	HTTPListen    string
 	HTTPTokenFile string   // bearer token /members and /metrics require; empty = none
+	// NodeCredentialsFile binds tokens to the node ids they may register;
+	// empty = any client may register, replace or remove any node.
+	NodeCredentialsFile string
+	MembersNeedToken    int // 1 = MEMBERS requires a credential with members = true
 	EtcdEndpoints []string // empty = bbolt at DBPath
 	EtcdPrefix    string
 	DBPath        string

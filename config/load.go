@@ -309,6 +309,9 @@ func crossCheck(cfg *Config, bit role) []error {
 		if sc.S3Endpoint != "" && sc.S3Write == "sync" && sc.RAMTier == 1 && sc.RAMWriteMode == "writeback" && sc.PutAckMode == "ram" {
 			errs = append(errs, errors.New("server.s3_write = sync acknowledges a PUT only once its object is stored, but the RAM tier acknowledges write-back PUTs from RAM: set server.put_ack_mode = disk (or s3_write = async)"))
 		}
+		if sc.MDSToken != "" && len(sc.MDS) == 0 {
+			errs = append(errs, errors.New("server.mds_token is set but server.mds is empty: the token is for registering with an MDS; set server.mds or unset the token"))
+		}
 		if sc.CredentialsFile != "" && sc.ShmSocket != "" {
 			errs = append(errs, errors.New("server.credentials_file and server.shm_socket cannot be on together: a shared-memory client maps the whole RAM arena, which no credential can confine to its tenants; unset server.shm_socket (DFKV_SERVER_SHM_SOCKET) on a node that requires credentials"))
 		}
@@ -325,6 +328,9 @@ func crossCheck(cfg *Config, bit role) []error {
 		if len(sc.MDS) > 0 && sc.AdvertiseAddr == "" && unspecifiedHost(sc.Listen) {
 			errs = append(errs, fmt.Errorf("server.listen (DFKV_SERVER_LISTEN) %s is not an address clients can dial, and the node registers with the MDS (server.mds): set server.advertise_addr (DFKV_SERVER_ADVERTISE_ADDR) to the address clients should use", Echo(sc.Listen)))
 		}
+	}
+	if bit&roleMDS != 0 && cfg.MDS.MembersNeedToken == 1 && cfg.MDS.NodeCredentialsFile == "" {
+		errs = append(errs, errors.New("mds.members_need_token = 1 needs mds.node_credentials_file (DFKV_MDS_NODE_CREDENTIALS_FILE): the credentials with members = true are listed there"))
 	}
 	if bit&roleMDS != 0 && sameListener(cfg.MDS.Listen, cfg.MDS.HTTPListen) {
 		errs = append(errs, fmt.Errorf("mds.http_listen (DFKV_MDS_HTTP_LISTEN) %s takes the port of mds.listen (DFKV_MDS_LISTEN) %s; give the HTTP endpoints a port of their own", Echo(cfg.MDS.HTTPListen), Echo(cfg.MDS.Listen)))

@@ -188,6 +188,12 @@ var settings = []setting{
 		value: listValue{field: func(c *Config) *[]string { return &c.Server.MDS }, ok: checkAddrs, text: "empty, or host:port addresses, none named twice", optional: true},
 	},
 	{
+		key: "server.mds_token", roles: roleServer,
+		def:   "",
+		help:  "secret token the node presents to the MDS (server.mds) when it registers, for an MDS with mds.node_credentials_file; never printed; empty: none",
+		value: secretValue{field: func(c *Config) *string { return &c.Server.MDSToken }},
+	},
+	{
 		key: "server.disks", oldEnv: "DFKV_DISKS", oldFlag: "disk", roles: roleServer,
 		def:   "./dfkv-data/disk0",
 		help:  "data directories, one per disk (env: comma list; flag: repeat it)",
@@ -560,6 +566,18 @@ var settings = []setting{
 		def:   "",
 		help:  "file whose first line is a bearer token that /members and /metrics then require; /healthz and /readyz stay open for probes; reread when it changes; empty: no token",
 		value: stringValue{field: func(c *Config) *string { return &c.MDS.HTTPTokenFile }, ok: func(string) error { return nil }, text: "a file path, or empty"},
+	},
+	{
+		key: "mds.node_credentials_file", roles: roleMDS,
+		def:   "",
+		help:  "TOML file of [[credential]] tables (token_sha256, nodes = node id patterns, members) without which no node may register, heartbeat or deregister; reread on SIGHUP and when it changes; empty: any client may register, replace or remove any node",
+		value: stringValue{field: func(c *Config) *string { return &c.MDS.NodeCredentialsFile }, ok: func(string) error { return nil }, text: "a file path, or empty"},
+	},
+	{
+		key: "mds.members_need_token", roles: roleMDS,
+		def:   "0",
+		help:  "1: MEMBERS (the member list clients route by) requires a token whose credential in mds.node_credentials_file has members = true; the flag alone means 1",
+		value: onOffValue{field: func(c *Config) *int { return &c.MDS.MembersNeedToken }},
 	},
 	{
 		key: "mds.etcd_endpoints", oldEnv: "DFKV_ETCD_ENDPOINTS", oldFlag: "etcd", roles: roleMDS,

@@ -17,6 +17,10 @@ import (
 //	length   MDS_MEMBERS: the epoch the caller already knows (0 = none)
 //	body len bytes of a JSON body (MDSRequest), at most MaxMDSRequest
 //
+// An MDS that requires credentials answers a request without an accepted
+// token UNAUTHENTICATED, and one whose credential does not cover the node
+// id (or MEMBERS) FORBIDDEN.
+//
 // Response prefix: epoch 8, status, stored = the directory's epoch, body =
 // JSON (MDSReply) or, for a non-OK status, a message. A MEMBERS reply whose
 // epoch equals the known epoch carries no body ("unchanged"). A member list
@@ -59,6 +63,11 @@ type MDSRequest struct {
 	Group  string      `json:"group"`
 	Member *MemberInfo `json:"member,omitempty"` // REGISTER
 	ID     string      `json:"id,omitempty"`     // HEARTBEAT, DEREGISTER
+	// Token is the caller's secret, for an MDS that requires node
+	// credentials (REGISTER, HEARTBEAT, DEREGISTER) or a token for
+	// MEMBERS; an MDS without them ignores it. It is sent with every
+	// request (control requests are few) and never logged.
+	Token string `json:"token,omitempty"`
 }
 
 // MDSReply is the JSON body of a control reply.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/client"
 )
 
 const (
@@ -134,6 +138,92 @@ func TestCredentialsProcess(t *testing.T) {
 	for _, tok := range []string{aliceTok, bobTok, carolTok} {
 		if strings.Contains(srv.logs.String(), tok) {
 			t.Fatalf("the node logged a token:\n%s", srv.logs.String())
+		}
+	}
+}
+
+// TestSecuredClusterProcesses: an MDS process with node credentials and
+// a member list that needs a token, two node processes that require
+// tenant tokens and register with their own node tokens. A rogue REGISTER
+// (the heaviest weight, to take every key), a REGISTER that reuses a live
+// node's id, and a DEREGISTER of another host's node are refused, and a
+// tool holding the one token its team was given works through the MDS.
+func TestSecuredClusterProcesses(t *testing.T) {
+	const (
+		hostA  = "host-a-node-token-0123456789"
+		hostB  = "host-b-node-token-0123456789"
+		team   = "team-token-for-ctl-0123456789"
+		nobody = "rogue-token-0123456789abcdef"
+	)
+	dir := t.TempDir()
+	sum := func(tok string) string { s := sha256.Sum256([]byte(tok)); return hex.EncodeToString(s[:]) }
+	nodeCreds := filepath.Join(dir, "nodes.toml")
+	if err := os.WriteFile(nodeCreds, []byte(fmt.Sprintf(
+		"[[credential]]\nname = \"host-a\"\ntoken_sha256 = %q\nnodes = [\"a-*\"]\n\n"+
+			"[[credential]]\nname = \"host-b\"\ntoken_sha256 = %q\nnodes = [\"b-*\"]\n\n"+
+			"[[credential]]\nname = \"team\"\ntoken_sha256 = %q\nmembers = true\n", sum(hostA), sum(hostB), sum(team))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tenantCreds := filepath.Join(dir, "tenants.toml")
+	if err := os.WriteFile(tenantCreds, []byte(credential("team", team, "dfkv-tools", "read", "write", "remove")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mdsAddr, mdsHTTP := freePort(t), freePort(t)
+	mds := startChild(t, "mds", "http://"+mdsHTTP+"/readyz", "mds", "--listen", mdsAddr, "--http-listen", mdsHTTP,
+		"--db-path", filepath.Join(dir, "mds.db"), "--heartbeat-ttl-ms", "3000",
+		"--node-credentials-file", nodeCreds, "--members-need-token")
+	addrs := map[string]string{}
+	for id, tok := range map[string]string{"a-1": hostA, "b-1": hostB} {
+		addr, httpAddr := freePort(t), freePort(t)
+		addrs[id] = addr
+		startChild(t, id, "http://"+httpAddr+"/readyz", "server", "--listen", addr, "--http-listen", httpAddr,
+			"--disks", filepath.Join(dir, id), "--disk-capacity-bytes", "1GiB", "--mds", mdsAddr, "--id", id,
+			"--mds-token", tok, "--credentials-file", tenantCreds)
+	}
+	waitFor(t, "both nodes registered", 30*time.Second, func() bool { return len(mdsMembers(t, mdsHTTP)) == 2 })
+
+	ctx := context.Background()
+	mc, err := client.NewMDSClient([]string{mdsAddr}, "default", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue := wire.MemberInfo{ID: "rogue", Addr: "127.0.0.1:1", Weight: 1000, CapacityBytes: 1 << 40}
+	for _, tok := range []string{"", nobody, hostB} {
+		mc.SetToken(tok)
+		if _, err := mc.Register(ctx, rogue); err == nil {
+			t.Fatalf("a rogue REGISTER with token %q was taken", tok)
+		}
+	}
+	mc.SetToken(hostB)
+	twin := wire.MemberInfo{ID: "a-1", Addr: "127.0.0.1:2", Weight: 1000, CapacityBytes: 1 << 40}
+	if _, err := mc.Register(ctx, twin); !errors.Is(err, wire.StatusForbidden) {
+		t.Fatalf("host-b replacing host-a's node: %v", err)
+	}
+	if err := mc.Deregister(ctx, "a-1"); !errors.Is(err, wire.StatusForbidden) {
+		t.Fatalf("host-b removing host-a's node: %v", err)
+	}
+	if got := strings.Join(mdsMembers(t, mdsHTTP), ","); got != "a-1,b-1" {
+		t.Fatalf("members after the attempts: %s", got)
+	}
+
+	if code, _, errs := dfkv(t, nil, "ctl", "--mds", mdsAddr, "members"); code == 0 || !strings.Contains(errs, "UNAUTHENTICATED") {
+		t.Fatalf("a tool without a token asking the MDS (exit %d): %s", code, errs)
+	}
+	for i := range 20 {
+		k := fmt.Sprintf("k%d", i)
+		if code, _, errs := dfkv(t, []byte("v-"+k), "ctl", "--mds", mdsAddr, "--token", team, "put", k, "-"); code != 0 {
+			t.Fatalf("PUT %s through the MDS (exit %d): %s", k, code, errs)
+		}
+	}
+	for i := range 20 {
+		k := fmt.Sprintf("k%d", i)
+		if code, out, errs := dfkv(t, nil, "ctl", "--mds", mdsAddr, "--token", team, "get", k, "-"); code != 0 || string(out) != "v-"+k {
+			t.Fatalf("GET %s through the MDS (exit %d): %q %s", k, code, out, errs)
+		}
+	}
+	for _, tok := range []string{hostA, hostB, team} {
+		if strings.Contains(mds.logs.String(), tok) {
+			t.Fatal("the MDS logged a token")
 		}
 	}
 }

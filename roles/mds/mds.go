@@ -64,6 +64,7 @@ import (
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/roles/internal/creds"
 	"github.com/dfkv/dfkv/roles/internal/httpauth"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
 	"github.com/dfkv/dfkv/wire"
@@ -121,6 +122,17 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 			return err
 		}
 	}
+	var nodeCreds *creds.Watch[creds.Nodes]
+	if path := mc.NodeCredentialsFile; path != "" {
+		var err error
+		if nodeCreds, err = creds.NewWatch(path, "node credentials file (mds.node_credentials_file)", creds.LoadNodes, log); err != nil {
+			return fmt.Errorf("mds.node_credentials_file (DFKV_MDS_NODE_CREDENTIALS_FILE): %w", err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go nodeCreds.Run(wctx)
+		defer rolekit.OnSIGHUP(nodeCreds.Reload)()
+	}
 	var expiries atomic.Uint64
 	var dir Directory
 	var backend string
@@ -152,7 +164,8 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		}
 	}
 	probe := &probeCache{dir: dir, ttl: mc.ProbeCache}
-	cs := &controlServer{dir: dir, ln: ln, log: log, ttl: mc.HeartbeatTTL, firstReq: mc.FirstRequest, backendDown: probe.down}
+	cs := &controlServer{dir: dir, ln: ln, log: log, ttl: mc.HeartbeatTTL, firstReq: mc.FirstRequest, backendDown: probe.down,
+		creds: nodeCreds, membersNeedToken: mc.MembersNeedToken == 1}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), &mdsCollector{cs: cs, dir: dir, group: cfg.Group, probe: probe, expiries: &expiries, backend: backend})
@@ -177,7 +190,14 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if backend == "etcd" {
 		store = []any{"etcd", mc.EtcdEndpoints, "etcd_prefix", mc.EtcdPrefix}
 	}
-	log.Info("dfkv mds listening", append([]any{"listen", ln.Addr().String(), "http", mc.HTTPListen, "backend", backend},
+	auth := "open: any client may register, replace or remove any node (no mds.node_credentials_file)"
+	if nodeCreds != nil {
+		auth = fmt.Sprintf("node tokens required: %d credentials from %s", nodeCreds.Current().Len(), mc.NodeCredentialsFile)
+		if cs.membersNeedToken {
+			auth += "; MEMBERS too"
+		}
+	}
+	log.Info("dfkv mds listening", append([]any{"listen", ln.Addr().String(), "http", mc.HTTPListen, "backend", backend, "auth", auth},
 		append(store, "heartbeat_ttl", mc.HeartbeatTTL.String(), "group", cfg.Group)...)...)
 	if backend == "etcd" {
 		go watchBackend(ctx, probe, backendCheckEvery, log)
@@ -326,11 +346,14 @@ var (
 	descBackend  = prometheus.NewDesc("dfkv_mds_backend_up", "1 if the last (debounced) backend probe succeeded.", []string{"backend"}, nil)
 	descFirstReq = prometheus.NewDesc("dfkv_mds_first_request_timeouts_total", "Control connections closed by the first-request deadline.", nil, nil)
 	descStale    = prometheus.NewDesc("dfkv_mds_stale_member_replies_total", "MEMBERS requests answered with the last member list this MDS served because the backend (etcd) failed.", nil, nil)
+	descUnauth   = prometheus.NewDesc("dfkv_mds_unauthenticated_total", "Control requests refused for a missing or unknown token (mds.node_credentials_file).", nil, nil)
+	descForbid   = prometheus.NewDesc("dfkv_mds_forbidden_total", "Control requests refused because the token's credential does not cover the node id, or MEMBERS.", nil, nil)
+	descDupIDs   = prometheus.NewDesc("dfkv_mds_duplicate_id_total", "REGISTERs refused because a live member holds the id at another address (two nodes share a server.id, or a node moved before its old registration lapsed).", nil, nil)
 	descAcceptEr = prometheus.NewDesc("dfkv_mds_accept_errors_total", "Accept failures the MDS waited out and retried (out of file descriptors or kernel memory, or a handshake that failed).", nil, nil)
 )
 
 func (c *mdsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMembers, descEpoch, descRegs, descDeregs, descExpiries, descBackend, descFirstReq, descAcceptEr, descStale} {
+	for _, d := range []*prometheus.Desc{descMembers, descEpoch, descRegs, descDeregs, descExpiries, descBackend, descFirstReq, descAcceptEr, descStale, descUnauth, descForbid, descDupIDs} {
 		ch <- d
 	}
 }
@@ -353,4 +376,7 @@ func (c *mdsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descFirstReq, prometheus.CounterValue, float64(c.cs.firstReqTimeouts.Load()))
 	ch <- prometheus.MustNewConstMetric(descAcceptEr, prometheus.CounterValue, float64(c.cs.acceptErrors.Load()))
 	ch <- prometheus.MustNewConstMetric(descStale, prometheus.CounterValue, float64(c.cs.staleReplies.Load()))
+	ch <- prometheus.MustNewConstMetric(descUnauth, prometheus.CounterValue, float64(c.cs.unauthenticated.Load()))
+	ch <- prometheus.MustNewConstMetric(descForbid, prometheus.CounterValue, float64(c.cs.forbidden.Load()))
+	ch <- prometheus.MustNewConstMetric(descDupIDs, prometheus.CounterValue, float64(c.cs.duplicateIDs.Load()))
 }

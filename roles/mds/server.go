@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dfkv/dfkv/roles/internal/accept"
+	"github.com/dfkv/dfkv/roles/internal/creds"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -31,6 +32,11 @@ type controlServer struct {
 	// MEMBERS answers no "unchanged": a client that holds a list is sent
 	// to its next MDS, a starting one gets the backend's list or the last.
 	backendDown func() bool
+	// creds, when set, binds REGISTER, HEARTBEAT and DEREGISTER to the
+	// node ids a token's credential lists (auth.go); membersNeedToken
+	// also requires one with members = true for MEMBERS.
+	creds            *creds.Watch[creds.Nodes]
+	membersNeedToken bool
 
 	wg    sync.WaitGroup
 	mu    sync.Mutex
@@ -49,6 +55,9 @@ type controlServer struct {
 	frameErrors      atomic.Uint64
 	acceptErrors     atomic.Uint64
 	staleReplies     atomic.Uint64 // MEMBERS answered from the last list while the backend failed
+	unauthenticated  atomic.Uint64 // requests without an accepted token, with credentials on
+	forbidden        atomic.Uint64 // requests whose credential does not cover the node id or MEMBERS
+	duplicateIDs     atomic.Uint64 // REGISTERs refused: a live member holds the id at another address
 }
 
 // serve accepts until ctx ends, then closes every connection (control
@@ -194,6 +203,9 @@ func (s *controlServer) do(ctx context.Context, op wire.Op, known uint64, body [
 	if err := wire.ValidateGroup(req.Group); err != nil {
 		return wire.StatusInvalid, 0, []byte(err.Error())
 	}
+	if st, msg := s.authorize(op, &req); st != wire.StatusOK {
+		return st, 0, []byte(msg)
+	}
 	switch op {
 	case wire.OpMDSRegister:
 		return s.register(ctx, req)
@@ -220,6 +232,9 @@ func (s *controlServer) register(ctx context.Context, req wire.MDSRequest) (wire
 	m := *req.Member
 	if err := validateMember(m); err != nil {
 		return failed(0, err)
+	}
+	if st, msg := s.duplicate(ctx, req.Group, m); st != wire.StatusOK {
+		return st, 0, []byte(msg)
 	}
 	epoch, err := s.dir.Register(ctx, req.Group, m)
 	if err != nil {

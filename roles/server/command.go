@@ -502,6 +502,7 @@ func (n *node) register(ctx context.Context, capacity uint64) error {
 	if err != nil {
 		return fmt.Errorf("server.mds (DFKV_SERVER_MDS): %w", err)
 	}
+	mc.SetToken(sc.MDSToken)
 	info := wire.MemberInfo{
 		ID: serverID(n.cfg, n.ln.Addr()), Addr: addr, Weight: sc.Weight, Disks: sc.Disks,
 		CapacityBytes: capacity, Version: version.Version,

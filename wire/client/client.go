@@ -207,6 +207,7 @@ func Open(opts Options) (*Client, error) {
 		if c.mds, err = NewMDSClient(opts.MDS, opts.Group, opts.Dialer, opts.DialTimeout+opts.Timeout); err != nil {
 			return nil, fmt.Errorf("client: %w", err)
 		}
+		c.mds.SetToken(opts.Token) // an MDS may require one for MEMBERS
 		ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 		defer cancel()
 		epoch, members, _, err := c.mds.Members(ctx, 0)

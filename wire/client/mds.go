@@ -23,6 +23,7 @@ type MDSClient struct {
 	group   string
 	dialer  Dialer
 	timeout time.Duration
+	token   string // sent with each request (SetToken); never logged
 
 	mu   sync.Mutex
 	next int
@@ -53,11 +54,15 @@ func NewMDSClient(addrs []string, group string, dialer Dialer, timeout time.Dura
 // Group is the group this client speaks for.
 func (m *MDSClient) Group() string { return m.group }
 
+// SetToken sets the token sent with every request, for an MDS that
+// requires credentials. Call it before the client is used.
+func (m *MDSClient) SetToken(token string) { m.token = token }
+
 // Register adds or refreshes info in the directory and returns the reply
 // (epoch and the heartbeat TTL the node must keep).
 func (m *MDSClient) Register(ctx context.Context, info wire.MemberInfo) (wire.MDSReply, error) {
 	var rep wire.MDSReply
-	_, err := m.call(ctx, wire.OpMDSRegister, 0, wire.MDSRequest{Group: m.group, Member: &info}, &rep)
+	_, err := m.call(ctx, wire.OpMDSRegister, 0, wire.MDSRequest{Group: m.group, Member: &info, Token: m.token}, &rep)
 	return rep, err
 }
 
@@ -68,7 +73,7 @@ func (m *MDSClient) Register(ctx context.Context, info wire.MemberInfo) (wire.MD
 // again.
 func (m *MDSClient) Heartbeat(ctx context.Context, id string) (wire.MDSReply, error) {
 	var rep wire.MDSReply
-	epoch, err := m.call(ctx, wire.OpMDSHeartbeat, 0, wire.MDSRequest{Group: m.group, ID: id}, &rep)
+	epoch, err := m.call(ctx, wire.OpMDSHeartbeat, 0, wire.MDSRequest{Group: m.group, ID: id, Token: m.token}, &rep)
 	if rep.Epoch == 0 {
 		rep.Epoch = epoch
 	}
@@ -77,7 +82,7 @@ func (m *MDSClient) Heartbeat(ctx context.Context, id string) (wire.MDSReply, er
 
 // Deregister removes id (a node stopping gracefully).
 func (m *MDSClient) Deregister(ctx context.Context, id string) error {
-	_, err := m.call(ctx, wire.OpMDSDeregister, 0, wire.MDSRequest{Group: m.group, ID: id}, nil)
+	_, err := m.call(ctx, wire.OpMDSDeregister, 0, wire.MDSRequest{Group: m.group, ID: id, Token: m.token}, nil)
 	return err
 }
 
@@ -86,7 +91,7 @@ func (m *MDSClient) Deregister(ctx context.Context, id string) error {
 func (m *MDSClient) Members(ctx context.Context, known uint64) (epoch uint64, members []wire.MemberInfo, changed bool, err error) {
 	var rep wire.MDSReply
 	rep.Epoch = known
-	epoch, err = m.call(ctx, wire.OpMDSMembers, known, wire.MDSRequest{Group: m.group}, &rep)
+	epoch, err = m.call(ctx, wire.OpMDSMembers, known, wire.MDSRequest{Group: m.group, Token: m.token}, &rep)
 	if err != nil {
 		return 0, nil, false, err
 	}

@@ -152,3 +152,56 @@ func TestWatchReloadsAndKeepsTheLastGoodReading(t *testing.T) {
 		t.Fatal("a fixed file was not reloaded")
 	}
 }
+
+func TestLoadNodes(t *testing.T) {
+	path := writeFile(t, t.TempDir(), fmt.Sprintf(`
+[[credential]]
+name = "rack-a"
+token_sha256 = %q
+nodes = ["rack-a-*", "spare/10.0.0.9:7600"]
+
+[[credential]]
+name = "engines"
+token_sha256 = %q
+members = true
+`, sumHex("rack-a-token-000001"), sumHex("engine-token-000002")))
+	ns, err := LoadNodes(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ns.Lookup(SumOf([]byte("rack-a-token-000001")))
+	for id, want := range map[string]bool{"rack-a-1": true, "rack-a-host/10.0.0.1:7600": true, "rack-a-": true,
+		"spare/10.0.0.9:7600": true, "spare/10.0.0.9:7601": false, "rack-b-1": false, "xrack-a-1": false} {
+		if a.MayRegister(id) != want {
+			t.Errorf("rack-a MayRegister(%q) = %v", id, !want)
+		}
+	}
+	if a.Members {
+		t.Error("members granted without being listed")
+	}
+	e := ns.Lookup(SumOf([]byte("engine-token-000002")))
+	if !e.Members || e.MayRegister("rack-a-1") {
+		t.Error("a members-only credential")
+	}
+	for _, body := range []string{
+		"[[credential]]\ntoken_sha256 = \"" + sumHex("x-token-00000001") + "\"\n",
+		"[[credential]]\ntoken_sha256 = \"" + sumHex("x-token-00000001") + "\"\nnodes = [\"\"]\n",
+		"[[credential]]\ntoken_sha256 = \"" + sumHex("x-token-00000001") + "\"\nnodes = [\"a\"]\ntenants = [\"b\"]\n",
+	} {
+		if _, err := LoadNodes(writeFile(t, t.TempDir(), body)); err == nil {
+			t.Errorf("accepted %q", body)
+		}
+	}
+}
+
+func TestGlobMatch(t *testing.T) {
+	for _, c := range []struct {
+		p, s string
+		want bool
+	}{{"*", "", true}, {"*", "anything/at:all", true}, {"a*c", "abbbc", true}, {"a*c", "ab", false},
+		{"*-gpu-*", "rack1-gpu-7", true}, {"*-gpu-*", "rack1-cpu-7", false}, {"exact", "exact", true}, {"exact", "exactly", false}} {
+		if globMatch(c.p, c.s) != c.want {
+			t.Errorf("globMatch(%q, %q) != %v", c.p, c.s, c.want)
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package creds
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// NodeGrant is what one MDS credential may do: register, heartbeat and
+// deregister the node ids its patterns match, and read the member list.
+type NodeGrant struct {
+	Name    string
+	nodes   []string // patterns; '*' matches any run of bytes
+	Members bool
+}
+
+// MayRegister reports whether g may register, renew or remove node id.
+func (g *NodeGrant) MayRegister(id string) bool {
+	for _, p := range g.nodes {
+		if globMatch(p, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// globMatch matches s against a pattern whose only special byte is '*',
+// which matches any run of bytes ('/' included: node ids often hold an
+// address).
+func globMatch(pattern, s string) bool {
+	head, rest, ok := strings.Cut(pattern, "*")
+	if !ok {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, head) {
+		return false
+	}
+	s = s[len(head):]
+	for i := 0; i <= len(s); i++ {
+		if globMatch(rest, s[i:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// Nodes is one reading of an MDS's node credentials file.
+type Nodes struct {
+	Path   string
+	grants map[Sum]*NodeGrant
+}
+
+// Lookup returns the grant of the token whose hash is sum, or nil.
+func (n *Nodes) Lookup(sum Sum) *NodeGrant { return n.grants[sum] }
+
+// Len is the number of credentials.
+func (n *Nodes) Len() int { return len(n.grants) }
+
+type nodesFile struct {
+	Credential []struct {
+		Name        string   `toml:"name"`
+		TokenSHA256 *Sum     `toml:"token_sha256"`
+		Nodes       []string `toml:"nodes"`
+		Members     bool     `toml:"members"`
+	} `toml:"credential"`
+}
+
+// LoadNodes reads an MDS's node credentials file
+// (mds.node_credentials_file):
+//
+//	[[credential]]
+//	name = "rack-a"
+//	token_sha256 = "…"          # printf %s "$TOKEN" | sha256sum
+//	nodes = ["rack-a-*"]        # node ids it may register; "*" any
+//	members = true              # may read the member list
+func LoadNodes(path string) (*Nodes, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("node credentials file %s: %w", path, err)
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("node credentials file %s: "+format, append([]any{path}, args...)...)
+	}
+	var doc nodesFile
+	md, err := toml.Decode(string(data), &doc)
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return nil, bad("unknown key %q; a [[credential]] has name, token_sha256, nodes and members", und[0].String())
+	}
+	if len(doc.Credential) == 0 {
+		return nil, bad("no [[credential]] tables: no node could register")
+	}
+	n := &Nodes{Path: path, grants: map[Sum]*NodeGrant{}}
+	for i, c := range doc.Credential {
+		label := fmt.Sprintf("credential %d", i+1)
+		if c.Name != "" {
+			label = fmt.Sprintf("credential %d (%q)", i+1, c.Name)
+		} else {
+			c.Name = fmt.Sprintf("credential-%d", i+1)
+		}
+		if c.TokenSHA256 == nil {
+			return nil, bad("%s has no token_sha256", label)
+		}
+		if len(c.Nodes) == 0 && !c.Members {
+			return nil, bad("%s grants nothing: give it nodes (the node ids it may register) or members = true", label)
+		}
+		for _, p := range c.Nodes {
+			if p == "" || strings.ContainsAny(p, " \t\n") {
+				return nil, bad("%s: node pattern %q is empty or holds a space", label, p)
+			}
+		}
+		if prev, dup := n.grants[*c.TokenSHA256]; dup {
+			return nil, bad("%s has the same token_sha256 as %q: one token, one credential", label, prev.Name)
+		}
+		n.grants[*c.TokenSHA256] = &NodeGrant{Name: c.Name, nodes: c.Nodes, Members: c.Members}
+	}
+	return n, nil
+}

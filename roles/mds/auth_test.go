@@ -1,0 +1,180 @@
+package mds
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+const (
+	rackAToken   = "rack-a-node-token-0123456789"
+	rackBToken   = "rack-b-node-token-0123456789"
+	engineToken  = "engine-members-token-012345"
+	unknownToken = "nobody-issued-this-token-01"
+)
+
+func hexSum(tok string) string {
+	s := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(s[:])
+}
+
+// credMDS runs an MDS with node credentials: rack-a may register node-1
+// and node-2 ("node-[12]" as two patterns), rack-b node-3, and the engine
+// token may read the member list.
+func credMDS(t *testing.T, membersNeedToken bool) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "nodes.toml")
+	body := fmt.Sprintf(`
+[[credential]]
+name = "rack-a"
+token_sha256 = %q
+nodes = ["node-1", "node-2"]
+
+[[credential]]
+name = "rack-b"
+token_sha256 = %q
+nodes = ["node-3*"]
+
+[[credential]]
+name = "engines"
+token_sha256 = %q
+members = true
+`, hexSum(rackAToken), hexSum(rackBToken), hexSum(engineToken))
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	flags := map[string][]string{"db-path": {filepath.Join(t.TempDir(), "mds.db")}, "node-credentials-file": {path}}
+	if membersNeedToken {
+		flags["members-need-token"] = []string{"1"}
+	}
+	ctrl, _, _ := runMDS(t, flags)
+	return ctrl
+}
+
+func status(err error) wire.Status { return wire.StatusOf(err) }
+
+// TestMDSNodeCredentials: a rogue REGISTER, a REGISTER reusing a live
+// node's id, and a DEREGISTER of another node are all refused; each node
+// manages only the ids its credential lists.
+func TestMDSNodeCredentials(t *testing.T) {
+	ctrl := credMDS(t, false)
+	ctx := context.Background()
+	as := func(token string) interface {
+		Register(context.Context, wire.MemberInfo) (wire.MDSReply, error)
+		Heartbeat(context.Context, string) (wire.MDSReply, error)
+		Deregister(context.Context, string) error
+		Members(context.Context, uint64) (uint64, []wire.MemberInfo, bool, error)
+	} {
+		c := mdsClient(t, "default", ctrl)
+		c.SetToken(token)
+		return c
+	}
+	rackA, rackB, rogue, none := as(rackAToken), as(rackBToken), as(unknownToken), as("")
+	if _, err := rackA.Register(ctx, member(1)); err != nil {
+		t.Fatalf("rack-a registering its own node: %v", err)
+	}
+	if _, err := rackB.Register(ctx, member(3)); err != nil {
+		t.Fatalf("rack-b registering its own node: %v", err)
+	}
+	rogueNode := member(9)
+	rogueNode.Weight = 1000
+	for name, err := range map[string]error{
+		"no token":       func() error { _, err := none.Register(ctx, rogueNode); return err }(),
+		"unknown token":  func() error { _, err := rogue.Register(ctx, rogueNode); return err }(),
+		"heartbeat, no":  func() error { _, err := none.Heartbeat(ctx, "node-1"); return err }(),
+		"deregister, no": none.Deregister(ctx, "node-1"),
+	} {
+		if status(err) != wire.StatusUnauthenticated {
+			t.Errorf("%s: %v, want UNAUTHENTICATED", name, err)
+		}
+	}
+	hijack := member(1)
+	hijack.Addr = "10.66.66.66:7600"
+	for name, err := range map[string]error{
+		"register another rack's id":        func() error { _, err := rackB.Register(ctx, hijack); return err }(),
+		"register an id nobody holds":       func() error { _, err := rackB.Register(ctx, rogueNode); return err }(),
+		"heartbeat for another rack's node": func() error { _, err := rackB.Heartbeat(ctx, "node-1"); return err }(),
+		"deregister another rack's node":    rackB.Deregister(ctx, "node-1"),
+	} {
+		if status(err) != wire.StatusForbidden {
+			t.Errorf("%s: %v, want FORBIDDEN", name, err)
+		}
+	}
+	_, ms, _, err := none.Members(ctx, 0)
+	if err != nil {
+		t.Fatalf("MEMBERS needs no token unless asked: %v", err)
+	}
+	if len(ms) != 2 || ms[0].ID != "node-1" || ms[0].Addr != member(1).Addr || ms[1].ID != "node-3" {
+		t.Fatalf("members after the attempts: %+v", ms)
+	}
+	if _, err := rackA.Heartbeat(ctx, "node-1"); err != nil {
+		t.Fatalf("rack-a heartbeat: %v", err)
+	}
+	if err := rackA.Deregister(ctx, "node-1"); err != nil {
+		t.Fatalf("rack-a deregistering its node: %v", err)
+	}
+}
+
+// TestMDSMembersNeedToken: with members_need_token, MEMBERS is refused
+// without a token, and with a node credential that lacks members = true.
+func TestMDSMembersNeedToken(t *testing.T) {
+	ctrl := credMDS(t, true)
+	ctx := context.Background()
+	c := mdsClient(t, "default", ctrl)
+	if _, _, _, err := c.Members(ctx, 0); status(err) != wire.StatusUnauthenticated {
+		t.Fatalf("MEMBERS without a token: %v", err)
+	}
+	c.SetToken(rackAToken)
+	if _, _, _, err := c.Members(ctx, 0); status(err) != wire.StatusForbidden {
+		t.Fatalf("MEMBERS with a node credential: %v", err)
+	}
+	c.SetToken(engineToken)
+	if _, _, _, err := c.Members(ctx, 0); err != nil {
+		t.Fatalf("MEMBERS with a members credential: %v", err)
+	}
+	if !strings.Contains(fmt.Sprint(func() error { c.SetToken(""); _, _, _, err := c.Members(ctx, 0); return err }()), "client.token") {
+		t.Fatal("the refusal does not say which setting gives the token")
+	}
+}
+
+// TestMDSDuplicateID: a second node with a live node's id at another
+// address is refused, with or without credentials; the same node
+// re-registering from its own address replaces itself.
+func TestMDSDuplicateID(t *testing.T) {
+	ctrl, _, _ := runMDS(t, map[string][]string{"db-path": {filepath.Join(t.TempDir(), "mds.db")}})
+	ctx := context.Background()
+	c := mdsClient(t, "default", ctrl)
+	if _, err := c.Register(ctx, member(1)); err != nil {
+		t.Fatal(err)
+	}
+	again := member(1)
+	again.Weight = 5
+	if _, err := c.Register(ctx, again); err != nil {
+		t.Fatalf("a restart at the same address: %v", err)
+	}
+	twin := member(1)
+	twin.Addr = "127.0.0.1:9999"
+	_, err := c.Register(ctx, twin)
+	var se *wire.StatusError
+	if !errors.As(err, &se) || se.Status != wire.StatusInvalid || !strings.Contains(se.Message, "127.0.0.1:7601") {
+		t.Fatalf("a second node with a live id: %v", err)
+	}
+	_, ms, _, _ := c.Members(ctx, 0)
+	if len(ms) != 1 || ms[0].Addr != member(1).Addr || ms[0].Weight != 5 {
+		t.Fatalf("members: %+v", ms)
+	}
+	if err := c.Deregister(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Register(ctx, twin); err != nil {
+		t.Fatalf("the id once free: %v", err)
+	}
+}

@@ -126,17 +126,17 @@ type Client struct {
 type MDS struct {
 	Listen        string
 	HTTPListen    string
-	HTTPTokenFile string   // bearer token /members and /metrics require; empty = none
+	HTTPTokenFile string // bearer token /members and /metrics require; empty = none
 	// NodeCredentialsFile binds tokens to the node ids they may register;
 	// empty = any client may register, replace or remove any node.
 	NodeCredentialsFile string
-	MembersNeedToken    int // 1 = MEMBERS requires a credential with members = true
-	EtcdEndpoints []string // empty = bbolt at DBPath
-	EtcdPrefix    string
-	DBPath        string
-	HeartbeatTTL  time.Duration
-	FirstRequest  time.Duration
-	ProbeCache    time.Duration
+	MembersNeedToken    int      // 1 = MEMBERS requires a credential with members = true
+	EtcdEndpoints       []string // empty = bbolt at DBPath
+	EtcdPrefix          string
+	DBPath              string
+	HeartbeatTTL        time.Duration
+	FirstRequest        time.Duration
+	ProbeCache          time.Duration
 	// MetricsFirstRequest bounds how long an HTTP client may take to send
 	// its headers (mds.metrics_first_request_ms); 0 = off.
 	MetricsFirstRequest time.Duration

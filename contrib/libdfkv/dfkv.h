@@ -85,7 +85,7 @@ extern "C" {
 #define DFKV_EPOCH_MISMATCH 9  /* the node speaks another protocol epoch */
 #define DFKV_TOO_LARGE      10 /* value over max block bytes, or a destination smaller than the stored value */
 #define DFKV_INTERNAL       11 /* a bug inside libdfkv; the message says where */
-#define DFKV_UNAUTHENTICATED 12 /* the node requires a token (token option, DFKV_TOKEN) and refused this one, or none was given */
+#define DFKV_UNAUTHENTICATED 12 /* the node requires a token (the token option, DFKV_CLIENT_TOKEN) and refused this one, or none was given */
 #define DFKV_FORBIDDEN      13 /* the token does not grant this op on this namespace's tenant; nothing was done */
 
 /* Opaque client handle. It is a token, not a pointer to memory: never
@@ -140,6 +140,17 @@ typedef struct dfkv_client_options_v2 {
      * the object store (server.s3_*). dfkv_close flushes RAM to the disk
      * and queued uploads to the object store before it returns. */
     const char* embedded_config;
+
+    /* Appended later (a shorter struct_size reads it as NULL). The secret
+     * presented to nodes that require credentials (server.credentials_file),
+     * NUL-terminated: 16..256 bytes, no spaces or control characters (else
+     * DFKV_INVALID). NULL or "": the environment's DFKV_CLIENT_TOKEN, else
+     * DFKV_TOKEN (the names the dfkv tools read), read at open; none of
+     * them set: no token. A node without credentials accepts any token. The
+     * library copies it at open and never puts it in a message or a log. A
+     * refused token makes calls fail with DFKV_UNAUTHENTICATED; a token
+     * that does not grant an op on this namespace's tenant, DFKV_FORBIDDEN. */
+    const char* token;
 } dfkv_client_options_v2;
 
 /* dfkv_client_options_v2.shm (not statuses: an enum, apart from them). */

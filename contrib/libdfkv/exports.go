@@ -1,6 +1,7 @@
 package main
 
 /*
+#include <stdlib.h>
 #define DFKV_INTERNAL_NO_PROTOTYPES 1
 #include "dfkv.h"
 */
@@ -260,16 +261,27 @@ func dfkv_open_v2(opts *C.dfkv_client_options_v2, out *C.uintptr_t) (rc C.int) {
 		dialTimeoutMS:    uint64(opts.dial_timeout_ms),
 		maxBlockBytes:    uint64(opts.max_block_bytes),
 	}
-	if size >= uint64(unsafe.Offsetof(opts.reserved0))+4 {
+	// has reports whether the caller's struct holds the field at off of
+	// n bytes: one built before the field was appended ends above it.
+	has := func(off, n uintptr) bool { return size >= uint64(off+n) }
+	if has(unsafe.Offsetof(opts.reserved0), unsafe.Sizeof(opts.reserved0)) {
 		o.shm = uint32(opts.shm)
 		if opts.reserved0 != 0 {
 			return fail(fmt.Errorf("dfkv_open_v2: reserved0 is %d; it must be 0: %w", uint32(opts.reserved0), wire.StatusInvalid))
 		}
 	}
-	if size >= known && opts.embedded_config != nil {
+	if has(unsafe.Offsetof(opts.embedded_config), unsafe.Sizeof(opts.embedded_config)) && opts.embedded_config != nil {
 		text := C.GoString(opts.embedded_config)
 		o.embedded = &text
 	}
+	var token string
+	if has(unsafe.Offsetof(opts.token), unsafe.Sizeof(opts.token)) && opts.token != nil {
+		token = C.GoString(opts.token)
+	}
+	// The environment as the host process has it now (getenv), not as Go
+	// copied it when the library was loaded: an engine may set the
+	// variable after loading libdfkv.
+	o.token, o.tokenFrom = resolveToken(token, cEnv)
 	nsLen := uint64(opts.namespace_len)
 	switch {
 	case opts.namespace_ptr == nil && nsLen > 0:
@@ -285,6 +297,17 @@ func dfkv_open_v2(opts *C.dfkv_client_options_v2, out *C.uintptr_t) (rc C.int) {
 	}
 	*out = C.uintptr_t(h)
 	return stOK
+}
+
+// cEnv looks name up in the process environment through C's getenv.
+func cEnv(name string) (string, bool) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	v := C.getenv(cs)
+	if v == nil {
+		return "", false
+	}
+	return C.GoString(v), true
 }
 
 //export dfkv_close

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime/cgo"
@@ -23,11 +24,32 @@ type state struct {
 	// release lets go of the embedded node c is a client of; nil when c
 	// connects to nodes.
 	release func() error
+	// tokenFrom says where the token came from (tokenField or an
+	// environment name), "" when there is none: a refusal's message names
+	// it, never the token.
+	tokenFrom string
 
 	lastErr errSlot
 }
 
-func (s *state) setErr(err error) { s.lastErr.set(err.Error()) }
+func (s *state) setErr(err error) { s.lastErr.set(s.explain(err).Error()) }
+
+// explain adds to a refusal of the token where this library took it from,
+// which the node's and wire/client's words (client.token, the tools'
+// setting) do not say, and never the token itself. Other errors are
+// returned as they are.
+func (s *state) explain(err error) error {
+	if wire.StatusOf(err) == wire.StatusForbidden && s.tokenFrom != "" {
+		return fmt.Errorf("the token from %s does not grant this on the namespace's tenant: %w", tokenSource(s.tokenFrom), err)
+	}
+	if wire.StatusOf(err) != wire.StatusUnauthenticated && !errors.Is(err, client.ErrAuth) {
+		return err
+	}
+	if s.tokenFrom == "" {
+		return fmt.Errorf("no token set (libdfkv takes %s, else $%s, else $%s; all are empty): %w", tokenField, envToken, envTokenOld, err)
+	}
+	return fmt.Errorf("token from %s (libdfkv takes %s, else $%s, else $%s): %w", tokenSource(s.tokenFrom), tokenField, envToken, envTokenOld, err)
+}
 
 // close closes the client, and the embedded store if there is one.
 func (s *state) close() error {
@@ -153,10 +175,72 @@ type openOptions struct {
 	maxBlockBytes       uint64
 	shm                 uint32  // DFKV_SHM_*
 	embedded            *string // embedded_config; nil = connect to nodes
+	// token is presented to nodes that require credentials; "" = none.
+	// tokenFrom is where it came from (resolveToken). Never printed.
+	token, tokenFrom string
+}
+
+// Where the token comes from: the options field, else the environment
+// under the names the dfkv tools read (client.token), the current one
+// first.
+const (
+	tokenField  = "dfkv_client_options_v2.token"
+	envToken    = "DFKV_CLIENT_TOKEN"
+	envTokenOld = "DFKV_TOKEN"
+)
+
+// resolveToken returns the token to present and where it came from: the
+// field when it is non-empty, else the first non-empty of $DFKV_CLIENT_TOKEN
+// and $DFKV_TOKEN, else none ("", "").
+func resolveToken(field string, lookup func(string) (string, bool)) (token, from string) {
+	if field != "" {
+		return field, tokenField
+	}
+	for _, name := range []string{envToken, envTokenOld} {
+		if v, ok := lookup(name); ok && v != "" {
+			return v, name
+		}
+	}
+	return "", ""
+}
+
+// tokenSource names a token's source in a message: the field as it is,
+// an environment variable with its $.
+func tokenSource(from string) string {
+	if from == tokenField {
+		return from
+	}
+	return "$" + from
+}
+
+// minTokenBytes is the shortest token accepted, as for the dfkv tools'
+// client.token: anything shorter is too easy to guess to protect a tenant.
+const minTokenBytes = 16
+
+// checkToken refuses a token no node would accept, as the tools refuse
+// client.token. The message says where the token came from and what is
+// wrong with it, never what it is.
+func checkToken(token, from string) error {
+	if token == "" {
+		return nil
+	}
+	want := fmt.Sprintf("want %d..%d bytes without spaces or control characters", minTokenBytes, wire.MaxTokenBytes)
+	if len(token) < minTokenBytes || len(token) > wire.MaxTokenBytes {
+		return fmt.Errorf("dfkv_open_v2: the token from %s is %d bytes; %s: %w", tokenSource(from), len(token), want, wire.StatusInvalid)
+	}
+	for i := 0; i < len(token); i++ {
+		if token[i] <= ' ' || token[i] == 0x7f {
+			return fmt.Errorf("dfkv_open_v2: the token from %s holds a space or control character at byte %d; %s: %w", tokenSource(from), i+1, want, wire.StatusInvalid)
+		}
+	}
+	return nil
 }
 
 // open builds the client state and returns its token.
 func open(o openOptions) (uintptr, error) {
+	if err := checkToken(o.token, o.tokenFrom); err != nil {
+		return 0, err
+	}
 	members := splitList(o.members)
 	mds := splitList(o.mds)
 	if o.embedded != nil {
@@ -203,6 +287,7 @@ func open(o openOptions) (uintptr, error) {
 		MaxBlockBytes:    o.maxBlockBytes,
 		SharedMemory:     shmMode,
 		RDMA:             rdmaOpts,
+		Token:            o.token,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("dfkv_open_v2: %w", err)
@@ -211,7 +296,7 @@ func open(o openOptions) (uintptr, error) {
 	if maxBlock == 0 {
 		maxBlock = 64 << 20 // client.Options default
 	}
-	return uintptr(cgo.NewHandle(&state{c: c, maxBlock: maxBlock})), nil
+	return uintptr(cgo.NewHandle(&state{c: c, maxBlock: maxBlock, tokenFrom: o.tokenFrom})), nil
 }
 
 // openEmbedded opens an embedded store and a handle on its client.
@@ -238,6 +323,7 @@ func openEmbedded(o openOptions, membership bool) (uintptr, error) {
 		PoolSize:         int(o.poolSize),
 		BatchConcurrency: int(o.batchConcurrency),
 		MaxBlockBytes:    o.maxBlockBytes,
+		Token:            o.token, // for an embedded node with server.credentials_file
 	})
 	if err != nil {
 		_ = release()
@@ -247,7 +333,7 @@ func openEmbedded(o openOptions, membership bool) (uintptr, error) {
 	if maxBlock == 0 {
 		maxBlock = 64 << 20
 	}
-	return uintptr(cgo.NewHandle(&state{c: c, release: release, maxBlock: maxBlock})), nil
+	return uintptr(cgo.NewHandle(&state{c: c, release: release, maxBlock: maxBlock, tokenFrom: o.tokenFrom})), nil
 }
 
 func splitList(s string) []string {
@@ -260,11 +346,16 @@ func splitList(s string) []string {
 	return out
 }
 
-// statusOf maps an error to the C return code.
+// statusOf maps an error to the C return code. A token the node refused
+// as malformed (INVALID to AUTH) is UNAUTHENTICATED, as any refused token
+// is: the call's own arguments were fine.
 func statusOf(err error) int {
 	st := wire.StatusOf(err)
 	if !st.Known() {
 		return int(wire.StatusInternal)
+	}
+	if st == wire.StatusInvalid && errors.Is(err, client.ErrAuth) {
+		return int(wire.StatusUnauthenticated)
 	}
 	return int(st)
 }

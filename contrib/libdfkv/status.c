@@ -16,6 +16,8 @@ const char* dfkv_status_name(int status) {
     case DFKV_EPOCH_MISMATCH: return "EPOCH_MISMATCH";
     case DFKV_TOO_LARGE: return "TOO_LARGE";
     case DFKV_INTERNAL: return "INTERNAL";
+    case DFKV_UNAUTHENTICATED: return "UNAUTHENTICATED";
+    case DFKV_FORBIDDEN: return "FORBIDDEN";
     default: return "UNKNOWN";
     }
 }

@@ -138,6 +138,48 @@ static void test_open_options(const char* members) {
     CHECK_RC(dfkv_open_v2(&o, NULL), DFKV_INVALID, NULL);
 }
 
+/* The token option against the open nodes this program is given (nodes
+ * with credentials are tested in libdfkv_test.go): a well-formed token is
+ * accepted by a node without credentials; a malformed one fails the open
+ * with DFKV_INVALID and a message that names the setting, not the token;
+ * a caller built before the field was appended still opens. */
+static void test_token(const char* members) {
+    static const char good[] = "c-test-token-0123456789abcdef";
+    static const char bad[] = "shortsecret";
+    dfkv_client_options_v2 o;
+    dfkv_client* c = NULL;
+    char msg[512];
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.members = members;
+    o.namespace_ptr = ns;
+    o.namespace_len = sizeof ns - 1;
+    o.token = good;
+    CHECK_RC(dfkv_open_v2(&o, &c), DFKV_OK, NULL);
+    if (c != NULL) {
+        static const char key[] = "token-key";
+        char buf[16];
+        uint64_t stored = 0;
+        CHECK_RC(dfkv_put(c, key, sizeof key - 1, "v", 1), DFKV_OK, c);
+        CHECK_RC(dfkv_get(c, key, sizeof key - 1, buf, sizeof buf, &stored), DFKV_OK, c);
+        CHECK(stored == 1 && buf[0] == 'v', c);
+        CHECK_RC(dfkv_remove(c, key, sizeof key - 1), DFKV_OK, c);
+        CHECK_RC(dfkv_close(c), DFKV_OK, NULL);
+    }
+    o.token = bad;
+    CHECK_RC(dfkv_open_v2(&o, &c), DFKV_INVALID, NULL);
+    CHECK(c == NULL, NULL);
+    dfkv_last_error(NULL, msg, sizeof msg);
+    CHECK(strstr(msg, "dfkv_client_options_v2.token") != NULL, NULL);
+    CHECK(strstr(msg, bad) == NULL, NULL);
+    /* A struct that ends before the token: the field reads as NULL. */
+    o.struct_size = offsetof(dfkv_client_options_v2, token);
+    CHECK_RC(dfkv_open_v2(&o, &c), DFKV_OK, NULL);
+    CHECK_RC(dfkv_close(c), DFKV_OK, NULL);
+    CHECK(strcmp(dfkv_status_name(DFKV_UNAUTHENTICATED), "UNAUTHENTICATED") == 0, NULL);
+    CHECK(strcmp(dfkv_status_name(DFKV_FORBIDDEN), "FORBIDDEN") == 0, NULL);
+}
+
 static void test_scalar(dfkv_client* c) {
     const char key[] = "scalar-key";
     const char val[] = "hello, dfkv";
@@ -523,6 +565,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     test_open_options(argv[1]);
+    test_token(argv[1]);
     dfkv_client* c = open_client(argv[1]);
     test_scalar(c);
     test_nul_keys(c);

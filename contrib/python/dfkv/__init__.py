@@ -15,7 +15,10 @@ build/ at the repository root.
 The namespace is any bytes (a str is taken as UTF-8); the engine
 connectors build theirs with NamespaceDescriptor. A node that cannot be
 reached raises Unavailable (or Timeout) from the one-key reads, never a
-None or False that looks like a miss. contrib/README.md has the longer
+None or False that looks like a miss. Nodes that require credentials take
+a token (Client(..., token=...), else $DFKV_CLIENT_TOKEN, else
+$DFKV_TOKEN); a refused one raises Unauthenticated, one that does not
+cover the namespace's tenant Forbidden (both PermissionErrors). contrib/README.md has the longer
 example, which the tests run.
 
 NB: libdfkv.so carries a Go runtime, which does not survive fork(). Open
@@ -39,7 +42,8 @@ from .identity import (MAX_NAMESPACE_BYTES, MAX_OBJECT_KEY_BYTES, NAMESPACE_MAGI
                        ObjectKey, frame, object_id, tenant_hash, BlockKey, block_key,
                        disk_hash, Ring)
 from .errors import (DfkvError, NotFound, InvalidArgument, QuotaExceeded, CacheFull, DfkvIOError,
-                     Timeout, Unavailable, Unsupported, EpochMismatch, TooLarge, Internal, Status, error_for)
+                     Timeout, Unavailable, Unsupported, EpochMismatch, TooLarge, Internal, Unauthenticated,
+                     Forbidden, Status, error_for)
 from .client import EMBEDDED, Client, key_bytes, namespace_bytes, server_toml
 from .chain import (CHAIN_BLOCK_KEY_PREFIX, CHAIN_TAIL_KEY_PREFIX, CHAIN_HASH_BYTES, ChainTail, ChainKeys,
                     chain_keys)
@@ -55,7 +59,8 @@ __all__ = [
     "ObjectKey", "frame", "object_id", "tenant_hash", "BlockKey", "block_key",
     "disk_hash", "Ring",
     "DfkvError", "NotFound", "InvalidArgument", "QuotaExceeded", "CacheFull", "DfkvIOError", "Timeout",
-    "Unavailable", "Unsupported", "EpochMismatch", "TooLarge", "Internal", "Status", "error_for",
+    "Unavailable", "Unsupported", "EpochMismatch", "TooLarge", "Internal", "Unauthenticated", "Forbidden",
+    "Status", "error_for",
     "Client", "key_bytes", "namespace_bytes", "EMBEDDED", "server_toml",
     "CHAIN_BLOCK_KEY_PREFIX", "CHAIN_TAIL_KEY_PREFIX", "CHAIN_HASH_BYTES", "ChainTail", "ChainKeys", "chain_keys",
 ]

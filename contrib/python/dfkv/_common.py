@@ -45,6 +45,9 @@ def dtype_name(dtype: Any) -> str:
 # still accepted.
 ENV_MDS = ("DFKV_CLIENT_MDS", "DFKV_MDS_ADDRS")
 ENV_MEMBERS = ("DFKV_CLIENT_MEMBERS", "DFKV_MEMBERS")
+# The token's: libdfkv reads them itself when no token is given, so a
+# refusal's message can name the variable the token came from.
+ENV_TOKEN = ("DFKV_CLIENT_TOKEN", "DFKV_TOKEN")
 
 
 def setting(extra: Optional[Dict[str, Any]], name: str, env: Any = None, default: Any = None) -> Any:
@@ -65,16 +68,24 @@ class Endpoints:
     config (dfkv_mds, dfkv_members, dfkv_group) or the environment
     (DFKV_CLIENT_MDS, DFKV_CLIENT_MEMBERS, DFKV_GROUP; the earlier
     DFKV_MDS_ADDRS and DFKV_MEMBERS still count); an MDS wins over static
-    members when both are set, as in every dfkv role."""
+    members when both are set, as in every dfkv role.
 
-    __slots__ = ("mds", "members", "group", "embedded")
+    The token for nodes that require credentials is dfkv_token in the
+    extra config, else $DFKV_CLIENT_TOKEN, else $DFKV_TOKEN (the
+    environment is read by libdfkv when the client opens). Engines print
+    their configuration when they start, so the environment is the place
+    that keeps it out of their logs. It is never part of repr()."""
+
+    __slots__ = ("mds", "members", "group", "embedded", "_token")
 
     def __init__(self, mds: Optional[str], members: Optional[str], group: Optional[str],
-                 embedded: Optional[str] = None) -> None:
+                 embedded: Optional[str] = None, token: Optional[str] = None) -> None:
         self.mds, self.members, self.group = mds or None, members or None, group or None
         # members == "embedded": the process's embedded store, configured
         # by this TOML (dfkv_embedded_config / $DFKV_EMBEDDED_CONFIG).
         self.embedded = embedded
+        # dfkv_token; None leaves it to the environment (ENV_TOKEN).
+        self._token = token or None
 
     @classmethod
     def from_settings(cls, extra: Optional[Dict[str, Any]], who: str, *, members: Optional[str] = None,
@@ -86,6 +97,9 @@ class Endpoints:
         mds = mds or setting(extra, "dfkv_mds", ENV_MDS)
         members = members or setting(extra, "dfkv_members", ENV_MEMBERS)
         group = setting(extra, "dfkv_group", "DFKV_GROUP")
+        token = setting(extra, "dfkv_token")
+        if token is not None and not isinstance(token, (str, bytes)):
+            raise ValueError(f"{who}: dfkv_token must be a string, not {type(token).__name__}")
         if not mds and not members:
             raise ValueError(f"{who}: no dfkv nodes configured; set dfkv_mds (an MDS list, host:port,...) "
                              "or dfkv_members (static nodes, or \"embedded\" for a store inside the engine's "
@@ -97,8 +111,8 @@ class Endpoints:
                 raise ValueError(f"{who}: dfkv_members is \"embedded\" and an MDS is set too; "
                                  "an embedded store is its own single member: unset dfkv_mds / DFKV_CLIENT_MDS")
             cfg = setting(extra, "dfkv_embedded_config", "DFKV_EMBEDDED_CONFIG", "")
-            return cls(None, members, None, cfg if isinstance(cfg, str) else _server_toml(cfg))
-        return cls(_join(mds), members, str(group) if group else None)
+            return cls(None, members, None, cfg if isinstance(cfg, str) else _server_toml(cfg), token=token)
+        return cls(_join(mds), members, str(group) if group else None, token=token)
 
     def client_kwargs(self) -> Dict[str, Any]:
         """Arguments for dfkv.Client: (members, mds=..., group=...). The
@@ -112,7 +126,7 @@ class Endpoints:
         """The static members to use when the MDS cannot be reached, or
         None when there are none (or no MDS to fall back from)."""
         if self.mds and self.members:
-            return Endpoints(None, self.members, None)
+            return Endpoints(None, self.members, None, token=self._token)
         return None
 
     def open_client(self, namespace: Any, who: str, log: Optional[logging.Logger] = None, **opts: Any) -> Any:
@@ -124,6 +138,7 @@ class Endpoints:
         from .client import Client
         from .errors import DfkvError
         kw = self.client_kwargs()
+        opts.setdefault("token", self._token)
         if self.embedded is not None:
             return Client(None, namespace, embedded=self.embedded, **opts)
         try:

@@ -29,6 +29,7 @@ class ClientOptionsV2(ctypes.Structure):
         ("shm", c_uint32),
         ("reserved0", c_uint32),
         ("embedded_config", c_char_p),
+        ("token", c_char_p),
     ]
 
 

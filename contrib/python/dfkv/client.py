@@ -46,6 +46,30 @@ def namespace_bytes(namespace: Union[bytes, bytearray, memoryview, str, Namespac
     raise TypeError(f"namespace must be bytes, str or a NamespaceDescriptor, not {type(namespace).__name__}")
 
 
+def _token_bytes(token: Union[str, bytes, bytearray, None]) -> Optional[bytes]:
+    """The token for dfkv_client_options_v2.token: None (or empty) leaves
+    it to libdfkv, which then reads $DFKV_CLIENT_TOKEN, else $DFKV_TOKEN,
+    at open. Messages never repeat it."""
+    if token is None:
+        return None
+    if isinstance(token, str):
+        b = token.encode("utf-8")
+    elif isinstance(token, (bytes, bytearray)):
+        b = bytes(token)
+    else:
+        raise TypeError(f"token must be str or bytes, not {type(token).__name__}")
+    if b"\0" in b:
+        # C would end the string there and present a different token.
+        raise InvalidArgument("token holds a NUL byte; a token is 16..256 bytes without spaces or control characters")
+    return b or None
+
+
+# How messages name the token setting: libdfkv's field, and what sets it
+# from Python (the argument, or a connector's dfkv_token).
+_C_TOKEN_FIELD = "dfkv_client_options_v2.token"
+_PY_TOKEN_FIELD = "Client(token=) / dfkv_token"
+
+
 def _key_arrays(keys: Sequence[Key]):
     ks = [key_bytes(k) for k in keys]
     n = len(ks)
@@ -108,6 +132,17 @@ class Client:
     disk has one owning process (another gets an error naming it), and
     processes share blocks through the object store.
 
+    ``token`` is the secret presented to nodes that require credentials
+    (a node's server.credentials_file): 16..256 bytes without spaces or
+    control characters. None (the default) or "" takes $DFKV_CLIENT_TOKEN,
+    else $DFKV_TOKEN, as read when the client opens; with neither, no
+    token is sent (a node without credentials needs none and accepts any).
+    libdfkv copies it at open; the client does not keep it, and no message,
+    exception or repr shows it. A refused or missing token raises
+    Unauthenticated, and a token that does not grant an op on this
+    namespace's tenant Forbidden (both PermissionErrors, from the calls
+    that raise; batch calls report them as item statuses).
+
     Names follow the C ABI (dfkv.h) and `dfkv ctl`: the C function
     dfkv_<name> is the method <name>, and the CLI verbs put, get, exist and
     rm are methods too. Where this package first used other names, those
@@ -161,7 +196,8 @@ class Client:
                  mds: Union[str, Sequence[str], None] = None, group: Optional[str] = None,
                  batch_concurrency: int = 0, pool_size: int = 0, timeout_ms: int = 0, dial_timeout_ms: int = 0,
                  max_block_bytes: int = 0, shm: Optional[str] = None, library: Optional[str] = None,
-                 embedded: Union[str, Dict[str, Any], None] = None) -> None:
+                 embedded: Union[str, Dict[str, Any], None] = None,
+                 token: Union[str, bytes, None] = None) -> None:
         self._h: Optional[int] = None
         self._lib = _lib.load(library)
         ns = namespace_bytes(namespace)
@@ -203,8 +239,12 @@ class Client:
             raise ValueError(f"shm={mode!r}: want 'auto' (shared memory with nodes on this host that offer it), 'off' or 'on'")
         o.shm = _lib.SHM_MODES[mode]
         o.embedded_config = self._embedded_b
+        # Only in the options struct, which goes when this call returns:
+        # the client keeps no copy of the token.
+        o.token = _token_bytes(token)
         h = c_void_p()
         rc = self._lib.dfkv_open_v2(byref(o), byref(h))
+        del o, token
         if rc != 0:
             raise error_for(rc, self._last_error(None))
         self._h = h.value
@@ -222,7 +262,8 @@ class Client:
             buf = ctypes.create_string_buffer(cap)
             n = self._lib.dfkv_last_error(h, buf, cap)
             if n < cap:
-                return buf.value.decode("utf-8", "replace")
+                # libdfkv names the token's C field; here it is the argument.
+                return buf.value.decode("utf-8", "replace").replace(_C_TOKEN_FIELD, _PY_TOKEN_FIELD)
             cap = n + 1
 
     def _handle(self) -> int:

@@ -34,7 +34,10 @@ extra_config or in the environment (DFKV_CLIENT_MDS, DFKV_CLIENT_MEMBERS,
 DFKV_GROUP, DFKV_LIBRARY); ``remote_storage_plugin.dfkv.url:
 dfkv://host:port,host:port?tenant=t`` is also read. Names: ``mds``,
 ``members``, ``group``, ``tenant`` ("default"), ``model_revision`` (""),
-``library``, ``timeout_ms``. With both an MDS and static members set, the
+``library``, ``timeout_ms``, ``token`` (for nodes that require credentials;
+else DFKV_CLIENT_TOKEN, else DFKV_TOKEN from the environment, which keeps
+it out of the configuration LMCache prints; never in a ``dfkv://`` URL,
+which is refused with one). With both an MDS and static members set, the
 MDS is used and the members are the fallback when it cannot be reached.
 (A ``remote_url: dfkv://...`` is parsed as well, but only reaches this
 adapter when a module named ``*_adapter`` importing it is placed in
@@ -294,11 +297,16 @@ PLUGIN_TYPE = "dfkv"
 def parse_dfkv_url(url: str):
     """dfkv://host:port[,host:port...][/][?tenant=..&group=..] -> (members, params).
     dfkv://embedded opens the process's embedded store ($DFKV_EMBEDDED_CONFIG
-    or the dfkv.embedded_config setting configures it)."""
+    or the dfkv.embedded_config setting configures it). A token is refused
+    in the URL (URLs end up in logs), and the error does not repeat it."""
     if not url.startswith(SCHEME):
         raise ValueError(f"not a dfkv URL: {url!r}")
     rest = url[len(SCHEME):]
     rest, _, query = rest.partition("?")
+    if "token" in query.lower() or "@" in rest:
+        raise ValueError("dfkv URL: a token (or any credential) does not belong in the URL, as URLs end up in "
+                         "logs; set remote_storage_plugin.<name>.token or dfkv_token in extra_config, or "
+                         "DFKV_CLIENT_TOKEN in the environment")
     hosts = [h for h in rest.strip("/").split(",") if h]
     if hosts == ["embedded"]:
         return "embedded", {k: v[0] for k, v in parse_qs(query).items()}
@@ -457,7 +465,8 @@ def _release(objs: Any) -> None:
 
 # ---------------------------------------------------------------- connector
 
-_NAMES = ("mds", "members", "group", "tenant", "model_revision", "library", "timeout_ms", "url", "embedded_config")
+_NAMES = ("mds", "members", "group", "tenant", "model_revision", "library", "timeout_ms", "url", "embedded_config",
+          "token")
 
 
 class DfkvConnector(_RemoteConnectorBase):

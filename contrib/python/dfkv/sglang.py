@@ -30,7 +30,10 @@ backend; without it SGLang takes its generic path, one extra copy per page,
 and this backend logs a warning. ``dfkv_mds`` (or $DFKV_CLIENT_MDS) finds the
 nodes through an MDS and follows node changes without a restart;
 ``dfkv_members`` (or $DFKV_CLIENT_MEMBERS) is a static list, used alone or as the
-fallback when the MDS cannot be reached at open.
+fallback when the MDS cannot be reached at open. Nodes that require
+credentials take a token: ``dfkv_token``, else $DFKV_CLIENT_TOKEN (or
+$DFKV_TOKEN); the environment keeps it out of the server arguments SGLang
+prints at start-up.
 
 Identity. The namespace is a canonical descriptor: tenant, model_name,
 ``dfkv_model_revision``, this layout ID, the host pool's dtype, page size,
@@ -230,7 +233,8 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
     extra_config settings (env fallback): dfkv_mds ($DFKV_CLIENT_MDS),
     dfkv_members ($DFKV_CLIENT_MEMBERS), dfkv_group ($DFKV_GROUP), dfkv_tenant
     ("default"), dfkv_model_revision (""), dfkv_timeout_ms,
-    dfkv_batch_concurrency, dfkv_library ($DFKV_LIBRARY),
+    dfkv_batch_concurrency, dfkv_library ($DFKV_LIBRARY), dfkv_token
+    ($DFKV_CLIENT_TOKEN, $DFKV_TOKEN; never logged),
     dfkv_reopen_interval_s (2: how often a failed open is retried),
     dfkv_clear_track_max (1048576: written keys remembered for clear()).
     Without a registered host pool the geometry must be given as dfkv_dtype,

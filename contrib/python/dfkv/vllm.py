@@ -21,7 +21,10 @@ Load it with
 
 Nodes come from an MDS (dfkv_mds / $DFKV_CLIENT_MDS, optionally
 dfkv_group) or a static list (dfkv_members / $DFKV_CLIENT_MEMBERS); with both
-set, a failed open through the MDS falls back to the static list.
+set, a failed open through the MDS falls back to the static list. Nodes
+that require credentials take a token: dfkv_token, else $DFKV_CLIENT_TOKEN
+(or $DFKV_TOKEN). vLLM prints its configuration, extra config included,
+when it starts, so set the token in the environment.
 
 Storage: per block. One object per (block hash, TP rank, PP rank, DCP
 rank) holds that rank's K and V of every layer it owns, in layer order,

@@ -7,7 +7,9 @@ $DFKV_TEST_PIDFILE so the script's EXIT trap stops it even if the test
 dies.
 """
 
+import hashlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -79,3 +81,30 @@ class Server:
         self.kill()
         self.log.close()
         self.dir.cleanup()
+
+
+def new_token(name):
+    """A fresh token (well formed: 16..256 bytes, no spaces) for a test."""
+    return f"{name}-{secrets.token_hex(16)}"
+
+
+class CredentialsServer(Server):
+    """`dfkv server --credentials-file` granting grants: {token: (tenants,
+    rights)}, e.g. {tok: (["acme"], ["read", "write", "remove"])}. Only the
+    tokens' SHA-256 go into the file, as on a real node."""
+
+    def __init__(self, grants, args=()):
+        self._cred_dir = tempfile.TemporaryDirectory(prefix="dfkv-pytest-creds-")
+        path = os.path.join(self._cred_dir.name, "credentials.toml")
+        with open(path, "w") as f:
+            for i, (tok, (tenants, allow)) in enumerate(grants.items()):
+                f.write("[[credential]]\n")
+                f.write(f'name = "cred{i}"\n')
+                f.write(f'token_sha256 = "{hashlib.sha256(tok.encode()).hexdigest()}"\n')
+                f.write("tenants = [" + ", ".join(f'"{t}"' for t in tenants) + "]\n")
+                f.write("allow = [" + ", ".join(f'"{r}"' for r in allow) + "]\n\n")
+        super().__init__(args=("--credentials-file", path, *args))
+
+    def close(self):
+        super().close()
+        self._cred_dir.cleanup()

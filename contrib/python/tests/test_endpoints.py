@@ -32,6 +32,29 @@ class EndpointsTest(unittest.TestCase):
         e = self.resolve({"DFKV_CLIENT_MEMBERS": "env:7600"}, {"dfkv_members": "cfg:7600"})
         self.assertEqual(e.members, "cfg:7600")
 
+    def test_dfkv_token_goes_to_every_client_it_opens_and_never_to_repr(self):
+        tok = "endpoints-token-0123456789abcdef"
+        opened = []
+
+        class FakeClient:
+            def __init__(self, members, namespace, **kw):
+                opened.append((members, kw.get("token")))
+                if kw.get("mds"):
+                    from dfkv.errors import Unavailable
+                    raise Unavailable("MDS down")
+
+        with mock.patch("dfkv.client.Client", FakeClient):
+            e = self.resolve({}, {"dfkv_mds": "m:7700", "dfkv_members": "a:7600", "dfkv_token": tok})
+            with self.assertLogs("dfkv", "WARNING") as logs:
+                e.open_client(b"ns", "test")
+            self.assertEqual(opened, [(None, tok), ("a:7600", tok)], "the static fallback keeps the token")
+            self.assertNotIn(tok, "\n".join(logs.output))
+            self.assertNotIn(tok, repr(e) + str(e) + repr(e.static_fallback()))
+            opened.clear()
+            # No dfkv_token: None, for libdfkv to take the environment's.
+            self.resolve({"DFKV_CLIENT_MEMBERS": "a:7600"}).open_client(b"ns", "test")
+            self.assertEqual(opened, [("a:7600", None)])
+
     def test_nothing_set_names_the_settings(self):
         with self.assertRaises(ValueError) as cm:
             self.resolve({})

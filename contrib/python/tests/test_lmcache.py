@@ -18,7 +18,7 @@ import dfkv
 from dfkv import lmcache as dlm
 
 from . import lmcache_upstream as up
-from ._servers import Server, members
+from ._servers import CredentialsServer, Server, members, new_token
 
 try:
     import torch
@@ -390,6 +390,33 @@ class PluginRouteTest(unittest.TestCase):
         self.assertFalse(s.conn.exists_sync(k), "a closed connector answers a miss")
         self.assertIsNone(s.conn._client, "and opens no client")
 
+    def test_token_setting_reaches_the_client(self):
+        # remote_storage_plugin.dfkv.token, against a node that requires
+        # credentials; a token of another tenant reads nothing.
+        tok, other = new_token("lmcache"), new_token("other-tenant")
+        node = CredentialsServer({tok: (["pytest"], ["read", "write", "remove"]),
+                                  other: (["someone-else"], ["read"])})
+        self.addCleanup(node.close)
+        model = "test/lmcache-" + uuid.uuid4().hex
+        with mock.patch.dict(os.environ, {"DFKV_CLIENT_TOKEN": "", "DFKV_TOKEN": ""}):
+            s = self.stand(model, nodes=node.addr, extra={"remote_storage_plugin.dfkv.token": tok})
+            keys = [s.key(0x2000 + i) for i in range(2)]
+            src = [s.chunk(i) for i in range(2)]
+            want = [data(o) for o in src]
+            s.put(keys, src)
+            s.release(src)
+            self.assertEqual(s.backend.batched_contains(keys), 2)
+            got = s.backend.get_blocking(keys[1])
+            self.assertEqual(data(got), want[1])
+            s.release([got])
+            o = self.stand(model, nodes=node.addr, extra={"remote_storage_plugin.dfkv.token": other})
+            with self.assertLogs("dfkv", "WARNING") as logs:
+                self.assertEqual(o.backend.batched_contains([o.key(0x2000)]), 0)
+                self.assertIsNone(o.backend.get_blocking(o.key(0x2000)))
+            text = "\n".join(logs.output)
+            self.assertIn("FORBIDDEN", text)
+            self.assertNotIn(other, text)
+
     def test_mds_discovery_and_static_fallback(self):
         mds = Server(role="mds")
         self.addCleanup(mds.close)
@@ -638,6 +665,16 @@ class ConstructionTest(unittest.TestCase):
         for bad in ("dfkv://", "dfkv://nohost", "redis://a:1"):
             with self.assertRaises(ValueError):
                 dlm.parse_dfkv_url(bad)
+
+    def test_a_token_in_the_url_is_refused_without_repeating_it(self):
+        secret = new_token("url")
+        for url in (f"dfkv://a:1?token={secret}", f"dfkv://a:1/?tenant=t&dfkv_token={secret}",
+                    f"dfkv://{secret}@a:1", f"dfkv://embedded?token={secret}", f"dfkv://nohost?token={secret}"):
+            with self.subTest(url=url.replace(secret, "SECRET")):
+                with self.assertRaises(ValueError) as cm:
+                    dlm.parse_dfkv_url(url)
+                self.assertIn("dfkv_token", str(cm.exception))
+                self.assertNotIn(secret, str(cm.exception))
 
     def test_envelope_round_trip(self):
         env = dlm.Envelope(1, "naive", [(2, 2, 16, 16), (1, 3, 16, 8)], ["float16", "uint8"], 2 * 2 * 16 * 16 * 2 + 384)

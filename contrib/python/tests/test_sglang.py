@@ -17,7 +17,7 @@ import dfkv
 
 from . import _servers
 from . import sglang_upstream as up
-from ._servers import Server, members
+from ._servers import CredentialsServer, Server, members, new_token
 
 try:
     import torch
@@ -434,6 +434,45 @@ class ReopenTest(SGLangCase):
         time.sleep(0.5)
         st.batch_exists(keys)
         self.assertEqual(len(opens), 2, "retried once dfkv_reopen_interval_s has passed")
+
+
+class TokenTest(SGLangCase):
+    """dfkv_token in the extra config reaches the client: the backend
+    works against a node that requires credentials, and with a token that
+    does not cover its tenant it misses (never raises) and logs without
+    the token."""
+
+    def test_dfkv_token_reaches_the_client(self):
+        tok, other = new_token("sglang"), new_token("other-tenant")
+        node = CredentialsServer({tok: (["pytest"], ["read", "write", "remove"]),
+                                  other: (["someone-else"], ["read", "write", "remove"])})
+        self.addCleanup(node.close)
+        model = "test/sglang-" + uuid.uuid4().hex
+        with mock.patch.dict(os.environ, {"DFKV_CLIENT_TOKEN": "", "DFKV_TOKEN": ""}):
+            pool = up.KVHostPool("page_first", pages=6)
+            c = self.controller(pool, extra=self.extra(dfkv_members=node.addr, dfkv_token=tok), model_name=model)
+            keys = hashes(3)
+            for p in range(3):
+                pool.fill(p, seed=p + 21)
+            want = [pool.get_data_page(p * pool.page_size) for p in range(3)]
+            self.assertEqual(self.backup(c, keys, [0, 1, 2]).completed_tokens, 3 * pool.page_size)
+            hit, load = self.prefetch(c, keys, [3, 4, 5])
+            self.assertEqual(hit, keys)
+            for i in range(3):
+                self.assertEqual(pool.get_data_page((3 + i) * pool.page_size), want[i])
+            self.assertNotIn(tok, repr(c.storage_backend.endpoints))
+
+            # The same pages through a token of another tenant: misses, and
+            # a log line that names the refusal, not the token.
+            st = self.controller(up.KVHostPool("page_first", pages=6), model_name=model,
+                                 extra=self.extra(dfkv_members=node.addr, dfkv_token=other)).storage_backend
+            with self.assertLogs("dfkv", "WARNING") as logs:
+                self.assertEqual(st.batch_exists(keys), 0)
+                self.assertEqual(st.batch_get_v1(keys, up.page_indices([0, 1, 2], 4)), [False] * 3)
+            text = "\n".join(logs.output)
+            self.assertIn("FORBIDDEN", text)
+            self.assertNotIn(other, text)
+            self.assertNotIn(tok, text)
 
 
 class StatsAndClearTest(SGLangCase):

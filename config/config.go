@@ -51,6 +51,12 @@ type Server struct {
 	Listen              string        // data-plane TCP address
 	HTTPListen          string        // metrics and health address
 	HTTPTokenFile       string        // bearer token /metrics requires; empty = none
+	TLSCert             string        // data port TLS certificate; empty = plain TCP
+	TLSKey              string        // its key
+	TLSClientCA         string        // CA of client certificates (mutual TLS); empty = none
+	TLSMinVersion       string        // "1.3" or "1.2"
+	HTTPTLS             int           // 1 = the HTTP side over TLS with TLSCert
+	MDSTLSCA            string        // CA of the MDS's certificate; non-empty = register over TLS
 	AdvertiseAddr       string        // address registered with the MDS; empty = Listen
 	Weight              int           // ring weight registered with the MDS
 	MDS                 []string      // MDS addresses; empty = static membership
@@ -114,6 +120,11 @@ type Client struct {
 	MDSPoll          time.Duration // interval of member-list checks
 	Namespace        string        // namespace bytes the tools use
 	Token            string        // secret presented to nodes that require credentials; never printed
+	TLS              int           // 1 = TLS with nodes and MDS
+	TLSCA            string        // CA of their certificates; empty = system roots
+	TLSCert          string        // client certificate (mutual TLS)
+	TLSKey           string
+	TLSServerName    string        // name to verify; empty = each address's host
 	Timeout          time.Duration // one request, end to end
 	DialTimeout      time.Duration // one connect
 	PoolSize         int           // idle connections kept per peer
@@ -130,7 +141,12 @@ type MDS struct {
 	// NodeCredentialsFile binds tokens to the node ids they may register;
 	// empty = any client may register, replace or remove any node.
 	NodeCredentialsFile string
-	MembersNeedToken    int      // 1 = MEMBERS requires a credential with members = true
+	MembersNeedToken    int // 1 = MEMBERS requires a credential with members = true
+	TLSCert             string
+	TLSKey              string
+	TLSClientCA         string
+	TLSMinVersion       string
+	HTTPTLS             int
 	EtcdEndpoints       []string // empty = bbolt at DBPath
 	EtcdPrefix          string
 	DBPath              string

@@ -50,18 +50,18 @@ func runRole(t *testing.T, role string, args []string, lookup func(string) (stri
 var listFlags = map[string]bool{"disks": true, "members": true, "mds": true, "etcd-endpoints": true}
 
 func TestFlagsPerRole(t *testing.T) {
-	tools := []string{"group", "max-block-bytes", "members", "mds", "mds-poll-ms", "namespace", "token", "timeout-ms", "dial-timeout-ms",
+	tools := []string{"group", "max-block-bytes", "members", "mds", "mds-poll-ms", "namespace", "token", "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "timeout-ms", "dial-timeout-ms",
 		"pool-size", "shm", "embedded", "batch-concurrency", "log-level", "log-format", "config", "print-config"}
 	want := map[string][]string{
-		"server": {"group", "id", "listen", "http-listen", "http-token-file", "advertise-addr", "weight", "mds", "mds-token", "disks", "disk-capacity-bytes", "store-engine", "slab-extent-bytes", "scrub-bytes-per-second", "scrub-interval-hours", "uring", "pprof", "ram-tier", "ram-tier-bytes", "ram-write-mode", "put-ack-mode", "ram-flush-threads", "ram-flush-delay-ms",
+		"server": {"group", "id", "listen", "http-listen", "http-token-file", "tls-cert", "tls-key", "tls-client-ca", "tls-min-version", "http-tls", "mds-tls-ca", "advertise-addr", "weight", "mds", "mds-token", "disks", "disk-capacity-bytes", "store-engine", "slab-extent-bytes", "scrub-bytes-per-second", "scrub-interval-hours", "uring", "pprof", "ram-tier", "ram-tier-bytes", "ram-write-mode", "put-ack-mode", "ram-flush-threads", "ram-flush-delay-ms",
 			"ram-tier-shards", "ram-tier-large-reserve-bytes", "ram-tier-numa", "read-coalesce", "shm-socket", "shm-socket-mode", "lease-ms", "lease-max", "shm-staging-bytes", "s3-endpoint", "s3-bucket", "s3-prefix", "s3-region", "s3-bucket-lookup", "s3-tls", "s3-credentials-file", "s3-profile", "s3-write", "s3-exist", "s3-timeout-ms", "s3-upload-workers", "s3-upload-queue-bytes", "max-block-bytes",
 			"max-batch-items", "max-conns", "buffer-budget-bytes", "socket-buffer-bytes", "first-request-ms", "body-timeout-ms", "metrics-first-request-ms", "shutdown-timeout-ms", "credentials-file", "tenant-quotas-file", "tenant-default-quota-bytes", "log-level", "log-format",
 			"config", "print-config"},
-		"mds": {"group", "listen", "http-listen", "http-token-file", "node-credentials-file", "members-need-token", "etcd-endpoints", "etcd-prefix", "db-path", "heartbeat-ttl-ms", "first-request-ms",
+		"mds": {"group", "listen", "http-listen", "http-token-file", "tls-cert", "tls-key", "tls-client-ca", "tls-min-version", "http-tls", "node-credentials-file", "members-need-token", "etcd-endpoints", "etcd-prefix", "db-path", "heartbeat-ttl-ms", "first-request-ms",
 			"metrics-first-request-ms", "probe-cache-ms", "log-level", "log-format", "config", "print-config"},
 		"smoke": tools,
-		"bench": append(append(tools[:13:13], "workload", "protocol", "addr", "value-size", "keys", "concurrency", "duration", "ops", "warmup",
-			"sweep", "fill", "mixed-get-ratio", "sequences", "pages-per-seq", "shared-prefix", "key-prefix", "seed"), tools[13:]...),
+		"bench": append(append(tools[:18:18], "workload", "protocol", "addr", "value-size", "keys", "concurrency", "duration", "ops", "warmup",
+			"sweep", "fill", "mixed-get-ratio", "sequences", "pages-per-seq", "shared-prefix", "key-prefix", "seed"), tools[18:]...),
 		"ctl": tools,
 	}
 	for _, rn := range roleNames {

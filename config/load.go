@@ -293,6 +293,22 @@ func (l *loader) warn() {
 	}
 }
 
+// tlsPairs checks a listener's TLS settings: a certificate and key go
+// together, and a client CA or TLS on the HTTP side needs them.
+func tlsPairs(section, cert, key, clientCA string, httpTLS int) []error {
+	var errs []error
+	if (cert == "") != (key == "") {
+		errs = append(errs, fmt.Errorf("%s.tls_cert and %s.tls_key go together: give both, or neither", section, section))
+	}
+	if cert == "" && clientCA != "" {
+		errs = append(errs, fmt.Errorf("%s.tls_client_ca needs %s.tls_cert and %s.tls_key: client certificates are asked for in a TLS handshake", section, section, section))
+	}
+	if cert == "" && httpTLS == 1 {
+		errs = append(errs, fmt.Errorf("%s.http_tls = 1 needs %s.tls_cert and %s.tls_key", section, section, section))
+	}
+	return errs
+}
+
 // crossCheck finds settings that are each valid but cannot work together,
 // so --print-config, which operators use to check a configuration, reports
 // them too, rather than the node after it opened its disks.
@@ -308,6 +324,10 @@ func crossCheck(cfg *Config, bit role) []error {
 		}
 		if sc.S3Endpoint != "" && sc.S3Write == "sync" && sc.RAMTier == 1 && sc.RAMWriteMode == "writeback" && sc.PutAckMode == "ram" {
 			errs = append(errs, errors.New("server.s3_write = sync acknowledges a PUT only once its object is stored, but the RAM tier acknowledges write-back PUTs from RAM: set server.put_ack_mode = disk (or s3_write = async)"))
+		}
+		errs = append(errs, tlsPairs("server", sc.TLSCert, sc.TLSKey, sc.TLSClientCA, sc.HTTPTLS)...)
+		if sc.TLSCert != "" && sc.ShmSocket != "" && sc.TLSClientCA != "" {
+			errs = append(errs, errors.New("server.tls_client_ca and server.shm_socket cannot be on together: a shared-memory client is not asked for a certificate; unset server.shm_socket"))
 		}
 		if sc.MDSToken != "" && len(sc.MDS) == 0 {
 			errs = append(errs, errors.New("server.mds_token is set but server.mds is empty: the token is for registering with an MDS; set server.mds or unset the token"))
@@ -327,6 +347,19 @@ func crossCheck(cfg *Config, bit role) []error {
 		}
 		if len(sc.MDS) > 0 && sc.AdvertiseAddr == "" && unspecifiedHost(sc.Listen) {
 			errs = append(errs, fmt.Errorf("server.listen (DFKV_SERVER_LISTEN) %s is not an address clients can dial, and the node registers with the MDS (server.mds): set server.advertise_addr (DFKV_SERVER_ADVERTISE_ADDR) to the address clients should use", Echo(sc.Listen)))
+		}
+	}
+	if bit&roleMDS != 0 {
+		m := cfg.MDS
+		errs = append(errs, tlsPairs("mds", m.TLSCert, m.TLSKey, m.TLSClientCA, m.HTTPTLS)...)
+	}
+	if bit&roleTools != 0 {
+		cc := cfg.Client
+		if cc.TLS != 1 && (cc.TLSCA != "" || cc.TLSCert != "" || cc.TLSKey != "" || cc.TLSServerName != "") {
+			errs = append(errs, errors.New("client.tls_ca, tls_cert, tls_key or tls_server_name is set but client.tls is off: set client.tls = 1 (--tls) to speak TLS"))
+		}
+		if (cc.TLSCert == "") != (cc.TLSKey == "") {
+			errs = append(errs, errors.New("client.tls_cert and client.tls_key go together: give both, or neither"))
 		}
 	}
 	if bit&roleMDS != 0 && cfg.MDS.MembersNeedToken == 1 && cfg.MDS.NodeCredentialsFile == "" {

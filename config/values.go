@@ -254,6 +254,14 @@ func (v secretValue) allowed() string {
 }
 func (secretValue) list() bool { return false }
 
+// checkTLSVersion accepts the minimum TLS versions dfkv offers.
+func checkTLSVersion(s string) error {
+	if s != "1.3" && s != "1.2" {
+		return errors.New("is not a TLS version dfkv accepts")
+	}
+	return nil
+}
+
 // minTokenBytes is the shortest token accepted: anything shorter is
 // too easy to guess to protect a tenant.
 const minTokenBytes = 16

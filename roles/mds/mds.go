@@ -46,6 +46,7 @@ package mds
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,6 +68,7 @@ import (
 	"github.com/dfkv/dfkv/roles/internal/creds"
 	"github.com/dfkv/dfkv/roles/internal/httpauth"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
+	"github.com/dfkv/dfkv/roles/internal/tlsconf"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -163,6 +165,24 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 			return fmt.Errorf("listen on %s (mds.listen / DFKV_MDS_LISTEN): %w", mc.Listen, err)
 		}
 	}
+	var tlsSrv *tlsconf.Server
+	if mc.TLSCert != "" {
+		min, err := tlsconf.MinVersion(mc.TLSMinVersion)
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("mds.tls_min_version: %w", err)
+		}
+		if tlsSrv, err = tlsconf.NewServer(tlsconf.ServerFiles{Cert: mc.TLSCert, Key: mc.TLSKey, ClientCA: mc.TLSClientCA, MinVersion: min,
+			Setting: "mds.tls_cert / mds.tls_key (DFKV_MDS_TLS_CERT, DFKV_MDS_TLS_KEY)"}, log); err != nil {
+			_ = ln.Close()
+			return err
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go tlsSrv.Run(wctx)
+		defer rolekit.OnSIGHUP(tlsSrv.Reload)()
+		ln = tls.NewListener(ln, tlsSrv.Config())
+	}
 	probe := &probeCache{dir: dir, ttl: mc.ProbeCache}
 	cs := &controlServer{dir: dir, ln: ln, log: log, ttl: mc.HeartbeatTTL, firstReq: mc.FirstRequest, backendDown: probe.down,
 		creds: nodeCreds, membersNeedToken: mc.MembersNeedToken == 1}
@@ -180,6 +200,9 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 			}
 		}
 		httpSrv = newHTTP(dir, probe, reg, cfg.Group, mc.MetricsFirstRequest, guard)
+		if mc.HTTPTLS == 1 && tlsSrv != nil {
+			hln = tls.NewListener(hln, tlsSrv.HTTPConfig())
+		}
 		go func() {
 			if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("MDS http listener failed", "error", err.Error())
@@ -197,7 +220,14 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 			auth += "; MEMBERS too"
 		}
 	}
-	log.Info("dfkv mds listening", append([]any{"listen", ln.Addr().String(), "http", mc.HTTPListen, "backend", backend, "auth", auth},
+	tlsMode := "off"
+	if tlsSrv != nil {
+		tlsMode = "on, TLS " + mc.TLSMinVersion + "+"
+		if tlsSrv.MutualTLS() {
+			tlsMode += ", client certificates required"
+		}
+	}
+	log.Info("dfkv mds listening", append([]any{"listen", ln.Addr().String(), "http", mc.HTTPListen, "backend", backend, "auth", auth, "tls", tlsMode},
 		append(store, "heartbeat_ttl", mc.HeartbeatTTL.String(), "group", cfg.Group)...)...)
 	if backend == "etcd" {
 		go watchBackend(ctx, probe, backendCheckEvery, log)

@@ -3,6 +3,7 @@ package mds
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -146,6 +147,9 @@ func (s *controlServer) handle(ctx context.Context, c net.Conn) {
 		// epoch: one of another generation is refused now, not when the
 		// prefix it will never complete times out.
 		peeked, err := br.Peek(1)
+		if first && err != nil && s.tlsRefused(c, err) {
+			return
+		}
 		if err == nil {
 			if ferr := wire.ForeignMDSEpoch(peeked); ferr != nil {
 				fe := ferr.(*wire.FrameError)
@@ -185,6 +189,22 @@ func (s *controlServer) handle(ctx context.Context, c net.Conn) {
 			return
 		}
 	}
+}
+
+// tlsRefused answers a plaintext client on a TLS control port in
+// plaintext, so it reads why instead of a reset, and reports whether err
+// was that.
+func (s *controlServer) tlsRefused(c net.Conn, err error) bool {
+	var rhe tls.RecordHeaderError
+	if !errors.As(err, &rhe) || rhe.Conn == nil {
+		return false
+	}
+	s.frameErrors.Add(1)
+	s.log.Warn("MDS: closing connection: the client does not speak TLS", "remote", c.RemoteAddr().String())
+	msg := []byte("this MDS's control port requires TLS: turn on the client's TLS (client.tls, or server.mds_tls_ca for a node)")
+	_ = rhe.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = rhe.Conn.Write(append(wire.AppendMDSResponse(nil, wire.StatusEpochMismatch, 0, len(msg)), msg...))
+	return true
 }
 
 func (s *controlServer) reply(c net.Conn, st wire.Status, epoch uint64, body []byte) error {

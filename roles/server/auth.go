@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -52,7 +53,8 @@ type authCounters struct {
 // connAuth is a connection's authentication: the hash of the token it
 // presented and the grant that token has in the reading in force.
 type connAuth struct {
-	done  bool // AUTH succeeded
+	done  bool   // AUTH succeeded, or a client certificate was accepted
+	cn    string // the verified client certificate's common name, when it authenticated the connection
 	sum   creds.Sum
 	set   *creds.Tenants // the reading grant was looked up in
 	grant *creds.Grant
@@ -69,13 +71,16 @@ func requiresAuth(op wire.Op) bool {
 // presented a token that is still granted. Its error is a FrameError:
 // the connection is answered and closed.
 func (c *conn) authenticated() error {
+	if !c.auth.done && c.certAuth() {
+		return nil
+	}
 	if !c.auth.done {
 		c.s.authFailed(authNoToken, c)
 		return &wire.FrameError{Status: wire.StatusUnauthenticated,
 			Message: "this node requires credentials: send AUTH with a token first (client.token / DFKV_TOKEN)"}
 	}
 	if set := c.s.opts.Credentials.Current(); set != c.auth.set {
-		c.auth.set, c.auth.grant = set, set.Lookup(c.auth.sum)
+		c.auth.set, c.auth.grant = set, c.auth.lookup(set)
 		if c.auth.grant == nil {
 			c.s.authFailed(authWithdrawn, c)
 			return &wire.FrameError{Status: wire.StatusUnauthenticated,
@@ -83,6 +88,61 @@ func (c *conn) authenticated() error {
 		}
 	}
 	return nil
+}
+
+// lookup finds the connection's grant in set: by certificate name or by
+// token hash, whichever authenticated it.
+func (a *connAuth) lookup(set *creds.Tenants) *creds.Grant {
+	if a.cn != "" {
+		return set.LookupCN(a.cn)
+	}
+	return set.Lookup(a.sum)
+}
+
+// certAuth authenticates a connection by its TLS client certificate, if
+// it presented one that the handshake verified (server.tls_client_ca)
+// and whose common name a credential lists.
+func (c *conn) certAuth() bool {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return false
+	}
+	st := tc.ConnectionState()
+	if len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 {
+		return false
+	}
+	cn := st.PeerCertificates[0].Subject.CommonName
+	set := c.s.opts.Credentials.Current()
+	g := set.LookupCN(cn)
+	if cn == "" || g == nil {
+		return false
+	}
+	c.auth = connAuth{done: true, cn: cn, set: set, grant: g}
+	c.s.auth.ok.Add(1)
+	return true
+}
+
+// tlsFailed handles a connection whose TLS handshake failed: a plaintext
+// dfkv client (or curl) gets a plaintext refusal it can read, and the
+// failure is counted and logged (rate-limited). It reports whether err
+// was such a failure.
+func (c *conn) tlsFailed(err error) bool {
+	if _, ok := c.nc.(*tls.Conn); !ok || isTimeout(err) {
+		return false
+	}
+	var rhe tls.RecordHeaderError
+	reason := err.Error()
+	if errors.As(err, &rhe) && rhe.Conn != nil {
+		reason = "the client does not speak TLS"
+		msg := "this dfkv node's data port requires TLS: turn on the client's TLS (client.tls) and give it the CA (client.tls_ca)"
+		_ = rhe.Conn.SetWriteDeadline(c.s.opts.Clock.Now().Add(time.Second))
+		_, _ = rhe.Conn.Write(append(wire.AppendResponse(nil, &wire.ResponseHeader{Status: wire.StatusEpochMismatch, BodyLen: uint64(len(msg))}), msg...))
+	} else if errors.Is(err, io.EOF) {
+		return false // the client left before or during the handshake
+	}
+	c.s.stats.tlsFailures.Add(1)
+	c.s.tlsWarn.Warn(c.s.log, time.Now(), "closing connection: TLS handshake failed", "remote", c.nc.RemoteAddr().String(), "reason", reason)
+	return true
 }
 
 // allows reports whether the connection may do r to tenant; false is

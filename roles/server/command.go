@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"github.com/dfkv/dfkv/roles/internal/creds"
 	"github.com/dfkv/dfkv/roles/internal/httpauth"
 	"github.com/dfkv/dfkv/roles/internal/rolekit"
+	"github.com/dfkv/dfkv/roles/internal/tlsconf"
 	"github.com/dfkv/dfkv/roles/server/hostcheck"
 	"github.com/dfkv/dfkv/roles/server/quota"
 	"github.com/dfkv/dfkv/roles/server/register"
@@ -128,7 +130,9 @@ type node struct {
 	// httpGuard holds /metrics behind server.http_token_file; nil without one.
 	httpGuard *httpauth.Guard
 	// creds is server.credentials_file as last read; nil: the data port is open.
-	creds   *creds.Watch[creds.Tenants]
+	creds *creds.Watch[creds.Tenants]
+	// tls is server.tls_cert and its key as last read; nil: plain TCP.
+	tls     *tlsconf.Server
 	closers closers
 	failed  bool // the start failed: closers also undo what it created on disk
 }
@@ -275,6 +279,9 @@ func (n *node) newServer() error {
 	if err := n.loadCredentials(); err != nil {
 		return err
 	}
+	if err := n.loadTLS(); err != nil {
+		return err
+	}
 	rn, err := n.startRDMA()
 	if err != nil {
 		return err
@@ -297,6 +304,7 @@ func (n *node) newServer() error {
 		LeaseTTL:        sc.Lease,
 		LeaseMax:        sc.LeaseMax,
 		Credentials:     n.creds,
+		TLS:             n.dataTLS(),
 	})
 	if err != nil {
 		return err
@@ -350,6 +358,47 @@ func (n *node) loadCredentials() error {
 		return nil
 	})
 	return nil
+}
+
+// loadTLS reads server.tls_cert and its key (and client CA), and keeps
+// them current while the node runs, as loadCredentials does.
+func (n *node) loadTLS() error {
+	sc := n.sc
+	if sc.TLSCert == "" {
+		return nil
+	}
+	min, err := tlsconf.MinVersion(sc.TLSMinVersion)
+	if err != nil {
+		return fmt.Errorf("server.tls_min_version: %w", err)
+	}
+	t, err := tlsconf.NewServer(tlsconf.ServerFiles{Cert: sc.TLSCert, Key: sc.TLSKey, ClientCA: sc.TLSClientCA, MinVersion: min,
+		Setting: "server.tls_cert / server.tls_key (DFKV_SERVER_TLS_CERT, DFKV_SERVER_TLS_KEY)"}, n.log)
+	if err != nil {
+		return err
+	}
+	n.tls = t
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.Run(ctx)
+	}()
+	unregister := rolekit.OnSIGHUP(t.Reload)
+	n.closers.add(func() error {
+		unregister()
+		cancel()
+		<-done
+		return nil
+	})
+	return nil
+}
+
+// dataTLS is the data port's TLS configuration, or nil for plain TCP.
+func (n *node) dataTLS() *tls.Config {
+	if n.tls == nil {
+		return nil
+	}
+	return n.tls.Config()
 }
 
 // listenHTTP takes the HTTP listener from deps or opens one, unless the
@@ -441,6 +490,9 @@ func (n *node) serveHTTP() error {
 		return nil
 	}
 	httpSrv := newHTTPServer(n.srv, n.eng, n.prom, n.sc.MetricsFirstRequest, n.sc.PProf == 1, n.httpGuard)
+	if n.sc.HTTPTLS == 1 && n.tls != nil {
+		hln = tls.NewListener(hln, n.tls.HTTPConfig())
+	}
 	go func() {
 		if err := httpSrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("http listener failed", "addr", n.sc.HTTPListen, "error", err.Error())
@@ -468,9 +520,20 @@ func (n *node) logListening(st engine.Stats) {
 	if n.creds != nil {
 		auth = fmt.Sprintf("tokens required: %d credentials from %s", n.creds.Current().Len(), n.sc.CredentialsFile)
 	}
+	tlsMode := "off"
+	if n.tls != nil {
+		tlsMode = "on, TLS " + sc.TLSMinVersion + "+"
+		if n.tls.MutualTLS() {
+			tlsMode += ", client certificates required"
+		}
+		if sc.HTTPTLS == 1 {
+			tlsMode += ", HTTP too"
+		}
+	}
 	n.log.Info("dfkv server listening",
 		"id", serverID(n.cfg, n.ln.Addr()),
 		"auth", auth,
+		"tls", tlsMode,
 		"listen", n.ln.Addr().String(),
 		"http", sc.HTTPListen,
 		"engine", sc.StoreEngine,
@@ -503,6 +566,17 @@ func (n *node) register(ctx context.Context, capacity uint64) error {
 		return fmt.Errorf("server.mds (DFKV_SERVER_MDS): %w", err)
 	}
 	mc.SetToken(sc.MDSToken)
+	if sc.MDSTLSCA != "" {
+		cfg, err := tlsconf.Client(tlsconf.ClientFiles{CA: sc.MDSTLSCA, Cert: sc.TLSCert, Key: sc.TLSKey})
+		if err != nil {
+			return fmt.Errorf("server.mds_tls_ca (DFKV_SERVER_MDS_TLS_CA): %w", err)
+		}
+		mc, err = client.NewMDSClient(sc.MDS, n.cfg.Group, client.NewTLSDialer(nil, cfg), 5*time.Second)
+		if err != nil {
+			return fmt.Errorf("server.mds (DFKV_SERVER_MDS): %w", err)
+		}
+		mc.SetToken(sc.MDSToken)
+	}
 	info := wire.MemberInfo{
 		ID: serverID(n.cfg, n.ln.Addr()), Addr: addr, Weight: sc.Weight, Disks: sc.Disks,
 		CapacityBytes: capacity, Version: version.Version,

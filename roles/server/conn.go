@@ -46,7 +46,9 @@ type conn struct {
 	s   *Server
 	nc  net.Conn
 	raw *rawSock // nc's socket, read and written with raw system calls; nil: use nc
-	br  *bufio.Reader
+	// batch gathers a TLS connection's records into few writes (tlsbatch.go); nil without TLS.
+	batch *recordBatcher
+	br    *bufio.Reader
 
 	sc    *scratch    // the working memory below comes from it while the connection serves
 	wbuf  []byte      // pending response bytes
@@ -409,6 +411,9 @@ func (c *conn) serve() {
 		// Wait for the next request without holding it: Peek lets
 		// shutdown interrupt an idle connection and only an idle one.
 		if _, err := c.br.Peek(1); err != nil {
+			if !c.pastFirst && c.tlsFailed(err) {
+				return
+			}
 			if !c.pastFirst && isTimeout(err) && !c.isStopped() {
 				c.s.stats.firstReqTimeouts.Add(1)
 				c.s.firstReqWarn.Warn(log, time.Now(), "closing connection: no complete first request within the deadline",
@@ -570,7 +575,17 @@ func (c *conn) write(a, b []byte) (int, error) {
 	}
 	c.iov[0], c.iov[1] = a, b
 	c.bufs = c.iov[:]
+	// A response that fits one TLS record is one write already.
+	batch := c.batch != nil && len(a)+len(b) > 16<<10
+	if batch {
+		c.batch.begin()
+	}
 	n, err := c.bufs.WriteTo(c.nc)
+	if batch {
+		if e := c.batch.end(); err == nil {
+			err = e
+		}
+	}
 	c.iov[0], c.iov[1] = nil, nil
 	return int(n), err
 }

@@ -35,6 +35,9 @@ func (n *node) startRDMA() (*rdma.Node, error) {
 	if !st.Enabled && prov == nil {
 		return nil, nil
 	}
+	if n.tls != nil {
+		return nil, fmt.Errorf("%s with server.tls_cert: the RDMA bootstrap and transfers would bypass TLS; turn RDMA off on a node that serves TLS", rdma.EnvSwitch)
+	}
 	if n.creds != nil {
 		return nil, fmt.Errorf("%s with server.credentials_file: an RDMA client reads the RAM arena one-sided, which no credential can confine to its tenants; turn RDMA off on a node that requires credentials", rdma.EnvSwitch)
 	}

@@ -50,6 +50,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -123,6 +124,12 @@ type Options struct {
 	// RAM arena, which no grant can confine to its tenants.
 	Credentials *creds.Watch[creds.Tenants]
 
+	// TLS, when set, serves the data port over TLS with this
+	// configuration (its GetConfigForClient may swap certificates while
+	// the node runs). With a client CA, a verified client certificate's
+	// common name may stand in for a token (Credentials).
+	TLS *tls.Config
+
 	// lingerTime overrides the linger's time bound (conn.linger) in
 	// tests; 0 is the lingerTime default.
 	lingerTime time.Duration
@@ -157,15 +164,15 @@ type Server struct {
 	// Per-connection warnings a flood of bad connections could repeat,
 	// logged at most once per ratelog.DefaultEvery each (the counters
 	// count all).
-	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn, refusedWarn, idleCutWarn, authWarn, forbidWarn ratelog.Limiter
-	auth                                                                                               authCounters
-	cutting                                                                                            int           // connections closeIdlest closed that have not ended yet (under mu)
-	metrics                                                                                            *Metrics      // nil = not exported
-	info                                                                                               NodeInfo      // reported by STATS
-	group                                                                                              *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
-	obj                                                                                                *objtier.Tier // the object-store tier, for its STATS; nil without it
-	shm                                                                                                *shmNode      // the shared-memory transport, or nil
-	pins                                                                                               *pinSet       // values BATCH_EXIST pinned; nil without a pinning engine or LeaseTTL
+	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn, refusedWarn, idleCutWarn, authWarn, forbidWarn, tlsWarn ratelog.Limiter
+	auth                                                                                                        authCounters
+	cutting                                                                                                     int           // connections closeIdlest closed that have not ended yet (under mu)
+	metrics                                                                                                     *Metrics      // nil = not exported
+	info                                                                                                        NodeInfo      // reported by STATS
+	group                                                                                                       *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
+	obj                                                                                                         *objtier.Tier // the object-store tier, for its STATS; nil without it
+	shm                                                                                                         *shmNode      // the shared-memory transport, or nil
+	pins                                                                                                        *pinSet       // values BATCH_EXIST pinned; nil without a pinning engine or LeaseTTL
 }
 
 // counters are the server's own numbers; engine numbers come from Stats().
@@ -178,6 +185,7 @@ type counters struct {
 	acceptErrors     atomic.Uint64
 	firstReqTimeouts atomic.Uint64
 	frameErrors      atomic.Uint64
+	tlsFailures      atomic.Uint64 // TLS handshakes that failed (plaintext clients, bad certificates)
 	bytesIn          atomic.Uint64
 	bytesOut         atomic.Uint64
 	ops              [wire.LastOp + 1]atomic.Uint64
@@ -225,6 +233,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.BufferBudget < largest {
 		return nil, fmt.Errorf("server: BufferBudget %d is less than the %d-byte buffer for the largest value", opts.BufferBudget, largest)
+	}
+	if opts.TLS != nil && opts.RDMA != nil {
+		return nil, errors.New("server: TLS with RDMA: the RDMA bootstrap and transfers would bypass TLS; turn RDMA off (DFKV_RDMA) on a node with server.tls_cert")
 	}
 	if opts.Credentials != nil && (opts.Shm != nil || opts.RDMA != nil) {
 		return nil, errors.New("server: Credentials with shared memory or RDMA: one-sided reads map the whole RAM arena, which no credential can confine to its tenants; turn them off (server.shm_socket, DFKV_RDMA) on a node with server.credentials_file")
@@ -378,7 +389,15 @@ func (s *Server) startConn(nc net.Conn, shm bool) {
 		_ = nc.Close()
 		return
 	}
+	var batch *recordBatcher
+	if s.opts.TLS != nil && !shm {
+		batch = &recordBatcher{Conn: nc}
+		// The handshake runs on the connection's first read, under its
+		// first-request deadline.
+		nc = tls.Server(batch, s.opts.TLS)
+	}
 	c := newConn(s, nc)
+	c.batch = batch
 	c.needHello = shm
 	s.conns[c] = struct{}{}
 	s.inflight.Add(1)

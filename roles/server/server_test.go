@@ -24,7 +24,7 @@ type testNode struct {
 	done   chan error
 }
 
-func startNode(t *testing.T, eng engine.StoreEngine, mutate func(*Options)) *testNode {
+func startNode(t testing.TB, eng engine.StoreEngine, mutate func(*Options)) *testNode {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -45,7 +45,7 @@ func startNode(t *testing.T, eng engine.StoreEngine, mutate func(*Options)) *tes
 	return n
 }
 
-func (n *testNode) stop(t *testing.T) {
+func (n *testNode) stop(t testing.TB) {
 	n.cancel()
 	select {
 	case err := <-n.done:

@@ -42,6 +42,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -110,6 +111,10 @@ type Options struct {
 	// Close's: an embedded store stops its node there, so whoever holds
 	// only the client still closes the store.
 	AfterClose func() error
+	// TLS, when set, speaks TLS with every node and MDS (every dial goes
+	// through a handshake with this configuration; its ServerName, when
+	// empty, is each address's host). Nil: plain TCP.
+	TLS *tls.Config
 	// Token is presented once on every new connection (AUTH) to nodes
 	// that require credentials; a node without them ignores it. Empty:
 	// no token. The client never logs it.
@@ -142,6 +147,11 @@ func (o *Options) setDefaults() {
 	}
 	if o.Dialer == nil {
 		o.Dialer = &net.Dialer{KeepAlive: 30 * time.Second}
+	}
+	if o.TLS != nil {
+		if _, wrapped := o.Dialer.(*tlsDialer); !wrapped {
+			o.Dialer = &tlsDialer{inner: o.Dialer, cfg: o.TLS}
+		}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -8,6 +8,8 @@
 //	[[credential]]
 //	name = "team-a"                      # for logs and metrics, never the token
 //	token_sha256 = "9f86d081884c7d65…"   # printf %s "$TOKEN" | sha256sum
+//	# or, instead of a token, a TLS client certificate the node verified:
+//	# cert_common_name = "team-a-inference"
 //	tenants = ["acme", "0x9f2c4e6a8b1d3f50"]   # or ["*"]: every tenant
 //	allow = ["read", "write", "remove"]        # and "stats"
 //
@@ -119,14 +121,19 @@ func (g *Grant) Has(r Right) bool { return g.any&r != 0 }
 type Tenants struct {
 	Path   string
 	grants map[Sum]*Grant
+	byCN   map[string]*Grant // credentials of TLS client certificates, by common name
 	names  map[uint64]string // tenant names the file lists, for metrics labels
 }
 
 // Lookup returns the grant of the token whose hash is sum, or nil.
 func (t *Tenants) Lookup(sum Sum) *Grant { return t.grants[sum] }
 
+// LookupCN returns the grant of a verified TLS client certificate whose
+// subject common name is cn, or nil.
+func (t *Tenants) LookupCN(cn string) *Grant { return t.byCN[cn] }
+
 // Len is the number of credentials.
-func (t *Tenants) Len() int { return len(t.grants) }
+func (t *Tenants) Len() int { return len(t.grants) + len(t.byCN) }
 
 // TenantName is the name the file lists tenant under, or "".
 func (t *Tenants) TenantName(tenant uint64) string { return t.names[tenant] }
@@ -136,6 +143,7 @@ type tenantsFile struct {
 	Credential []struct {
 		Name        string      `toml:"name"`
 		TokenSHA256 *Sum        `toml:"token_sha256"`
+		CertCN      string      `toml:"cert_common_name"`
 		Tenants     []tenantRef `toml:"tenants"`
 		Allow       []Right     `toml:"allow"`
 	} `toml:"credential"`
@@ -158,12 +166,12 @@ func LoadTenants(path string) (*Tenants, error) {
 		return nil, bad("%v", err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		return nil, bad("unknown key %q; a [[credential]] has name, token_sha256, tenants and allow", und[0].String())
+		return nil, bad("unknown key %q; a [[credential]] has name, token_sha256 or cert_common_name, tenants and allow", und[0].String())
 	}
 	if len(doc.Credential) == 0 {
 		return nil, bad("no [[credential]] tables: a node with a credentials file and no credential would refuse every client")
 	}
-	t := &Tenants{Path: path, grants: map[Sum]*Grant{}, names: map[uint64]string{}}
+	t := &Tenants{Path: path, grants: map[Sum]*Grant{}, byCN: map[string]*Grant{}, names: map[uint64]string{}}
 	for i, c := range doc.Credential {
 		label := fmt.Sprintf("credential %d", i+1)
 		if c.Name != "" {
@@ -171,8 +179,8 @@ func LoadTenants(path string) (*Tenants, error) {
 		} else {
 			c.Name = fmt.Sprintf("credential-%d", i+1)
 		}
-		if c.TokenSHA256 == nil {
-			return nil, bad("%s has no token_sha256", label)
+		if (c.TokenSHA256 == nil) == (c.CertCN == "") {
+			return nil, bad("%s needs exactly one of token_sha256 (a token) and cert_common_name (a TLS client certificate)", label)
 		}
 		if len(c.Tenants) == 0 {
 			return nil, bad("%s has no tenants: list the tenant names it may address, or \"*\" for all", label)
@@ -180,8 +188,12 @@ func LoadTenants(path string) (*Tenants, error) {
 		if len(c.Allow) == 0 {
 			return nil, bad("%s has no allow list: give some of read, write, remove, stats", label)
 		}
-		if prev, dup := t.grants[*c.TokenSHA256]; dup {
-			return nil, bad("%s has the same token_sha256 as %q: one token, one credential", label, prev.Name)
+		if c.TokenSHA256 != nil {
+			if prev, dup := t.grants[*c.TokenSHA256]; dup {
+				return nil, bad("%s has the same token_sha256 as %q: one token, one credential", label, prev.Name)
+			}
+		} else if prev, dup := t.byCN[c.CertCN]; dup {
+			return nil, bad("%s has the same cert_common_name as %q: one certificate name, one credential", label, prev.Name)
 		}
 		g := &Grant{Name: c.Name, tenants: map[uint64]Right{}}
 		var rights Right
@@ -199,15 +211,22 @@ func LoadTenants(path string) (*Tenants, error) {
 				t.names[ref.hash] = ref.name
 			}
 		}
-		t.grants[*c.TokenSHA256] = g
+		if c.TokenSHA256 != nil {
+			t.grants[*c.TokenSHA256] = g
+		} else {
+			t.byCN[c.CertCN] = g
+		}
 	}
 	return t, nil
 }
 
 // Names lists the credentials' names, sorted, for the start's log line.
 func (t *Tenants) Names() []string {
-	out := make([]string, 0, len(t.grants))
+	out := make([]string, 0, t.Len())
 	for _, g := range t.grants {
+		out = append(out, g.Name)
+	}
+	for _, g := range t.byCN {
 		out = append(out, g.Name)
 	}
 	sort.Strings(out)

@@ -5,6 +5,7 @@ package rolekit
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/rdma"
+	"github.com/dfkv/dfkv/roles/internal/tlsconf"
 	"github.com/dfkv/dfkv/wire/client"
 )
 
@@ -189,7 +191,15 @@ func OpenClient(cfg *config.Config, log *slog.Logger) (*client.Client, error) {
 	if why != "" {
 		log.Warn(why)
 	}
+	var tlsCfg *tls.Config
+	if cc.TLS == 1 {
+		var err error
+		if tlsCfg, err = tlsconf.Client(tlsconf.ClientFiles{CA: cc.TLSCA, Cert: cc.TLSCert, Key: cc.TLSKey, ServerName: cc.TLSServerName}); err != nil {
+			return nil, fmt.Errorf("client TLS (client.tls_ca, tls_cert, tls_key): %w", err)
+		}
+	}
 	return client.Open(client.Options{
+		TLS:              tlsCfg,
 		RDMA:             rdmaOpts,
 		Namespace:        []byte(cc.Namespace),
 		Members:          cc.Members,

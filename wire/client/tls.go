@@ -1,0 +1,76 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// NewTLSDialer returns a dialer that speaks TLS over what inner dials
+// (nil: a plain net.Dialer), for callers that dial with their own Dialer
+// (an MDSClient); Options.TLS does the same for a Client.
+func NewTLSDialer(inner Dialer, cfg *tls.Config) Dialer {
+	if inner == nil {
+		inner = &net.Dialer{KeepAlive: 30 * time.Second}
+	}
+	return &tlsDialer{inner: inner, cfg: cfg}
+}
+
+// tlsDialer completes a TLS handshake on every connection its inner
+// dialer makes, within the dial's context: to the nodes, their liveness
+// probes and the MDS alike. The server name verified is the config's,
+// else the host of the address dialed.
+type tlsDialer struct {
+	inner  Dialer
+	cfg    *tls.Config
+	mu     sync.Mutex
+	byHost map[string]*tls.Config
+}
+
+func (t *tlsDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	nc, err := t.inner.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	tc := tls.Client(nc, t.configFor(address))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = nc.Close()
+		var rhe tls.RecordHeaderError
+		if errors.As(err, &rhe) {
+			return nil, fmt.Errorf("TLS handshake with %s: the peer does not speak TLS on this port (a node or MDS without TLS? then turn client TLS off): %w", address, err)
+		}
+		return nil, fmt.Errorf("TLS handshake with %s: %w", address, err)
+	}
+	return tc, nil
+}
+
+// configFor is the configuration for address: one clone per host with
+// its name as ServerName, unless the config names one.
+func (t *tlsDialer) configFor(address string) *tls.Config {
+	if t.cfg.ServerName != "" {
+		return t.cfg
+	}
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		host = address
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c, ok := t.byHost[host]; ok {
+		return c
+	}
+	if t.byHost == nil {
+		t.byHost = map[string]*tls.Config{}
+	}
+	c := t.cfg.Clone()
+	c.ServerName = host
+	t.byHost[host] = c
+	return c
+}

@@ -10,8 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/dfkv/dfkv/roles/internal/testcerts"
+	"github.com/dfkv/dfkv/roles/internal/tlsconf"
 	"github.com/dfkv/dfkv/wire"
+	"github.com/dfkv/dfkv/wire/client"
 )
 
 const (
@@ -176,5 +180,30 @@ func TestMDSDuplicateID(t *testing.T) {
 	}
 	if _, err := c.Register(ctx, twin); err != nil {
 		t.Fatalf("the id once free: %v", err)
+	}
+}
+
+// TestMDSTLS: the control port over TLS serves a TLS client, and tells a
+// plaintext one in plaintext that it needs TLS.
+func TestMDSTLS(t *testing.T) {
+	ca := testcerts.NewCA(t, "mds")
+	p := ca.Server(t, "mds")
+	ctrl, _, _ := runMDS(t, map[string][]string{"db-path": {filepath.Join(t.TempDir(), "mds.db")}, "tls-cert": {p.Cert}, "tls-key": {p.Key}})
+	ctx := context.Background()
+	cfg, err := tlsconf.Client(tlsconf.ClientFiles{CA: ca.File})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.NewMDSClient([]string{ctrl}, "default", client.NewTLSDialer(nil, cfg), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Register(ctx, member(1)); err != nil {
+		t.Fatalf("REGISTER over TLS: %v", err)
+	}
+	plain := mdsClient(t, "default", ctrl)
+	_, _, _, err = plain.Members(ctx, 0)
+	if status(err) != wire.StatusEpochMismatch || !strings.Contains(err.Error(), "requires TLS") {
+		t.Fatalf("a plaintext client of a TLS MDS: %v", err)
 	}
 }

@@ -93,15 +93,15 @@ func TestTLSDataPort(t *testing.T) {
 		other := testcerts.NewCA(t, "b")
 		bad := tlsClient(t, n.addr, "ns", tlsconf.ClientFiles{CA: other.File}, "")
 		_, err := bad.Exist(ctx, []byte("big"))
-		if err == nil || !strings.Contains(err.Error(), "certificate") {
+		if err == nil || !strings.Contains(err.Error(), "certificate") || !errors.Is(err, client.ErrAuth) || errors.Is(err, wire.StatusNotFound) {
 			t.Fatalf("a client trusting another CA: %v", err)
 		}
 	})
 	t.Run("TLS client, plaintext node", func(t *testing.T) {
 		plain := startNode(t, newMemEngine(), nil)
 		c := tlsClient(t, plain.addr, "ns", tlsconf.ClientFiles{CA: ca.File}, "")
-		err := c.Put(ctx, []byte("k"), []byte("v"))
-		if err == nil || !strings.Contains(err.Error(), "does not speak TLS") {
+		_, err := c.Exist(ctx, []byte("k"))
+		if err == nil || !strings.Contains(err.Error(), "does not speak TLS") || errors.Is(err, wire.StatusNotFound) {
 			t.Fatalf("TLS against a plaintext node: %v", err)
 		}
 	})
@@ -164,8 +164,8 @@ func TestClientCertificateStandsInForToken(t *testing.T) {
 	}
 	// Without a certificate the handshake fails.
 	_, err = tlsClient(t, n.addr, "acme", tlsconf.ClientFiles{CA: ca.File}, aliceToken).Exist(ctx, []byte("k"))
-	if err == nil || !strings.Contains(err.Error(), "certificate") {
-		t.Fatalf("no client certificate under mutual TLS: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "certificate") || errors.Is(err, wire.StatusNotFound) {
+		t.Fatalf("no client certificate under mutual TLS (must not read as a miss): %v", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -149,7 +150,17 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 func isProtocolError(err error) bool {
 	var fe *wire.FrameError
 	var st wire.Status
-	return errors.As(err, &fe) || errors.As(err, &st)
+	return errors.As(err, &fe) || errors.As(err, &st) || tlsRefusal(err)
+}
+
+// tlsRefusal reports whether err is a TLS alert the node sent: under TLS
+// 1.3 a node that does not accept the client's certificate (or has none
+// of it) says so after the client's handshake completed, on the first
+// read. The node is up and the client misconfigured, so it is neither
+// backed off nor answered as a miss.
+func tlsRefusal(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // keyOf maps an object key, validating it.

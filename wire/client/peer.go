@@ -280,6 +280,9 @@ func (p *peer) dialTCP(ctx context.Context, deadline time.Time) (*cconn, error) 
 	dctx, cancel := context.WithDeadline(ctx, minTime(deadline, time.Now().Add(p.opts.DialTimeout)))
 	defer cancel()
 	nc, err := p.opts.Dialer.DialContext(dctx, "tcp", p.addr)
+	if errors.Is(err, ErrAuth) {
+		return nil, fmt.Errorf("connect to dfkv node %s: %w", p.addr, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to dfkv node %s: %v: %w", p.addr, err, wire.StatusUnavailable)
 	}
@@ -297,7 +300,8 @@ func (p *peer) dialTCP(ctx context.Context, deadline time.Time) (*cconn, error) 
 }
 
 // ErrAuth is wrapped by the error of a call whose connection could not
-// authenticate: the node refused the token, or cannot check one.
+// authenticate: the node refused the token or cannot check one, or the
+// TLS handshake failed on certificates (or found no TLS).
 var ErrAuth = errors.New("dfkv authentication failed")
 
 // authenticate presents the client's token on a new connection (AUTH),
@@ -319,6 +323,9 @@ func (cc *cconn) authenticate(token string, by time.Time) error {
 	cc.got, cc.broken = false, false
 	if err == nil {
 		return nil
+	}
+	if tlsRefusal(err) {
+		return fmt.Errorf("dfkv node %s refused this client's TLS certificate (client.tls_cert, tls_key): %w: %w", cc.p.addr, ErrAuth, err)
 	}
 	switch wire.StatusOf(err) {
 	case wire.StatusUnauthenticated, wire.StatusInvalid:

@@ -42,9 +42,18 @@ func (t *tlsDialer) DialContext(ctx context.Context, network, address string) (n
 	tc := tls.Client(nc, t.configFor(address))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = nc.Close()
+		// A peer that is not TLS, a certificate that does not verify, or
+		// an alert from the peer is a configuration error: it wraps
+		// ErrAuth, so calls fail with it at once instead of backing the
+		// node off and answering reads as misses. A network failure
+		// during the handshake is one like any other.
 		var rhe tls.RecordHeaderError
-		if errors.As(err, &rhe) {
-			return nil, fmt.Errorf("TLS handshake with %s: the peer does not speak TLS on this port (a node or MDS without TLS? then turn client TLS off): %w", address, err)
+		var cve *tls.CertificateVerificationError
+		switch {
+		case errors.As(err, &rhe):
+			return nil, fmt.Errorf("TLS handshake with %s: the peer does not speak TLS on this port (a node or MDS without TLS? then turn client TLS off): %w: %w", address, ErrAuth, err)
+		case errors.As(err, &cve), tlsRefusal(err):
+			return nil, fmt.Errorf("TLS handshake with %s (client.tls_ca, tls_cert, tls_server_name): %w: %w", address, ErrAuth, err)
 		}
 		return nil, fmt.Errorf("TLS handshake with %s: %w", address, err)
 	}

@@ -285,6 +285,7 @@ var (
 	descAuthCreds     = prometheus.NewDesc("dfkv_auth_credentials", "Credentials in the reading of server.credentials_file in force.", nil, nil)
 	descAuthAccepted  = prometheus.NewDesc("dfkv_auth_accepted_total", "Connections whose token was accepted.", nil, nil)
 	descAuthFailures  = prometheus.NewDesc("dfkv_auth_failures_total", "Connections closed for failed authentication, by reason: no_token (a request before AUTH), bad_token, withdrawn (the token left the file), auth_twice.", []string{"reason"}, nil)
+	descTLSFailures   = prometheus.NewDesc("dfkv_tls_handshake_failures_total", "Data-port connections whose TLS handshake failed (a plaintext client, a certificate the node does not accept); the log says which, rate-limited.", nil, nil)
 	descAuthForbidden = prometheus.NewDesc("dfkv_auth_forbidden_total", "Requests and batch items refused FORBIDDEN because the credential does not grant the op on the tenant, by tenant (as named in the credentials file, else \"unlisted\").", []string{"tenant"}, nil)
 )
 
@@ -292,7 +293,7 @@ var (
 type authCollector struct{ srv *Server }
 
 func (a authCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descAuthRequired, descAuthCreds, descAuthAccepted, descAuthFailures, descAuthForbidden} {
+	for _, d := range []*prometheus.Desc{descAuthRequired, descAuthCreds, descAuthAccepted, descAuthFailures, descAuthForbidden, descTLSFailures} {
 		ch <- d
 	}
 }
@@ -306,6 +307,7 @@ func (a authCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAuthRequired, prometheus.GaugeValue, req)
 	ch <- prometheus.MustNewConstMetric(descAuthCreds, prometheus.GaugeValue, float64(st.Credentials))
 	ch <- prometheus.MustNewConstMetric(descAuthAccepted, prometheus.CounterValue, float64(st.Accepted))
+	ch <- prometheus.MustNewConstMetric(descTLSFailures, prometheus.CounterValue, float64(a.srv.stats.tlsFailures.Load()))
 	for _, r := range authReasonNames {
 		ch <- prometheus.MustNewConstMetric(descAuthFailures, prometheus.CounterValue, float64(st.Failures[r]), r)
 	}

@@ -27,6 +27,7 @@ var mdsMetricNames = map[string]bool{
 	"dfkv_mds_deregistrations_total": true, "dfkv_mds_heartbeat_expiries_total": true,
 	"dfkv_mds_backend_up": true, "dfkv_mds_first_request_timeouts_total": true,
 	"dfkv_mds_accept_errors_total": true, "dfkv_mds_stale_member_replies_total": true,
+	"dfkv_mds_unauthenticated_total": true, "dfkv_mds_forbidden_total": true, "dfkv_mds_duplicate_id_total": true,
 }
 
 // TestGrafanaDashboardCoversAlerts: every metric the README's "What to
@@ -85,6 +86,7 @@ func TestGrafanaDashboardUsesRealMetrics(t *testing.T) {
 	g.SetQuotas(engine.NewQuotas(0, nil))
 	g.Quotas().Committed(1, 10) // so the tenant series exists
 	srv, _ := New(Options{Engine: g, Listener: ln, MaxBlockBytes: 1 << 20})
+	srv.auth.forbidden = map[string]uint64{"acme": 1} // so the per-tenant series exists
 	reg := prometheus.NewRegistry()
 	if _, err := NewMetrics(reg, srv, g); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/roles/internal/creds"
+	"github.com/dfkv/dfkv/roles/internal/testcerts"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
@@ -502,6 +504,45 @@ func BenchmarkAuthCost(b *testing.B) {
 			b.ReportMetric(open, "open-ns/op")
 			b.ReportMetric(auth, "auth-ns/op")
 			b.ReportMetric(auth/open, "auth/open")
+		})
+	}
+}
+
+// TestStartRefusesBadCredentialsOrCertificates: a node whose credentials
+// file or certificate does not load does not start, and says which file
+// and, for a TOML error, which line.
+func TestStartRefusesBadCredentialsOrCertificates(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(bad, []byte("[[credential]]\nname = \"x\"\ntoken_sha256 = \"abc\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ca := testcerts.NewCA(t, "x")
+	p := ca.Server(t, "n")
+	for name, c := range map[string]struct {
+		flags map[string][]string
+		want  []string
+	}{
+		"credentials":  {map[string][]string{"credentials-file": {bad}}, []string{"server.credentials_file", bad, "line 3"}},
+		"missing file": {map[string][]string{"credentials-file": {filepath.Join(dir, "none.toml")}}, []string{"server.credentials_file", "no such file"}},
+		"key mismatch": {map[string][]string{"tls-cert": {p.Cert}, "tls-key": {ca.File}}, []string{"server.tls_cert", p.Cert}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			flags := map[string][]string{"disks": {filepath.Join(t.TempDir(), "d0")}, "disk-capacity-bytes": {"256MiB"}}
+			for k, v := range c.flags {
+				flags[k] = v
+			}
+			cfg, _, err := config.LoadFrom("server", "", nil, flags)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln, _ := net.Listen("tcp", "127.0.0.1:0")
+			err = Run(context.Background(), cfg, Deps{Listener: ln})
+			for _, w := range c.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Fatalf("Run: %v, want an error naming %q", err, w)
+				}
+			}
 		})
 	}
 }

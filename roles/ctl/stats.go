@@ -77,6 +77,11 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 	s := st.Server
 	fmt.Fprintf(w, "  traffic      %s in, %s out; %d open connections (%d accepted, %d refused)\n", config.HumanSize(s.BytesIn), config.HumanSize(s.BytesOut), s.OpenConns, s.Accepted, s.Refused)
 	fmt.Fprintf(w, "  refusals     %d malformed frames, %d first-request timeouts\n", s.FrameErrors, s.FirstReqTimeouts)
+	if a := st.Auth; a.Required {
+		fmt.Fprintf(w, "  auth         tokens required (%d credentials); %d accepted, failed %v, forbidden %v\n", a.Credentials, a.Accepted, sortedCounts(a.Failures), sortedCounts(a.Forbidden))
+	} else {
+		fmt.Fprintf(w, "  auth         open: any client may address every tenant\n")
+	}
 	ops := make([]string, 0, len(s.Ops))
 	for op, n := range s.Ops {
 		if n > 0 {
@@ -117,4 +122,14 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 	if !e.Healthy {
 		fmt.Fprintln(w, "  WARNING      a storage engine failed closed; see the node's log")
 	}
+}
+
+// sortedCounts shows a map of counts as "name n" pairs in name order.
+func sortedCounts(m map[string]uint64) []string {
+	out := make([]string, 0, len(m))
+	for k, n := range m {
+		out = append(out, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(out)
+	return out
 }

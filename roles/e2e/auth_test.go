@@ -111,7 +111,8 @@ func TestCredentialsProcess(t *testing.T) {
 	if code, _, errs := ctl(aliceTok, "acme", nil, "stats"); code == 0 || !strings.Contains(errs, "FORBIDDEN") {
 		t.Fatalf("STATS without the stats right (exit %d): %s", code, errs)
 	}
-	if code, out, errs := ctl(bobTok, "globex", nil, "stats"); code != 0 {
+	if code, out, errs := ctl(bobTok, "globex", nil, "stats"); code != 0 || !strings.Contains(string(out), "tokens required (2 credentials)") ||
+		!strings.Contains(string(out), "globex ") {
 		t.Fatalf("STATS with the stats right (exit %d): %s %s", code, out, errs)
 	}
 

@@ -216,6 +216,17 @@ func TestServerRefusesBadConfig(t *testing.T) {
 	if code != 2 || !strings.Contains(errs, "listen_port") {
 		t.Fatalf("unknown key: exit %d: %s", code, errs)
 	}
+	// --print-config checks the credentials files it names, as a start would.
+	creds := filepath.Join(dir, "creds.toml")
+	_ = os.WriteFile(creds, []byte("[[credential]]\nname = \"a\"\ntoken_sha256 = \"00\"\n"), 0o600)
+	code, _, errs = dfkv(t, nil, "server", "--credentials-file", creds, "--print-config")
+	if code != 2 || !strings.Contains(errs, "line 3") {
+		t.Fatalf("print-config of a broken credentials file: exit %d: %s", code, errs)
+	}
+	code, _, errs = dfkv(t, nil, "mds", "--node-credentials-file", creds, "--print-config")
+	if code != 2 || !strings.Contains(errs, "mds.node_credentials_file") {
+		t.Fatalf("mds print-config of a broken node credentials file: exit %d: %s", code, errs)
+	}
 }
 
 // TestBenchProcess runs the built `dfkv bench` against a child server:

@@ -82,8 +82,17 @@ func Command() *cli.Command {
 		Flags: config.Flags("mds"),
 		Action: func(c *cli.Context) error {
 			cfg, log, done, err := rolekit.Load(c, "mds")
-			if err != nil || done {
+			if err != nil {
 				return err
+			}
+			if done {
+				// --print-config checks the files the configuration names.
+				if f := cfg.MDS.NodeCredentialsFile; f != "" {
+					if _, err := creds.LoadNodes(f); err != nil {
+						return cli.Exit(fmt.Sprintf("dfkv mds: configuration: mds.node_credentials_file: %v", err), rolekit.ExitConfig)
+					}
+				}
+				return nil
 			}
 			ctx, stop := rolekit.SignalContext(c, log)
 			defer stop()

@@ -58,6 +58,11 @@ func Command() *cli.Command {
 						return cli.Exit(fmt.Sprintf("dfkv server: configuration: server.credentials_file: %v", err), rolekit.ExitConfig)
 					}
 				}
+				if sc := cfg.Server; sc.TLSCert != "" {
+					if _, err := tlsconf.NewServer(tlsconf.ServerFiles{Cert: sc.TLSCert, Key: sc.TLSKey, ClientCA: sc.TLSClientCA, Setting: "server.tls_cert / server.tls_key"}, nil); err != nil {
+						return cli.Exit(fmt.Sprintf("dfkv server: configuration: %v", err), rolekit.ExitConfig)
+					}
+				}
 				return nil
 			}
 			file, sources := rolekit.Sources(c, "server")

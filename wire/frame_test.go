@@ -322,6 +322,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	bad := AppendRequest(nil, &RequestHeader{Op: OpPut, Key: sampleKey(1), BodyLen: 1 << 40})
 	f.Add(bad)
 	f.Add([]byte{7, 3})
+	f.Add(AppendRequest(nil, &RequestHeader{Op: OpAuth, BodyLen: 32}))
+	f.Add(AppendRequest(nil, &RequestHeader{Op: OpAuth, BodyLen: MaxTokenBytes + 1}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, err := DecodeRequest(data, testLimits)
 		if err != nil {
@@ -344,7 +346,9 @@ func FuzzDecodeRequest(f *testing.F) {
 		case h.Op.IsLease() && (h.Offset > testLimits.MaxBatchItems || h.Length > testLimits.MaxBatchItems ||
 			h.BodyLen != h.Offset*LeaseIDLen+h.Length*LeaseItemLen):
 			t.Fatalf("accepted %s releasing %d with %d items and body %d", h.Op, h.Offset, h.Length, h.BodyLen)
-		case !h.Op.IsBatch() && !h.Op.IsLease() && h.Op != OpPut && h.BodyLen != 0:
+		case h.Op == OpAuth && (h.BodyLen == 0 || h.BodyLen > MaxTokenBytes):
+			t.Fatalf("accepted AUTH token of %d bytes", h.BodyLen)
+		case !h.Op.IsBatch() && !h.Op.IsLease() && h.Op != OpPut && h.Op != OpAuth && h.BodyLen != 0:
 			t.Fatalf("accepted %s with body %d", h.Op, h.BodyLen)
 		}
 	})

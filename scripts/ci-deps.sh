@@ -12,6 +12,8 @@
 #   redis-server, memcached, iperf3, curl, fio - the peers, the loopback
 #                   and disk ceilings of scripts/bench-vs-peers.sh,
 #                   smoke-run by scripts/test.sh
+#   openssl       - the openssl command, with which the contrib Python
+#                   TLS tests make their CA and certificates
 # Needs root (CI runs as root); prints what it does.
 set -euo pipefail
 need=()
@@ -22,7 +24,7 @@ command -v cc >/dev/null 2>&1 || need+=(gcc)
 # The contrib suite installs the Python package into a virtual environment.
 /usr/bin/python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
-for pair in redis-server:redis-server memcached:memcached iperf3:iperf3 curl:curl fio:fio; do
+for pair in redis-server:redis-server memcached:memcached iperf3:iperf3 curl:curl fio:fio openssl:openssl; do
 	command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

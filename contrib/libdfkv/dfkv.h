@@ -82,7 +82,7 @@ extern "C" {
 #define DFKV_TIMEOUT        6  /* the call's deadline (timeout_ms) passed */
 #define DFKV_UNAVAILABLE    7  /* the owning node could not be reached or dropped the connection */
 #define DFKV_UNSUPPORTED    8  /* a feature this build does not have (e.g. a newer options field) */
-#define DFKV_EPOCH_MISMATCH 9  /* the node speaks another protocol epoch */
+#define DFKV_EPOCH_MISMATCH 9  /* the node speaks another protocol epoch, or requires TLS this client is not using */
 #define DFKV_TOO_LARGE      10 /* value over max block bytes, or a destination smaller than the stored value */
 #define DFKV_INTERNAL       11 /* a bug inside libdfkv; the message says where */
 #define DFKV_UNAUTHENTICATED 12 /* the node requires a token (the token option, DFKV_CLIENT_TOKEN) and refused this one, or none was given */
@@ -151,10 +151,56 @@ typedef struct dfkv_client_options_v2 {
      * refused token makes calls fail with DFKV_UNAUTHENTICATED; a token
      * that does not grant an op on this namespace's tenant, DFKV_FORBIDDEN. */
     const char* token;
+
+    /* Appended later (a shorter struct_size reads tls as DFKV_TLS_ENV and
+     * the strings as NULL). TLS with every node and MDS, for nodes started
+     * with server.tls_cert (dfkv server --tls-cert): TLS 1.3, verifying
+     * each node's certificate against the CA and its address's host (or
+     * tls_server_name). Each setting is the field when it is set, else the
+     * environment variable the dfkv tools read for client.tls*, looked up
+     * at open:
+     *   tls: DFKV_TLS_ON or DFKV_TLS_OFF decide; DFKV_TLS_ENV (0) takes
+     *     $DFKV_CLIENT_TLS (1/0, true/false, yes/no, on/off; unset or ""
+     *     is off; another value is DFKV_INVALID). Any other value is
+     *     DFKV_INVALID. A uint32_t like shm, followed by reserved1 to keep
+     *     the pointers after it 8-byte aligned.
+     *   tls_ca_file ($DFKV_CLIENT_TLS_CA): PEM CA bundle the nodes'
+     *     certificates must chain to; neither set: the system's roots.
+     *   tls_cert_file, tls_key_file ($DFKV_CLIENT_TLS_CERT,
+     *     $DFKV_CLIENT_TLS_KEY): a PEM client certificate and its key, for
+     *     nodes that require one (server.tls_client_ca, mutual TLS); both
+     *     or neither, else DFKV_INVALID naming them. A node's credentials
+     *     may grant a certificate's common name (cert_common_name) what a
+     *     token grants; then no token is needed.
+     *   tls_server_name ($DFKV_CLIENT_TLS_SERVER_NAME): the name every
+     *     node's certificate must carry; neither set: each address's host.
+     * NULL and "" count as unset. A file that cannot be read or holds no
+     * usable PEM fails the open with DFKV_INVALID and a message naming its
+     * path. With TLS off the environment's files are ignored, as the tools
+     * ignore them, but a file or server name set in these fields is
+     * DFKV_INVALID unless tls is DFKV_TLS_OFF: it means TLS was wanted,
+     * and the data would otherwise go in clear. An embedded store
+     * (embedded_config) has no connection to encrypt: tls DFKV_TLS_ON, or
+     * a file or server name in these fields, is DFKV_INVALID there, and
+     * the environment is ignored. Against a node without TLS, calls fail
+     * with a message saying it "does not speak TLS", and a certificate
+     * that does not verify fails them with the x509 reason and the CA in
+     * use (writes: DFKV_UNAVAILABLE; reads: misses, as for any node that
+     * cannot be reached); a node with TLS refuses a client without it
+     * (DFKV_EPOCH_MISMATCH, "requires TLS"). */
+    uint32_t tls;                /* DFKV_TLS_* */
+    uint32_t reserved1;          /* must be 0 */
+    const char* tls_ca_file;
+    const char* tls_cert_file;
+    const char* tls_key_file;
+    const char* tls_server_name;
 } dfkv_client_options_v2;
 
 /* dfkv_client_options_v2.shm (not statuses: an enum, apart from them). */
 enum { DFKV_SHM_AUTO = 0, DFKV_SHM_OFF = 1, DFKV_SHM_ON = 2 };
+
+/* dfkv_client_options_v2.tls. */
+enum { DFKV_TLS_ENV = 0, DFKV_TLS_ON = 1, DFKV_TLS_OFF = 2 };
 
 /* DFKV_INTERNAL_NO_PROTOTYPES is for libdfkv's own cgo build, which cannot
  * spell `const`; never define it in a caller. */

@@ -282,6 +282,33 @@ func dfkv_open_v2(opts *C.dfkv_client_options_v2, out *C.uintptr_t) (rc C.int) {
 	// copied it when the library was loaded: an engine may set the
 	// variable after loading libdfkv.
 	o.token, o.tokenFrom = resolveToken(token, cEnv)
+	var tf tlsFields
+	if has(unsafe.Offsetof(opts.reserved1), unsafe.Sizeof(opts.reserved1)) {
+		tf.mode = uint32(opts.tls)
+		if opts.reserved1 != 0 {
+			return fail(fmt.Errorf("dfkv_open_v2: reserved1 is %d; it must be 0: %w", uint32(opts.reserved1), wire.StatusInvalid))
+		}
+	}
+	// Each string only when the caller's struct holds it: reading past a
+	// shorter struct could touch memory that is not there.
+	if has(unsafe.Offsetof(opts.tls_ca_file), unsafe.Sizeof(opts.tls_ca_file)) && opts.tls_ca_file != nil {
+		tf.ca = C.GoString(opts.tls_ca_file)
+	}
+	if has(unsafe.Offsetof(opts.tls_cert_file), unsafe.Sizeof(opts.tls_cert_file)) && opts.tls_cert_file != nil {
+		tf.cert = C.GoString(opts.tls_cert_file)
+	}
+	if has(unsafe.Offsetof(opts.tls_key_file), unsafe.Sizeof(opts.tls_key_file)) && opts.tls_key_file != nil {
+		tf.key = C.GoString(opts.tls_key_file)
+	}
+	if has(unsafe.Offsetof(opts.tls_server_name), unsafe.Sizeof(opts.tls_server_name)) && opts.tls_server_name != nil {
+		tf.serverName = C.GoString(opts.tls_server_name)
+	}
+	// The environment through getenv, as for the token.
+	tlsSet, err := resolveTLS(tf, cEnv)
+	if err != nil {
+		return fail(err)
+	}
+	o.tls = tlsSet
 	nsLen := uint64(opts.namespace_len)
 	switch {
 	case opts.namespace_ptr == nil && nsLen > 0:

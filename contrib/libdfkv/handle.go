@@ -28,22 +28,35 @@ type state struct {
 	// environment name), "" when there is none: a refusal's message names
 	// it, never the token.
 	tokenFrom string
+	// tls is the TLS in force (files and where each setting came from),
+	// for messages.
+	tls tlsSettings
 
 	lastErr errSlot
 }
 
 func (s *state) setErr(err error) { s.lastErr.set(s.explain(err).Error()) }
 
-// explain adds to a refusal of the token where this library took it from,
-// which the node's and wire/client's words (client.token, the tools'
-// setting) do not say, and never the token itself. Other errors are
-// returned as they are.
+// explain adds to a refusal of the token (or client certificate) where
+// this library took it from, which the node's and wire/client's words
+// (client.token, the tools' setting) do not say, and never the token
+// itself; and to a TLS failure the TLS settings in force (tlsSettings.
+// explain). Other errors are returned as they are.
 func (s *state) explain(err error) error {
+	err = s.tls.explain(err)
+	cert := s.tls.cert
 	if wire.StatusOf(err) == wire.StatusForbidden && s.tokenFrom != "" {
 		return fmt.Errorf("the token from %s does not grant this on the namespace's tenant: %w", tokenSource(s.tokenFrom), err)
 	}
+	if wire.StatusOf(err) == wire.StatusForbidden && cert.v != "" {
+		return fmt.Errorf("no token set, and the client certificate %s (from %s) does not grant this on the namespace's tenant: %w", cert.v, source(cert.from), err)
+	}
 	if wire.StatusOf(err) != wire.StatusUnauthenticated && !errors.Is(err, client.ErrAuth) {
 		return err
+	}
+	if s.tokenFrom == "" && cert.v != "" {
+		return fmt.Errorf("no token set (libdfkv takes %s, else $%s, else $%s; all are empty), and the node does not take the client certificate %s (from %s) in place of one: %w",
+			tokenField, envToken, envTokenOld, cert.v, source(cert.from), err)
 	}
 	if s.tokenFrom == "" {
 		return fmt.Errorf("no token set (libdfkv takes %s, else $%s, else $%s; all are empty): %w", tokenField, envToken, envTokenOld, err)
@@ -178,6 +191,9 @@ type openOptions struct {
 	// token is presented to nodes that require credentials; "" = none.
 	// tokenFrom is where it came from (resolveToken). Never printed.
 	token, tokenFrom string
+	// tls is TLS with the nodes and MDS, resolved (resolveTLS); its files
+	// are read by open.
+	tls tlsSettings
 }
 
 // Where the token comes from: the options field, else the environment
@@ -246,6 +262,10 @@ func open(o openOptions) (uintptr, error) {
 	if o.embedded != nil {
 		return openEmbedded(o, len(members)+len(mds) > 0)
 	}
+	tlsCfg, err := o.tls.config()
+	if err != nil {
+		return 0, err
+	}
 	switch {
 	case len(mds) > 0 && len(members) > 0:
 		return 0, fmt.Errorf("dfkv_open_v2: both members (%q) and mds_addrs (%q) are set; give exactly one: %w", o.members, o.mds, wire.StatusInvalid)
@@ -288,6 +308,7 @@ func open(o openOptions) (uintptr, error) {
 		SharedMemory:     shmMode,
 		RDMA:             rdmaOpts,
 		Token:            o.token,
+		TLS:              tlsCfg,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("dfkv_open_v2: %w", err)
@@ -296,7 +317,7 @@ func open(o openOptions) (uintptr, error) {
 	if maxBlock == 0 {
 		maxBlock = 64 << 20 // client.Options default
 	}
-	return uintptr(cgo.NewHandle(&state{c: c, maxBlock: maxBlock, tokenFrom: o.tokenFrom})), nil
+	return uintptr(cgo.NewHandle(&state{c: c, maxBlock: maxBlock, tokenFrom: o.tokenFrom, tls: o.tls})), nil
 }
 
 // openEmbedded opens an embedded store and a handle on its client.
@@ -308,6 +329,10 @@ func openEmbedded(o openOptions, membership bool) (uintptr, error) {
 		return 0, fmt.Errorf("dfkv_open_v2: namespace is NULL or empty: %w", wire.StatusInvalid)
 	case o.shm == 2:
 		return 0, fmt.Errorf("dfkv_open_v2: shm is DFKV_SHM_ON, but an embedded store is reached in-process, not through shared memory: %w", wire.StatusInvalid)
+	case o.tls.on && o.tls.from == tlsField:
+		return 0, fmt.Errorf("dfkv_open_v2: tls is DFKV_TLS_ON, but an embedded store is reached in-process, with no connection to encrypt: %w", wire.StatusInvalid)
+	case o.tls.fieldSet != "":
+		return 0, fmt.Errorf("dfkv_open_v2: %s is set, but an embedded store is reached in-process, with no connection to encrypt: %w", o.tls.fieldSet, wire.StatusInvalid)
 	}
 	const maxTimeoutMS = uint64(24 * time.Hour / time.Millisecond)
 	if o.timeoutMS > maxTimeoutMS {

@@ -381,9 +381,21 @@ allow = ["read", "write", "remove"]
 	if err := os.WriteFile(credFile, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, _, err := config.LoadFrom("server", "", nil, map[string][]string{
+	return startNode(t, map[string][]string{"credentials-file": {credFile}})
+}
+
+// startNode starts a real cache node in this process, configured as
+// `dfkv server` with these flags would be, and returns its data address.
+func startNode(t *testing.T, flags map[string][]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	all := map[string][]string{
 		"disks": {filepath.Join(dir, "d0")}, "disk-capacity-bytes": {"256MiB"}, "ram-tier": {"1"},
-		"ram-tier-bytes": {"64MiB"}, "http-listen": {""}, "credentials-file": {credFile}})
+		"ram-tier-bytes": {"64MiB"}, "http-listen": {""}}
+	for k, v := range flags {
+		all[k] = v
+	}
+	cfg, _, err := config.LoadFrom("server", "", nil, all)
 	if err != nil {
 		t.Fatal(err)
 	}

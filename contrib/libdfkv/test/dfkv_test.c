@@ -8,6 +8,7 @@
  * MEMBERS is the comma-separated host:port list of running nodes. Exits 0
  * when every check passed, 1 (after printing each failure) otherwise.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,6 +179,134 @@ static void test_token(const char* members) {
     CHECK_RC(dfkv_close(c), DFKV_OK, NULL);
     CHECK(strcmp(dfkv_status_name(DFKV_UNAUTHENTICATED), "UNAUTHENTICATED") == 0, NULL);
     CHECK(strcmp(dfkv_status_name(DFKV_FORBIDDEN), "FORBIDDEN") == 0, NULL);
+}
+
+/* The TLS fields sit after token at their natural alignment: a caller's
+ * struct and the library's agree on every offset. */
+_Static_assert(offsetof(dfkv_client_options_v2, tls) == offsetof(dfkv_client_options_v2, token) + sizeof(const char*),
+               "tls follows token");
+_Static_assert(offsetof(dfkv_client_options_v2, tls_ca_file) % sizeof(void*) == 0, "tls_ca_file is aligned");
+_Static_assert(sizeof(dfkv_client_options_v2) == offsetof(dfkv_client_options_v2, tls_server_name) + sizeof(const char*),
+               "no tail padding");
+
+static const char* const tls_env[] = {"DFKV_CLIENT_TLS", "DFKV_CLIENT_TLS_CA", "DFKV_CLIENT_TLS_CERT",
+                                      "DFKV_CLIENT_TLS_KEY", "DFKV_CLIENT_TLS_SERVER_NAME"};
+
+/* Opens o, puts one value and closes; returns the put's status (the
+ * open's when it fails) and leaves the last error in msg. */
+static int tls_put(dfkv_client_options_v2* o, char* msg, size_t cap) {
+    static const char key[] = "tls-key";
+    dfkv_client* c = NULL;
+    int rc = dfkv_open_v2(o, &c);
+    if (rc != DFKV_OK) {
+        dfkv_last_error(NULL, msg, cap);
+        return rc;
+    }
+    rc = dfkv_put(c, key, sizeof key - 1, "v", 1);
+    dfkv_last_error(c, msg, cap);
+    if (rc == DFKV_OK) {
+        CHECK_RC(dfkv_remove(c, key, sizeof key - 1), DFKV_OK, c);
+    }
+    CHECK_RC(dfkv_close(c), DFKV_OK, NULL);
+    return rc;
+}
+
+/* The TLS fields against the plaintext nodes this program is given
+ * (round trips over TLS, wrong CAs and mutual TLS are tested against
+ * nodes serving TLS in libdfkv_test.go and contrib/python/tests): a TLS
+ * client of a plaintext node is told the node does not speak TLS, from
+ * the field or from $DFKV_CLIENT_TLS, read at open through getenv;
+ * DFKV_TLS_OFF overrides the environment; bad values, half a client
+ * certificate and unreadable files fail the open with DFKV_INVALID naming
+ * the field and the path; a caller built before the fields still opens. */
+static void test_tls(const char* members) {
+    static const char missing[] = "/nonexistent/dfkv-test-ca.pem";
+    dfkv_client_options_v2 o;
+    char msg[1024];
+    size_t i;
+    for (i = 0; i < sizeof tls_env / sizeof tls_env[0]; i++) {
+        unsetenv(tls_env[i]);
+    }
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.members = members;
+    o.namespace_ptr = ns;
+    o.namespace_len = sizeof ns - 1;
+    o.timeout_ms = 5000;
+    o.shm = DFKV_SHM_OFF;
+
+    /* Plaintext by default. */
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_OK, NULL);
+    /* TLS from the field, then from the environment: the nodes do not
+     * speak it. */
+    o.tls = DFKV_TLS_ON;
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_UNAVAILABLE, NULL);
+    CHECK(strstr(msg, "does not speak TLS") != NULL, NULL);
+    CHECK(strstr(msg, "dfkv_client_options_v2.tls") != NULL, NULL);
+    o.tls = DFKV_TLS_ENV;
+    setenv("DFKV_CLIENT_TLS", "1", 1);
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_UNAVAILABLE, NULL);
+    CHECK(strstr(msg, "does not speak TLS") != NULL && strstr(msg, "$DFKV_CLIENT_TLS") != NULL, NULL);
+    /* The field wins over the environment. */
+    o.tls = DFKV_TLS_OFF;
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_OK, NULL);
+    /* A caller built before the TLS fields: they read as DFKV_TLS_ENV and
+     * NULL whatever lies past its struct_size, so the environment
+     * decides. */
+    o.tls = 7;
+    o.reserved1 = 7;
+    o.tls_ca_file = missing;
+    o.struct_size = offsetof(dfkv_client_options_v2, tls);
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_UNAVAILABLE, NULL);
+    unsetenv("DFKV_CLIENT_TLS");
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_OK, NULL);
+    o.struct_size = sizeof o;
+    o.reserved1 = 0;
+
+    /* Values that mean nothing. */
+    o.tls_ca_file = NULL;
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_INVALID, NULL); /* tls = 7 */
+    CHECK(strstr(msg, "tls is 7") != NULL, NULL);
+    o.tls = DFKV_TLS_ON;
+    o.reserved1 = 1;
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_INVALID, NULL);
+    CHECK(strstr(msg, "reserved1") != NULL, NULL);
+    o.reserved1 = 0;
+    o.tls = DFKV_TLS_ENV;
+    setenv("DFKV_CLIENT_TLS", "maybe", 1);
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_INVALID, NULL);
+    CHECK(strstr(msg, "DFKV_CLIENT_TLS") != NULL && strstr(msg, "maybe") != NULL, NULL);
+    unsetenv("DFKV_CLIENT_TLS");
+
+    /* Files: unreadable, half a client certificate, or given with TLS
+     * off. */
+    o.tls = DFKV_TLS_ON;
+    o.tls_ca_file = missing;
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_INVALID, NULL);
+    CHECK(strstr(msg, missing) != NULL && strstr(msg, "tls_ca_file") != NULL, NULL);
+    o.tls_ca_file = NULL;
+    setenv("DFKV_CLIENT_TLS_CA", missing, 1);
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_INVALID, NULL);
+    CHECK(strstr(msg, missing) != NULL && strstr(msg, "$DFKV_CLIENT_TLS_CA") != NULL, NULL);
+    unsetenv("DFKV_CLIENT_TLS_CA");
+    o.tls_ca_file = "";
+    o.tls_cert_file = missing;
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_INVALID, NULL);
+    CHECK(strstr(msg, "tls_cert_file") != NULL && strstr(msg, "tls_key_file") != NULL, NULL);
+    o.tls_cert_file = NULL;
+    o.tls_key_file = missing;
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_INVALID, NULL);
+    CHECK(strstr(msg, "tls_cert_file") != NULL && strstr(msg, "tls_key_file") != NULL, NULL);
+    o.tls_cert_file = missing;
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_INVALID, NULL);
+    CHECK(strstr(msg, missing) != NULL, NULL);
+    o.tls_cert_file = o.tls_key_file = NULL;
+    o.tls = DFKV_TLS_ENV;
+    o.tls_server_name = "localhost";
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_INVALID, NULL);
+    CHECK(strstr(msg, "tls_server_name is set but TLS is off") != NULL, NULL);
+    o.tls = DFKV_TLS_OFF;
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_OK, NULL);
 }
 
 static void test_scalar(dfkv_client* c) {
@@ -566,6 +695,7 @@ int main(int argc, char** argv) {
     }
     test_open_options(argv[1]);
     test_token(argv[1]);
+    test_tls(argv[1]);
     dfkv_client* c = open_client(argv[1]);
     test_scalar(c);
     test_nul_keys(c);

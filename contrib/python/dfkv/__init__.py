@@ -18,8 +18,10 @@ reached raises Unavailable (or Timeout) from the one-key reads, never a
 None or False that looks like a miss. Nodes that require credentials take
 a token (Client(..., token=...), else $DFKV_CLIENT_TOKEN, else
 $DFKV_TOKEN); a refused one raises Unauthenticated, one that does not
-cover the namespace's tenant Forbidden (both PermissionErrors). contrib/README.md has the longer
-example, which the tests run.
+cover the namespace's tenant Forbidden (both PermissionErrors). Nodes
+serving TLS take Client(..., tls=True, tls_ca=...) (else $DFKV_CLIENT_TLS,
+$DFKV_CLIENT_TLS_CA, ...), with tls_cert and tls_key for mutual TLS.
+contrib/README.md has the longer example, which the tests run.
 
 NB: libdfkv.so carries a Go runtime, which does not survive fork(). Open
 Clients in the process that uses them (after any fork; engines that fork

@@ -48,6 +48,28 @@ ENV_MEMBERS = ("DFKV_CLIENT_MEMBERS", "DFKV_MEMBERS")
 # The token's: libdfkv reads them itself when no token is given, so a
 # refusal's message can name the variable the token came from.
 ENV_TOKEN = ("DFKV_CLIENT_TOKEN", "DFKV_TOKEN")
+# The TLS settings: dfkv_<name> in the extra config is dfkv.Client's
+# <name> argument; unset, libdfkv reads its variable (DFKV_CLIENT_TLS,
+# DFKV_CLIENT_TLS_CA, ...) when the client opens, so its messages can name
+# where a setting came from.
+TLS_SETTINGS = ("tls", "tls_ca", "tls_cert", "tls_key", "tls_server_name")
+
+
+def switch(value: Any, name: str, who: str) -> Optional[bool]:
+    """An on/off setting as the dfkv binary reads one: 1/0, true/false,
+    yes/no, on/off (or a bool); None or "" is unset (None)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    if text == "":
+        return None
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{who}: {name} is {value!r}: want 1 or 0 (also true/false, yes/no, on/off)")
 
 
 def setting(extra: Optional[Dict[str, Any]], name: str, env: Any = None, default: Any = None) -> Any:
@@ -74,18 +96,28 @@ class Endpoints:
     extra config, else $DFKV_CLIENT_TOKEN, else $DFKV_TOKEN (the
     environment is read by libdfkv when the client opens). Engines print
     their configuration when they start, so the environment is the place
-    that keeps it out of their logs. It is never part of repr()."""
+    that keeps it out of their logs. It is never part of repr().
 
-    __slots__ = ("mds", "members", "group", "embedded", "_token")
+    TLS with the nodes (and the MDS) is dfkv_tls (1/0), dfkv_tls_ca,
+    dfkv_tls_cert, dfkv_tls_key and dfkv_tls_server_name in the extra
+    config, each else its environment variable ($DFKV_CLIENT_TLS,
+    $DFKV_CLIENT_TLS_CA, ...), read by libdfkv at open (dfkv.Client's tls
+    arguments say what each means)."""
+
+    __slots__ = ("mds", "members", "group", "embedded", "_token", "tls")
 
     def __init__(self, mds: Optional[str], members: Optional[str], group: Optional[str],
-                 embedded: Optional[str] = None, token: Optional[str] = None) -> None:
+                 embedded: Optional[str] = None, token: Optional[str] = None,
+                 tls: Optional[Dict[str, Any]] = None) -> None:
         self.mds, self.members, self.group = mds or None, members or None, group or None
         # members == "embedded": the process's embedded store, configured
         # by this TOML (dfkv_embedded_config / $DFKV_EMBEDDED_CONFIG).
         self.embedded = embedded
         # dfkv_token; None leaves it to the environment (ENV_TOKEN).
         self._token = token or None
+        # The dfkv.Client TLS arguments set in the extra config (tls,
+        # tls_ca, ...); those absent are left to the environment.
+        self.tls = dict(tls or {})
 
     @classmethod
     def from_settings(cls, extra: Optional[Dict[str, Any]], who: str, *, members: Optional[str] = None,
@@ -100,6 +132,15 @@ class Endpoints:
         token = setting(extra, "dfkv_token")
         if token is not None and not isinstance(token, (str, bytes)):
             raise ValueError(f"{who}: dfkv_token must be a string, not {type(token).__name__}")
+        tls: Dict[str, Any] = {}
+        for name in TLS_SETTINGS:
+            v = setting(extra, "dfkv_" + name)
+            if name == "tls":
+                v = switch(v, "dfkv_tls", who)
+            elif v is not None and not isinstance(v, (str, os.PathLike)):
+                raise ValueError(f"{who}: dfkv_{name} must be a string, not {type(v).__name__}")
+            if v is not None:
+                tls[name] = v
         if not mds and not members:
             raise ValueError(f"{who}: no dfkv nodes configured; set dfkv_mds (an MDS list, host:port,...) "
                              "or dfkv_members (static nodes, or \"embedded\" for a store inside the engine's "
@@ -111,8 +152,8 @@ class Endpoints:
                 raise ValueError(f"{who}: dfkv_members is \"embedded\" and an MDS is set too; "
                                  "an embedded store is its own single member: unset dfkv_mds / DFKV_CLIENT_MDS")
             cfg = setting(extra, "dfkv_embedded_config", "DFKV_EMBEDDED_CONFIG", "")
-            return cls(None, members, None, cfg if isinstance(cfg, str) else _server_toml(cfg), token=token)
-        return cls(_join(mds), members, str(group) if group else None, token=token)
+            return cls(None, members, None, cfg if isinstance(cfg, str) else _server_toml(cfg), token=token, tls=tls)
+        return cls(_join(mds), members, str(group) if group else None, token=token, tls=tls)
 
     def client_kwargs(self) -> Dict[str, Any]:
         """Arguments for dfkv.Client: (members, mds=..., group=...). The
@@ -126,7 +167,7 @@ class Endpoints:
         """The static members to use when the MDS cannot be reached, or
         None when there are none (or no MDS to fall back from)."""
         if self.mds and self.members:
-            return Endpoints(None, self.members, None, token=self._token)
+            return Endpoints(None, self.members, None, token=self._token, tls=self.tls)
         return None
 
     def open_client(self, namespace: Any, who: str, log: Optional[logging.Logger] = None, **opts: Any) -> Any:
@@ -139,6 +180,8 @@ class Endpoints:
         from .errors import DfkvError
         kw = self.client_kwargs()
         opts.setdefault("token", self._token)
+        for name, value in self.tls.items():
+            opts.setdefault(name, value)
         if self.embedded is not None:
             return Client(None, namespace, embedded=self.embedded, **opts)
         try:

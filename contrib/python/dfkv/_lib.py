@@ -30,11 +30,20 @@ class ClientOptionsV2(ctypes.Structure):
         ("reserved0", c_uint32),
         ("embedded_config", c_char_p),
         ("token", c_char_p),
+        ("tls", c_uint32),
+        ("reserved1", c_uint32),
+        ("tls_ca_file", c_char_p),
+        ("tls_cert_file", c_char_p),
+        ("tls_key_file", c_char_p),
+        ("tls_server_name", c_char_p),
     ]
 
 
 # ClientOptionsV2.shm
 SHM_MODES = {"auto": 0, "off": 1, "on": 2}
+# ClientOptionsV2.tls (DFKV_TLS_ENV, DFKV_TLS_ON, DFKV_TLS_OFF): None leaves
+# it to $DFKV_CLIENT_TLS.
+TLS_MODES = {None: 0, True: 1, False: 2}
 
 
 def candidates():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import threading
 from ctypes import POINTER, byref, c_char_p, c_int32, c_uint64, c_void_p
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -64,10 +65,44 @@ def _token_bytes(token: Union[str, bytes, bytearray, None]) -> Optional[bytes]:
     return b or None
 
 
-# How messages name the token setting: libdfkv's field, and what sets it
-# from Python (the argument, or a connector's dfkv_token).
-_C_TOKEN_FIELD = "dfkv_client_options_v2.token"
-_PY_TOKEN_FIELD = "Client(token=) / dfkv_token"
+def _tls_mode(tls: Any) -> int:
+    """dfkv_client_options_v2.tls for Client(tls=): None leaves it to
+    $DFKV_CLIENT_TLS, True and False decide."""
+    if tls is None or isinstance(tls, bool):
+        return _lib.TLS_MODES[tls]
+    if isinstance(tls, int) and tls in (0, 1):
+        return _lib.TLS_MODES[bool(tls)]
+    raise TypeError(f"tls must be True, False or None (take $DFKV_CLIENT_TLS), not {tls!r}")
+
+
+def _path_bytes(name: str, path: Any) -> Optional[bytes]:
+    """A TLS file (or the server name) for libdfkv: None or "" leaves it to
+    the environment variable libdfkv reads."""
+    if path is None:
+        return None
+    if isinstance(path, (str, bytes, os.PathLike)):
+        b = os.fsencode(path)
+    else:
+        raise TypeError(f"{name} must be a path (str, bytes or os.PathLike), not {type(path).__name__}")
+    if b"\0" in b:
+        raise InvalidArgument(f"{name} holds a NUL byte")
+    return b or None
+
+
+# How messages name the options: libdfkv's fields (and the values of
+# tls), and what sets them from Python (the arguments, or a connector's
+# dfkv_<name>).
+_C_FIELD = re.compile(r"dfkv_client_options_v2\.(token|tls_ca_file|tls_cert_file|tls_key_file|tls_server_name|tls)\b")
+_PY_FIELD = {"token": "token", "tls": "tls", "tls_ca_file": "tls_ca", "tls_cert_file": "tls_cert",
+             "tls_key_file": "tls_key", "tls_server_name": "tls_server_name"}
+_C_TLS_MODE = re.compile(r"\bDFKV_TLS_(ENV|ON|OFF)\b")
+_PY_TLS_MODE = {"ENV": "None", "ON": "True", "OFF": "False"}
+
+
+def _python_names(msg: str) -> str:
+    """libdfkv's message with its option names as Python spells them."""
+    msg = _C_FIELD.sub(lambda m: f"Client({_PY_FIELD[m.group(1)]}=) / dfkv_{_PY_FIELD[m.group(1)]}", msg)
+    return _C_TLS_MODE.sub(lambda m: _PY_TLS_MODE[m.group(1)], msg)
 
 
 def _key_arrays(keys: Sequence[Key]):
@@ -143,6 +178,24 @@ class Client:
     namespace's tenant Forbidden (both PermissionErrors, from the calls
     that raise; batch calls report them as item statuses).
 
+    ``tls`` speaks TLS 1.3 with every node and MDS, for nodes started with
+    server.tls_cert (`dfkv server --tls-cert`): True or False, or None (the
+    default) for $DFKV_CLIENT_TLS (1/0; unset: off). ``tls_ca`` is the PEM
+    CA bundle node certificates must chain to (else $DFKV_CLIENT_TLS_CA,
+    else the system's roots); ``tls_cert`` and ``tls_key`` a client
+    certificate and its key for nodes that require one (server.
+    tls_client_ca), both or neither (else $DFKV_CLIENT_TLS_CERT and
+    $DFKV_CLIENT_TLS_KEY); a node's credentials may grant the
+    certificate's common name what a token grants. ``tls_server_name`` is
+    the name verified instead of each address's host (else
+    $DFKV_CLIENT_TLS_SERVER_NAME). A file that cannot be read, half a
+    client certificate, or a file given while TLS is off (tls None and
+    $DFKV_CLIENT_TLS not 1) raise InvalidArgument naming the setting and
+    the path. A TLS client of a node without TLS fails with a message
+    saying the node "does not speak TLS"; a node with TLS answers a client
+    without it with EpochMismatch ("requires TLS"); a certificate that does
+    not verify fails its calls as Unavailable, with the x509 reason.
+
     Names follow the C ABI (dfkv.h) and `dfkv ctl`: the C function
     dfkv_<name> is the method <name>, and the CLI verbs put, get, exist and
     rm are methods too. Where this package first used other names, those
@@ -197,7 +250,9 @@ class Client:
                  batch_concurrency: int = 0, pool_size: int = 0, timeout_ms: int = 0, dial_timeout_ms: int = 0,
                  max_block_bytes: int = 0, shm: Optional[str] = None, library: Optional[str] = None,
                  embedded: Union[str, Dict[str, Any], None] = None,
-                 token: Union[str, bytes, None] = None) -> None:
+                 token: Union[str, bytes, None] = None, tls: Optional[bool] = None,
+                 tls_ca: Union[str, os.PathLike, None] = None, tls_cert: Union[str, os.PathLike, None] = None,
+                 tls_key: Union[str, os.PathLike, None] = None, tls_server_name: Optional[str] = None) -> None:
         self._h: Optional[int] = None
         self._lib = _lib.load(library)
         ns = namespace_bytes(namespace)
@@ -242,6 +297,11 @@ class Client:
         # Only in the options struct, which goes when this call returns:
         # the client keeps no copy of the token.
         o.token = _token_bytes(token)
+        o.tls = _tls_mode(tls)
+        o.tls_ca_file = _path_bytes("tls_ca", tls_ca)
+        o.tls_cert_file = _path_bytes("tls_cert", tls_cert)
+        o.tls_key_file = _path_bytes("tls_key", tls_key)
+        o.tls_server_name = _path_bytes("tls_server_name", tls_server_name)
         h = c_void_p()
         rc = self._lib.dfkv_open_v2(byref(o), byref(h))
         del o, token
@@ -262,8 +322,8 @@ class Client:
             buf = ctypes.create_string_buffer(cap)
             n = self._lib.dfkv_last_error(h, buf, cap)
             if n < cap:
-                # libdfkv names the token's C field; here it is the argument.
-                return buf.value.decode("utf-8", "replace").replace(_C_TOKEN_FIELD, _PY_TOKEN_FIELD)
+                # libdfkv names the options' C fields; here they are arguments.
+                return _python_names(buf.value.decode("utf-8", "replace"))
             cap = n + 1
 
     def _handle(self) -> int:

@@ -143,6 +143,10 @@ def unreachable_error(what: str, message: str) -> Optional[DfkvError]:
     addr, cause = (m.group(1), m.group(2)) if m else (None, message)
     status = Status.TIMEOUT if cause.endswith(": " + Status.TIMEOUT.name) else Status.UNAVAILABLE
     node = f"dfkv node {addr}" if addr else "a dfkv node"
-    err = error_for(status, f"{what}: {node} could not be reached, so whether the key is stored is unknown: {cause}")
+    # What libdfkv put before the node's words (the TLS settings in force
+    # when TLS is on) stays, before the cause.
+    context = message[:m.start()] if m else ""
+    err = error_for(status, f"{what}: {node} could not be reached, so whether the key is stored is unknown: "
+                            f"{context}{cause}")
     err.address = addr
     return err

@@ -37,7 +37,10 @@ dfkv://host:port,host:port?tenant=t`` is also read. Names: ``mds``,
 ``library``, ``timeout_ms``, ``token`` (for nodes that require credentials;
 else DFKV_CLIENT_TOKEN, else DFKV_TOKEN from the environment, which keeps
 it out of the configuration LMCache prints; never in a ``dfkv://`` URL,
-which is refused with one). With both an MDS and static members set, the
+which is refused with one), ``tls`` (1 for nodes serving TLS; else
+DFKV_CLIENT_TLS), ``tls_ca``, ``tls_cert``, ``tls_key`` and
+``tls_server_name`` (else DFKV_CLIENT_TLS_CA, _CERT, _KEY, _SERVER_NAME;
+see dfkv.Client). With both an MDS and static members set, the
 MDS is used and the members are the fallback when it cannot be reached.
 (A ``remote_url: dfkv://...`` is parsed as well, but only reaches this
 adapter when a module named ``*_adapter`` importing it is placed in
@@ -466,7 +469,7 @@ def _release(objs: Any) -> None:
 # ---------------------------------------------------------------- connector
 
 _NAMES = ("mds", "members", "group", "tenant", "model_revision", "library", "timeout_ms", "url", "embedded_config",
-          "token")
+          "token", "tls", "tls_ca", "tls_cert", "tls_key", "tls_server_name")
 
 
 class DfkvConnector(_RemoteConnectorBase):

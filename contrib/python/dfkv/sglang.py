@@ -33,7 +33,9 @@ nodes through an MDS and follows node changes without a restart;
 fallback when the MDS cannot be reached at open. Nodes that require
 credentials take a token: ``dfkv_token``, else $DFKV_CLIENT_TOKEN (or
 $DFKV_TOKEN); the environment keeps it out of the server arguments SGLang
-prints at start-up.
+prints at start-up. Nodes serving TLS take ``dfkv_tls`` (1), ``dfkv_tls_ca``
+and, for mutual TLS, ``dfkv_tls_cert`` and ``dfkv_tls_key`` (or
+$DFKV_CLIENT_TLS, $DFKV_CLIENT_TLS_CA, ...).
 
 Identity. The namespace is a canonical descriptor: tenant, model_name,
 ``dfkv_model_revision``, this layout ID, the host pool's dtype, page size,
@@ -234,7 +236,9 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
     dfkv_members ($DFKV_CLIENT_MEMBERS), dfkv_group ($DFKV_GROUP), dfkv_tenant
     ("default"), dfkv_model_revision (""), dfkv_timeout_ms,
     dfkv_batch_concurrency, dfkv_library ($DFKV_LIBRARY), dfkv_token
-    ($DFKV_CLIENT_TOKEN, $DFKV_TOKEN; never logged),
+    ($DFKV_CLIENT_TOKEN, $DFKV_TOKEN; never logged), dfkv_tls
+    ($DFKV_CLIENT_TLS), dfkv_tls_ca, dfkv_tls_cert, dfkv_tls_key,
+    dfkv_tls_server_name ($DFKV_CLIENT_TLS_CA, ...),
     dfkv_reopen_interval_s (2: how often a failed open is retried),
     dfkv_clear_track_max (1048576: written keys remembered for clear()).
     Without a registered host pool the geometry must be given as dfkv_dtype,

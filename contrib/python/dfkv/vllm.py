@@ -24,7 +24,9 @@ dfkv_group) or a static list (dfkv_members / $DFKV_CLIENT_MEMBERS); with both
 set, a failed open through the MDS falls back to the static list. Nodes
 that require credentials take a token: dfkv_token, else $DFKV_CLIENT_TOKEN
 (or $DFKV_TOKEN). vLLM prints its configuration, extra config included,
-when it starts, so set the token in the environment.
+when it starts, so set the token in the environment. Nodes serving TLS
+take dfkv_tls (1), dfkv_tls_ca and, for mutual TLS, dfkv_tls_cert and
+dfkv_tls_key (else $DFKV_CLIENT_TLS, $DFKV_CLIENT_TLS_CA, ...).
 
 Storage: per block. One object per (block hash, TP rank, PP rank, DCP
 rank) holds that rank's K and V of every layer it owns, in layer order,

@@ -10,6 +10,7 @@ dies.
 import hashlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -91,16 +92,20 @@ def new_token(name):
 class CredentialsServer(Server):
     """`dfkv server --credentials-file` granting grants: {token: (tenants,
     rights)}, e.g. {tok: (["acme"], ["read", "write", "remove"])}. Only the
-    tokens' SHA-256 go into the file, as on a real node."""
+    tokens' SHA-256 go into the file, as on a real node. cert_grants
+    grants client certificates by common name the same way
+    (cert_common_name; for a node with --tls-client-ca, in args)."""
 
-    def __init__(self, grants, args=()):
+    def __init__(self, grants, args=(), cert_grants=None):
         self._cred_dir = tempfile.TemporaryDirectory(prefix="dfkv-pytest-creds-")
         path = os.path.join(self._cred_dir.name, "credentials.toml")
+        entries = [("token_sha256", hashlib.sha256(tok.encode()).hexdigest(), g) for tok, g in grants.items()]
+        entries += [("cert_common_name", cn, g) for cn, g in (cert_grants or {}).items()]
         with open(path, "w") as f:
-            for i, (tok, (tenants, allow)) in enumerate(grants.items()):
+            for i, (field, value, (tenants, allow)) in enumerate(entries):
                 f.write("[[credential]]\n")
                 f.write(f'name = "cred{i}"\n')
-                f.write(f'token_sha256 = "{hashlib.sha256(tok.encode()).hexdigest()}"\n')
+                f.write(f'{field} = "{value}"\n')
                 f.write("tenants = [" + ", ".join(f'"{t}"' for t in tenants) + "]\n")
                 f.write("allow = [" + ", ".join(f'"{r}"' for r in allow) + "]\n\n")
         super().__init__(args=("--credentials-file", path, *args))
@@ -108,3 +113,72 @@ class CredentialsServer(Server):
     def close(self):
         super().close()
         self._cred_dir.cleanup()
+
+
+class CertAuthority:
+    """A throwaway certificate authority made with the openssl CLI, in a
+    temporary directory: its certificate is .file; server() issues a
+    certificate for 127.0.0.1 and localhost, client() one with a common
+    name, each returned as (certificate file, key file). ECDSA P-256,
+    valid for two days."""
+
+    def __init__(self, name="ca"):
+        self.openssl = shutil.which("openssl")
+        if not self.openssl:
+            raise unittest.SkipTest("the openssl command is not installed (scripts/ci-deps.sh installs it: "
+                                    "apt-get install openssl); the TLS tests make their certificates with it")
+        self._dir = tempfile.TemporaryDirectory(prefix=f"dfkv-pytest-{name}-")
+        self.dir = self._dir.name
+        self.file = self._path("ca.pem")
+        self._key = self._path("ca-key.pem")
+        cnf = self._write("ca.cnf", "[req]\ndistinguished_name = dn\n[dn]\n[v3_ca]\n"
+                                    "basicConstraints = critical,CA:TRUE\n"
+                                    "keyUsage = critical,keyCertSign,cRLSign,digitalSignature\n"
+                                    "subjectKeyIdentifier = hash\n")
+        self._run("req", "-x509", "-config", cnf, "-extensions", "v3_ca", "-newkey", "ec",
+                  "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", self._key, "-out", self.file,
+                  "-days", "2", "-subj", f"/CN=dfkv pytest {name}")
+
+    def server(self, name="node"):
+        return self._issue(name, "localhost", "extendedKeyUsage = serverAuth\n"
+                                              "subjectAltName = IP:127.0.0.1,DNS:localhost\n")
+
+    def client(self, name, cn):
+        return self._issue(name, cn, "extendedKeyUsage = clientAuth\n")
+
+    def server_args(self, mutual=False):
+        """`dfkv server` flags serving TLS with a certificate of this CA;
+        mutual also requires client certificates of it."""
+        cert, key = self.server()
+        args = ("--tls-cert", cert, "--tls-key", key)
+        return args + ("--tls-client-ca", self.file) if mutual else args
+
+    def close(self):
+        self._dir.cleanup()
+
+    def _issue(self, name, cn, ext):
+        cert, key, csr = self._path(name + ".pem"), self._path(name + "-key.pem"), self._path(name + ".csr")
+        req = self._write(name + "-req.cnf", "[req]\ndistinguished_name = dn\n[dn]\n")
+        extfile = self._write(name + "-ext.cnf", "[ext]\nbasicConstraints = CA:FALSE\n"
+                                                 "keyUsage = critical,digitalSignature\n" + ext)
+        self._run("req", "-new", "-config", req, "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                  "-nodes", "-keyout", key, "-out", csr, "-subj", f"/CN={cn}")
+        self._run("x509", "-req", "-in", csr, "-CA", self.file, "-CAkey", self._key,
+                  "-set_serial", str(secrets.randbits(63)), "-days", "2", "-extfile", extfile, "-extensions", "ext",
+                  "-out", cert)
+        return cert, key
+
+    def _path(self, name):
+        return os.path.join(self.dir, name)
+
+    def _write(self, name, text):
+        path = self._path(name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def _run(self, *args):
+        r = subprocess.run([self.openssl, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            raise RuntimeError(f"openssl {args[0]} failed ({r.returncode}): {r.stdout.decode(errors='replace')}")

@@ -31,6 +31,19 @@ class HeaderTest(unittest.TestCase):
         for (ctype, name), (pname, ptype) in zip(fields, ClientOptionsV2._fields_):
             self.assertEqual(ctypes_of[ctype], ptype.__name__, name)
 
+    def test_options_struct_has_no_hidden_padding(self):
+        # Every field at its natural alignment with nothing between them,
+        # so the layout is the same whatever the C compiler's packing.
+        import ctypes
+        self.assertEqual(ctypes.sizeof(ClientOptionsV2), sum(ctypes.sizeof(t) for _, t in ClientOptionsV2._fields_))
+        self.assertEqual(ClientOptionsV2.tls_ca_file.offset % 8, 0)
+
+    def test_tls_modes_are_the_headers(self):
+        from dfkv._lib import TLS_MODES
+        m = re.search(r"enum \{ DFKV_TLS_ENV = (\d+), DFKV_TLS_ON = (\d+), DFKV_TLS_OFF = (\d+) \};", self.h)
+        self.assertIsNotNone(m, "the DFKV_TLS_* enum of dfkv.h")
+        self.assertEqual(tuple(int(g) for g in m.groups()), (TLS_MODES[None], TLS_MODES[True], TLS_MODES[False]))
+
     def test_every_function_is_a_client_method_of_its_name(self):
         # dfkv_<name> is Client.<name>, so C examples translate word for
         # word; open is the constructor and the error helpers are internal.

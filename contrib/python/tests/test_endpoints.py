@@ -55,6 +55,38 @@ class EndpointsTest(unittest.TestCase):
             self.resolve({"DFKV_CLIENT_MEMBERS": "a:7600"}).open_client(b"ns", "test")
             self.assertEqual(opened, [("a:7600", None)])
 
+    def test_dfkv_tls_settings_go_to_every_client_it_opens(self):
+        opened = []
+
+        class FakeClient:
+            def __init__(self, members, namespace, **kw):
+                opened.append((members, {k: v for k, v in kw.items() if k.startswith("tls")}))
+                if kw.get("mds"):
+                    from dfkv.errors import Unavailable
+                    raise Unavailable("MDS down")
+
+        files = {"tls_ca": "/etc/dfkv/ca.pem", "tls_cert": "/etc/dfkv/c.pem", "tls_key": "/etc/dfkv/k.pem",
+                 "tls_server_name": "dfkv.internal"}
+        with mock.patch("dfkv.client.Client", FakeClient):
+            e = self.resolve({}, {"dfkv_mds": "m:7700", "dfkv_members": "a:7600", "dfkv_tls": "1",
+                                  **{"dfkv_" + k: v for k, v in files.items()}})
+            with self.assertLogs("dfkv", "WARNING"):
+                e.open_client(b"ns", "test")
+            want = dict(files, tls=True)
+            self.assertEqual(opened, [(None, want), ("a:7600", want)], "the static fallback keeps the TLS settings")
+            # The switch as the dfkv binary reads one; unset settings are
+            # left to libdfkv, which reads $DFKV_CLIENT_TLS and the rest.
+            for v, on in (("true", True), ("off", False), (0, False), (True, True), ("", None)):
+                opened.clear()
+                self.resolve({"DFKV_CLIENT_MEMBERS": "a:7600"}, {"dfkv_tls": v}).open_client(b"ns", "test")
+                self.assertEqual(opened, [("a:7600", {} if on is None else {"tls": on})], v)
+        for bad in ("maybe", 2):
+            with self.assertRaises(ValueError) as cm:
+                self.resolve({"DFKV_CLIENT_MEMBERS": "a:7600"}, {"dfkv_tls": bad})
+            self.assertIn("dfkv_tls", str(cm.exception))
+        with self.assertRaises(ValueError):
+            self.resolve({"DFKV_CLIENT_MEMBERS": "a:7600"}, {"dfkv_tls_ca": ["/a.pem"]})
+
     def test_nothing_set_names_the_settings(self):
         with self.assertRaises(ValueError) as cm:
             self.resolve({})

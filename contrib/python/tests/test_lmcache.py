@@ -18,13 +18,14 @@ import dfkv
 from dfkv import lmcache as dlm
 
 from . import lmcache_upstream as up
-from ._servers import CredentialsServer, Server, members, new_token
+from ._servers import CertAuthority, CredentialsServer, Server, members, new_token
 
 try:
     import torch
 except ImportError:  # pragma: no cover
     torch = None
 
+RW = ["read", "write", "remove"]
 NEEDS_TORCH = "torch is not importable by this interpreter: apt-get install python3-torch, run /usr/bin/python3"
 CHUNK = 16
 
@@ -416,6 +417,47 @@ class PluginRouteTest(unittest.TestCase):
             text = "\n".join(logs.output)
             self.assertIn("FORBIDDEN", text)
             self.assertNotIn(other, text)
+
+    def test_tls_settings_reach_the_client(self):
+        # remote_storage_plugin.dfkv.tls and its files, against a node
+        # that serves mutual TLS and grants this client certificate's
+        # common name the tenant; with the wrong CA nothing is read or
+        # written, and the log says why.
+        ca, other = CertAuthority("lmcache-ca"), CertAuthority("lmcache-other")
+        self.addCleanup(ca.close)
+        self.addCleanup(other.close)
+        node = CredentialsServer({}, args=ca.server_args(mutual=True), cert_grants={"lmcache": (["pytest"], RW)})
+        self.addCleanup(node.close)
+        cert, key = ca.client("lmcache", "lmcache")
+        model = "test/lmcache-" + uuid.uuid4().hex
+        p = "remote_storage_plugin.dfkv."
+        tls = {p + "tls": 1, p + "tls_ca": ca.file, p + "tls_cert": cert, p + "tls_key": key,
+               p + "tls_server_name": "localhost"}
+        env = {k: "" for k in ("DFKV_CLIENT_TLS", "DFKV_CLIENT_TLS_CA", "DFKV_CLIENT_TLS_CERT", "DFKV_CLIENT_TLS_KEY",
+                               "DFKV_CLIENT_TLS_SERVER_NAME", "DFKV_CLIENT_TOKEN", "DFKV_TOKEN")}
+        with mock.patch.dict(os.environ, env):
+            s = self.stand(model, nodes=node.addr, extra=tls)
+            keys = [s.key(0x3000 + i) for i in range(2)]
+            src = [s.chunk(i) for i in range(2)]
+            want = [data(o) for o in src]
+            s.put(keys, src)
+            s.release(src)
+            self.assertEqual(s.backend.batched_contains(keys), 2)
+            got = s.backend.get_blocking(keys[1])
+            self.assertEqual(data(got), want[1])
+            s.release([got])
+            # Reads of a node the client cannot reach are misses; a write
+            # fails, and the log says why.
+            o = self.stand(model, nodes=node.addr, extra=dict(tls, **{p + "tls_ca": other.file}))
+            self.assertEqual(o.backend.batched_contains([o.key(0x3000)]), 0)
+            self.assertIsNone(o.backend.get_blocking(o.key(0x3000)))
+            src = [o.chunk(7)]
+            with self.assertLogs("dfkv", "WARNING") as logs:
+                o.put([o.key(0x3100)], src)
+            o.release(src)
+            text = "\n".join(logs.output)
+            self.assertIn("certificate", text)
+            self.assertIn(other.file, text)
 
     def test_mds_discovery_and_static_fallback(self):
         mds = Server(role="mds")

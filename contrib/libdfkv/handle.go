@@ -44,6 +44,9 @@ func (s *state) setErr(err error) { s.lastErr.set(s.explain(err).Error()) }
 // explain). Other errors are returned as they are.
 func (s *state) explain(err error) error {
 	err = s.tls.explain(err)
+	if errors.Is(err, client.ErrTLS) {
+		return err // about certificates, not the token
+	}
 	cert := s.tls.cert
 	if wire.StatusOf(err) == wire.StatusForbidden && s.tokenFrom != "" {
 		return fmt.Errorf("the token from %s does not grant this on the namespace's tenant: %w", tokenSource(s.tokenFrom), err)

@@ -339,31 +339,31 @@ func TestTLSAgainstNodes(t *testing.T) {
 				t.Errorf("put: %q\nwant it to contain %q", msg, m)
 			}
 		}
-		// A read is answered as a miss, as for any node that cannot be
-		// reached, with the same cause in the message.
+		// A read fails the same way: a TLS misconfiguration is not a
+		// miss, which an engine would silently recompute around for ever.
 		buf := make([]byte, 8)
 		_, err := s.get([]byte("k"), buf)
-		if code, msg := lastErr(s, err); code != int(wire.StatusNotFound) || !strings.Contains(msg, "answered as a miss") || !strings.Contains(msg, msgs[0]) {
+		if code, msg := lastErr(s, err); code != int(st) || strings.Contains(msg, "answered as a miss") || !strings.Contains(msg, msgs[0]) {
 			t.Errorf("get: status %d, %q", code, msg)
 		}
 	}
 	t.Run("another CA", func(t *testing.T) {
 		other := newTestCA(t, "b")
 		s := openTLS(t, addr, "acme", tlsFields{mode: tlsModeOn, ca: other.file}, nil)
-		expect(t, s, wire.StatusUnavailable, "certificate", "the CA file "+other.file+" (from "+tlsCAField+")")
+		expect(t, s, wire.StatusUnauthenticated, "certificate", "the CA file "+other.file+" (from "+tlsCAField+")")
 	})
 	t.Run("another CA from the environment", func(t *testing.T) {
 		other := newTestCA(t, "b")
 		s := openTLS(t, addr, "acme", tlsFields{}, map[string]string{envTLS: "yes", envTLSCA: other.file})
-		expect(t, s, wire.StatusUnavailable, "certificate", "TLS is on (from $DFKV_CLIENT_TLS)", "the CA file "+other.file+" (from $DFKV_CLIENT_TLS_CA)")
+		expect(t, s, wire.StatusUnauthenticated, "certificate", "TLS is on (from $DFKV_CLIENT_TLS)", "the CA file "+other.file+" (from $DFKV_CLIENT_TLS_CA)")
 	})
 	t.Run("system roots", func(t *testing.T) {
 		s := openTLS(t, addr, "acme", tlsFields{mode: tlsModeOn}, nil)
-		expect(t, s, wire.StatusUnavailable, "certificate", "the system's roots")
+		expect(t, s, wire.StatusUnauthenticated, "certificate", "the system's roots")
 	})
 	t.Run("another server name", func(t *testing.T) {
 		s := openTLS(t, addr, "acme", tlsFields{mode: tlsModeOn, ca: ca.file, serverName: "node.other.example"}, nil)
-		expect(t, s, wire.StatusUnavailable, "certificate", `as "node.other.example" (from `+tlsServerNameField+")")
+		expect(t, s, wire.StatusUnauthenticated, "certificate", `as "node.other.example" (from `+tlsServerNameField+")")
 	})
 	t.Run("plaintext client", func(t *testing.T) {
 		for _, env := range []map[string]string{nil, {envTLS: "0", envTLSCA: ca.file}} {
@@ -378,7 +378,7 @@ func TestTLSAgainstNodes(t *testing.T) {
 	t.Run("TLS client, plaintext node", func(t *testing.T) {
 		plain := startNode(t, nil)
 		s := openTLS(t, plain, "acme", tlsFields{}, map[string]string{envTLS: "1", envTLSCA: ca.file})
-		expect(t, s, wire.StatusUnavailable, "does not speak TLS", "TLS is on (from $DFKV_CLIENT_TLS)")
+		expect(t, s, wire.StatusEpochMismatch, "does not speak TLS", "TLS is on (from $DFKV_CLIENT_TLS)")
 	})
 }
 
@@ -446,12 +446,13 @@ allow = ["read", "write", "remove"]
 	if code, msg := lastErr(st, st.put([]byte("k"), []byte("v"))); code != int(wire.StatusUnauthenticated) || !strings.Contains(msg, "client certificate "+strangerCert) {
 		t.Errorf("an unlisted certificate: status %d, %q", code, msg)
 	}
-	// No certificate at all: the node ends the connection (with a "certificate
-	// required" alert, or a broken pipe when the client writes first),
-	// and the message says none was presented.
+	// No certificate at all: the node ends the connection with a
+	// "certificate required" alert (read back even when the client's
+	// write met a broken pipe first), and the message says none was
+	// presented.
 	none := openTLS(t, addr, "acme", tlsFields{mode: tlsModeOn, ca: ca.file}, nil)
 	code, msg := lastErr(none, none.put([]byte("k"), []byte("v")))
-	if code != int(wire.StatusUnavailable) || !strings.Contains(msg, "presenting no client certificate") {
+	if code != int(wire.StatusUnauthenticated) || !strings.Contains(msg, "presenting no client certificate") {
 		t.Errorf("no client certificate under mutual TLS: status %d, %q", code, msg)
 	}
 }

@@ -135,6 +135,9 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 			// and counts against it like a failed connection.
 			return connError(p.addr, ctx.Err())
 		}
+		if tlsRefusal(err) {
+			return tlsRefused(p.addr, err)
+		}
 		if isProtocolError(err) {
 			// The node answered, but wrongly: it is up.
 			return connError(p.addr, err)

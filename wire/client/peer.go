@@ -325,7 +325,7 @@ func (cc *cconn) authenticate(token string, by time.Time) error {
 		return nil
 	}
 	if tlsRefusal(err) {
-		return fmt.Errorf("dfkv node %s refused this client's TLS certificate (client.tls_cert, tls_key): %w: %w", cc.p.addr, ErrAuth, err)
+		return tlsRefused(cc.p.addr, err)
 	}
 	switch wire.StatusOf(err) {
 	case wire.StatusUnauthenticated, wire.StatusInvalid:
@@ -496,6 +496,9 @@ func (cc *cconn) refusal(sendErr error) error {
 	switch err.(type) {
 	case *wire.StatusError, wire.Status:
 		return err // a well-formed answer with a status other than OK
+	}
+	if tlsRefusal(err) {
+		return tlsRefused(cc.p.addr, err) // the node refused the client's certificate and closed
 	}
 	// Nothing readable (EOF, the reset, the deadline), a malformed answer,
 	// or an OK, which cannot answer a request not yet sent. The send's

@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/dfkv/dfkv/wire"
 )
 
 // NewTLSDialer returns a dialer that speaks TLS over what inner dials
@@ -51,13 +53,33 @@ func (t *tlsDialer) DialContext(ctx context.Context, network, address string) (n
 		var cve *tls.CertificateVerificationError
 		switch {
 		case errors.As(err, &rhe):
-			return nil, fmt.Errorf("TLS handshake with %s: the peer does not speak TLS on this port (a node or MDS without TLS? then turn client TLS off): %w: %w", address, ErrAuth, err)
+			return nil, fmt.Errorf("TLS handshake with %s: the peer does not speak TLS on this port (a node or MDS without TLS? then turn client TLS off): %v: %w", address, err, tlsErr(wire.StatusEpochMismatch))
 		case errors.As(err, &cve), tlsRefusal(err):
-			return nil, fmt.Errorf("TLS handshake with %s (client.tls_ca, tls_cert, tls_server_name): %w: %w", address, ErrAuth, err)
+			return nil, fmt.Errorf("TLS handshake with %s (client.tls_ca, tls_cert, tls_server_name): %w: %w", address, err, tlsErr(wire.StatusUnauthenticated))
 		}
 		return nil, fmt.Errorf("TLS handshake with %s: %w", address, err)
 	}
 	return tc, nil
+}
+
+// ErrTLS is wrapped, with ErrAuth, by the error of a call whose TLS
+// handshake failed for a reason of configuration: the peer does not
+// speak TLS (EPOCH_MISMATCH), or a certificate was not accepted, by the
+// client or by the node (UNAUTHENTICATED).
+var ErrTLS = errors.New("dfkv TLS handshake refused")
+
+// tlsErr is the tail of a TLS configuration error: ErrTLS, ErrAuth and st.
+func tlsErr(st wire.Status) error { return &tlsError{st: st} }
+
+type tlsError struct{ st wire.Status }
+
+func (e *tlsError) Error() string   { return ErrTLS.Error() + ": " + e.st.String() }
+func (e *tlsError) Unwrap() []error { return []error{ErrTLS, ErrAuth, e.st} }
+
+// tlsRefused is the error of a call whose node refused the client's
+// certificate with a TLS alert (under TLS 1.3, on the first read).
+func tlsRefused(addr string, err error) error {
+	return fmt.Errorf("dfkv node %s refused this client's TLS certificate (client.tls_cert, tls_key): %v: %w", addr, err, tlsErr(wire.StatusUnauthenticated))
 }
 
 // configFor is the configuration for address: one clone per host with

@@ -112,22 +112,24 @@ class TLSTest(unittest.TestCase):
                                  "$DFKV_CLIENT_TLS_CA")):
             with self.subTest(source=source), tls_env(**env):
                 c = self.client(self.node.addr, **kw)
-                with self.assertRaises(dfkv.Unavailable) as cm:
+                # A certificate the client cannot verify is a refusal of
+                # configuration (a PermissionError), not an unreachable node.
+                with self.assertRaises(dfkv.Unauthenticated) as cm:
                     c.put(b"k", b"v")
                 msg = str(cm.exception)
                 self.assertIn("certificate", msg)
                 self.assertIn(f"the CA file {self.other_ca.file} (from {source})", msg)
                 # A one-key read raises too (never a miss), with the cause.
-                with self.assertRaises(dfkv.Unavailable) as cm:
+                with self.assertRaises(dfkv.Unauthenticated) as cm:
                     c.get(b"k")
                 self.assertIn("certificate", str(cm.exception))
                 self.assertIn(self.other_ca.file, str(cm.exception))
-                self.assertEqual(c.batch_put([b"a", b"b"], [b"1", b"2"]), [Status.UNAVAILABLE] * 2)
+                self.assertEqual(c.batch_put([b"a", b"b"], [b"1", b"2"]), [Status.UNAUTHENTICATED] * 2)
 
     def test_another_server_name_fails_naming_the_certificate(self):
         with tls_env():
             c = self.client(self.node.addr, tls=True, tls_ca=self.ca.file, tls_server_name="node.other.example")
-            with self.assertRaises(dfkv.Unavailable) as cm:
+            with self.assertRaises(dfkv.Unauthenticated) as cm:
                 c.put(b"k", b"v")
             self.assertIn("certificate", str(cm.exception))
             self.assertIn('"node.other.example"', str(cm.exception))
@@ -149,12 +151,12 @@ class TLSTest(unittest.TestCase):
                         ({}, {"DFKV_CLIENT_TLS": "1", "DFKV_CLIENT_TLS_CA": self.ca.file})):
             with self.subTest(env=sorted(env)), tls_env(**env):
                 c = self.client(self.plain.addr, **kw)
-                with self.assertRaises(dfkv.Unavailable) as cm:
+                with self.assertRaises(dfkv.EpochMismatch) as cm:
                     c.put(b"k", b"v")
                 self.assertIn("does not speak TLS", str(cm.exception))
                 self.assertIn("TLS is on (from " + ("$DFKV_CLIENT_TLS" if env else "Client(tls=) / dfkv_tls"),
                               str(cm.exception))
-                with self.assertRaises(dfkv.Unavailable) as cm:
+                with self.assertRaises(dfkv.EpochMismatch) as cm:
                     c.get(b"k")
                 self.assertIn("does not speak TLS", str(cm.exception))
 
@@ -193,9 +195,9 @@ class TLSTest(unittest.TestCase):
             with self.assertRaises(dfkv.Unauthenticated) as cm:
                 c.put(b"k", b"v")
             self.assertIn(f"client certificate {cert}", str(cm.exception))
-            # No certificate: the node ends the connection.
+            # No certificate: the node refuses it with a TLS alert.
             c = self.client(self.mnode.addr, "acme", tls=True, tls_ca=self.ca.file)
-            with self.assertRaises(dfkv.Unavailable) as cm:
+            with self.assertRaises(dfkv.Unauthenticated) as cm:
                 c.put(b"k", b"v")
             self.assertIn("presenting no client certificate", str(cm.exception))
 

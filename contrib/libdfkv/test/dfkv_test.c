@@ -240,12 +240,12 @@ static void test_tls(const char* members) {
     /* TLS from the field, then from the environment: the nodes do not
      * speak it. */
     o.tls = DFKV_TLS_ON;
-    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_UNAVAILABLE, NULL);
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_EPOCH_MISMATCH, NULL);
     CHECK(strstr(msg, "does not speak TLS") != NULL, NULL);
     CHECK(strstr(msg, "dfkv_client_options_v2.tls") != NULL, NULL);
     o.tls = DFKV_TLS_ENV;
     setenv("DFKV_CLIENT_TLS", "1", 1);
-    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_UNAVAILABLE, NULL);
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_EPOCH_MISMATCH, NULL);
     CHECK(strstr(msg, "does not speak TLS") != NULL && strstr(msg, "$DFKV_CLIENT_TLS") != NULL, NULL);
     /* The field wins over the environment. */
     o.tls = DFKV_TLS_OFF;
@@ -257,7 +257,7 @@ static void test_tls(const char* members) {
     o.reserved1 = 7;
     o.tls_ca_file = missing;
     o.struct_size = offsetof(dfkv_client_options_v2, tls);
-    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_UNAVAILABLE, NULL);
+    CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_EPOCH_MISMATCH, NULL);
     unsetenv("DFKV_CLIENT_TLS");
     CHECK_RC(tls_put(&o, msg, sizeof msg), DFKV_OK, NULL);
     o.struct_size = sizeof o;

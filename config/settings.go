@@ -215,7 +215,7 @@ var settings = []setting{
 		key: "server.weight", roles: roleServer,
 		def:   "1",
 		help:  "relative share of blocks this node takes on the ring (registered with the MDS)",
-		value: intValue{field: func(c *Config) *int { return &c.Server.Weight }, min: 1, max: 1000},
+		value: intValue{field: func(c *Config) *int { return &c.Server.Weight }, min: 1, max: wire.MaxMemberWeight},
 	},
 	{
 		key: "server.mds", oldEnv: "DFKV_MDS_ADDRS", roles: roleServer,

@@ -37,6 +37,16 @@ const DefaultPointsPerWeight = 160
 // so a bad weight in a config cannot exhaust memory.
 const maxRingPoints = 1 << 22
 
+// MaxMemberWeight is the largest weight one node may have
+// (server.weight), and MaxGroupWeight the largest sum of a group's
+// weights that a client's ring takes at DefaultPointsPerWeight: the MDS
+// refuses a registration past it, so no client is ever handed a member
+// list it cannot route over.
+const (
+	MaxMemberWeight = 1000
+	MaxGroupWeight  = maxRingPoints / DefaultPointsPerWeight
+)
+
 // Member is one node (or one disk) on a ring.
 type Member struct {
 	ID     string // stable identity; points are derived from it, so it decides placement

@@ -68,7 +68,10 @@ func opVerb(op wire.Op) string {
 	return "deregister"
 }
 
-// duplicate refuses a REGISTER of an id that a member holds at another
+// admit refuses a REGISTER that the group cannot take: one whose weight
+// would bring the group's total past wire.MaxGroupWeight (every client
+// would then refuse the member list and route over its old one, or, when
+// starting, not at all), and one of an id that a member holds at another
 // address: two nodes configured with one server.id would otherwise take
 // turns replacing each other, and the ring would flap between them. A node
 // that moved (a new pod IP) is refused until its old registration lapses
@@ -76,10 +79,22 @@ func opVerb(op wire.Op) string {
 // re-registration from the same address (a restart) replaces as before.
 // With several MDS processes on etcd two REGISTERs may still race past
 // this check; the later one wins, as before.
-func (s *controlServer) duplicate(ctx context.Context, group string, m wire.MemberInfo) (wire.Status, string) {
+func (s *controlServer) admit(ctx context.Context, group string, m wire.MemberInfo) (wire.Status, string) {
 	_, members, err := s.dir.Members(ctx, group)
 	if err != nil {
 		return wire.StatusOK, "" // the Register that follows reports the backend
+	}
+	total := m.Weight
+	for _, old := range members {
+		if old.ID != m.ID {
+			total += old.Weight
+		}
+	}
+	if total > wire.MaxGroupWeight {
+		s.log.Warn("MDS: REGISTER refused: the group's total weight would pass what clients can route over",
+			"group", group, "id", m.ID, "weight", m.Weight, "total", total, "max", wire.MaxGroupWeight)
+		return wire.StatusInvalid, fmt.Sprintf("registering %q at weight %d brings group %q to a total weight of %d, over the %d a client's ring takes: lower server.weight on the nodes (weights are relative)",
+			m.ID, m.Weight, group, total, wire.MaxGroupWeight)
 	}
 	for _, old := range members {
 		if old.ID == m.ID && old.Addr != m.Addr {

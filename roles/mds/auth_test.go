@@ -207,3 +207,42 @@ func TestMDSTLS(t *testing.T) {
 		t.Fatalf("a plaintext client of a TLS MDS: %v", err)
 	}
 }
+
+// TestMDSBoundsTheGroupWeight: the MDS refuses the registration that
+// would make the member list too heavy for a client's ring (27 nodes at
+// the largest weight), so a client starting afterwards still opens and
+// routes over every member the MDS lists.
+func TestMDSBoundsTheGroupWeight(t *testing.T) {
+	ctrl, _, _ := runMDS(t, map[string][]string{"db-path": {filepath.Join(t.TempDir(), "mds.db")}})
+	ctx := context.Background()
+	c := mdsClient(t, "default", ctrl)
+	registered := 0
+	var refused error
+	for i := range 27 {
+		m := member(i)
+		m.Weight = wire.MaxMemberWeight
+		if _, err := c.Register(ctx, m); err != nil {
+			refused = err
+			break
+		}
+		registered++
+	}
+	if want := wire.MaxGroupWeight / wire.MaxMemberWeight; registered != want || status(refused) != wire.StatusInvalid ||
+		!strings.Contains(refused.Error(), "server.weight") {
+		t.Fatalf("registered %d at weight %d (want %d), then: %v", registered, wire.MaxMemberWeight, want, refused)
+	}
+	// Re-registering a member at its own weight does not count it twice.
+	again := member(0)
+	again.Weight = wire.MaxMemberWeight
+	if _, err := c.Register(ctx, again); err != nil {
+		t.Fatalf("re-registering a member: %v", err)
+	}
+	cl, err := client.Open(client.Options{Namespace: []byte("ns"), MDS: []string{ctrl}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("a client starting on the full group: %v", err)
+	}
+	defer cl.Close()
+	if len(cl.Members()) != registered {
+		t.Fatalf("the client routes over %d members, want %d", len(cl.Members()), registered)
+	}
+}

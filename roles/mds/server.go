@@ -253,7 +253,7 @@ func (s *controlServer) register(ctx context.Context, req wire.MDSRequest) (wire
 	if err := validateMember(m); err != nil {
 		return failed(0, err)
 	}
-	if st, msg := s.duplicate(ctx, req.Group, m); st != wire.StatusOK {
+	if st, msg := s.admit(ctx, req.Group, m); st != wire.StatusOK {
 		return st, 0, []byte(msg)
 	}
 	epoch, err := s.dir.Register(ctx, req.Group, m)
@@ -423,8 +423,8 @@ func validateMember(m wire.MemberInfo) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		return fmt.Errorf("member %s: address %q is unspecified; set server.advertise_addr: %w", m.ID, m.Addr, wire.StatusInvalid)
 	}
-	if m.Weight < 1 || m.Weight > 1000 {
-		return fmt.Errorf("member %s: weight %d outside 1..1000: %w", m.ID, m.Weight, wire.StatusInvalid)
+	if m.Weight < 1 || m.Weight > wire.MaxMemberWeight {
+		return fmt.Errorf("member %s: weight %d outside 1..%d: %w", m.ID, m.Weight, wire.MaxMemberWeight, wire.StatusInvalid)
 	}
 	return nil
 }

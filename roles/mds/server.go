@@ -308,6 +308,14 @@ func (s *controlServer) members(ctx context.Context, group string, known uint64)
 		if r, ok := s.fromEpoch(ctx, group, known); ok {
 			return r.status, r.epoch, r.body
 		}
+	} else if r, ok := s.last(group); ok && r.status == wire.StatusOK {
+		// A client starting now gets the last list at once: asking the
+		// backend first would hold it for the backend's timeout (about
+		// 3 s against an etcd that does not answer), longer than many a
+		// client's own call timeout. The probe that said "down" runs
+		// every couple of seconds, so a backend back is asked again soon.
+		s.staleReplies.Add(1)
+		return r.status, r.epoch, r.body
 	}
 	epoch, members, err := s.dir.Members(ctx, group)
 	if err != nil {

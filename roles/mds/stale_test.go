@@ -86,6 +86,50 @@ func TestMembersServedWhileBackendDown(t *testing.T) {
 	}
 }
 
+// blockingDir is a directory whose backend does not answer: Members waits
+// until its caller gives up, as a call to a stopped etcd does.
+type blockingDir struct {
+	downDir
+	calls atomic.Int64
+}
+
+func (d *blockingDir) Members(ctx context.Context, g string) (uint64, []wire.MemberInfo, error) {
+	if !d.down.Load() {
+		return d.downDir.Members(ctx, g)
+	}
+	d.calls.Add(1)
+	<-ctx.Done()
+	return 0, nil, errBackendDown
+}
+
+// TestNewClientAnsweredAtOnceWhileBackendDown: once the MDS's probe knows
+// its backend is down, a new client's MEMBERS is answered from the last
+// list without asking the backend, which would hold the client for the
+// backend's timeout (past the client's own, with a short one).
+func TestNewClientAnsweredAtOnceWhileBackendDown(t *testing.T) {
+	d := &blockingDir{downDir: downDir{members: []wire.MemberInfo{member(1), member(2)}}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &controlServer{dir: d, ln: ln, log: slog.New(slog.DiscardHandler), ttl: 10 * time.Second, backendDown: d.down.Load}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go cs.serve(ctx)
+	addr := ln.Addr().String()
+	if _, ms, _, err := mdsClient(t, "default", addr).Members(ctx, 0); err != nil || len(ms) != 2 {
+		t.Fatalf("before the outage: %v %v", ms, err)
+	}
+	d.down.Store(true)
+	epoch, ms, _, err := mdsClient(t, "default", addr).Members(ctx, 0)
+	if err != nil || epoch != 7 || len(ms) != 2 {
+		t.Fatalf("a new client during the outage: %d %v %v; want the last list", epoch, ms, err)
+	}
+	if n := d.calls.Load(); n != 0 {
+		t.Fatalf("the backend was asked %d times while known to be down", n)
+	}
+}
+
 // TestPartitionedMDSSendsClientsOn: an MDS cut off from etcd by a
 // partition still knows an epoch (its watch just stopped, without an
 // error), so it used to answer every client holding that epoch

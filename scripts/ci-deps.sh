@@ -14,6 +14,8 @@
 #                   smoke-run by scripts/test.sh
 #   openssl       - the openssl command, with which the contrib Python
 #                   TLS tests make their CA and certificates
+#   buildah, ca-certificates - scripts/build-image.sh builds the OCI image
+#                   offline, with the host's CA bundle copied in
 # Needs root (CI runs as root); prints what it does.
 set -euo pipefail
 need=()
@@ -24,7 +26,8 @@ command -v cc >/dev/null 2>&1 || need+=(gcc)
 # The contrib suite installs the Python package into a virtual environment.
 /usr/bin/python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
-for pair in redis-server:redis-server memcached:memcached iperf3:iperf3 curl:curl fio:fio openssl:openssl; do
+[ -e /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
+for pair in redis-server:redis-server memcached:memcached iperf3:iperf3 curl:curl fio:fio openssl:openssl buildah:buildah; do
 	command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

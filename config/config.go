@@ -85,6 +85,7 @@ type Server struct {
 	SocketBufferBytes   uint64        // SO_SNDBUF/SO_RCVBUF per connection; 0 = kernel autotuning
 	FirstRequest        time.Duration // how long a new connection may take to send its first request; 0 = no limit
 	BodyTimeout         time.Duration // how long a request's body may take after its header
+	Drain               time.Duration // after SIGTERM, how long a registered node serves once it left the MDS
 	ShutdownTimeout     time.Duration // how long SIGTERM waits for in-flight requests
 	MetricsFirstRequest time.Duration // HTTP header deadline (server.metrics_first_request_ms); 0 = off
 	ShmSocket           string        // Unix socket of the lease protocol for clients on this host; empty = off

@@ -38,6 +38,7 @@ func TestDefaults(t *testing.T) {
 			MaxConns:            4096,
 			FirstRequest:        30 * time.Second,
 			BodyTimeout:         time.Minute,
+			Drain:               2 * time.Second,
 			ShutdownTimeout:     30 * time.Second,
 			MetricsFirstRequest: 30 * time.Second,
 			ShmSocketMode:       "0600",
@@ -381,7 +382,7 @@ func TestErrors(t *testing.T) {
 		`config file PATH: unknown key listen: no such setting (did you mean server.listen (DFKV_SERVER_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?); valid top-level keys are group, [server], [client], [mds], [bench], [log]`)
 	f("unknown key in section", in{file: "[server]\nlistn = \"x:1\"\n"},
 		`config file PATH: unknown key server.listn in [server]: no such setting (did you mean server.listen (DFKV_SERVER_LISTEN) or mds.listen (DFKV_MDS_LISTEN)?)`,
-		`valid keys in [server] are id, listen, http_listen, http_token_file, tls_cert, tls_key, tls_client_ca, tls_min_version, http_tls, mds_tls_ca, advertise_addr, weight, mds, mds_token, disks, disk_capacity_bytes, store_engine, slab_extent_bytes, scrub_bytes_per_second, scrub_interval_hours, uring, pprof, ram_tier, ram_tier_bytes, ram_write_mode, put_ack_mode, ram_flush_threads, ram_flush_delay_ms, ram_tier_shards, ram_tier_large_reserve_bytes, ram_tier_numa, read_coalesce, shm_socket, shm_socket_mode, lease_ms, lease_max, shm_staging_bytes, s3_endpoint, s3_bucket, s3_prefix, s3_region, s3_bucket_lookup, s3_tls, s3_credentials_file, s3_profile, s3_write, s3_exist, s3_timeout_ms, s3_upload_workers, s3_upload_queue_bytes, max_block_bytes, max_batch_items, max_conns, buffer_budget_bytes, socket_buffer_bytes, first_request_ms, body_timeout_ms, metrics_first_request_ms, shutdown_timeout_ms, credentials_file, tenant_quotas_file, tenant_default_quota_bytes`)
+		`valid keys in [server] are id, listen, http_listen, http_token_file, tls_cert, tls_key, tls_client_ca, tls_min_version, http_tls, mds_tls_ca, advertise_addr, weight, mds, mds_token, disks, disk_capacity_bytes, store_engine, slab_extent_bytes, scrub_bytes_per_second, scrub_interval_hours, uring, pprof, ram_tier, ram_tier_bytes, ram_write_mode, put_ack_mode, ram_flush_threads, ram_flush_delay_ms, ram_tier_shards, ram_tier_large_reserve_bytes, ram_tier_numa, read_coalesce, shm_socket, shm_socket_mode, lease_ms, lease_max, shm_staging_bytes, s3_endpoint, s3_bucket, s3_prefix, s3_region, s3_bucket_lookup, s3_tls, s3_credentials_file, s3_profile, s3_write, s3_exist, s3_timeout_ms, s3_upload_workers, s3_upload_queue_bytes, max_block_bytes, max_batch_items, max_conns, buffer_budget_bytes, socket_buffer_bytes, first_request_ms, body_timeout_ms, metrics_first_request_ms, drain_ms, shutdown_timeout_ms, credentials_file, tenant_quotas_file, tenant_default_quota_bytes`)
 	f("key in the wrong section", in{file: "[client]\nlisten = \"x:1\"\n"},
 		`unknown key client.listen in [client]`, `did you mean server.listen (DFKV_SERVER_LISTEN)`, `valid keys in [client] are members, mds, mds_poll_ms, namespace`)
 	f("key in the wrong case", in{file: "[server]\nListen = \"x:1\"\n"},

@@ -494,6 +494,12 @@ var settings = []setting{
 		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.MetricsFirstRequest }, min: 0, max: hour, note: "0 = off"},
 	},
 	{
+		key: "server.drain_ms", roles: roleServer,
+		def:   "2000",
+		help:  "milliseconds a node registered with an MDS keeps serving after SIGTERM once it has left the MDS, so clients (which poll the MDS every client.mds_poll_ms) move off before it stops accepting; 0: stop at once",
+		value: millisValue{field: func(c *Config) *time.Duration { return &c.Server.Drain }, min: 0, max: 10 * 60000},
+	},
+	{
 		key: "server.shutdown_timeout_ms", oldEnv: "DFKV_SHUTDOWN_TIMEOUT_MS", roles: roleServer,
 		def:   "30000",
 		help:  "milliseconds SIGTERM waits for in-flight requests",

@@ -70,6 +70,7 @@ func TestSettingsTable(t *testing.T) {
 		{"server.first_request_ms", "DFKV_SERVER_FIRST_REQUEST_MS", "first-request-ms", "DFKV_TCP_FIRST_REQ_MS", "", "server", "30000"},
 		{"server.body_timeout_ms", "DFKV_SERVER_BODY_TIMEOUT_MS", "body-timeout-ms", "DFKV_TCP_BODY_TIMEOUT_MS", "", "server", "60000"},
 		{"server.metrics_first_request_ms", "DFKV_SERVER_METRICS_FIRST_REQUEST_MS", "metrics-first-request-ms", "DFKV_METRICS_FIRST_REQ_MS", "", "server", "30000"},
+		{"server.drain_ms", "DFKV_SERVER_DRAIN_MS", "drain-ms", "", "", "server", "2000"},
 		{"server.shutdown_timeout_ms", "DFKV_SERVER_SHUTDOWN_TIMEOUT_MS", "shutdown-timeout-ms", "DFKV_SHUTDOWN_TIMEOUT_MS", "", "server", "30000"},
 		{"server.credentials_file", "DFKV_SERVER_CREDENTIALS_FILE", "credentials-file", "", "", "server", ""},
 		{"server.tenant_quotas_file", "DFKV_SERVER_TENANT_QUOTAS_FILE", "tenant-quotas-file", "DFKV_TENANT_QUOTAS_FILE", "", "server", ""},

@@ -607,7 +607,18 @@ func (n *node) serve(ctx context.Context) error {
 	if n.deps.Ready != nil {
 		n.deps.Ready(n.srv)
 	}
-	serveErr := n.srv.Serve(ctx)
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	defer stopServing()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-serveCtx.Done():
+			return // Serve ended on its own (an accept failure)
+		}
+		n.drain(serveCtx)
+		stopServing()
+	}()
+	serveErr := n.srv.Serve(serveCtx)
 	if n.regDone != nil {
 		<-n.regDone
 	}
@@ -623,6 +634,32 @@ func (n *node) serve(ctx context.Context) error {
 	}
 	n.log.Info("dfkv server stopped cleanly", "objects", final.Objects, "used_bytes", final.UsedBytes)
 	return nil
+}
+
+// drain runs between SIGTERM and the end of accepting: a node registered
+// with an MDS leaves it first (the registration loop deregisters when the
+// run's context ends) and then serves on for server.drain_ms, so clients,
+// which learn of the departure at their next poll of the MDS, move its
+// keys elsewhere before it stops accepting. Their calls then see misses
+// while it is away, not refused connections. A node without an MDS has
+// nobody to tell and stops at once.
+func (n *node) drain(ctx context.Context) {
+	if n.regDone == nil || n.sc.Drain <= 0 {
+		return
+	}
+	n.srv.SetDraining()
+	select {
+	case <-n.regDone:
+	case <-ctx.Done():
+		return
+	}
+	n.log.Info("left the MDS; serving while clients move off", "drain", n.sc.Drain.String())
+	t := time.NewTimer(n.sc.Drain)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 func serverID(cfg *config.Config, addr net.Addr) string {

@@ -40,6 +40,10 @@ func newHTTPServer(srv *Server, eng engine.StoreEngine, reg *prometheus.Registry
 			http.Error(w, "not ready: shutting down", http.StatusServiceUnavailable)
 			return
 		}
+		if srv.draining.Load() {
+			http.Error(w, "not ready: draining (left the MDS; serving until clients have moved off, then stopping)", http.StatusServiceUnavailable)
+			return
+		}
 		st := eng.Stats()
 		if !st.Healthy {
 			http.Error(w, "not ready: a storage engine failed closed; see the node's log", http.StatusServiceUnavailable)

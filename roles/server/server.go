@@ -155,6 +155,8 @@ type Server struct {
 	// its memory (the RAM tier): the socket is read into it, no copy.
 	receiver engine.Receiver
 
+	draining atomic.Bool // left the MDS after SIGTERM, still serving (SetDraining)
+
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	closing  bool
@@ -350,6 +352,10 @@ func (s *Server) acceptLoop(ctx context.Context, ln net.Listener, shm bool) erro
 		s.startConn(nc, shm)
 	}
 }
+
+// SetDraining marks the node as leaving: it serves on, and /readyz says
+// it is not ready, so load balancers move off as clients do.
+func (s *Server) SetDraining() { s.draining.Store(true) }
 
 func (s *Server) isClosing() bool {
 	s.mu.Lock()

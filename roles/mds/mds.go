@@ -239,7 +239,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	log.Info("dfkv mds listening", append([]any{"listen", ln.Addr().String(), "http", mc.HTTPListen, "backend", backend, "auth", auth, "tls", tlsMode},
 		append(store, "heartbeat_ttl", mc.HeartbeatTTL.String(), "group", cfg.Group)...)...)
 	if backend == "etcd" {
-		go watchBackend(ctx, probe, backendCheckEvery, log)
+		go watchBackend(ctx, probe, backendCheckEvery, log, cs.backendReturned)
 	}
 	if deps.Ready != nil {
 		deps.Ready()
@@ -263,7 +263,7 @@ const backendCheckEvery = 2 * time.Second
 // each change of reachability: one WARN when it is lost, with what the
 // MDS does meanwhile, and one INFO when it returns, with how long it was
 // gone.
-func watchBackend(ctx context.Context, probe *probeCache, every time.Duration, log *slog.Logger) {
+func watchBackend(ctx context.Context, probe *probeCache, every time.Duration, log *slog.Logger, returned func()) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var downSince time.Time
@@ -287,6 +287,9 @@ func watchBackend(ctx context.Context, probe *probeCache, every time.Duration, l
 		case err == nil && !downSince.IsZero():
 			log.Info("MDS: etcd reachable again", "down_for", time.Since(downSince).Round(time.Second).String())
 			downSince = time.Time{}
+			if returned != nil {
+				returned()
+			}
 		}
 	}
 }
@@ -388,11 +391,12 @@ var (
 	descUnauth   = prometheus.NewDesc("dfkv_mds_unauthenticated_total", "Control requests refused for a missing or unknown token (mds.node_credentials_file).", nil, nil)
 	descForbid   = prometheus.NewDesc("dfkv_mds_forbidden_total", "Control requests refused because the token's credential does not cover the node id, or MEMBERS.", nil, nil)
 	descDupIDs   = prometheus.NewDesc("dfkv_mds_duplicate_id_total", "REGISTERs refused because a live member holds the id at another address (two nodes share a server.id, or a node moved before its old registration lapsed).", nil, nil)
+	descSettled  = prometheus.NewDesc("dfkv_mds_settled_member_replies_total", "MEMBERS answered with the list of before an etcd outage because fewer members were registered again yet (leases that ran out during the outage).", nil, nil)
 	descAcceptEr = prometheus.NewDesc("dfkv_mds_accept_errors_total", "Accept failures the MDS waited out and retried (out of file descriptors or kernel memory, or a handshake that failed).", nil, nil)
 )
 
 func (c *mdsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMembers, descEpoch, descRegs, descDeregs, descExpiries, descBackend, descFirstReq, descAcceptEr, descStale, descUnauth, descForbid, descDupIDs} {
+	for _, d := range []*prometheus.Desc{descMembers, descEpoch, descRegs, descDeregs, descExpiries, descBackend, descFirstReq, descAcceptEr, descStale, descUnauth, descForbid, descDupIDs, descSettled} {
 		ch <- d
 	}
 }
@@ -418,4 +422,5 @@ func (c *mdsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descUnauth, prometheus.CounterValue, float64(c.cs.unauthenticated.Load()))
 	ch <- prometheus.MustNewConstMetric(descForbid, prometheus.CounterValue, float64(c.cs.forbidden.Load()))
 	ch <- prometheus.MustNewConstMetric(descDupIDs, prometheus.CounterValue, float64(c.cs.duplicateIDs.Load()))
+	ch <- prometheus.MustNewConstMetric(descSettled, prometheus.CounterValue, float64(c.cs.settledReplies.Load()))
 }

@@ -50,12 +50,19 @@ type controlServer struct {
 	cacheMu sync.Mutex
 	replies map[string]cachedReply
 
+	// After the backend was away (settle.go), the member lists of before,
+	// served while a mass expiry that the outage caused settles.
+	settleMu    sync.Mutex
+	settleUntil time.Time
+	settleFrom  map[string]cachedReply
+
 	registrations    atomic.Uint64
 	deregistrations  atomic.Uint64
 	firstReqTimeouts atomic.Uint64
 	frameErrors      atomic.Uint64
 	acceptErrors     atomic.Uint64
 	staleReplies     atomic.Uint64 // MEMBERS answered from the last list while the backend failed
+	settledReplies   atomic.Uint64 // MEMBERS answered with the list of before an outage while re-registrations settle
 	unauthenticated  atomic.Uint64 // requests without an accepted token, with credentials on
 	forbidden        atomic.Uint64 // requests whose credential does not cover the node id or MEMBERS
 	duplicateIDs     atomic.Uint64 // REGISTERs refused: a live member holds the id at another address
@@ -304,11 +311,12 @@ func (s *controlServer) members(ctx context.Context, group string, known uint64)
 		// need to make it wait for the backend's timeout first.
 		return wire.StatusUnavailable, 0, []byte("this MDS cannot reach its directory backend (etcd); ask another MDS")
 	}
-	if !down {
+	before, settling := s.settlingFrom(group)
+	if !down && !settling {
 		if r, ok := s.fromEpoch(ctx, group, known); ok {
 			return r.status, r.epoch, r.body
 		}
-	} else if r, ok := s.last(group); ok && r.status == wire.StatusOK {
+	} else if r, ok := s.last(group); down && ok && r.status == wire.StatusOK {
 		// A client starting now gets the last list at once: asking the
 		// backend first would hold it for the backend's timeout (about
 		// 3 s against an etcd that does not answer), longer than many a
@@ -332,6 +340,18 @@ func (s *controlServer) members(ctx context.Context, group string, known uint64)
 			return r.status, r.epoch, r.body
 		}
 		return failed(0, err)
+	}
+	if settling {
+		if len(members) < memberCount(before) {
+			// Fewer members than before the outage: leases that ran out
+			// while the backend was away, their nodes re-registering now.
+			s.settledReplies.Add(1)
+			if known != 0 && known == before.epoch {
+				return wire.StatusOK, before.epoch, nil
+			}
+			return before.status, before.epoch, before.body
+		}
+		s.settled(group)
 	}
 	if known != 0 && known == epoch {
 		return wire.StatusOK, epoch, nil

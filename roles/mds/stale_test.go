@@ -168,3 +168,60 @@ func TestPartitionedMDSSendsClientsOn(t *testing.T) {
 		t.Fatalf("a client with both MDS: %d %v changed=%v %v; want the healthy MDS's list at epoch 9", epoch, ms, changed, err)
 	}
 }
+
+// TestMassExpirySettles: the backend comes back from an outage with the
+// leases run out (one member of three left); for a heartbeat TTL the MDS
+// answers with the three of before, to clients that hold them and to new
+// ones, until the nodes have registered again, and afterwards the fresh
+// list. A member that does not come back leaves when the window ends.
+func TestMassExpirySettles(t *testing.T) {
+	d := &downDir{members: []wire.MemberInfo{member(1), member(2), member(3)}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &controlServer{dir: d, ln: ln, log: slog.New(slog.DiscardHandler), ttl: 300 * time.Millisecond, backendDown: d.down.Load}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go cs.serve(ctx)
+	addr := ln.Addr().String()
+	ask := func(known uint64) (uint64, []wire.MemberInfo, bool) {
+		t.Helper()
+		epoch, ms, changed, err := mdsClient(t, "default", addr).Members(ctx, known)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return epoch, ms, changed
+	}
+	if epoch, ms, _ := ask(0); epoch != 7 || len(ms) != 3 {
+		t.Fatalf("before the outage: %d %v", epoch, ms)
+	}
+	d.down.Store(true)
+	d.members, d.epoch = []wire.MemberInfo{member(2)}, 9 // the leases ran out meanwhile
+	d.down.Store(false)
+	cs.backendReturned()
+	if _, _, changed := ask(7); changed {
+		t.Fatal("a client holding the three was handed the one left")
+	}
+	if epoch, ms, _ := ask(0); epoch != 7 || len(ms) != 3 {
+		t.Fatalf("a new client during the settle window: %d %v", epoch, ms)
+	}
+	d.members, d.epoch = []wire.MemberInfo{member(1), member(2), member(3)}, 12 // registered again
+	if epoch, ms, changed := ask(7); !changed || epoch != 12 || len(ms) != 3 {
+		t.Fatalf("after the nodes registered again: %d %v changed=%v", epoch, ms, changed)
+	}
+	if cs.settledReplies.Load() != 2 {
+		t.Fatalf("settled replies %d, want 2", cs.settledReplies.Load())
+	}
+	// A second outage in which one node dies for good: after the window
+	// its absence is served.
+	d.members, d.epoch = []wire.MemberInfo{member(1), member(3)}, 14
+	cs.backendReturned()
+	if _, ms, _ := ask(0); len(ms) != 3 {
+		t.Fatalf("in the window: %v", ms)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if epoch, ms, _ := ask(12); epoch != 14 || len(ms) != 2 {
+		t.Fatalf("after the window: %d %v", epoch, ms)
+	}
+}

@@ -128,6 +128,13 @@ func (s *Server) Restart(t testing.TB) {
 	s.start(t)
 }
 
+// Pause stops etcd in place (SIGSTOP), as a hung or paused VM would:
+// connections stay open and nothing answers. Resume continues it.
+func (s *Server) Pause() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused etcd (SIGCONT).
+func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
+
 // Log returns what etcd wrote.
 func (s *Server) Log() string {
 	b, _ := os.ReadFile(filepath.Join(s.dir, "etcd.log"))

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 )
 
 // Frame geometry and protocol epoch. Part of the wire format.
@@ -201,6 +202,20 @@ func ForeignEpoch(first []byte) error {
 		return nil
 	}
 	return epochMismatch(first, first[0])
+}
+
+// ShortPrefixGap is how long the first request of a connection may pause
+// part-way through its prefix before the port takes the peer for one of a
+// generation with shorter frames and refuses it (ShortPrefix), instead of
+// waiting the first-request deadline for bytes that will never come.
+// Every dfkv client writes a request's prefix in one call, so at the start
+// of a connection it arrives in one segment, whole.
+const ShortPrefixGap = 5 * time.Millisecond
+
+// ShortPrefix is the refusal of a connection whose first request stopped
+// after n bytes of its prefix (want, this epoch's length) and went quiet.
+func ShortPrefix(n, want int, port string) *FrameError {
+	return frameErr(StatusEpochMismatch, "the first request stopped after %d bytes of the %d-byte prefix of this epoch: a peer of an older generation (shorter frames)? %s speaks only its current epoch; upgrade the peer", n, want, port)
 }
 
 // epochMismatch is DecodeRequest's error for a prefix whose first byte is

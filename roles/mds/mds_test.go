@@ -287,11 +287,20 @@ func TestControlProtocolRefusesStrangers(t *testing.T) {
 	if _, err := c.Read(hb[:1]); err == nil {
 		t.Fatal("connection still open after an epoch mismatch")
 	}
-	// A drip feeder is cut off by the first-request deadline.
+	// A drip feeder whose first prefix stops part-way is refused as soon
+	// as it goes quiet, and closed.
 	d, _ := net.Dial("tcp", ctrl)
 	defer d.Close()
 	d.SetDeadline(time.Now().Add(10 * time.Second))
 	d.Write(wire.AppendMDSRequest(nil, wire.OpMDSMembers, 0, 10)[:20])
+	if _, err := io.ReadFull(d, hb[:]); err != nil {
+		t.Fatalf("drip feeder not answered: %v", err)
+	}
+	if h, err := wire.DecodeMDSResponse(hb[:]); err != nil || h.Status != wire.StatusEpochMismatch {
+		t.Fatalf("drip feeder: %+v %v", h, err)
+	} else {
+		io.CopyN(io.Discard, d, int64(h.BodyLen))
+	}
 	if _, err := d.Read(hb[:1]); err == nil {
 		t.Fatal("drip feeder not closed")
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
@@ -499,5 +508,34 @@ func TestShortFrameOfAnotherEpochRefusedAtOnce(t *testing.T) {
 	t.Logf("refused after %s: %s", time.Since(start).Round(time.Microsecond), msg)
 	if err != nil || h.Status != wire.StatusEpochMismatch || !strings.Contains(string(msg), "epoch 1") {
 		t.Fatalf("a 42-byte frame of epoch 1 on the MDS: %+v %v %q", h, err, msg)
+	}
+}
+
+// TestShortFirstPrefixOfThisEpochRefusedAtOnce: a 42-byte frame that
+// starts with the MDS's epoch byte is answered once it has gone quiet
+// part-way through the prefix, not after the first-request deadline.
+func TestShortFirstPrefixOfThisEpochRefusedAtOnce(t *testing.T) {
+	ctrl, _, _ := runMDS(t, map[string][]string{"db-path": {filepath.Join(t.TempDir(), "m.db")}, "first-request-ms": {"60000"}})
+	c, err := net.Dial("tcp", ctrl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	legacy := wire.AppendMDSRequest(nil, wire.OpMDSMembers, 0, 20)[:42]
+	if _, err := c.Write(legacy); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	var hb [wire.ResponsePrefixLen]byte
+	if _, err := io.ReadFull(c, hb[:]); err != nil {
+		t.Fatalf("no answer to a 42-byte frame of epoch 8: %v", err)
+	}
+	h, err := wire.DecodeMDSResponse(hb[:])
+	msg := make([]byte, h.BodyLen)
+	_, _ = io.ReadFull(c, msg)
+	t.Logf("refused after %s: %s", time.Since(start).Round(time.Microsecond), msg)
+	if err != nil || h.Status != wire.StatusEpochMismatch || !strings.Contains(string(msg), "after 42 bytes") {
+		t.Fatalf("a 42-byte frame of epoch 8 on the MDS: %+v %v %q", h, err, msg)
 	}
 }

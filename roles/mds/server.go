@@ -165,6 +165,9 @@ func (s *controlServer) handle(ctx context.Context, c net.Conn) {
 				s.reply(c, fe.Status, 0, []byte(fe.Message))
 				return
 			}
+			if first && s.shortPrefix(c, br) {
+				return
+			}
 			_, err = io.ReadFull(br, hdr[:])
 		}
 		if err != nil {
@@ -196,6 +199,31 @@ func (s *controlServer) handle(ctx context.Context, c net.Conn) {
 			return
 		}
 	}
+}
+
+// shortPrefix refuses, at once, a first request whose prefix stops short
+// and goes quiet for wire.ShortPrefixGap (a peer of a generation with
+// shorter frames), and reports whether it did. Otherwise the request's
+// deadline is as before.
+func (s *controlServer) shortPrefix(c net.Conn, br *bufio.Reader) bool {
+	if br.Buffered() >= wire.RequestPrefixLen {
+		return false
+	}
+	_ = c.SetReadDeadline(time.Now().Add(wire.ShortPrefixGap))
+	_, err := br.Peek(wire.RequestPrefixLen)
+	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		if s.firstReq > 0 {
+			_ = c.SetReadDeadline(time.Now().Add(s.firstReq))
+		} else {
+			_ = c.SetReadDeadline(time.Time{})
+		}
+		return false
+	}
+	fe := wire.ShortPrefix(br.Buffered(), wire.RequestPrefixLen, "this MDS")
+	s.frameErrors.Add(1)
+	s.log.Warn("MDS: closing connection after a short first frame", "remote", c.RemoteAddr().String(), "error", fe.Message)
+	s.reply(c, fe.Status, 0, []byte(fe.Message))
+	return true
 }
 
 // tlsRefused answers a plaintext client on a TLS control port in

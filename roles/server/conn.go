@@ -84,6 +84,7 @@ type conn struct {
 	writeDeadline deadline.Lazy // the socket's write deadline (armWrite)
 	status        wire.Status   // status of the request being answered, for metrics
 	pastFirst     bool          // the first request is answered: bodies get BodyTimeout (the first one's is FirstRequest, when set)
+	firstDeadline time.Time     // when the first request must have arrived (FirstRequest after accept)
 	unread        uint64        // body bytes of a refused frame still in the socket, as its prefix declared (linger)
 
 	mu      sync.Mutex
@@ -349,6 +350,15 @@ func (c *conn) readPrefix() error {
 		_, err := io.ReadFull(c.br, c.hdr[:])
 		return err
 	}
+	if !c.pastFirst {
+		if err := c.shortFirstPrefix(); err != nil {
+			return err
+		}
+		if c.br.Buffered() >= len(c.hdr) {
+			_, err := io.ReadFull(c.br, c.hdr[:])
+			return err
+		}
+	}
 	// The replies of requests already served go out before the wait
 	// (a cut would drop them), and the working memory goes back.
 	if err := c.flush(); err != nil {
@@ -384,7 +394,8 @@ func (c *conn) serve() {
 	defer c.release()
 	log := c.s.log
 	if d := c.s.opts.FirstRequest; d > 0 {
-		_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(d))
+		c.firstDeadline = c.s.opts.Clock.Now().Add(d)
+		_ = c.nc.SetReadDeadline(c.firstDeadline)
 	}
 	if c.needHello {
 		if err := c.bootstrap(); err != nil {
@@ -1001,6 +1012,24 @@ func (c *conn) existBatch(table []byte, n int, pin bool) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// shortFirstPrefix refuses a connection whose first request's prefix
+// stopped short and went quiet for wire.ShortPrefixGap: a peer of a
+// generation with shorter frames, answered at once rather than after the
+// first-request deadline. It leaves the read deadline as it found it.
+func (c *conn) shortFirstPrefix() error {
+	_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(wire.ShortPrefixGap))
+	_, err := c.br.Peek(len(c.hdr))
+	if err != nil && isTimeout(err) && !c.isStopped() {
+		return wire.ShortPrefix(c.br.Buffered(), len(c.hdr), "this node's data port")
+	}
+	if d := c.s.opts.FirstRequest; d > 0 {
+		_ = c.nc.SetReadDeadline(c.firstDeadline)
+	} else {
+		_ = c.nc.SetReadDeadline(time.Time{})
 	}
 	return nil
 }

@@ -281,3 +281,41 @@ func TestShortFrameOfAnotherEpochRefusedAtOnce(t *testing.T) {
 		t.Fatalf("a 42-byte frame of epoch 5: %s %q", h.Status, msg)
 	}
 }
+
+// TestShortFirstPrefixOfThisEpochRefusedAtOnce: a 42-byte frame that
+// starts with this epoch's byte (a peer of a generation whose prefix was
+// shorter) is answered once it has gone quiet part-way through the
+// prefix, not after the first-request deadline (a minute here).
+func TestShortFirstPrefixOfThisEpochRefusedAtOnce(t *testing.T) {
+	n := startNode(t, newMemEngine(), func(o *Options) { o.FirstRequest = time.Minute })
+	c := dial(t, n.addr)
+	legacy := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpGet, Key: key(1)})[:42]
+	if _, err := c.Write(legacy); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	h, msg := readResp(t, c)
+	t.Logf("refused after %s: %s", time.Since(start).Round(time.Microsecond), msg)
+	if h.Status != wire.StatusEpochMismatch || !strings.Contains(string(msg), "after 42 bytes of the 50-byte prefix") {
+		t.Fatalf("a 42-byte frame of epoch 6: %s %q", h.Status, msg)
+	}
+	expectClosed(t, c)
+	// A whole first request, and a later one that pauses part-way, are
+	// served as before: only a first prefix that stops short is refused.
+	c2 := dial(t, n.addr)
+	writeReq(t, c2, wire.RequestHeader{Op: wire.OpPing}, nil)
+	if h, _ := readResp(t, c2); h.Status != wire.StatusOK {
+		t.Fatalf("PING: %+v", h)
+	}
+	ping := wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})
+	if _, err := c2.Write(ping[:20]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := c2.Write(ping[20:]); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := readResp(t, c2); h.Status != wire.StatusOK {
+		t.Fatalf("a later PING in two pieces: %+v", h)
+	}
+}

@@ -251,14 +251,19 @@ func TestFirstRequestDeadline(t *testing.T) {
 	ok := dial(t, n.addr)
 	writeReq(t, ok, wire.RequestHeader{Op: wire.OpPing}, nil)
 	readResp(t, ok)
-	// A drip feeder that never completes its first frame is closed.
+	// A drip feeder whose first prefix stops part-way is refused as a
+	// peer of another generation as soon as it goes quiet, and closed; a
+	// silent connection is closed at the deadline.
 	drip := dial(t, n.addr)
 	_, _ = drip.Write(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPing})[:10])
+	if h, msg := readResp(t, drip); h.Status != wire.StatusEpochMismatch {
+		t.Fatalf("drip feeder: %s %q", h.Status, msg)
+	}
 	expectClosed(t, drip)
 	silent := dial(t, n.addr)
 	expectClosed(t, silent)
-	if got := n.srv.Stats().FirstReqTimeouts; got != 2 {
-		t.Fatalf("first-request timeouts %d, want 2", got)
+	if got := n.srv.Stats().FirstReqTimeouts; got != 1 {
+		t.Fatalf("first-request timeouts %d, want 1 (the silent one)", got)
 	}
 	writeReq(t, ok, wire.RequestHeader{Op: wire.OpPing}, nil)
 	if h, _ := readResp(t, ok); h.Status != wire.StatusOK {

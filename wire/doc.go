@@ -45,7 +45,12 @@
 // larger than the node's maximum block size, an inconsistent batch table)
 // is answered with one response carrying the status and a message, and
 // the connection is then closed: after a framing error nothing later on the
-// stream can be trusted. Nothing of a malformed request is applied.
+// stream can be trusted. Nothing of a malformed request is applied. A
+// request of another epoch is refused on its first byte; a connection's
+// first request whose prefix stops part-way and stays quiet for
+// ShortPrefixGap (5 ms) is refused as a peer with shorter frames
+// (EPOCH_MISMATCH), since a client writes a prefix in one call. Both hold
+// on the MDS's control port too.
 //
 // Ops and their bodies:
 //

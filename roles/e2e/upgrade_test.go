@@ -147,3 +147,29 @@ func TestRollingUpgrade(t *testing.T) {
 		nodes[id].proc.signal(t, syscall.SIGTERM)
 	}
 }
+
+// TestDrainWithTheMDSDown: a node stopped while its MDS is gone cannot
+// leave it; it says so, skips the wait for clients that would not hear
+// of its leaving anyway, and still stops cleanly (its lease lapses at the
+// MDS when it returns).
+func TestDrainWithTheMDSDown(t *testing.T) {
+	dir := t.TempDir()
+	mdsAddr, mdsHTTP := freePort(t), freePort(t)
+	mds := startChild(t, "mds", "http://"+mdsHTTP+"/readyz", "mds", "--listen", mdsAddr, "--http-listen", mdsHTTP,
+		"--db-path", filepath.Join(dir, "mds.db"))
+	addr, httpAddr := freePort(t), freePort(t)
+	node := startChild(t, "node", "http://"+httpAddr+"/readyz", "server", "--listen", addr, "--http-listen", httpAddr, "--id", "n1",
+		"--disks", filepath.Join(dir, "d0"), "--disk-capacity-bytes", "256MiB", "--mds", mdsAddr)
+	waitFor(t, "the node registered", 30*time.Second, func() bool { return len(mdsMembers(t, mdsHTTP)) == 1 })
+	mds.signal(t, syscall.SIGKILL)
+	start := time.Now()
+	node.stop(t)
+	logs := node.logs.String()
+	t.Logf("stopped %v after SIGTERM with the MDS down", time.Since(start).Round(10*time.Millisecond))
+	if !strings.Contains(logs, "could not deregister from the MDS") || !strings.Contains(logs, "stopped cleanly") {
+		t.Fatalf("the node's log:\n%s", logs)
+	}
+	if strings.Contains(logs, "serving while clients move off") {
+		t.Fatal("the node waited for clients to move off although it could not tell them to")
+	}
+}

@@ -130,8 +130,9 @@ type node struct {
 	shmLn   net.Listener // the shared-memory socket; nil without server.shm_socket
 	srv     *Server
 	prom    *prometheus.Registry
-	regDone chan struct{} // closed once registration has left the MDS; nil without server.mds
-	hln     net.Listener  // HTTP listener; nil without one
+	regDone chan struct{}       // closed once registration has left the MDS; nil without server.mds
+	reg     *register.Registrar // the registration; nil without server.mds
+	hln     net.Listener        // HTTP listener; nil without one
 	// httpGuard holds /metrics behind server.http_token_file; nil without one.
 	httpGuard *httpauth.Guard
 	// creds is server.credentials_file as last read; nil: the data port is open.
@@ -593,6 +594,7 @@ func (n *node) register(ctx context.Context, capacity uint64) error {
 	if err := n.prom.Register(reg.Gauge()); err != nil {
 		return err
 	}
+	n.reg = reg
 	n.regDone = make(chan struct{})
 	go func() {
 		defer close(n.regDone)
@@ -651,6 +653,12 @@ func (n *node) drain(ctx context.Context) {
 	select {
 	case <-n.regDone:
 	case <-ctx.Done():
+		return
+	}
+	if !n.reg.Left() {
+		// Clients cannot learn of a departure the MDS did not take
+		// (it is down): waiting would only delay the stop.
+		n.log.Warn("could not leave the MDS, so clients will not move off; stopping without the drain")
 		return
 	}
 	n.log.Info("left the MDS; serving while clients move off", "drain", n.sc.Drain.String())

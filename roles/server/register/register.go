@@ -42,6 +42,8 @@ type Registrar struct {
 	// joined (clients discovering through the MDS never route to it) is
 	// something to alert on, not only one WARN at startup.
 	current atomic.Bool
+	// left is set once the node's last act, deregistering, succeeded.
+	left atomic.Bool
 	// draw returns a duration uniformly in [0, d): rand.N, or a seeded
 	// source in tests.
 	draw func(d time.Duration) time.Duration
@@ -226,6 +228,10 @@ func (r *Registrar) Run(ctx context.Context) {
 	}
 }
 
+// Left reports whether the node deregistered when Run ended: clients then
+// learn at their next poll that it is gone. Valid once Run has returned.
+func (r *Registrar) Left() bool { return r.left.Load() }
+
 // deregister leaves the MDS, so clients stop routing here at once.
 func (r *Registrar) deregister() {
 	dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -234,5 +240,6 @@ func (r *Registrar) deregister() {
 		r.log.Warn("could not deregister from the MDS; it drops this node after the heartbeat TTL", "error", err.Error())
 		return
 	}
+	r.left.Store(true)
 	r.log.Info("deregistered from the MDS", "id", r.info.ID)
 }

@@ -88,6 +88,15 @@ fi
 go_passed=$(grep -cE '^--- PASS' "$out/go-test.log" || true)
 go_skipped=$(grep -cE '^--- SKIP' "$out/go-test.log" || true)
 
+# The Kubernetes manifests of contrib/kubernetes, rendered and checked
+# against dfkv's own settings without a cluster. A Go module of its own, so
+# the main module takes no Kubernetes dependency; kustomize runs in process
+# from its Go API at the version contrib/kubernetes/validate/go.mod pins
+# (sigs.k8s.io/kustomize/api v0.21.2), fetched through the module proxy
+# like any dependency: nothing to install.
+echo "== kubernetes manifests: contrib/kubernetes/validate"
+(cd contrib/kubernetes/validate && go test -count=1 ./...)
+
 echo "== contrib: libdfkv.so, the C test program, the Python package and connectors"
 bash scripts/test-contrib.sh 2>&1 | tee "$out/contrib.log"
 

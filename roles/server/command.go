@@ -350,19 +350,7 @@ func (n *node) loadCredentials() error {
 		return fmt.Errorf("server.credentials_file (DFKV_SERVER_CREDENTIALS_FILE): %w", err)
 	}
 	n.creds = w
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.Run(ctx)
-	}()
-	unregister := rolekit.OnSIGHUP(w.Reload)
-	n.closers.add(func() error {
-		unregister()
-		cancel()
-		<-done
-		return nil
-	})
+	n.keepReading(w.Run, w.Reload)
 	return nil
 }
 
@@ -383,20 +371,27 @@ func (n *node) loadTLS() error {
 		return err
 	}
 	n.tls = t
+	n.keepReading(t.Run, t.Reload)
+	return nil
+}
+
+// keepReading keeps files the node read at start current while it runs:
+// run watches them for changes until its context ends, reload rereads
+// them on SIGHUP. Both stop when the node does.
+func (n *node) keepReading(run func(context.Context), reload func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t.Run(ctx)
+		run(ctx)
 	}()
-	unregister := rolekit.OnSIGHUP(t.Reload)
+	unregister := rolekit.OnSIGHUP(reload)
 	n.closers.add(func() error {
 		unregister()
 		cancel()
 		<-done
 		return nil
 	})
-	return nil
 }
 
 // dataTLS is the data port's TLS configuration, or nil for plain TCP.

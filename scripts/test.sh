@@ -17,6 +17,11 @@ go mod download
 # staticcheck run; the Go tests wait for it.
 versitygw_version=v1.8.0
 versitygw_pid=
+# The Kubernetes check's module (its own go.mod, about 200 MB of
+# dependencies) downloads meanwhile too, so a fresh machine does not wait
+# for it after the Go tests.
+(cd contrib/kubernetes/validate && go mod download) >"${TMPDIR:-/tmp}/k8s-modules.log" 2>&1 &
+k8s_modules_pid=$!
 if ! command -v versitygw >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/versitygw" ]; then
 	echo "== installing versitygw $versitygw_version (S3 server for the tests), in the background"
 	go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version" >"${TMPDIR:-/tmp}/versitygw-install.log" 2>&1 &
@@ -95,6 +100,9 @@ go_skipped=$(grep -cE '^--- SKIP' "$out/go-test.log" || true)
 # (sigs.k8s.io/kustomize/api v0.21.2), fetched through the module proxy
 # like any dependency: nothing to install.
 echo "== kubernetes manifests: contrib/kubernetes/validate"
+if ! wait "$k8s_modules_pid"; then
+	echo "downloading the Kubernetes check's modules failed:"; cat "${TMPDIR:-/tmp}/k8s-modules.log"; exit 1
+fi
 (cd contrib/kubernetes/validate && go test -count=1 ./...)
 
 echo "== contrib: libdfkv.so, the C test program, the Python package and connectors"

@@ -38,6 +38,9 @@ printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$work/ext.cnf"
 openssl x509 -req -in "$work/node.csr" -CA "$work/ca.pem" -CAkey "$work/ca-key.pem" -CAcreateserial -days 1 \
 	-extfile "$work/ext.cnf" -out "$work/node.pem" 2>/dev/null
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+declare -A addr flags
+# start runs a node in this shell (not a $(...) subshell: its PID must
+# reach pids, or the trap could not stop it) and records its address.
 start() { # name, extra args...
 	local name=$1 port http
 	shift
@@ -50,12 +53,11 @@ start() { # name, extra args...
 		kill -0 "${pids[-1]}" 2>/dev/null || { echo "bench-security.sh: node $name exited; its log:" >&2; cat "$work/$name.log" >&2; exit 1; }
 		sleep 0.05
 	done
-	echo "127.0.0.1:$port"
+	addr[$name]="127.0.0.1:$port"
 }
-declare -A addr flags
-addr[open]=$(start open)
-addr[auth]=$(start auth --credentials-file "$work/credentials.toml")
-addr[tls]=$(start tls --tls-cert "$work/node.pem" --tls-key "$work/node-key.pem")
+start open
+start auth --credentials-file "$work/credentials.toml"
+start tls --tls-cert "$work/node.pem" --tls-key "$work/node-key.pem"
 flags[open]=""
 flags[auth]="--token $token"
 flags[tls]="--tls --tls-ca $work/ca.pem"

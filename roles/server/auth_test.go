@@ -434,9 +434,10 @@ func TestCredentialsExcludeOneSidedReads(t *testing.T) {
 
 // BenchmarkAuthCost measures what credentials cost a request: GET of a
 // 4 KiB value and EXIST, each on two nodes over a memory engine, one open
-// and one requiring tokens, through the Go client on loopback. The two are
-// interleaved in rounds of 2000 requests within one run, so the machine's
-// drift falls on both; auth/open is the ratio of time per request.
+// and one requiring tokens, through the Go client on loopback from 16
+// goroutines. The two are interleaved in rounds of 2000 requests within
+// one run, so the machine's drift falls on both; auth/open is the ratio
+// of time per request.
 //
 //	go test ./roles/server -run '^$' -bench AuthCost -benchtime 200000x
 func BenchmarkAuthCost(b *testing.B) {
@@ -465,7 +466,7 @@ func BenchmarkAuthCost(b *testing.B) {
 				done := make(chan error, 1)
 				go func() { done <- srv.Serve(sctx) }()
 				b.Cleanup(func() { cancel(); <-done })
-				cl, err := client.Open(client.Options{Members: []string{ln.Addr().String()}, Namespace: []byte("acme"), Token: aliceToken, SharedMemory: client.ShmOff})
+				cl, err := client.Open(client.Options{Members: []string{ln.Addr().String()}, Namespace: []byte("acme"), Token: aliceToken, SharedMemory: client.ShmOff, PoolSize: 16})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -475,26 +476,24 @@ func BenchmarkAuthCost(b *testing.B) {
 				}
 				cls[i] = cl
 			}
-			buf := make([]byte, 4096)
 			var spent [2]time.Duration
 			var count [2]int
 			const round = 2000
 			b.ResetTimer()
-			for done := 0; done < b.N; {
-				for i, cl := range cls {
+			for done, r := 0, 0; done < b.N; r++ {
+				for j := range cls {
+					i := j ^ (r & 1) // each round flips the order, so neither side always goes first
+					cl := cls[i]
 					n := min(round, b.N-done)
 					start := time.Now()
-					for range n {
-						var err error
+					runConcurrent(b, 16, n, func(buf []byte) error {
 						if op == "GET" {
-							_, _, err = cl.Get(ctx, []byte("k"), buf)
-						} else {
-							_, err = cl.Exist(ctx, []byte("k"))
+							_, _, err := cl.Get(ctx, []byte("k"), buf)
+							return err
 						}
-						if err != nil {
-							b.Fatal(err)
-						}
-					}
+						_, err := cl.Exist(ctx, []byte("k"))
+						return err
+					}, 4096)
 					spent[i] += time.Since(start)
 					count[i] += n
 				}

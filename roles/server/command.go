@@ -568,9 +568,13 @@ func (n *node) register(ctx context.Context, capacity uint64) error {
 	}
 	mc.SetToken(sc.MDSToken)
 	if sc.MDSTLSCA != "" {
-		cfg, err := tlsconf.Client(tlsconf.ClientFiles{CA: sc.MDSTLSCA, Cert: sc.TLSCert, Key: sc.TLSKey})
+		cfg, err := tlsconf.Client(tlsconf.ClientFiles{CA: sc.MDSTLSCA})
 		if err != nil {
 			return fmt.Errorf("server.mds_tls_ca (DFKV_SERVER_MDS_TLS_CA): %w", err)
+		}
+		if n.tls != nil {
+			// The node's own certificate, as reloaded, if the MDS asks.
+			cfg.GetClientCertificate = n.tls.ClientCertificate
 		}
 		mc, err = client.NewMDSClient(sc.MDS, n.cfg.Group, client.NewTLSDialer(nil, cfg), 5*time.Second)
 		if err != nil {

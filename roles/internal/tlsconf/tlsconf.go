@@ -105,6 +105,14 @@ func (s *Server) store(cfg *tls.Config) {
 	s.plain.Store(plain)
 }
 
+// ClientCertificate is a tls.Config.GetClientCertificate that presents
+// this listener's certificate as in force at each handshake: a node that
+// reaches its MDS over mutual TLS with its own certificate keeps
+// presenting the renewed one.
+func (s *Server) ClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return &s.cur.Load().Certificates[0], nil
+}
+
 // MutualTLS reports whether clients must present a certificate.
 func (s *Server) MutualTLS() bool { return s.files.ClientCA != "" }
 

@@ -143,3 +143,54 @@ func TestMinVersionAndBadFiles(t *testing.T) {
 		t.Fatal("a client certificate without its key")
 	}
 }
+
+// TestClientCertificateFollowsReloads: a node that presents its own
+// certificate to its MDS presents the renewed one after a reload.
+func TestClientCertificateFollowsReloads(t *testing.T) {
+	ca := testcerts.NewCA(t, "a")
+	node := ca.Server(t, "node")
+	nodeSrv, err := NewServer(ServerFiles{Cert: node.Cert, Key: node.Key, Setting: "server.tls_cert"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mdsPair := ca.Server(t, "mds")
+	mds, err := NewServer(ServerFiles{Cert: mdsPair.Cert, Key: mdsPair.Key, ClientCA: ca.File, Setting: "mds.tls_cert"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	presented := func() string {
+		t.Helper()
+		cl := mustClient(t, ClientFiles{CA: ca.File})
+		cl.GetClientCertificate = nodeSrv.ClientCertificate
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		defer ln.Close()
+		got := make(chan string, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				got <- ""
+				return
+			}
+			tc := tls.Server(c, mds.Config())
+			if tc.Handshake() != nil || len(tc.ConnectionState().PeerCertificates) == 0 {
+				got <- ""
+			} else {
+				got <- tc.ConnectionState().PeerCertificates[0].SerialNumber.String()
+			}
+			tc.Close()
+		}()
+		c, err := tls.Dial("tcp", ln.Addr().String(), cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Read(make([]byte, 1))
+		c.Close()
+		return <-got
+	}
+	first := presented()
+	ca.Server(t, "node") // renewed in place
+	nodeSrv.Reload()
+	if second := presented(); first == "" || second == "" || second == first {
+		t.Fatalf("the client certificate presented after a renewal: %q, before: %q", second, first)
+	}
+}

@@ -46,6 +46,16 @@
 //
 // Warnings a single client can cause are logged at most once per 10 s
 // each, with how many were held back, and counted in metrics.
+//
+// # Tenants and TLS
+//
+// With Options.Credentials a connection presents a token (AUTH) before it
+// addresses any tenant, and each key is checked against the token's grant
+// (auth.go): FORBIDDEN, per request or batch item, says nothing about the
+// key. With Options.TLS every connection is a TLS server connection whose
+// handshake runs under the first-request deadline, and a response's
+// records are gathered into few writes (tlsbatch.go). The files behind
+// both are reread while the node runs (command.go, keepReading).
 package server
 
 import (

@@ -153,32 +153,18 @@ type tenantsFile struct {
 // Every problem is an error that names the file and, where the TOML
 // decoder knows it, the line.
 func LoadTenants(path string) (*Tenants, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("credentials file %s: %w", path, err)
-	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("credentials file %s: "+format, append([]any{path}, args...)...)
-	}
 	var doc tenantsFile
-	md, err := toml.Decode(string(data), &doc)
+	bad, err := decodeFile(path, "credentials file", &doc, "name, token_sha256 or cert_common_name, tenants and allow")
 	if err != nil {
-		return nil, bad("%v", err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		return nil, bad("unknown key %q; a [[credential]] has name, token_sha256 or cert_common_name, tenants and allow", und[0].String())
+		return nil, err
 	}
 	if len(doc.Credential) == 0 {
 		return nil, bad("no [[credential]] tables: a node with a credentials file and no credential would refuse every client")
 	}
 	t := &Tenants{Path: path, grants: map[Sum]*Grant{}, byCN: map[string]*Grant{}, names: map[uint64]string{}}
 	for i, c := range doc.Credential {
-		label := fmt.Sprintf("credential %d", i+1)
-		if c.Name != "" {
-			label = fmt.Sprintf("credential %d (%q)", i+1, c.Name)
-		} else {
-			c.Name = fmt.Sprintf("credential-%d", i+1)
-		}
+		var label string
+		label, c.Name = labelOf(i, c.Name)
 		if (c.TokenSHA256 == nil) == (c.CertCN == "") {
 			return nil, bad("%s needs exactly one of token_sha256 (a token) and cert_common_name (a TLS client certificate)", label)
 		}
@@ -231,4 +217,34 @@ func (t *Tenants) Names() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// decodeFile reads the credentials file at path (what names its kind in
+// errors) into doc, refusing keys doc does not have (keys lists the ones
+// it does), and returns the function that words the loader's own errors.
+func decodeFile(path, what string, doc any, keys string) (bad func(format string, args ...any) error, err error) {
+	bad = func(format string, args ...any) error {
+		return fmt.Errorf("%s %s: "+format, append([]any{what, path}, args...)...)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	md, err := toml.Decode(string(data), doc)
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return nil, bad("unknown key %q; a [[credential]] has %s", und[0].String(), keys)
+	}
+	return bad, nil
+}
+
+// labelOf names the i-th credential in errors, and gives it a name for
+// logs and metrics when the file gives none.
+func labelOf(i int, name string) (label, named string) {
+	if name != "" {
+		return fmt.Sprintf("credential %d (%q)", i+1, name), name
+	}
+	return fmt.Sprintf("credential %d", i+1), fmt.Sprintf("credential-%d", i+1)
 }

@@ -1,11 +1,7 @@
 package creds
 
 import (
-	"fmt"
-	"os"
 	"strings"
-
-	"github.com/BurntSushi/toml"
 )
 
 // NodeGrant is what one MDS credential may do: register, heartbeat and
@@ -76,32 +72,18 @@ type nodesFile struct {
 //	nodes = ["rack-a-*"]        # node ids it may register; "*" any
 //	members = true              # may read the member list
 func LoadNodes(path string) (*Nodes, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("node credentials file %s: %w", path, err)
-	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("node credentials file %s: "+format, append([]any{path}, args...)...)
-	}
 	var doc nodesFile
-	md, err := toml.Decode(string(data), &doc)
+	bad, err := decodeFile(path, "node credentials file", &doc, "name, token_sha256, nodes and members")
 	if err != nil {
-		return nil, bad("%v", err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		return nil, bad("unknown key %q; a [[credential]] has name, token_sha256, nodes and members", und[0].String())
+		return nil, err
 	}
 	if len(doc.Credential) == 0 {
 		return nil, bad("no [[credential]] tables: no node could register")
 	}
 	n := &Nodes{Path: path, grants: map[Sum]*NodeGrant{}}
 	for i, c := range doc.Credential {
-		label := fmt.Sprintf("credential %d", i+1)
-		if c.Name != "" {
-			label = fmt.Sprintf("credential %d (%q)", i+1, c.Name)
-		} else {
-			c.Name = fmt.Sprintf("credential-%d", i+1)
-		}
+		var label string
+		label, c.Name = labelOf(i, c.Name)
 		if c.TokenSHA256 == nil {
 			return nil, bad("%s has no token_sha256", label)
 		}

@@ -28,6 +28,7 @@ var mdsMetricNames = map[string]bool{
 	"dfkv_mds_backend_up": true, "dfkv_mds_first_request_timeouts_total": true,
 	"dfkv_mds_accept_errors_total": true, "dfkv_mds_stale_member_replies_total": true,
 	"dfkv_mds_unauthenticated_total": true, "dfkv_mds_forbidden_total": true, "dfkv_mds_duplicate_id_total": true,
+	"dfkv_mds_settled_member_replies_total": true,
 }
 
 // TestGrafanaDashboardCoversAlerts: every metric the README's "What to

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -364,7 +362,6 @@ func TestMalformedTokenRefusedAtOpen(t *testing.T) {
 func credNode(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	sum := func(tok string) string { s := sha256.Sum256([]byte(tok)); return hex.EncodeToString(s[:]) }
 	credFile := filepath.Join(dir, "credentials.toml")
 	text := fmt.Sprintf(`[[credential]]
 name = "alice"
@@ -377,7 +374,7 @@ name = "bob"
 token_sha256 = %q
 tenants = ["globex"]
 allow = ["read", "write", "remove"]
-`, sum(aliceToken), sum(bobToken))
+`, sha256Hex(aliceToken), sha256Hex(bobToken))
 	if err := os.WriteFile(credFile, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}

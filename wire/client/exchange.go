@@ -153,7 +153,7 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 func isProtocolError(err error) bool {
 	var fe *wire.FrameError
 	var st wire.Status
-	return errors.As(err, &fe) || errors.As(err, &st) || tlsRefusal(err)
+	return errors.As(err, &fe) || errors.As(err, &st)
 }
 
 // tlsRefusal reports whether err is a TLS alert the node sent: under TLS

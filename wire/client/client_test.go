@@ -247,6 +247,53 @@ func TestStalePooledConnectionRetried(t *testing.T) {
 	}
 }
 
+// TestRestartedNodeWithSeveralPooledConnections: a node that restarted
+// closed every idle connection a client held to it; the first call after
+// it still succeeds (it does not retry on another stale one).
+func TestRestartedNodeWithSeveralPooledConnections(t *testing.T) {
+	const pooled = 3
+	var accepted atomic.Int32
+	var arrived sync.WaitGroup
+	arrived.Add(pooled)
+	restart := make(chan struct{})
+	addr := fakeNode(t, func(c net.Conn) {
+		old := accepted.Add(1) <= pooled
+		for {
+			if _, err := readRequest(c); err != nil {
+				return
+			}
+			if old {
+				// Hold the first calls until all are in, so the client
+				// pools one connection per call; then close them all.
+				arrived.Done()
+				arrived.Wait()
+				reply(c, wire.ResponseHeader{Status: wire.StatusOK, Stored: 3}, nil)
+				<-restart
+				return
+			}
+			reply(c, wire.ResponseHeader{Status: wire.StatusOK, Stored: 3}, nil)
+		}
+	})
+	cl := open(t, addr)
+	var calls sync.WaitGroup
+	for i := 0; i < pooled; i++ {
+		calls.Go(func() {
+			if _, err := cl.Exist(context.Background(), []byte("k")); err != nil {
+				t.Errorf("call before the restart: %v", err)
+			}
+		})
+	}
+	calls.Wait()
+	close(restart)
+	time.Sleep(50 * time.Millisecond) // the node's FINs arrive
+	if n, err := cl.Exist(context.Background(), []byte("k")); err != nil || n != 3 {
+		t.Fatalf("first call after the restart: %d %v", n, err)
+	}
+	if got := accepted.Load(); got != pooled+1 {
+		t.Fatalf("%d connections accepted, want %d: the call after the restart should dial once", got, pooled+1)
+	}
+}
+
 func TestForeignEpochResponse(t *testing.T) {
 	addr := fakeNode(t, func(c net.Conn) {
 		if _, err := readRequest(c); err != nil {

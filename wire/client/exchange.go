@@ -124,9 +124,12 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 		}
 		// A pooled connection that failed before any answer may have
 		// been closed by the node (a restart): one retry on a fresh one.
-		// Not when the deadline cut it: the node was silent, and the
-		// deadline has passed for a new connection too.
+		// The other idle connections were most likely closed by the same
+		// restart, so they go too; retrying on the next of them would
+		// fail the call as well. Not when the deadline cut it: the node
+		// was silent, and the deadline has passed for a new connection too.
 		if reused && !cc.got && attempt == 0 && !errors.Is(err, os.ErrDeadlineExceeded) {
+			p.dropIdle()
 			continue
 		}
 		if errors.Is(ctx.Err(), context.Canceled) {

@@ -210,10 +210,16 @@ func (p *peer) admit(now, deadline time.Time) (ok bool, trial int64) {
 // monoEpoch anchors monoNanos.
 var monoEpoch = time.Now()
 
+// monoOffset keeps monoNanos positive for any time within a century and
+// more of monoEpoch: the breaker's encoding (0 closed, even an open
+// window's end) needs positive times, and a clock may start before the
+// process did (a simulation's virtual clock starts in the year 2000).
+const monoOffset = 1 << 62
+
 // monoNanos is t on the monotonic clock, as nanoseconds since monoEpoch
-// (t from time.Now carries a monotonic reading): a back-off window must
-// not grow or shrink when the wall clock is stepped.
-func monoNanos(t time.Time) int64 { return int64(t.Sub(monoEpoch)) }
+// plus monoOffset (t from time.Now carries a monotonic reading): a
+// back-off window must not grow or shrink when the wall clock is stepped.
+func monoNanos(t time.Time) int64 { return int64(t.Sub(monoEpoch)) + monoOffset }
 
 // lastFailure says why the node's last failed exchange failed, for the
 // errors of the calls its back-off window refuses: "backing off" alone
@@ -346,6 +352,18 @@ func (p *peer) put(cc *cconn) {
 	}
 	p.mu.Unlock()
 	_ = cc.closeConn()
+}
+
+// dropIdle closes the idle connections: the node they lead to has
+// closed one of them unasked, as a restart does to all of them.
+func (p *peer) dropIdle() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, cc := range idle {
+		_ = cc.closeConn()
+	}
 }
 
 func (p *peer) close() {

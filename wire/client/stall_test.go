@@ -206,7 +206,7 @@ func (l *lockedLog) String() string {
 }
 
 // monoTime is the time.Time of a monoNanos reading (for tests).
-func monoTime(n int64) time.Time { return monoEpoch.Add(time.Duration(n)) }
+func monoTime(n int64) time.Time { return monoEpoch.Add(time.Duration(n - monoOffset)) }
 
 // TestSlowLargeTransfersAreNotStalls: a value that takes longer than the
 // stall threshold to move, but keeps moving, is not taken for a stalled

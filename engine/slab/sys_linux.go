@@ -43,8 +43,13 @@ func allocated(fi os.FileInfo) uint64 {
 // where the filesystem can (ext4 and xfs: FALLOC_FL_ZERO_RANGE turns the
 // range back into unwritten, still allocated blocks), its disk space, so
 // the slot table never has to allocate again. Where it cannot, it punches
-// a hole, and where it cannot punch, it writes zeros.
+// a hole, and where it cannot punch, it writes zeros. A File that zeroes
+// ranges itself (a simulated disk, which must be able to undo it on a
+// power cut) is asked instead.
 func zeroRange(f vfs.File, off, n int64) error {
+	if z, ok := f.(interface{ ZeroRange(off, n int64) error }); ok {
+		return z.ZeroRange(off, n)
+	}
 	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
 	if err == nil {
 		return nil

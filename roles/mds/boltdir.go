@@ -42,13 +42,27 @@ type boltDir struct {
 	mu   sync.Mutex
 	seen map[string]map[string]time.Time // group → id → last heartbeat
 
-	stop chan struct{}
-	done chan struct{}
-	// Expired counts members dropped for a lapsed heartbeat.
-	expired func(n int)
+	stop  chan struct{}
+	done  chan struct{}
+	hooks boltHooks
 }
 
-func openBoltDir(path string, ttl time.Duration, clock engine.Clock, log *slog.Logger, expired func(int)) (d *boltDir, err error) {
+// boltHooks are what a boltDir tells its owner, or asks of a simulation.
+type boltHooks struct {
+	// expired counts members dropped for a lapsed heartbeat.
+	expired func(n int)
+	// stall, when set, is called between two steps of the directory that
+	// other requests may run between (see Deps.Stall).
+	stall func(point string)
+}
+
+func (h boltHooks) pause(point string) {
+	if h.stall != nil {
+		h.stall(point)
+	}
+}
+
+func openBoltDir(path string, ttl time.Duration, clock engine.Clock, log *slog.Logger, hooks boltHooks) (d *boltDir, err error) {
 	// bbolt panics on some corrupt pages (a failed assertion, an invalid
 	// freelist page): an MDS that cannot read its file says which file,
 	// as it does for the damage bbolt reports as an error.
@@ -73,7 +87,7 @@ func openBoltDir(path string, ttl time.Duration, clock engine.Clock, log *slog.L
 		}
 	}()
 	d = &boltDir{db: db, ttl: ttl, clock: clock, log: log, seen: map[string]map[string]time.Time{},
-		stop: make(chan struct{}), done: make(chan struct{}), expired: expired}
+		stop: make(chan struct{}), done: make(chan struct{}), hooks: hooks}
 	now := clock.Now()
 	err = db.View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
@@ -236,6 +250,7 @@ func (d *boltDir) remove(group string, ids []string, lapsed map[string]time.Time
 		return nil
 	})
 	if err == nil {
+		d.hooks.pause("bolt.remove.committed")
 		d.mu.Lock()
 		for id, t := range last {
 			if d.seen[group][id].Equal(t) {
@@ -307,7 +322,11 @@ func (d *boltDir) sweep() {
 			return
 		case <-t.C:
 		}
-		d.drop(d.lapsed(d.clock.Now()))
+		lapsed := d.lapsed(d.clock.Now())
+		if len(lapsed) > 0 {
+			d.hooks.pause("bolt.sweep.chosen")
+		}
+		d.drop(lapsed)
 	}
 }
 
@@ -346,8 +365,8 @@ func (d *boltDir) drop(lapsed map[string]map[string]time.Time) {
 		}
 		if n > 0 {
 			d.log.Warn("MDS: dropped members whose heartbeat lapsed", "group", g, "members", ids, "ttl", d.ttl.String(), "epoch", epoch)
-			if d.expired != nil {
-				d.expired(n)
+			if d.hooks.expired != nil {
+				d.hooks.expired(n)
 			}
 		}
 	}

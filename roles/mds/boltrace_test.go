@@ -119,7 +119,7 @@ func TestBoltCorruptFileIsAnError(t *testing.T) {
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		d, err := openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+		d, err := openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), boltHooks{})
 		if err != nil {
 			if !strings.Contains(err.Error(), path) || strings.Contains(err.Error(), "timeout") {
 				t.Fatalf("page %d damaged: error %q does not name the file, or is the lock's timeout", p, err)
@@ -186,7 +186,7 @@ func TestUnknownGroupsDoNotGrowReplyCache(t *testing.T) {
 // mustOpenBolt opens a bbolt directory at path with a silent log.
 func mustOpenBolt(t *testing.T, path string, ttl time.Duration, clock engine.Clock) *boltDir {
 	t.Helper()
-	d, err := openBoltDir(path, ttl, clock, slog.New(slog.DiscardHandler), nil)
+	d, err := openBoltDir(path, ttl, clock, slog.New(slog.DiscardHandler), boltHooks{})
 	if err != nil {
 		t.Fatal(err)
 	}

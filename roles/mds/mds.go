@@ -111,6 +111,14 @@ type Deps struct {
 	HTTPListener net.Listener // nil = cfg.MDS.HTTPListen (none if empty)
 	Clock        engine.Clock
 	Ready        func()
+	// Stall, when set, is called inside the bbolt directory between two
+	// steps other requests can run between: after the sweeper chose the
+	// members whose heartbeat lapsed and before it drops them, and after a
+	// removal committed and before its heartbeat records are forgotten. On
+	// a real disk a slow fsync or a busy writer lock holds those windows
+	// open; a deterministic simulation sleeps there in virtual time, so
+	// what races through them is decided by its seed. Nil in production.
+	Stall func(point string)
 }
 
 // Run serves the directory until ctx ends.
@@ -159,7 +167,8 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 				return fmt.Errorf("MDS database directory %s: %w", dirName, err)
 			}
 		}
-		d, err := openBoltDir(mc.DBPath, mc.HeartbeatTTL, deps.Clock, log, func(n int) { expiries.Add(uint64(n)) })
+		d, err := openBoltDir(mc.DBPath, mc.HeartbeatTTL, deps.Clock, log, boltHooks{
+			expired: func(n int) { expiries.Add(uint64(n)) }, stall: deps.Stall})
 		if err != nil {
 			return err
 		}

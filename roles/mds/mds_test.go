@@ -80,7 +80,7 @@ func mdsClient(t testing.TB, group string, addrs ...string) *client.MDSClient {
 
 func TestBoltDirectory(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mds.db")
-	d, err := openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+	d, err := openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), boltHooks{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestBoltDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The directory survives an MDS restart.
-	d, err = openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+	d, err = openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), boltHooks{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,11 +149,11 @@ func TestBoltHeartbeatExpiry(t *testing.T) {
 	var expired int
 	clock := &manualClock{now: time.Unix(1_000_000, 0)}
 	const ttl = 300 * time.Millisecond
-	d, err := openBoltDir(filepath.Join(t.TempDir(), "mds.db"), ttl, clock, slog.New(slog.DiscardHandler), func(n int) {
+	d, err := openBoltDir(filepath.Join(t.TempDir(), "mds.db"), ttl, clock, slog.New(slog.DiscardHandler), boltHooks{expired: func(n int) {
 		mu.Lock()
 		expired += n
 		mu.Unlock()
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,10 +195,10 @@ func TestBoltHeartbeatExpiry(t *testing.T) {
 
 func TestBoltRefusesForeignFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mds.db")
-	d, _ := openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil)
+	d, _ := openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), boltHooks{})
 	d.db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("stranger")); return err })
 	d.Close()
-	if _, err := openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), nil); err == nil || !strings.Contains(err.Error(), "not a dfkv directory") {
+	if _, err := openBoltDir(path, time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), boltHooks{}); err == nil || !strings.Contains(err.Error(), "not a dfkv directory") {
 		t.Fatalf("foreign bucket accepted: %v", err)
 	}
 }

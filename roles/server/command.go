@@ -91,6 +91,15 @@ type Deps struct {
 	// RDMAProvider, set by tests, serves RDMA over this verbs provider
 	// (the in-process fake) whatever DFKV_RDMA says.
 	RDMAProvider rdma.Provider
+	// Dialer opens the node's connections to the MDS; nil dials TCP. A
+	// simulated network passes its own.
+	Dialer client.Dialer
+	// Jitter draws the registrar's retry waits uniformly from [0, d);
+	// nil: math/rand. A deterministic simulation passes a seeded source.
+	Jitter func(d time.Duration) time.Duration
+	// Registrar, if set, is handed the node's registrar once it exists
+	// (with server.mds), so a simulation can watch its state.
+	Registrar func(*register.Registrar)
 	// ConfigFile and ConfigSources describe where the configuration came
 	// from, for `dfkv ctl info`.
 	ConfigFile    string
@@ -562,7 +571,7 @@ func (n *node) register(ctx context.Context, capacity uint64) error {
 	if err != nil {
 		return err
 	}
-	mc, err := client.NewMDSClient(sc.MDS, n.cfg.Group, nil, 5*time.Second)
+	mc, err := client.NewMDSClient(sc.MDS, n.cfg.Group, n.deps.Dialer, 5*time.Second)
 	if err != nil {
 		return fmt.Errorf("server.mds (DFKV_SERVER_MDS): %w", err)
 	}
@@ -576,7 +585,7 @@ func (n *node) register(ctx context.Context, capacity uint64) error {
 			// The node's own certificate, as reloaded, if the MDS asks.
 			cfg.GetClientCertificate = n.tls.ClientCertificate
 		}
-		mc, err = client.NewMDSClient(sc.MDS, n.cfg.Group, client.NewTLSDialer(nil, cfg), 5*time.Second)
+		mc, err = client.NewMDSClient(sc.MDS, n.cfg.Group, client.NewTLSDialer(n.deps.Dialer, cfg), 5*time.Second)
 		if err != nil {
 			return fmt.Errorf("server.mds (DFKV_SERVER_MDS): %w", err)
 		}
@@ -590,6 +599,12 @@ func (n *node) register(ctx context.Context, capacity uint64) error {
 		return fmt.Errorf("server.id (DFKV_SERVER_ID): %w", err)
 	}
 	reg := register.New(mc, info, anyDiskHealthy(n.group), n.log)
+	if n.deps.Jitter != nil {
+		reg.SetJitter(n.deps.Jitter)
+	}
+	if n.deps.Registrar != nil {
+		n.deps.Registrar(reg)
+	}
 	if err := n.prom.Register(reg.Gauge()); err != nil {
 		return err
 	}

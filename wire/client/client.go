@@ -79,6 +79,9 @@ type Options struct {
 	// changed: each wait is drawn from half to one and a half times it,
 	// and grows while the MDS does not answer (pollBackoff).
 	MDSPoll time.Duration
+	// Jitter draws the spread of the MDS polls uniformly from [0, d); nil:
+	// math/rand. A deterministic simulation passes a seeded source.
+	Jitter func(d time.Duration) time.Duration
 	// Timeout applies to a call whose context has no deadline. A quarter
 	// of it (at least 250 ms) is how long a node may stay silent with
 	// calls in flight before the client asks it whether it is alive
@@ -313,7 +316,17 @@ func pollBackoff(poll time.Duration) *backoff.ExponentialBackOff {
 func (c *Client) follow() {
 	defer close(c.done)
 	pace := pollBackoff(c.opts.MDSPoll)
-	t := time.NewTimer(pace.NextBackOff())
+	next := pace.NextBackOff
+	if draw := c.opts.Jitter; draw != nil {
+		// The same spread, half the wait either way, from the caller's
+		// source instead of the library's.
+		pace.RandomizationFactor = 0
+		next = func() time.Duration {
+			d := pace.NextBackOff()
+			return d/2 + draw(d)
+		}
+	}
+	t := time.NewTimer(next())
 	defer t.Stop()
 	var st followState
 	for {
@@ -325,7 +338,7 @@ func (c *Client) follow() {
 		if c.poll(&st) {
 			pace.Reset()
 		}
-		t.Reset(pace.NextBackOff())
+		t.Reset(next())
 	}
 }
 

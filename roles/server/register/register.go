@@ -56,6 +56,11 @@ func New(mds *client.MDSClient, info wire.MemberInfo, serving func() bool, log *
 	return &Registrar{mds: mds, info: info, serving: serving, log: log, draw: rand.N[time.Duration]}
 }
 
+// SetJitter replaces the source of the retry waits (jitter) before Run:
+// draw returns a duration uniformly in [0, d). A deterministic simulation
+// passes a seeded one.
+func (r *Registrar) SetJitter(draw func(d time.Duration) time.Duration) { r.draw = draw }
+
 // A registration that fails is retried after a wait that starts at
 // firstRetry and doubles up to maxRetry.
 const (
@@ -227,6 +232,10 @@ func (r *Registrar) Run(ctx context.Context) {
 		}
 	}
 }
+
+// Current reports whether the node is registered and its last heartbeat
+// was answered (what dfkv_server_registered exports).
+func (r *Registrar) Current() bool { return r.current.Load() }
 
 // Left reports whether the node deregistered when Run ended: clients then
 // learn at their next poll that it is gone. Valid once Run has returned.

@@ -19,7 +19,7 @@ func (w *world) faults(dur time.Duration) {
 		w.sleep(between(r, 500*time.Millisecond, 6500*time.Millisecond))
 		n := w.nodes[r.IntN(len(w.nodes))]
 		hold := between(r, 500*time.Millisecond, 10*time.Second)
-		switch kind := r.IntN(11); kind {
+		switch kind := r.IntN(12); kind {
 		case 0, 1:
 			if !n.up.Load() {
 				continue
@@ -92,12 +92,24 @@ func (w *world) faults(dur time.Duration) {
 		case 10:
 			w.log.add(w.now(), "faults", fmt.Sprintf("reset every connection of %s", n.id))
 			w.net.Reset(n.host)
+		case 11:
+			// A flapping link: cut for about a TTL, so the directory drops
+			// the node around when its heartbeats get through again.
+			w.log.add(w.now(), "faults", fmt.Sprintf("the link between %s and the MDS flaps", n.id))
+			for range 3 {
+				w.net.Partition(n.host, mdsHost, true)
+				w.sleep(between(r, heartbeatTTL-time.Second, heartbeatTTL+2*time.Second))
+				w.net.Partition(n.host, mdsHost, false)
+				w.sleep(between(r, 200*time.Millisecond, 1500*time.Millisecond))
+			}
 		}
 	}
 }
 
 // observer polls the directory as an operator's monitoring would, and
-// checks two things about membership continuously:
+// checks three things about membership continuously:
+//   - every listed member has a heartbeat record (the directory expires
+//     members by it);
 //   - a node that has been down longer than its TTL (plus a sweep and a
 //     slow directory's stall) is no longer listed: a member that never
 //     expires keeps clients routing to a dead node;
@@ -161,6 +173,11 @@ func (o *observer) run(stop <-chan struct{}) {
 			continue
 		}
 		listed := memberIDs(ms)
+		for _, m := range ms {
+			if m.LastHeartbeatUnixMS <= 0 && !m.LeaseLive {
+				w.violation("observer", "the MDS lists %s without a heartbeat record: it would never expire", m.ID)
+			}
+		}
 		for _, n := range w.nodes {
 			id := n.id
 			if since, dead := o.down[id]; dead && slices.Contains(listed, id) {

@@ -33,6 +33,9 @@ const (
 	nodePort     = 7600
 )
 
+// clientPool is how many idle connections a client keeps per node.
+const clientPool = 4
+
 func mdsAddr() string { return fmt.Sprintf("%s:%d", mdsHost, mdsPort) }
 
 // world is one seeded run: the network, the disks, the processes on
@@ -376,7 +379,7 @@ func (c *clientProc) open() {
 	w := c.w
 	cl, err := client.Open(client.Options{
 		Namespace: []byte("sim"), MDS: []string{mdsAddr()}, MDSPoll: mdsPoll,
-		Timeout: opTimeout, DialTimeout: time.Second, MaxBatchItems: 1, PoolSize: 4,
+		Timeout: opTimeout, DialTimeout: time.Second, MaxBatchItems: 1, PoolSize: clientPool,
 		Dialer: w.net.Dialer(c.host), Jitter: w.jitter(c.name + "/poll"),
 	})
 	if err != nil {

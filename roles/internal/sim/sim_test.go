@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dfkv/dfkv/roles/internal/sim"
+	"github.com/dfkv/dfkv/roles/server"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
@@ -213,7 +215,8 @@ func (w *world) exercise(dur time.Duration) int {
 	w.sleep(settle)
 	close(stopWork)
 	work.Wait()
-	w.sleep(mdsPoll)
+	w.sleep(leaseTTL + time.Second)
+	w.released()
 	close(stopObs)
 	obsDone.Wait()
 	if !w.violated.Load() {
@@ -223,6 +226,44 @@ func (w *world) exercise(dur time.Duration) int {
 		w.durability()
 	}
 	return int(w.mds.stalls.Load())
+}
+
+// leaseTTL is server.lease_ms, how long a pin lives without a GET.
+const leaseTTL = 2 * time.Second
+
+// released checks, once the clients have been idle for longer than a pin
+// lives, that no node still holds a pin or a payload buffer, and that
+// none holds a connection beyond the clients' pools (three clients of at
+// most PoolSize idle connections, a probe each, and the MDS's).
+func (w *world) released() {
+	c := w.clients[0]
+	for _, n := range w.nodes {
+		if !n.up.Load() {
+			continue
+		}
+		ctx, cancel := c.ctx()
+		body, err := c.cl.Stats(ctx, n.addr())
+		cancel()
+		if err != nil {
+			w.violation("world", "STATS of %s: %v", n.id, err)
+			continue
+		}
+		var st server.StatsReply
+		if err := json.Unmarshal(body, &st); err != nil {
+			w.violation("world", "STATS of %s: %v", n.id, err)
+			continue
+		}
+		if st.Server.BufferInUse != 0 {
+			w.violation(n.id, "idle for %s, still holds %d bytes of payload buffers", leaseTTL+time.Second, st.Server.BufferInUse)
+		}
+		if st.Pins != nil && st.Pins.Live != 0 {
+			w.violation(n.id, "idle for longer than a pin's lease, still holds %d pins", st.Pins.Live)
+		}
+		if limit := int64(len(w.clients) * (clientPool + 1)); st.Server.OpenConns > limit {
+			w.violation(n.id, "idle, holds %d connections; the clients keep at most %d", st.Server.OpenConns, limit)
+		}
+		w.log.add(w.now(), n.id, fmt.Sprintf("idle: %d buffer bytes, %d connections", st.Server.BufferInUse, st.Server.OpenConns))
+	}
 }
 
 // sleep waits d of simulated time, or less if the run is over.

@@ -303,8 +303,15 @@ func (c *clientProc) prefix() {
 	for i := 0; i < n; i++ {
 		keys = append(keys, c.keys[(start+i)%len(c.keys)].key)
 	}
+	// Half of them pin what they count, as an engine's connector does
+	// before it loads the blocks: a node with the RAM tier holds each pin
+	// until a GET of its key or the lease runs out.
+	pinned := c.rng.IntN(2) == 0
 	ctx, cancel := c.ctx()
 	count, err := c.cl.ExistPrefix(ctx, keys)
+	if pinned {
+		count, err = c.cl.ExistPrefixPinned(ctx, keys)
+	}
 	cancel()
 	c.observeRing()
 	if err == nil {

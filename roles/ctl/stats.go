@@ -107,6 +107,13 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 			fmt.Fprintln(w, "  WARNING      the RAM tier dropped a value after every flush retry; see the node's log")
 		}
 	}
+	for _, t := range st.Tenants {
+		quota := "no quota"
+		if t.QuotaBytes > 0 {
+			quota = fmt.Sprintf("%.0f%% of its %s quota", 100*float64(t.UsedBytes)/float64(t.QuotaBytes), config.HumanSize(t.QuotaBytes))
+		}
+		fmt.Fprintf(w, "  tenant       %s holds %s (%s)\n", t.Tenant, config.HumanSize(uint64(max(t.UsedBytes, 0))), quota)
+	}
 	if o := st.ObjectStore; o != nil {
 		state := "reachable"
 		if !o.Reachable {

@@ -66,6 +66,39 @@ type StatsReply struct {
 	ObjectStore *objtier.Stats `json:"object_store,omitempty"`
 	// Auth says whether the data port requires tokens and what it refused.
 	Auth AuthStats `json:"auth"`
+	// Tenants are the tenants holding the most bytes on this node (at most
+	// TopTenants, the same ones /metrics names), with their quotas.
+	Tenants []TenantUsage `json:"tenants,omitempty"`
+}
+
+// TenantUsage is what one tenant has committed on a node against its
+// quota there (0: none).
+type TenantUsage struct {
+	Tenant     string `json:"tenant"` // as the quotas file names it, else 0x and its hash
+	UsedBytes  int64  `json:"used_bytes"`
+	QuotaBytes uint64 `json:"quota_bytes"`
+}
+
+// tenantUsage lists the TopTenants tenants holding the most bytes, most
+// first; nil without quotas.
+func tenantUsage(q *engine.Quotas) []TenantUsage {
+	if q == nil {
+		return nil
+	}
+	usage := q.Usage()
+	tenants := make([]uint64, 0, len(usage))
+	for t := range usage {
+		tenants = append(tenants, t)
+	}
+	sort.Slice(tenants, func(i, j int) bool {
+		a, b := tenants[i], tenants[j]
+		return usage[a] > usage[b] || usage[a] == usage[b] && a < b
+	})
+	out := make([]TenantUsage, 0, min(len(tenants), TopTenants))
+	for _, t := range tenants[:min(len(tenants), TopTenants)] {
+		out = append(out, TenantUsage{Tenant: q.Label(t), UsedBytes: usage[t], QuotaBytes: q.Limit(t)})
+	}
+	return out
 }
 
 // SetInfo records what STATS reports about the node. Call before Serve.
@@ -97,6 +130,7 @@ func (s *Server) statsReply() StatsReply {
 		g, _ = s.opts.Engine.(*engine.Group)
 	}
 	if g != nil {
+		r.Tenants = tenantUsage(g.Quotas())
 		r.Disks = g.Disks()
 		names := g.Names()
 		for i := range r.Disks {

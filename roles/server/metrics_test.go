@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -151,6 +153,19 @@ func TestMetricsScrapeLiveNode(t *testing.T) {
 	f("dfkv_engine_hits_total", nil, 1)
 	f("dfkv_engine_misses_total", nil, 1)
 	f("dfkv_tenant_committed_bytes", nil, 5000)
+	// STATS says the same, with the quota.
+	body, err := cl.Stats(bg, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st StatsReply
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Tenants) != 1 || st.Tenants[0].UsedBytes != 5000 || st.Tenants[0].QuotaBytes != 1<<30 ||
+		st.Tenants[0].Tenant != fmt.Sprintf("0x%016x", wire.TenantHash([]byte("acme"))) {
+		t.Fatalf("STATS tenants %+v, want acme's 5000 bytes of 1 GiB", st.Tenants)
+	}
 	if value(t, after, "dfkv_received_bytes_total", nil) < 5000 || value(t, after, "dfkv_sent_bytes_total", nil) < 5000 {
 		t.Fatal("byte counters did not move")
 	}

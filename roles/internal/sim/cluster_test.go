@@ -33,6 +33,10 @@ const (
 	nodePort     = 7600
 )
 
+// tenantQuota is each node's quota for each tenant: about what the
+// workload's tenant holds on a node, so PUTs meet it now and then.
+const tenantQuota = 128 << 10
+
 // clientPool is how many idle connections a client keeps per node.
 const clientPool = 4
 
@@ -294,8 +298,9 @@ http_listen = ""
 drain_ms = 500
 shutdown_timeout_ms = 2000
 first_request_ms = 5000
+tenant_default_quota_bytes = %d
 %s
-`, n.id, n.addr(), mdsAddr(), filepath.Join(n.dir, "d0"), ram), noEnv, nil)
+`, n.id, n.addr(), mdsAddr(), filepath.Join(n.dir, "d0"), tenantQuota, ram), noEnv, nil)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -362,12 +367,13 @@ func (n *nodeProc) stop(how string, torn bool) {
 // clientProc is one client process and the keys it alone writes, so the
 // oracle knows exactly what each key may hold.
 type clientProc struct {
-	w    *world
-	name string
-	host string
-	cl   *client.Client
-	rng  *rand.Rand
-	keys []*keyState
+	w         *world
+	name      string
+	host      string
+	namespace string // "" is the workload's, "sim"
+	cl        *client.Client
+	rng       *rand.Rand
+	keys      []*keyState
 
 	readBufs [][]byte
 
@@ -377,8 +383,12 @@ type clientProc struct {
 
 func (c *clientProc) open() {
 	w := c.w
+	ns := c.namespace
+	if ns == "" {
+		ns = "sim"
+	}
 	cl, err := client.Open(client.Options{
-		Namespace: []byte("sim"), MDS: []string{mdsAddr()}, MDSPoll: mdsPoll,
+		Namespace: []byte(ns), MDS: []string{mdsAddr()}, MDSPoll: mdsPoll,
 		Timeout: opTimeout, DialTimeout: time.Second, MaxBatchItems: 1, PoolSize: clientPool,
 		Dialer: w.net.Dialer(c.host), Jitter: w.jitter(c.name + "/poll"),
 	})

@@ -2,11 +2,13 @@ package sim_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/dfkv/dfkv/roles/internal/sim"
+	"github.com/dfkv/dfkv/roles/server"
 	"github.com/dfkv/dfkv/wire/client"
 )
 
@@ -116,10 +118,12 @@ func (w *world) faults(dur time.Duration) {
 //   - a node whose heartbeats the MDS answers is listed: a directory
 //     that drops a live member makes clients route around it for nothing.
 type observer struct {
-	w    *world
-	mc   *client.MDSClient
-	prev map[string]bool // node → registered and heartbeating at the last poll
-	down map[string]time.Duration
+	w     *world
+	mc    *client.MDSClient
+	nodes *client.Client // asks each node for STATS, for its quotas
+	ticks int
+	prev  map[string]bool // node → registered and heartbeating at the last poll
+	down  map[string]time.Duration
 }
 
 func newObserver(w *world) *observer {
@@ -127,7 +131,34 @@ func newObserver(w *world) *observer {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	return &observer{w: w, mc: mc, prev: map[string]bool{}, down: map[string]time.Duration{}}
+	var addrs []string
+	for _, n := range w.nodes {
+		addrs = append(addrs, n.addr())
+	}
+	nodes, err := client.Open(client.Options{Namespace: []byte("sim-observer"), Members: addrs, Timeout: time.Second,
+		DialTimeout: time.Second, Dialer: w.net.Dialer("10.0.2.1")})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return &observer{w: w, mc: mc, nodes: nodes, prev: map[string]bool{}, down: map[string]time.Duration{}}
+}
+
+// quotas asks every running node for its STATS: no tenant may hold more
+// than its quota there, whatever the faults.
+func (o *observer) quotas() {
+	for _, n := range o.w.nodes {
+		if !n.up.Load() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		body, err := o.nodes.Stats(ctx, n.addr())
+		cancel()
+		var st server.StatsReply
+		if err != nil || json.Unmarshal(body, &st) != nil {
+			continue // a node cut off or stopping; the next round asks again
+		}
+		o.w.withinQuotas(n.id, &st)
+	}
 }
 
 const observeEvery = 250 * time.Millisecond
@@ -140,6 +171,7 @@ func (o *observer) run(stop <-chan struct{}) {
 	w := o.w
 	t := time.NewTicker(observeEvery)
 	defer t.Stop()
+	defer o.nodes.Close()
 	for {
 		select {
 		case <-stop:
@@ -147,6 +179,9 @@ func (o *observer) run(stop <-chan struct{}) {
 		case <-w.stopped:
 			return
 		case <-t.C:
+		}
+		if o.ticks++; o.ticks%8 == 0 {
+			o.quotas()
 		}
 		// What the nodes say before the question is asked: a node that
 		// said it was heartbeating before the MDS answered must be in the

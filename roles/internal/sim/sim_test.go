@@ -256,6 +256,7 @@ func (w *world) released() {
 		if st.Server.BufferInUse != 0 {
 			w.violation(n.id, "idle for %s, still holds %d bytes of payload buffers", leaseTTL+time.Second, st.Server.BufferInUse)
 		}
+		w.withinQuotas(n.id, &st)
 		if st.Pins != nil && st.Pins.Live != 0 {
 			w.violation(n.id, "idle for longer than a pin's lease, still holds %d pins", st.Pins.Live)
 		}
@@ -263,6 +264,18 @@ func (w *world) released() {
 			w.violation(n.id, "idle, holds %d connections; the clients keep at most %d", st.Server.OpenConns, limit)
 		}
 		w.log.add(w.now(), n.id, fmt.Sprintf("idle: %d buffer bytes, %d connections", st.Server.BufferInUse, st.Server.OpenConns))
+	}
+}
+
+// withinQuotas checks that no tenant holds more on a node than its quota.
+func (w *world) withinQuotas(node string, st *server.StatsReply) {
+	for _, t := range st.Tenants {
+		if t.QuotaBytes > 0 && t.UsedBytes > int64(t.QuotaBytes) {
+			w.violation(node, "tenant %s holds %d bytes, over its quota of %d", t.Tenant, t.UsedBytes, t.QuotaBytes)
+		}
+		if t.UsedBytes < 0 {
+			w.violation(node, "tenant %s holds %d bytes: the accounting went negative", t.Tenant, t.UsedBytes)
+		}
 	}
 }
 
@@ -361,41 +374,29 @@ func (w *world) converged(when string) {
 	w.log.add(w.now(), "world", fmt.Sprintf("%s: membership %v everywhere", when, want))
 }
 
-// durability writes fresh keys from every client with every node healthy,
-// restarts every node gracefully, and reads them all back: an
-// acknowledged write survives a graceful restart, byte for byte.
+// durability writes fresh keys, as a tenant of their own (the workload's
+// tenant may be at its quota), with every node healthy, restarts every
+// node gracefully, and reads them all back: an acknowledged write
+// survives a graceful restart, byte for byte.
 func (w *world) durability() {
-	type written struct {
-		c   *clientProc
-		key []byte
-		val []byte
-	}
-	var all []written
-	for _, c := range w.clients {
-		for i := 0; i < 8; i++ {
-			key := fmt.Appendf(nil, "%s/durable%d", c.name, i)
-			val := makeValue(key, 1, c.size())
-			ctx, cancel := c.ctx()
-			err := c.cl.Put(ctx, key, val)
-			cancel()
-			if err != nil {
-				w.violation(c.name, "PUT %s failed with every node healthy: %v", key, err)
-				return
-			}
-			all = append(all, written{c, key, val})
-			owner, _ := c.cl.Owner(key)
-			w.log.add(w.now(), c.name, fmt.Sprintf("durable put %s to %s", key, owner))
-		}
-	}
-	for _, x := range all {
-		buf := make([]byte, readBuf)
-		ctx, cancel := x.c.ctx()
-		n, _, err := x.c.cl.Get(ctx, x.key, buf)
+	c := &clientProc{w: w, name: "durable", host: "10.0.1.9", namespace: "sim-durable"}
+	c.rng = w.seeded(c.name)
+	c.open()
+	defer func() { _ = c.cl.Close() }()
+	w.sleep(2 * mdsPoll)
+	keys, vals := make([][]byte, 24), make([][]byte, 24)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "durable%02d", i)
+		vals[i] = makeValue(keys[i], 1, c.size())
+		ctx, cancel := c.ctx()
+		err := c.cl.Put(ctx, keys[i], vals[i])
 		cancel()
-		if err != nil || string(buf[:n]) != string(x.val) {
-			owner, _ := x.c.cl.Owner(x.key)
-			w.violation(x.c.name, "%s, acknowledged, reads back from %s as %s (%d bytes)", x.key, owner, errClass(err), n)
+		owner, _ := c.cl.Owner(keys[i])
+		if err != nil {
+			w.violation(c.name, "PUT %s to %s failed with every node healthy: %v", keys[i], owner, err)
+			return
 		}
+		c.logf("put %s to %s", keys[i], owner)
 	}
 	for _, n := range w.nodes {
 		n.stop("graceful", false)
@@ -405,15 +406,15 @@ func (w *world) durability() {
 	}
 	w.sleep(settle)
 	w.converged("after a graceful restart of every node")
-	for _, x := range all {
-		buf := make([]byte, readBuf)
-		ctx, cancel := x.c.ctx()
-		n, _, err := x.c.cl.Get(ctx, x.key, buf)
+	buf := make([]byte, readBuf)
+	for i, key := range keys {
+		ctx, cancel := c.ctx()
+		n, _, err := c.cl.Get(ctx, key, buf)
 		cancel()
-		if err != nil || string(buf[:n]) != string(x.val) {
-			owner, _ := x.c.cl.Owner(x.key)
-			w.violation(x.c.name, "%s, acknowledged before a graceful restart, reads back from %s as %s (%d bytes)", x.key, owner, errClass(err), n)
+		if err != nil || string(buf[:n]) != string(vals[i]) {
+			owner, _ := c.cl.Owner(key)
+			w.violation(c.name, "%s, acknowledged before a graceful restart, reads back from %s as %s (%d bytes)", key, owner, errClass(err), n)
 		}
 	}
-	w.log.add(w.now(), "world", fmt.Sprintf("%d acknowledged writes read back after a graceful restart", len(all)))
+	w.log.add(w.now(), "world", fmt.Sprintf("%d acknowledged writes read back after a graceful restart", len(keys)))
 }

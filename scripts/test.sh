@@ -93,20 +93,6 @@ fi
 go_passed=$(grep -cE '^--- PASS' "$out/go-test.log" || true)
 go_skipped=$(grep -cE '^--- SKIP' "$out/go-test.log" || true)
 
-# The deterministic simulation's CI seed set: over 10,000 simulated
-# seconds of a three-node cluster under faults, and its replay check.
-# Without the race detector (the run above covered one short seed with
-# it), which would make it ten times slower. It runs on one core (it sets
-# GOMAXPROCS 1 itself), so it goes in the background while the lighter
-# checks below run, and is waited for at the end. A failing seed prints
-# the command that replays it.
-echo "== simulation: the CI seed set starts in the background (go test ./roles/internal/sim -run TestSim)"
-setsid go test -count=1 -run 'TestSim' -v ./roles/internal/sim > "$out/sim.log" 2>&1 &
-sim_pid=$!
-# A check below that fails stops this script; the simulation (go test and
-# the test binary it runs, one process group) goes with it.
-trap 'kill -- "-$sim_pid" 2>/dev/null || true' EXIT
-
 # The Kubernetes manifests of contrib/kubernetes, rendered and checked
 # against dfkv's own settings without a cluster. A Go module of its own, so
 # the main module takes no Kubernetes dependency; kustomize runs in process
@@ -121,6 +107,20 @@ fi
 
 echo "== contrib: libdfkv.so, the C test program, the Python package and connectors"
 bash scripts/test-contrib.sh 2>&1 | tee "$out/contrib.log"
+
+# The deterministic simulation's CI seed set: over 10,000 simulated
+# seconds of a three-node cluster under faults, and its replay check.
+# Without the race detector (the run above covered one short seed with
+# it), which would make it ten times slower. It runs on one core (it sets
+# GOMAXPROCS 1 itself), so it goes in the background while the peer
+# comparison's smoke run (which asserts no figure) runs, and is waited for
+# at the end. A failing seed prints the command that replays it.
+echo "== simulation: the CI seed set starts in the background (go test ./roles/internal/sim -run TestSim)"
+setsid go test -count=1 -run 'TestSim' -v ./roles/internal/sim > "$out/sim.log" 2>&1 &
+sim_pid=$!
+# A check below that fails stops this script; the simulation (go test and
+# the test binary it runs, one process group) goes with it.
+trap 'kill -- "-$sim_pid" 2>/dev/null || true' EXIT
 
 echo "== scripts/bench-vs-peers.sh --quick: the comparison script end to end against real redis and memcached"
 # A smoke run (1 s per cell, small key spaces, no figure asserted): the

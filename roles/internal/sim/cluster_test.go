@@ -89,7 +89,7 @@ func (w *world) staleSince(t time.Duration) bool {
 	return w.stale >= t
 }
 
-// seeded returns a source for one actor: the seed and the actor's name
+// seeded returns a source for one actor: the run's seed and the actor's name
 // decide it, not the order actors ask.
 func (w *world) seeded(name string) *rand.Rand {
 	h := fnv.New64a()
@@ -223,7 +223,7 @@ http_listen = ""
 }
 
 // stall holds one step of the directory open for a while, as a slow
-// fsync would: how long is a hash of the seed, the point and the moment,
+// fsync would: how long is a hash of the run's seed, the point and the moment,
 // so it does not depend on which goroutine got there first.
 func (m *mdsProc) stall(point string) {
 	h := fnv.New64a()

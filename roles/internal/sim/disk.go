@@ -24,7 +24,7 @@ import (
 //     writes survives in part (a torn write). Like fdatasync, a sync
 //     covers the file, whichever descriptor wrote it.
 //   - Faults fail reads or writes with EIO, or writes with ENOSPC, for a
-//     share of operations chosen by a hash of the seed and the operation
+//     share of operations chosen by a hash of the run's seed and the operation
 //     (its file, length and virtual moment), not by the order goroutines
 //     reach it, so the same run fails the same operations.
 //   - Slow adds a virtual delay to every read and sync (see Slow).

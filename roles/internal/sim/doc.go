@@ -6,7 +6,7 @@
 // The world has three parts, each a seam the product code already takes:
 //
 //   - Net, an in-memory network (the nodes' listeners, the clients' and
-//     the nodes' dialers): latencies drawn from the seed and what is sent,
+//     the nodes' dialers): latencies drawn from the run's seed and what is sent,
 //     partitions that hold bytes until they heal, resets, slow hosts.
 //   - Disk, the engines' filesystem (vfs.FS) over real files: crashes after
 //     which a process's files fail, power cuts that undo unsynced writes
@@ -15,7 +15,7 @@
 //   - Time, which is Go's testing/synctest: inside its bubble time.Now,
 //     timers and sleeps are virtual, and time moves only when every
 //     goroutine of the cluster is blocked, so the instant of each network
-//     delivery and each timer is decided by the seed, not by the machine.
+//     delivery and each timer is decided by the run's seed, not by the machine.
 //
 // What synctest does not make deterministic is the order in which
 // goroutines that are runnable at the same virtual instant run (nor map
@@ -23,7 +23,7 @@
 // rare and harmless:
 //
 //   - every chunk of bytes is delivered at an instant of its own: the
-//     latency is a nanosecond-resolution hash of the seed, the hosts, the
+//     latency is a nanosecond-resolution hash of the run's seed, the hosts, the
 //     moment and the bytes, not of the connection, so two goroutines that
 //     swap pooled connections from one run to the next still see their
 //     bytes arrive when they did;
@@ -35,7 +35,7 @@
 //     not its offset (where an engine puts a value may depend on which
 //     goroutine reached its allocator first), and a torn write is chosen
 //     by its moment and bytes;
-//   - each actor draws from a source of its own, seeded by the seed and
+//   - each actor draws from a source of its own, seeded by the run's seed and
 //     its name;
 //   - the event log is written per actor and sorted by (time, actor,
 //     sequence), and file offsets in the processes' log lines are masked.

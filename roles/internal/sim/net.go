@@ -16,10 +16,10 @@ import (
 // Net is an in-memory network of named hosts. Every byte written on a
 // connection is delivered to its peer after a latency drawn from the
 // world's seed, the hosts, the moment and the bytes themselves
-// (latencyOf), so the delivery instants of a run depend on the seed alone. A connection's
-// bytes arrive in order (as TCP's do); bytes of different connections
-// interleave by their delivery instants, which is how the seed reorders
-// requests that race each other across connections.
+// (latencyOf), so the delivery instants of a run depend on its seed
+// alone. A connection's bytes arrive in order (as TCP's do); bytes of
+// different connections interleave by their delivery instants, which is
+// how a seed reorders requests that race each other across connections.
 //
 // Faults: a partition between two hosts black-holes what either sends
 // the other and makes dials between them hang until their deadline; a
@@ -216,8 +216,8 @@ func splitAddr(address string) (string, int, error) {
 // past its deadline) by a microsecond. The product's timers are often
 // multiples of one another (a watchdog tick and a probe that waits two
 // ticks); without it the deadline and the tick would fire at the same
-// virtual instant, and which goroutine runs first would be the
-// scheduler's choice rather than the seed's.
+// virtual instant, and which goroutine runs first would be up to the
+// scheduler rather than the run's seed.
 const tieBreak = time.Microsecond
 
 // Listener is a listening socket on the simulated network.
@@ -426,10 +426,10 @@ func (c *halfConn) Write(p []byte) (int, error) {
 }
 
 // latencyOf draws the latency of bytes p sent from host a to host b now:
-// a hash of the seed, the hosts, the moment and the bytes, not of the
+// a hash of the run's seed, the hosts, the moment and the bytes, not of the
 // connection they go on. Two goroutines that write at the same instant
 // (the frames of one batch) may take each other's pooled connection from
-// one run to the next; their bytes still arrive when the seed says.
+// one run to the next; their bytes still arrive when the run's seed says.
 func (n *Net) latencyOf(a, b string, p []byte) time.Duration {
 	h := fnv.New64a()
 	var buf [8]byte

@@ -55,7 +55,7 @@ type outcome struct {
 }
 
 // TestSim runs the cluster under the CI seed set (or the seeds the flags
-// name) and fails on any broken invariant, printing the seed and the
+// name) and fails on any broken invariant, printing the run's seed and the
 // command that replays it.
 func TestSim(t *testing.T) {
 	seeds := make([]uint64, 0, ciSeeds)

@@ -12,8 +12,9 @@ import (
 	"github.com/dfkv/dfkv/wire/client"
 )
 
-// faults runs the seeded fault schedule for dur: one fault at a time,
-// each held for a while and then healed, with quiet gaps between.
+// faults runs the fault schedule, drawn from the run's seed, for dur:
+// one fault at a time, each held for a while and then healed, with quiet
+// gaps between.
 func (w *world) faults(dur time.Duration) {
 	r := w.rng
 	end := w.now() + dur

@@ -54,9 +54,9 @@ type outcome struct {
 	ops, stall int
 }
 
-// TestSim runs the cluster under the CI seed set (or the seeds the flags
-// name) and fails on any broken invariant, printing the run's seed and the
-// command that replays it.
+// TestSim runs the cluster under each seed of the CI set (or those the
+// flags name) and fails on any broken invariant, printing the run's seed
+// and the command that replays it.
 func TestSim(t *testing.T) {
 	seeds := make([]uint64, 0, ciSeeds)
 	switch {

@@ -18,11 +18,23 @@ const quotaStripes = 256
 // through the Accounting interface the engines call, so they stay right
 // through publish, overwrite, eviction, removal and restart rebuild.
 //
-// Admission takes one of 256 tenant stripes and holds it through the
-// storage write, so two PUTs of one tenant cannot both pass the check and
-// together overshoot. GETs never touch quotas. Quotas are per node by
-// design, not a cluster-wide reservation protocol: a tenant with quota Q
-// may hold up to Q on every node.
+// Admission reserves: under one of 256 tenant stripe locks it checks a
+// PUT's growth against the tenant's committed bytes plus the growth of
+// its writes still in flight, records its own growth as in flight, and
+// lets the lock go before the write, so a slow disk delays only the
+// writes themselves, never another PUT's admission. Two PUTs of one
+// tenant cannot both pass the check and together overshoot. A write that
+// has landed is counted twice until its reservation is released, so a
+// PUT that does not fit while writes of its tenant are in flight waits
+// for them to land and is refused only if it still does not fit: a
+// tenant can fill its quota to the byte under concurrency.
+//
+// The growth of a PUT is its size less the size its key already holds,
+// read under the lock; it stays true only while nothing else changes that
+// key, so PUTs and REMOVEs of one key of a limited tenant take turns (the
+// second waits for the first to land). GETs never touch quotas. Quotas
+// are per node by design, not a cluster-wide reservation protocol: a
+// tenant with quota Q may hold up to Q on every node.
 //
 // A listed limit of 0 means unlimited (it exempts that tenant from the
 // default). A limit lowered below what a tenant already holds applies to
@@ -33,7 +45,7 @@ type Quotas struct {
 	limits map[uint64]uint64 // per-tenant limits; immutable after NewQuotas
 	names  map[uint64]string // tenants listed by name; immutable after SetNames
 
-	stripes [quotaStripes]sync.Mutex
+	stripes [quotaStripes]stripe
 
 	mu   sync.RWMutex
 	used map[uint64]*atomic.Int64
@@ -46,7 +58,32 @@ func NewQuotas(def uint64, limits map[uint64]uint64) *Quotas {
 	for t, v := range limits {
 		l[t] = v
 	}
-	return &Quotas{def: def, limits: l, used: make(map[uint64]*atomic.Int64)}
+	q := &Quotas{def: def, limits: l, used: make(map[uint64]*atomic.Int64)}
+	for i := range q.stripes {
+		s := &q.stripes[i]
+		s.landed.L = &s.mu
+		s.reserved = make(map[uint64]int64)
+		s.busy = make(map[wire.BlockKey]struct{})
+	}
+	return q
+}
+
+// stripe is the admission state of the tenants whose hash falls on it.
+// mu is never held across storage I/O.
+type stripe struct {
+	mu       sync.Mutex
+	landed   sync.Cond                  // broadcast when a write or removal of the stripe lands
+	lands    uint64                     // how many have landed, so a waiter knows one did
+	reserved map[uint64]int64           // tenant → growth of its writes in flight
+	busy     map[wire.BlockKey]struct{} // keys with a write or removal in flight
+}
+
+// waitLanded blocks until a write or removal of s lands after lands was
+// read. s.mu must be held; it is held again on return.
+func (s *stripe) waitLanded(lands uint64) {
+	for s.lands == lands {
+		s.landed.Wait()
+	}
 }
 
 // SetNames gives tenants the names an operator listed them by, for Label.
@@ -148,15 +185,45 @@ func (g *Group) cacheWithQuota(key wire.BlockKey, value []byte) error {
 	if limit == 0 {
 		return g.of(key).Put(key, value)
 	}
-	mu := &q.stripes[q.stripe(key.Tenant)]
-	mu.Lock()
-	defer mu.Unlock()
 	e := g.of(key)
-	need := g.growth(e, key, uint64(len(value)))
-	if used := q.Used(key.Tenant); need > 0 && used+need > capOf(limit) {
-		return q.exceeded(key.Tenant, used, uint64(need), limit)
+	s := &q.stripes[q.stripe(key.Tenant)]
+	s.mu.Lock()
+	var need int64
+	for {
+		if _, busy := s.busy[key]; busy {
+			s.waitLanded(s.lands)
+			continue
+		}
+		// Committed bytes are read before the key's old size: a value
+		// evicted between the two reads then only overstates the need.
+		used := q.Used(key.Tenant)
+		need = g.growth(e, key, uint64(len(value)))
+		inFlight := s.reserved[key.Tenant]
+		if need <= 0 || used+inFlight+need <= capOf(limit) {
+			break
+		}
+		if inFlight == 0 {
+			s.mu.Unlock()
+			return q.exceeded(key.Tenant, used, uint64(need), limit)
+		}
+		s.waitLanded(s.lands)
 	}
-	return e.Put(key, value)
+	need = max(need, 0) // bytes a shrinking PUT frees are not free until it lands
+	s.reserved[key.Tenant] += need
+	s.busy[key] = struct{}{}
+	s.mu.Unlock()
+
+	err := e.Put(key, value)
+
+	s.mu.Lock()
+	if s.reserved[key.Tenant] -= need; s.reserved[key.Tenant] == 0 {
+		delete(s.reserved, key.Tenant)
+	}
+	delete(s.busy, key)
+	s.lands++
+	s.landed.Broadcast()
+	s.mu.Unlock()
+	return err
 }
 
 // capOf is a quota as the signed byte counts it is compared with: a limit
@@ -176,8 +243,10 @@ func (g *Group) growth(e StoreEngine, key wire.BlockKey, n uint64) int64 {
 // cacheBatchWithQuota admits a batch: it locks the unique stripes of the
 // limited tenants in ascending order (so two batches never deadlock),
 // charges each item's growth against its tenant in batch order, fails the
-// items that do not fit with QUOTA_EXCEEDED, stores the rest, and only
-// then unlocks.
+// items that do not fit with QUOTA_EXCEEDED, reserves the growth of the
+// rest, unlocks, and stores them. A batch that meets a key in flight, or
+// an item that fits only once its tenant's writes in flight land, lets
+// every lock go, waits for a landing and admits afresh.
 func (g *Group) cacheBatchWithQuota(keys []wire.BlockKey, values [][]byte, errs []error) {
 	q := g.quotas
 	var locked []int
@@ -192,67 +261,153 @@ func (g *Group) cacheBatchWithQuota(keys []wire.BlockKey, values [][]byte, errs 
 	}
 	slices.Sort(locked)
 	locked = slices.Compact(locked)
-	for _, s := range locked {
-		q.stripes[s].Lock()
-	}
-	defer func() {
+	unlockAll := func() {
 		for _, s := range locked {
-			q.stripes[s].Unlock()
+			q.stripes[s].mu.Unlock()
 		}
-	}()
-	pending := make(map[uint64]int64)      // tenant → bytes admitted in this batch
-	sizes := make(map[wire.BlockKey]int64) // key → size admitted earlier in this batch
-	admit := make([]int, 0, len(keys))
-	for i, k := range keys {
-		limit := q.Limit(k.Tenant)
-		if limit == 0 {
-			admit = append(admit, i)
-			continue
-		}
-		n := int64(len(values[i]))
-		var need int64
-		if prev, ok := sizes[k]; ok {
-			need = n - prev
-		} else {
-			need = g.growth(g.of(k), k, uint64(n))
-		}
-		used := q.Used(k.Tenant) + pending[k.Tenant]
-		if need > 0 && used+need > capOf(limit) {
-			errs[i] = q.exceeded(k.Tenant, used, uint64(need), limit)
-			continue
-		}
-		// Only growth is counted: bytes a shrinking item frees are not
-		// free until its write succeeds, and it may fail while the items
-		// admitted on its credit succeed.
-		pending[k.Tenant] += max(need, 0)
-		sizes[k] = n
-		admit = append(admit, i)
 	}
+	// waitThenRetry lets every lock go and waits for a landing on stripe
+	// s, which the caller saw as lands.
+	waitThenRetry := func(s *stripe, lands uint64) {
+		unlockAll()
+		s.mu.Lock()
+		s.waitLanded(lands)
+		s.mu.Unlock()
+	}
+
+	var (
+		pending map[uint64]int64      // tenant → growth admitted in this batch
+		admit   []int                 // indexes of the items to store
+		mine    map[wire.BlockKey]int // limited keys of this batch → their stripe
+	)
+admission:
+	for {
+		for _, si := range locked {
+			q.stripes[si].mu.Lock()
+		}
+		mine = make(map[wire.BlockKey]int)
+		for _, k := range keys {
+			if q.Limit(k.Tenant) == 0 {
+				continue
+			}
+			s := &q.stripes[q.stripe(k.Tenant)]
+			if _, busy := s.busy[k]; busy {
+				waitThenRetry(s, s.lands)
+				continue admission
+			}
+			mine[k] = q.stripe(k.Tenant)
+		}
+		pending = make(map[uint64]int64)
+		used := make(map[uint64]int64)         // tenant → committed bytes, read before any of its keys' sizes
+		sizes := make(map[wire.BlockKey]int64) // key → size admitted earlier in this batch
+		admit = admit[:0]
+		for i, k := range keys {
+			errs[i] = nil
+			limit := q.Limit(k.Tenant)
+			if limit == 0 {
+				admit = append(admit, i)
+				continue
+			}
+			s := &q.stripes[q.stripe(k.Tenant)]
+			if _, ok := used[k.Tenant]; !ok {
+				used[k.Tenant] = q.Used(k.Tenant)
+			}
+			n := int64(len(values[i]))
+			var need int64
+			if prev, ok := sizes[k]; ok {
+				need = n - prev
+			} else {
+				need = g.growth(g.of(k), k, uint64(n))
+			}
+			inFlight := s.reserved[k.Tenant]
+			total := used[k.Tenant] + inFlight + pending[k.Tenant]
+			if need > 0 && total+need > capOf(limit) {
+				if inFlight > 0 {
+					waitThenRetry(s, s.lands)
+					continue admission
+				}
+				errs[i] = q.exceeded(k.Tenant, total, uint64(need), limit)
+				continue
+			}
+			// Only growth is counted: bytes a shrinking item frees are not
+			// free until its write succeeds, and it may fail while the items
+			// admitted on its credit succeed.
+			pending[k.Tenant] += max(need, 0)
+			sizes[k] = n
+			admit = append(admit, i)
+		}
+		break
+	}
+	for t, n := range pending {
+		q.stripes[q.stripe(t)].reserved[t] += n
+	}
+	for k, si := range mine {
+		q.stripes[si].busy[k] = struct{}{}
+	}
+	unlockAll()
+
 	if len(admit) == len(keys) {
 		g.cacheBatch(keys, values, errs)
-		return
+	} else {
+		ak := make([]wire.BlockKey, len(admit))
+		av := make([][]byte, len(admit))
+		ae := make([]error, len(admit))
+		for j, i := range admit {
+			ak[j], av[j] = keys[i], values[i]
+		}
+		g.cacheBatch(ak, av, ae)
+		for j, i := range admit {
+			errs[i] = ae[j]
+		}
 	}
-	ak := make([]wire.BlockKey, len(admit))
-	av := make([][]byte, len(admit))
-	ae := make([]error, len(admit))
-	for j, i := range admit {
-		ak[j], av[j] = keys[i], values[i]
-	}
-	g.cacheBatch(ak, av, ae)
-	for j, i := range admit {
-		errs[i] = ae[j]
+
+	for _, si := range locked {
+		s := &q.stripes[si]
+		s.mu.Lock()
+		for t, n := range pending {
+			if q.stripe(t) != si {
+				continue
+			}
+			if s.reserved[t] -= n; s.reserved[t] == 0 {
+				delete(s.reserved, t)
+			}
+		}
+		for k, ks := range mine {
+			if ks == si {
+				delete(s.busy, k)
+			}
+		}
+		s.lands++
+		s.landed.Broadcast()
+		s.mu.Unlock()
 	}
 }
 
-// removeWithQuota serialises a REMOVE with PUTs of the same tenant stripe,
-// so an admission never computes growth against a value being removed.
+// removeWithQuota takes its turn with the PUTs of the same key, so an
+// admission never computes growth against a value being removed; it
+// holds no lock while the engine removes.
 func (g *Group) removeWithQuota(key wire.BlockKey) error {
 	q := g.quotas
 	if q.Limit(key.Tenant) == 0 {
 		return g.of(key).Remove(key)
 	}
-	mu := &q.stripes[q.stripe(key.Tenant)]
-	mu.Lock()
-	defer mu.Unlock()
-	return g.of(key).Remove(key)
+	s := &q.stripes[q.stripe(key.Tenant)]
+	s.mu.Lock()
+	for {
+		if _, busy := s.busy[key]; !busy {
+			break
+		}
+		s.waitLanded(s.lands)
+	}
+	s.busy[key] = struct{}{}
+	s.mu.Unlock()
+
+	err := g.of(key).Remove(key)
+
+	s.mu.Lock()
+	delete(s.busy, key)
+	s.lands++
+	s.landed.Broadcast()
+	s.mu.Unlock()
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/file"
@@ -316,4 +317,150 @@ func TestQuotaOfExabytesIsLarge(t *testing.T) {
 		}
 		g.Close()
 	}
+}
+
+// gatedEngine holds every Put of one key inside the engine until open is
+// closed, as a slow disk would, and says when one has entered.
+type gatedEngine struct {
+	engine.StoreEngine
+	gated   wire.BlockKey
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g *gatedEngine) Put(k wire.BlockKey, v []byte) error {
+	if k == g.gated {
+		g.entered <- struct{}{}
+		<-g.open
+	}
+	return g.StoreEngine.Put(k, v)
+}
+
+func (g *gatedEngine) PutBatch(ks []wire.BlockKey, vs [][]byte, errs []error) {
+	for i := range ks {
+		errs[i] = g.Put(ks[i], vs[i])
+	}
+}
+
+func gatedGroup(t *testing.T, q *engine.Quotas, gated wire.BlockKey) (*engine.Group, *gatedEngine) {
+	t.Helper()
+	e, err := file.Open(file.Options{Dir: filepath.Join(t.TempDir(), "d0"), CapacityBytes: 1 << 30, Accounting: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ge := &gatedEngine{StoreEngine: e, gated: gated, entered: make(chan struct{}, 1), open: make(chan struct{})}
+	g, err := engine.NewGroup([]engine.StoreEngine{ge}, []string{"d0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetQuotas(q)
+	t.Cleanup(func() { g.Close() })
+	return g, ge
+}
+
+// TestQuotaSlowWriteHoldsNoLock: while one PUT of a tenant is stuck in
+// its write, the tenant's other PUTs, scalar and batched, are admitted and
+// stored (admission used to hold the tenant's lock through the write, so
+// this test hung), and what does not fit beside the stuck write is refused
+// once it lands, never stored past the quota.
+func TestQuotaSlowWriteHoldsNoLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := engine.NewQuotas(0, map[uint64]uint64{tenantA: 10000})
+		a, b, c, d := tkey(tenantA, 1), tkey(tenantA, 2), tkey(tenantA, 3), tkey(tenantA, 4)
+		g, ge := gatedGroup(t, q, a)
+
+		slow := make(chan error, 1)
+		go func() { slow <- g.Put(a, make([]byte, 6000)) }()
+		<-ge.entered
+		if err := g.Put(b, make([]byte, 3000)); err != nil {
+			t.Fatalf("PUT beside a stuck write: %v", err)
+		}
+		errs := make([]error, 1)
+		g.PutBatch([]wire.BlockKey{c}, [][]byte{make([]byte, 1000)}, errs)
+		if errs[0] != nil {
+			t.Fatalf("batch PUT beside a stuck write: %v", errs[0])
+		}
+		// d fits only if a fails; it must wait for a to land, then be refused.
+		late := make(chan error, 1)
+		go func() { late <- g.Put(d, make([]byte, 1)) }()
+		synctest.Wait() // every goroutine is at its wait: the stuck write, or the turn it waits for
+		close(ge.open)
+		if err := <-slow; err != nil {
+			t.Fatalf("stuck write: %v", err)
+		}
+		wantStatus(t, <-late, wire.StatusQuotaExceeded, "PUT past the quota once the stuck write landed")
+		if used := q.Used(tenantA); used != 10000 {
+			t.Fatalf("tenant A uses %d bytes, want its whole quota of 10000", used)
+		}
+	})
+}
+
+// TestQuotaWaitsForWritesInFlightBeforeRefusing: a PUT that fits once a
+// write in flight fails is stored, not refused for bytes that never land.
+func TestQuotaWaitsForWritesInFlightBeforeRefusing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := engine.NewQuotas(0, map[uint64]uint64{tenantA: 10000})
+		a, b := tkey(tenantA, 1), tkey(tenantA, 2)
+		e, err := file.Open(file.Options{Dir: filepath.Join(t.TempDir(), "d0"), CapacityBytes: 1 << 30, Accounting: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ge := &gatedEngine{StoreEngine: &failingEngine{StoreEngine: e, fail: a}, gated: a,
+			entered: make(chan struct{}, 1), open: make(chan struct{})}
+		g, err := engine.NewGroup([]engine.StoreEngine{ge}, []string{"d0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.SetQuotas(q)
+		defer g.Close()
+
+		failed := make(chan error, 1)
+		go func() { failed <- g.Put(a, make([]byte, 8000)) }()
+		<-ge.entered
+		stored := make(chan error, 1)
+		go func() { stored <- g.Put(b, make([]byte, 5000)) }()
+		synctest.Wait() // every goroutine is at its wait: the stuck write, or the turn it waits for
+		close(ge.open)
+		if err := <-failed; err == nil {
+			t.Fatal("the injected failure did not fail the first write")
+		}
+		if err := <-stored; err != nil {
+			t.Fatalf("a PUT that fits once the failed write is gone: %v", err)
+		}
+		if used := q.Used(tenantA); used != 5000 {
+			t.Fatalf("tenant A uses %d bytes, want 5000", used)
+		}
+	})
+}
+
+// TestQuotaRemoveTakesItsTurnWithAPut: a REMOVE of a key whose PUT is
+// still writing waits for that PUT, so the key ends removed and its bytes
+// uncharged (a REMOVE that overtook the PUT would find nothing and the
+// PUT would then store the value after all).
+func TestQuotaRemoveTakesItsTurnWithAPut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := engine.NewQuotas(0, map[uint64]uint64{tenantA: 10000})
+		a := tkey(tenantA, 1)
+		g, ge := gatedGroup(t, q, a)
+
+		put := make(chan error, 1)
+		go func() { put <- g.Put(a, make([]byte, 4000)) }()
+		<-ge.entered
+		removed := make(chan error, 1)
+		go func() { removed <- g.Remove(a) }()
+		synctest.Wait() // every goroutine is at its wait: the stuck write, or the turn it waits for
+		close(ge.open)
+		if err := <-put; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-removed; err != nil {
+			t.Fatalf("REMOVE after the PUT it waited for: %v", err)
+		}
+		if _, err := g.Exist(a); wire.StatusOf(err) != wire.StatusNotFound {
+			t.Fatalf("the removed key is still there (%v)", err)
+		}
+		if used := q.Used(tenantA); used != 0 {
+			t.Fatalf("tenant A uses %d bytes after its only key was removed", used)
+		}
+	})
 }

@@ -22,9 +22,11 @@
 // The arena is split into lock shards (Options.Shards, default 8, halved
 // while a shard would hold fewer than 32 extents): each owns a run of
 // extents, its own allocator and the lifecycle maps of the keys hashing to
-// it. Foreground PUTs also hold one of 1,024 key stripes through
-// admission and any synchronous disk write. Dedicated large values share
-// one small store with its own lock. No lock is held across backing I/O.
+// it. Foreground PUTs of one key take turns (one of 1,024 key stripes
+// records whose turn it is): a PUT's admission and any synchronous disk
+// write finish before the next PUT of that key starts, while PUTs of other
+// keys go ahead. Dedicated large values share one small store with its
+// own lock. No lock is held across backing I/O.
 //
 // # Slot lifecycle
 //

@@ -71,9 +71,9 @@ func (t *Tier) keyHash(key *wire.BlockKey) uint64 {
 
 // locate is a key's foreground PUT stripe (one of 1,024 fixed stripes, so
 // no per-request allocation) and its shard, from one hash of the key.
-func (t *Tier) locate(key *wire.BlockKey) (*sync.Mutex, *shard) {
+func (t *Tier) locate(key *wire.BlockKey) (*keyTurns, *shard) {
 	h := t.keyHash(key)
-	return &t.stripe[h%stripes], t.shards[t.shardAt(h)]
+	return &t.turns[h%stripes], t.shards[t.shardAt(h)]
 }
 
 func (t *Tier) shardOf(key *wire.BlockKey) *shard { return t.shards[t.shardIndex(key)] }

@@ -487,3 +487,71 @@ func TestColdReadOverSlabLandsInArena(t *testing.T) {
 		t.Fatalf("the warm read: %+v", s)
 	}
 }
+
+// heldBacking holds every Put of one key inside the backing until open is
+// closed, as a slow disk would.
+type heldBacking struct {
+	*memBacking
+	held    wire.BlockKey
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (h *heldBacking) Put(k wire.BlockKey, v []byte) error {
+	if k == h.held {
+		h.entered <- struct{}{}
+		<-h.open
+	}
+	return h.memBacking.Put(k, v)
+}
+
+// TestSyncWriteHoldsOnlyItsKey: a PUT stuck in its synchronous disk write
+// (here a quota-limited tenant's) holds back the next PUT of its key, and
+// no PUT of another key, even one on the same key stripe. The stripe was
+// a mutex held through the write, so a slow disk stalled every PUT that
+// hashed to it.
+func TestSyncWriteHoldsOnlyItsKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newMem()
+		o := smallOpts(m)
+		a := key(1)
+		a.Tenant = 7
+		hb := &heldBacking{memBacking: m, held: a, entered: make(chan struct{}, 1), open: make(chan struct{})}
+		o.Backing = hb
+		o.Limited = func(tenant uint64) bool { return tenant == 7 }
+		tr := openTier(t, o)
+		defer tr.Close()
+
+		stripeOf := func(k wire.BlockKey) uint64 { return tr.keyHash(&k) % stripes }
+		var b wire.BlockKey // another key of the tenant, on a's stripe
+		for i := 2; b == (wire.BlockKey{}) || stripeOf(b) != stripeOf(a); i++ {
+			b = key(i)
+			b.Tenant = 7
+		}
+
+		first := make(chan error, 1)
+		go func() { first <- tr.Put(a, val(1, 4000)) }()
+		<-hb.entered
+		if err := tr.Put(b, val(2, 4000)); err != nil {
+			t.Fatalf("PUT of another key on the stuck write's stripe: %v", err)
+		}
+		mustGet(t, tr, b, val(2, 4000))
+
+		second := make(chan error, 1)
+		go func() { second <- tr.Put(a, val(3, 4000)) }()
+		synctest.Wait()
+		select {
+		case err := <-second:
+			t.Fatalf("a second PUT of the stuck key did not wait for the first (%v)", err)
+		default:
+		}
+		close(hb.open)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-second; err != nil {
+			t.Fatal(err)
+		}
+		mustGet(t, tr, a, val(3, 4000))
+	})
+}

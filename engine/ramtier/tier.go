@@ -64,8 +64,8 @@ var (
 	flushBackoff  = 5 * time.Millisecond
 )
 
-// stripes is the number of foreground key stripes: a fixed 1,024, so a
-// request allocates no lock of its own.
+// stripes is the number of foreground key stripes (keyTurns): a fixed
+// 1,024, so a request allocates nothing to take its key's turn.
 const stripes = 1024
 
 // Options configures Open.
@@ -188,7 +188,7 @@ type Tier struct {
 	noDisk     bool
 	arena      *arena
 	seed       maphash.Seed
-	stripe     [stripes]sync.Mutex
+	turns      [stripes]keyTurns
 	shards     []*shard
 	large      largeStore
 	queues     []*flushQueue // one per disk (DiskOf), or one

@@ -100,8 +100,8 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 	if err := t.refusal(&key, n); err != nil {
 		return nil, err
 	}
-	st.Lock()
-	defer st.Unlock()
+	st.take(key)
+	defer st.give(key)
 	if !t.writeBack {
 		return nil, t.writeThrough(s, key, value, false)
 	}

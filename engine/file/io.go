@@ -151,9 +151,9 @@ func (s *Store) datasync(f vfs.File) error {
 	start := s.clock.Now()
 	err := vfs.Datasync(f)
 	if d := s.clock.Now().Sub(start); d > slowSync {
-		now := s.clock.Now().UnixNano()
+		now := s.clock.Now()
 		last := s.lastSlowWarn.Load()
-		if now-last >= int64(warnEvery) && s.lastSlowWarn.CompareAndSwap(last, now) {
+		if (last == nil || now.Sub(*last) >= warnEvery) && s.lastSlowWarn.CompareAndSwap(last, &now) {
 			s.log.Warn("file engine: slow fdatasync", "dir", s.dir, "took", d.String())
 		}
 	}

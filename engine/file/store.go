@@ -110,7 +110,7 @@ type Store struct {
 	evictions atomic.Uint64
 	ioErrors  atomic.Uint64
 
-	lastSlowWarn atomic.Int64 // unix nanos of the last slow-sync warning
+	lastSlowWarn atomic.Pointer[time.Time] // the last slow-sync warning; nil: none yet
 }
 
 const (

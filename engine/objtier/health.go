@@ -15,10 +15,13 @@ import (
 // path nothing but a clock read. The first success after that ends the
 // outage. Each outage is logged once when it starts and once when it ends.
 type health struct {
-	log     *slog.Logger
-	bucket  string
-	down    atomic.Bool
-	retryAt atomic.Int64 // unix nanoseconds; calls before it are skipped while down
+	log    *slog.Logger
+	bucket string
+	down   atomic.Bool
+	// retryAt is an instant, not Unix nanoseconds: its monotonic reading
+	// keeps a backward step of the wall clock from holding the tier down
+	// for as long as the step. Calls before it are skipped while down.
+	retryAt atomic.Pointer[time.Time]
 
 	mu      sync.Mutex
 	since   time.Time
@@ -35,7 +38,11 @@ func newHealth(log *slog.Logger, bucket string) *health {
 
 // allow reports whether a call may go to the bucket now.
 func (h *health) allow(now time.Time) bool {
-	return !h.down.Load() || now.UnixNano() >= h.retryAt.Load()
+	if !h.down.Load() {
+		return true
+	}
+	at := h.retryAt.Load()
+	return at == nil || !now.Before(*at)
 }
 
 // wait is how long until the next call is allowed; zero when up.
@@ -43,7 +50,11 @@ func (h *health) wait(now time.Time) time.Duration {
 	if !h.down.Load() {
 		return 0
 	}
-	return max(0, time.Duration(h.retryAt.Load()-now.UnixNano()))
+	at := h.retryAt.Load()
+	if at == nil {
+		return 0
+	}
+	return max(0, at.Sub(now))
 }
 
 func (h *health) success(now time.Time, op Op, st CallStatus) {
@@ -69,6 +80,7 @@ func (h *health) failure(now time.Time, op string, err error) {
 		h.log.Warn("object store unreachable: serving from RAM and disk only, retrying with back-off; uploads wait in their queue and drop when it is full",
 			"bucket", h.bucket, "op", op, "err", err)
 	}
-	h.retryAt.Store(now.Add(h.bo.NextBackOff()).UnixNano())
+	at := now.Add(h.bo.NextBackOff())
+	h.retryAt.Store(&at)
 	h.down.Store(true)
 }

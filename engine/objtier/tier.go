@@ -119,7 +119,7 @@ type Tier struct {
 	uploaded, uploadFails        atomic.Uint64
 	retriedDeletes, tombOverflow atomic.Uint64
 	tombGen                      atomic.Uint64
-	corruptWarn                  atomic.Int64 // unix ns of the last corrupt-object warning
+	corruptWarn                  atomic.Pointer[time.Time] // the last corrupt-object warning; nil: none yet
 }
 
 // stripeCount stripes keys for the fences between a read-through's
@@ -564,9 +564,9 @@ func (t *Tier) fetch(key wire.BlockKey, f *flight) {
 // layout (a miss) and warns at most once a second.
 func (t *Tier) noteCorrupt(name string, err error) {
 	n := t.corrupt.Add(1)
-	now := t.clock.Now().UnixNano()
+	now := t.clock.Now()
 	last := t.corruptWarn.Load()
-	if now-last >= int64(time.Second) && t.corruptWarn.CompareAndSwap(last, now) {
+	if (last == nil || now.Sub(*last) >= time.Second) && t.corruptWarn.CompareAndSwap(last, &now) {
 		t.log.Warn("object store: ignoring an object that is not a value of this layout (served as a miss)",
 			"object", name, "err", err, "ignored_total", n)
 	}

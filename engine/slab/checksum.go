@@ -91,16 +91,18 @@ func (t sumTable) get(e, slot uint32) uint32 { return t[e][slot] }
 
 // logLimiter lets one log line through per interval and counts the rest.
 type logLimiter struct {
-	next       atomic.Int64 // unix nanoseconds before which lines are suppressed
+	next       atomic.Pointer[time.Time] // lines before it are suppressed; nil: none yet
 	suppressed atomic.Uint64
 }
 
 // allow reports whether a line may be logged now and, if so, how many
 // were suppressed since the last one.
 func (l *logLimiter) allow(now time.Time, every time.Duration) (bool, uint64) {
-	t := now.UnixNano()
+	// Instants carry the monotonic clock, so a step of the wall clock
+	// neither silences the log for the step's length nor floods it.
 	next := l.next.Load()
-	if t < next || !l.next.CompareAndSwap(next, t+int64(every)) {
+	later := now.Add(every)
+	if next != nil && now.Before(*next) || !l.next.CompareAndSwap(next, &later) {
 		l.suppressed.Add(1)
 		return false, 0
 	}

@@ -41,8 +41,8 @@ type Guard struct {
 	mu     sync.Mutex // serializes reloads
 	mod    time.Time
 	size   int64
-	nextAt atomic.Int64 // unix ns of the next look at the file
-	bad    bool         // the file's current content was refused (logged once)
+	nextAt atomic.Pointer[time.Time] // the next look at the file; nil: at once
+	bad    bool                      // the file's current content was refused (logged once)
 }
 
 // Load reads the token file at path; setting names the setting that
@@ -89,16 +89,20 @@ func read(path string) ([sha256.Size]byte, error) {
 // refresh reloads the file if it changed since it was last read; it
 // looks at most once a second.
 func (g *Guard) refresh() {
+	// Instants, not Unix nanoseconds: time.Now's monotonic reading keeps
+	// a backward step of the wall clock from postponing the next look
+	// (and a revoked token's refusal) by as long as the step.
 	now := time.Now()
-	if now.UnixNano() < g.nextAt.Load() {
+	if next := g.nextAt.Load(); next != nil && now.Before(*next) {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if now.UnixNano() < g.nextAt.Load() {
+	if next := g.nextAt.Load(); next != nil && now.Before(*next) {
 		return
 	}
-	g.nextAt.Store(now.Add(time.Second).UnixNano())
+	next := now.Add(time.Second)
+	g.nextAt.Store(&next)
 	st, err := os.Stat(g.path)
 	if err == nil && st.ModTime().Equal(g.mod) && st.Size() == g.size {
 		return

@@ -65,7 +65,7 @@ func TestGuard(t *testing.T) {
 	write(t, path, "a-completely-new-token-value\n")
 	future := time.Now().Add(2 * time.Second)
 	_ = os.Chtimes(path, future, future)
-	g.nextAt.Store(0)
+	g.nextAt.Store(nil)
 	if status(h, "Bearer a-completely-new-token-value") != 200 || status(h, "Bearer "+token) != 401 {
 		t.Fatal("the changed token file was not taken up")
 	}
@@ -75,7 +75,7 @@ func TestGuard(t *testing.T) {
 	future = future.Add(2 * time.Second)
 	_ = os.Chtimes(path, future, future)
 	for range 3 {
-		g.nextAt.Store(0)
+		g.nextAt.Store(nil)
 		if status(h, "Bearer a-completely-new-token-value") != 200 {
 			t.Fatal("a bad change took the good token away")
 		}

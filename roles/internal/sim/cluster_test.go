@@ -126,6 +126,9 @@ type evlog struct {
 	mu     sync.Mutex
 	events []event
 	seq    map[string]int
+	// latest is the virtual instant of the latest event, for the
+	// watchdog outside the bubble (see watchVirtualTime); nil: none.
+	latest *atomic.Int64
 }
 
 type event struct {
@@ -143,6 +146,9 @@ func (l *evlog) add(at time.Duration, who, text string) {
 	}
 	l.seq[who]++
 	l.events = append(l.events, event{at: at, who: who, seq: l.seq[who], text: text})
+	if l.latest != nil {
+		l.latest.Store(int64(at))
+	}
 }
 
 func (l *evlog) String() string {

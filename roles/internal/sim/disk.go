@@ -27,7 +27,7 @@ import (
 //     share of operations chosen by a hash of the run's seed and the operation
 //     (its file, length and virtual moment), not by the order goroutines
 //     reach it, so the same run fails the same operations.
-//   - Slow adds a virtual delay to every read and sync (see Slow).
+//   - Slow adds a virtual delay to every read, write and sync (see Slow).
 //
 // Metadata (creates, renames, removes, truncation) and preallocation
 // (fallocate through the descriptor) are durable at once: a power cut
@@ -61,14 +61,12 @@ func (d *Disk) SetFaults(f Faults) {
 	d.mu.Unlock()
 }
 
-// Slow sets the delay added to every read and sync (0: none).
+// Slow sets the delay added to every read, write and sync (0: none).
 //
-// Not to writes: the engines' quota admission holds a lock across the
-// write it admits (engine/quota.go), and a goroutine waiting for a
-// sync.Mutex is not durably blocked in synctest's sense, so a write that
-// sleeps in virtual time while another PUT of the tenant waits for that
-// lock would stop the clock for good. (On a real slow disk the same lock
-// makes that PUT wait for the write: a known gap.)
+// A goroutine waiting for a sync.Mutex is not durably blocked in
+// synctest's sense, so a lock held across a slow operation while another
+// goroutine waits for it stops virtual time for good: a run that hangs
+// under a slow disk has found a lock held across disk I/O.
 func (d *Disk) Slow(delay time.Duration) {
 	d.mu.Lock()
 	d.slow = delay
@@ -230,7 +228,7 @@ func (f *diskFile) check(op string, share func(Faults) (float64, syscall.Errno),
 	if dead {
 		return &os.PathError{Op: op, Path: f.Name(), Err: syscall.EIO}
 	}
-	if slow > 0 && op != "pwrite" {
+	if slow > 0 {
 		time.Sleep(slow)
 	}
 	// Not the offset: where an engine puts a value may depend on the order

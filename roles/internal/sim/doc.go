@@ -47,6 +47,23 @@
 // decides where values land. The tests check that replays are exact by
 // running a seed three times.
 //
+// Two things the world shows only indirectly:
+//
+//   - A lock held across disk or network I/O. A goroutine waiting for a
+//     sync.Mutex is not durably blocked, so while it waits for a holder
+//     asleep in a slow write virtual time stands still and the run hangs
+//     rather than fails; go test's -timeout then prints every goroutine,
+//     the waiter and the holder among them. Slow disks found two such
+//     locks this way: the quota admission held one through the write it
+//     admitted, and the RAM tier a key stripe through synchronous writes.
+//   - Steps of the wall clock. synctest keeps one clock, so the world
+//     cannot step wall time while monotonic time runs on, which is what
+//     NTP or an operator's date does to a process. The product is immune
+//     by construction instead: instants stay time.Time values, whose
+//     monotonic reading every comparison uses, and TestNoWallClockArithmetic
+//     (in the repository's root package) fails on any new conversion of an
+//     instant to Unix time outside a short list of places that mean a date.
+//
 // The cluster, its workload, its invariants and the fault schedule are in
 // this package's tests (go test ./roles/internal/sim); the flags
 // -sim.seed, -sim.runs, -sim.first, -sim.duration and -sim.log replay a

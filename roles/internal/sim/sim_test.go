@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -152,8 +153,11 @@ func runSeed(t *testing.T, seed uint64, dur time.Duration) outcome {
 	// same bytes wherever its directory is.
 	t.Chdir(root)
 	root = fmt.Sprintf("seed-%d", seed)
+	var latest atomic.Int64
+	defer watchVirtualTime(seed, dur, &latest)()
 	synctest.Test(t, func(t *testing.T) {
 		w := &world{t: t, seed: seed, root: root, start: time.Now(), net: sim.NewNet(seed), stopped: make(chan struct{})}
+		w.log.latest = &latest
 		w.rng = w.seeded("faults")
 		if f := *traceFlg; f != "" {
 			var mu sync.Mutex
@@ -170,6 +174,51 @@ func runSeed(t *testing.T, seed uint64, dur time.Duration) outcome {
 		o.ops = strings.Count(o.log, "\n")
 	})
 	return o
+}
+
+// stuckAfter is how long virtual time may stand still, in real time,
+// before the watchdog calls the run stuck. A healthy run moves it hundreds
+// of times a real second.
+const stuckAfter = 60 * time.Second
+
+// watchVirtualTime fails a run whose virtual time stopped: some goroutine
+// of the cluster is runnable but never gets on (a sync.Mutex waiter, which
+// synctest does not count as blocked, behind a holder asleep in a slow
+// I/O), so synctest never advances the clock and the run would hang until
+// go test's timeout, in CI after the whole budget. It watches from outside
+// the bubble, in real time, and when latest (the virtual instant of the
+// newest event) has not moved for stuckAfter it prints every goroutine
+// and panics with the seed's replay. Call the returned stop when the run
+// ends.
+func watchVirtualTime(seed uint64, dur time.Duration, latest *atomic.Int64) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		last, since := latest.Load(), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if v := latest.Load(); v != last {
+				last, since = v, time.Now()
+				continue
+			}
+			if time.Since(since) < stuckAfter {
+				continue
+			}
+			buf := make([]byte, 64<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			fmt.Fprintf(os.Stderr, "%s\n", buf)
+			panic(fmt.Sprintf("seed %d: virtual time stood still at %s for %s of real time: a goroutine of the cluster is waiting for a lock "+
+				"whose holder sleeps in simulated I/O (a lock held across disk or network I/O; the stacks above show a waiter in sync.Mutex.Lock "+
+				"and the holder asleep in the world)\n  replay: go test ./roles/internal/sim -run 'TestSim$' -sim.seed %d -sim.duration %s -sim.log -v",
+				seed, time.Duration(last), stuckAfter, seed, dur))
+		}
+	}()
+	return func() { close(done) }
 }
 
 func (w *world) setup() {

@@ -34,6 +34,12 @@ type payloadBudget struct {
 	inUse    atomic.Int64
 	waits    atomic.Uint64 // requests that found the budget spent and waited
 	timeouts atomic.Uint64 // of those, the ones that gave up
+
+	// pressure, when set, is called when a request starts waiting and
+	// every recheck while it waits: it frees budget held by connections
+	// stalled on their clients (Server.cutStalled).
+	pressure func()
+	recheck  time.Duration
 }
 
 // smallRequest is the largest request the reserve serves: small values
@@ -77,6 +83,24 @@ func (b *payloadBudget) acquire(stop context.Context, n int64, wait time.Duratio
 	b.waits.Add(1)
 	ctx, cancel := context.WithTimeout(stop, wait)
 	defer cancel()
+	if b.pressure != nil {
+		// Relieved from beside the wait, which keeps its place in line.
+		b.pressure()
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			tick := time.NewTicker(b.recheck)
+			defer tick.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-tick.C:
+					b.pressure()
+				}
+			}
+		}()
+	}
 	if err := b.sem.Acquire(ctx, n); err != nil {
 		b.timeouts.Add(1)
 		return false, false

@@ -40,6 +40,7 @@ func TestBufferBudgetBoundsPUTs(t *testing.T) {
 	n := startNode(t, eng, func(o *Options) {
 		o.BufferBudget = 2 * testMaxBlock
 		o.BodyTimeout = 30 * time.Second
+		o.StalledCut = time.Hour // the held bodies must stay, however slow the machine
 	})
 	body := bytes.Repeat([]byte{7}, testMaxBlock)
 	conns := make([]net.Conn, 3)
@@ -113,6 +114,7 @@ func TestBufferBudgetTimeoutAnswersUnavailable(t *testing.T) {
 		o.BodyTimeout = 300 * time.Millisecond
 		o.WriteTimeout = 30 * time.Second
 		o.SocketBuffer = 64 << 10
+		o.StalledCut = time.Hour // the stalled reader must keep its buffer
 	})
 	value := bytes.Repeat([]byte{9}, testMaxBlock)
 	c := dial(t, n.addr)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dfkv/dfkv/engine"
@@ -67,6 +68,7 @@ type conn struct {
 	onLoan      bool
 	held        []*iobuf.Buf    // BATCH_PUT values read but not yet stored
 	budget      int64           // payload budget bytes this connection holds (payloadBudget)
+	blockedAt   atomic.Int64    // while blocked on its client holding budget: since when (stalled.go); 0: not
 	reserved    int64           // payload budget bytes it holds from the small-request reserve
 	loans       []engine.Loan   // BATCH_PUT values the engine received, not yet committed
 	keys        []wire.BlockKey // BATCH_PUT chunk scratch
@@ -489,8 +491,8 @@ func (c *conn) onError(err error) {
 		}
 		return
 	}
-	if isTimeout(err) && c.isStopped() {
-		return // cut by shutdown, or at max_conns as the longest idle
+	if isTimeout(err) && c.isStopped() || errors.Is(err, errStalledCut) {
+		return // cut by shutdown, at max_conns as the longest idle, or for stalling (logged there)
 	}
 	if !c.pastFirst && c.s.opts.FirstRequest > 0 && isTimeout(err) {
 		// The first request's deadline (its body has it too, when set).
@@ -579,8 +581,19 @@ func (c *conn) writePayload(data []byte) error {
 	return err
 }
 
-// write sends a and then b with one writev where it can.
+// write sends a and then b with one writev where it can; a connection cut
+// meanwhile for stalling while others wait for its budget (stalled.go)
+// fails with errStalledCut.
 func (c *conn) write(a, b []byte) (int, error) {
+	marked := c.blockOnClient()
+	n, err := c.writeOut(a, b)
+	if cut := c.unblock(marked); cut != nil {
+		return n, cut
+	}
+	return n, err
+}
+
+func (c *conn) writeOut(a, b []byte) (int, error) {
 	if c.raw != nil {
 		return c.raw.writev(a, b)
 	}
@@ -689,7 +702,7 @@ func (c *conn) handleOne() error {
 			break
 		}
 		buf := c.s.pool.Get(int(h.BodyLen))
-		if _, err := io.ReadFull(c.br, buf.B); err != nil {
+		if err := c.readBody(buf.B); err != nil {
 			c.s.pool.Put(buf)
 			c.dropBudget()
 			return err
@@ -875,7 +888,7 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 		c.keys = append(c.keys, k)
 		c.vals = append(c.vals, dst)
 		runBytes += vl
-		if _, err := io.ReadFull(c.br, dst); err != nil {
+		if err := c.readBody(dst); err != nil {
 			// A stall or a client gone: the run so far is dropped, runs
 			// stored before it stay, and no answer goes out (the package
 			// doc's Bounds; TestStalledBatchPutKeepsOnlyStoredRuns).

@@ -95,6 +95,7 @@ var (
 	descAccepted    = prometheus.NewDesc("dfkv_connections_accepted_total", "Data-plane connections accepted.", nil, nil)
 	descRefused     = prometheus.NewDesc("dfkv_connections_refused_total", "Connections refused at max_conns or during shutdown.", nil, nil)
 	descIdleClosed  = prometheus.NewDesc("dfkv_connections_idle_closed_total", "Idle connections closed at max_conns to admit a new one.", nil, nil)
+	descStalledCut  = prometheus.NewDesc("dfkv_connections_stalled_closed_total", "Connections closed for being blocked on their client, holding payload buffers, while other requests waited for them.", nil, nil)
 	descBudget      = prometheus.NewDesc("dfkv_buffer_budget_bytes", "Payload buffer bytes all connections may hold at once (server.buffer_budget_bytes).", nil, nil)
 	descBudgetUsed  = prometheus.NewDesc("dfkv_buffer_in_use_bytes", "Payload buffer bytes connections hold now.", nil, nil)
 	descBudgetWaits = prometheus.NewDesc("dfkv_buffer_waits_total", "Requests that found the payload buffer budget spent and waited for it.", nil, nil)
@@ -125,7 +126,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descServing, descAccepted, descRefused, descIdleClosed, descAcceptErrs, descBudget, descBudgetUsed, descBudgetWaits, descBudgetBusy, descFirstReq, descFirstReqMS, descFrameErrors,
+	for _, d := range []*prometheus.Desc{descConns, descServing, descAccepted, descRefused, descIdleClosed, descStalledCut, descAcceptErrs, descBudget, descBudgetUsed, descBudgetWaits, descBudgetBusy, descFirstReq, descFirstReqMS, descFrameErrors,
 		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descMoves, descIOErrors, descChecksum, descScrubbed, descScrubPass, descHits, descMisses,
 		descHealthy, descDirectIO, descTenant, descTenantQuot} {
 		ch <- d
@@ -145,6 +146,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descAccepted, float64(s.accepted.Load()))
 	counter(descRefused, float64(s.refused.Load()))
 	counter(descIdleClosed, float64(s.idleClosed.Load()))
+	counter(descStalledCut, float64(s.stalledCut.Load()))
 	counter(descAcceptErrs, float64(s.acceptErrors.Load()))
 	b := c.srv.budget
 	gauge(descBudget, float64(b.total))

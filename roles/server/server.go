@@ -34,7 +34,9 @@
 //     write timeout is answered UNAVAILABLE. A reserve of an eighth of the
 //     budget (at most 128 MiB) serves requests of up to 256 KiB, so
 //     clients that stall large transfers cannot hold up everyone's small
-//     ones.
+//     ones; and while a request waits, a connection blocked on its client
+//     with a buffer in hand for 5 s (not reading its response, not sending
+//     its body) is closed and its buffer serves the waiting request.
 //   - A malformed frame (wrong epoch, unknown op, a body over
 //     max_block_bytes, an inconsistent batch table) is answered with a
 //     status and a message and that connection is closed; nothing of it is
@@ -111,6 +113,11 @@ type Options struct {
 	// at once (payloadBudget); 0 is max(1 GiB, two buffers for the largest
 	// value). New refuses one smaller than the buffer for the largest value.
 	BufferBudget uint64
+	// StalledCut is how long a connection may be blocked on its client
+	// (writing a response it does not read, reading a body it does not
+	// send) with payload budget in hand before a request waiting for that
+	// budget has it closed (stalled.go); 0 is 5 s.
+	StalledCut time.Duration
 
 	// LeaseTTL and LeaseMax bound the pins BATCH_EXIST takes with its pin
 	// flag (pins.go): how long one lives unless a GET of its key ends it,
@@ -158,6 +165,9 @@ type Server struct {
 	// stop ends when shutdown begins: a request waiting for budget gives up.
 	stop    context.Context
 	stopNow context.CancelFunc
+	// epoch is when the server was made: connections keep instants as
+	// offsets from it in atomics (conn.blockedAt).
+	epoch time.Time
 	// lender is the engine when it can lend resident bytes in place (the
 	// RAM tier): GETs then write from its memory with no copy.
 	lender engine.Lender
@@ -176,15 +186,15 @@ type Server struct {
 	// Per-connection warnings a flood of bad connections could repeat,
 	// logged at most once per ratelog.DefaultEvery each (the counters
 	// count all).
-	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn, refusedWarn, idleCutWarn, authWarn, forbidWarn, tlsWarn ratelog.Limiter
-	auth                                                                                                        authCounters
-	cutting                                                                                                     int           // connections closeIdlest closed that have not ended yet (under mu)
-	metrics                                                                                                     *Metrics      // nil = not exported
-	info                                                                                                        NodeInfo      // reported by STATS
-	group                                                                                                       *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
-	obj                                                                                                         *objtier.Tier // the object-store tier, for its STATS; nil without it
-	shm                                                                                                         *shmNode      // the shared-memory transport, or nil
-	pins                                                                                                        *pinSet       // values BATCH_EXIST pinned; nil without a pinning engine or LeaseTTL
+	firstReqWarn, frameWarn, bodyStallWarn, acceptWarn, refusedWarn, idleCutWarn, authWarn, forbidWarn, tlsWarn, stalledCutWarn ratelog.Limiter
+	auth                                                                                                                        authCounters
+	cutting                                                                                                                     int           // connections closeIdlest closed that have not ended yet (under mu)
+	metrics                                                                                                                     *Metrics      // nil = not exported
+	info                                                                                                                        NodeInfo      // reported by STATS
+	group                                                                                                                       *engine.Group // the disks, for per-disk STATS when Engine is a tier in front of them
+	obj                                                                                                                         *objtier.Tier // the object-store tier, for its STATS; nil without it
+	shm                                                                                                                         *shmNode      // the shared-memory transport, or nil
+	pins                                                                                                                        *pinSet       // values BATCH_EXIST pinned; nil without a pinning engine or LeaseTTL
 }
 
 // counters are the server's own numbers; engine numbers come from Stats().
@@ -194,6 +204,7 @@ type counters struct {
 	accepted         atomic.Uint64
 	refused          atomic.Uint64
 	idleClosed       atomic.Uint64
+	stalledCut       atomic.Uint64 // connections cutStalled closed
 	acceptErrors     atomic.Uint64
 	firstReqTimeouts atomic.Uint64
 	frameErrors      atomic.Uint64
@@ -225,6 +236,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.BodyTimeout <= 0 {
 		opts.BodyTimeout = 60 * time.Second
+	}
+	if opts.StalledCut <= 0 {
+		opts.StalledCut = defaultStalledCut
 	}
 	if opts.lingerTime <= 0 {
 		opts.lingerTime = lingerTime
@@ -272,10 +286,11 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	stop, stopNow := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		pins:       pins,
 		shm:        shmn,
 		budget:     newPayloadBudget(opts.BufferBudget),
+		epoch:      opts.Clock.Now(),
 		stop:       stop,
 		stopNow:    stopNow,
 		lender:     lender,
@@ -286,7 +301,9 @@ func New(opts Options) (*Server, error) {
 		log:        opts.Logger,
 		pool:       pool,
 		conns:      make(map[*conn]struct{}),
-	}, nil
+	}
+	s.budget.pressure, s.budget.recheck = s.cutStalled, max(opts.StalledCut/4, 10*time.Millisecond)
+	return s, nil
 }
 
 // Addr is the address the server listens on.
@@ -519,6 +536,7 @@ type Stats struct {
 	Accepted         uint64            `json:"accepted"`
 	Refused          uint64            `json:"refused"`
 	IdleClosed       uint64            `json:"idle_closed"`
+	StalledClosed    uint64            `json:"stalled_closed"`
 	AcceptErrors     uint64            `json:"accept_errors"`
 	BufferInUse      int64             `json:"buffer_in_use_bytes"`
 	BufferWaits      uint64            `json:"buffer_waits"`
@@ -538,6 +556,7 @@ func (s *Server) Stats() Stats {
 		Accepted:         s.stats.accepted.Load(),
 		Refused:          s.stats.refused.Load(),
 		IdleClosed:       s.stats.idleClosed.Load(),
+		StalledClosed:    s.stats.stalledCut.Load(),
 		AcceptErrors:     s.stats.acceptErrors.Load(),
 		BufferInUse:      s.budget.inUse.Load(),
 		BufferWaits:      s.budget.waits.Load(),

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"bytes"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/dfkv/dfkv/wire"
+)
+
+// stalledNode is a node with one 1 MiB payload buffer, minute-long I/O
+// deadlines, small socket buffers and a 200 ms stall cut, holding key(1).
+func stalledNode(t *testing.T) (*testNode, []byte) {
+	t.Helper()
+	n := startNode(t, newMemEngine(), func(o *Options) {
+		o.BufferBudget = testMaxBlock
+		o.WriteTimeout = 5 * time.Minute
+		o.BodyTimeout = 5 * time.Minute
+		o.SocketBuffer = 64 << 10
+		o.StalledCut = 200 * time.Millisecond
+	})
+	value := bytes.Repeat([]byte{3}, testMaxBlock)
+	c := dial(t, n.addr)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPut, Key: key(1)}, value)
+	if h, msg := readResp(t, c); h.Status != wire.StatusOK {
+		t.Fatalf("PUT: %v %s", h.Status, msg)
+	}
+	return n, value
+}
+
+// TestStalledReaderCutForAWaitingRequest: a client that stops reading its
+// 1 MiB GET holds the node's only payload buffer; another client's GET,
+// which used to wait the 5-minute write timeout and fail UNAVAILABLE, is
+// served once the stalled reader has held the buffer for the stall cut:
+// that connection is closed and counted.
+func TestStalledReaderCutForAWaitingRequest(t *testing.T) {
+	n, value := stalledNode(t)
+	reader := dialSmallReceive(t, n.addr)
+	writeReq(t, reader, wire.RequestHeader{Op: wire.OpGet, Key: key(1)}, nil)
+	waitStats(t, n, "the stalled GET holding the buffer", func(st Stats) bool { return st.BufferInUse == testMaxBlock }, nil)
+
+	c := dial(t, n.addr)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpGet, Key: key(1)}, nil)
+	if h, got := readResp(t, c); h.Status != wire.StatusOK || !bytes.Equal(got, value) {
+		t.Fatalf("GET while a stalled reader held the buffer: %v, %d bytes", h.Status, len(got))
+	}
+	if st := n.srv.Stats(); st.StalledClosed != 1 || st.BufferTimeouts != 0 {
+		t.Fatalf("after the cut: stalled_closed %d (want 1), buffer timeouts %d (want 0)", st.StalledClosed, st.BufferTimeouts)
+	}
+	got, _ := io.ReadAll(reader)
+	if len(got) >= wire.ResponsePrefixLen+testMaxBlock {
+		t.Fatalf("the cut reader still got its whole response (%d bytes)", len(got))
+	}
+}
+
+// TestStalledBodyCutForAWaitingRequest: the same for a client that stops
+// sending a PUT's body: the waiting PUT is stored, the stalled one is not.
+func TestStalledBodyCutForAWaitingRequest(t *testing.T) {
+	n, value := stalledNode(t)
+	stalled := dial(t, n.addr)
+	if _, err := stalled.Write(append(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPut, Key: key(2), BodyLen: testMaxBlock}), value[:1000]...)); err != nil {
+		t.Fatal(err)
+	}
+	waitStats(t, n, "the stalled PUT holding the buffer", func(st Stats) bool { return st.BufferInUse == testMaxBlock }, nil)
+
+	c := dial(t, n.addr)
+	writeReq(t, c, wire.RequestHeader{Op: wire.OpPut, Key: key(3)}, value)
+	if h, msg := readResp(t, c); h.Status != wire.StatusOK {
+		t.Fatalf("PUT while a stalled PUT held the buffer: %v %s", h.Status, msg)
+	}
+	if st := n.srv.Stats(); st.StalledClosed != 1 {
+		t.Fatalf("stalled_closed %d, want 1", st.StalledClosed)
+	}
+	if _, err := n.srv.opts.Engine.Exist(key(2)); err == nil {
+		t.Fatal("the stalled PUT was stored")
+	}
+}
+
+// TestStalledReaderKeptWithoutPressure: a slow reader nobody waits for is
+// never cut, however long past the stall cut it stays.
+func TestStalledReaderKeptWithoutPressure(t *testing.T) {
+	n, value := stalledNode(t)
+	reader := dialSmallReceive(t, n.addr)
+	writeReq(t, reader, wire.RequestHeader{Op: wire.OpGet, Key: key(1)}, nil)
+	waitStats(t, n, "the stalled GET holding the buffer", func(st Stats) bool { return st.BufferInUse == testMaxBlock }, nil)
+	time.Sleep(5 * n.srv.opts.StalledCut) // time passing is what is tested
+	if h, got := readResp(t, reader); h.Status != wire.StatusOK || !bytes.Equal(got, value) {
+		t.Fatalf("the slow reader, reading at last: %v, %d bytes", h.Status, len(got))
+	}
+	if st := n.srv.Stats(); st.StalledClosed != 0 {
+		t.Fatalf("stalled_closed %d without anyone waiting, want 0", st.StalledClosed)
+	}
+}

@@ -164,6 +164,7 @@ func newStore(opts *Options) (*Store, error) {
 		pool:      iobuf.NewPool(chunkBytes),
 		sums:      make(sumTable, count),
 		flights:   map[wire.BlockKey]*flight{},
+		wipes:     map[uint32]*wipe{},
 		spans:     map[wire.BlockKey]span{},
 		pieceKeys: map[wire.BlockKey]pieceOf{},
 		align:     pageAlign,

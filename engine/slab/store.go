@@ -133,11 +133,15 @@ type Store struct {
 	made []string
 
 	// mu is the metadata lock: the allocator, the in-flight map and the
-	// generation counter. No payload I/O happens under it.
+	// generation counter. No disk I/O happens under it.
 	mu      sync.Mutex
 	alloc   *Allocator
 	sums    sumTable
 	flights map[wire.BlockKey]*flight
+	// wipes holds the extents whose old records are being wiped after
+	// they changed class; a record of such an extent is written only once
+	// its wipe is done.
+	wipes map[uint32]*wipe
 	// spans holds, for each live value larger than an extent, its
 	// head's span (how many pieces, and the nonce that names them).
 	spans map[wire.BlockKey]span
@@ -303,6 +307,36 @@ func (s *Store) cache(key wire.BlockKey, value []byte) error {
 	return err
 }
 
+// wipe is the wiping of a rebound extent's old records: done is closed
+// when it ends, with err its outcome.
+type wipe struct {
+	done chan struct{}
+	err  error
+}
+
+// wait returns the wipe's outcome once it ended; a nil wipe is none.
+func (w *wipe) wait() error {
+	if w == nil {
+		return nil
+	}
+	<-w.done
+	return w.err
+}
+
+// finishWipe wipes the records of rebound extent e, which w stands for in
+// s.wipes, and lets the writers waiting for it go on. A failed wipe fails
+// the store closed: the table may name slots the extent no longer has.
+func (s *Store) finishWipe(e uint32, w *wipe) {
+	w.err = s.wipeExtentRecords(e)
+	s.mu.Lock()
+	delete(s.wipes, e)
+	s.mu.Unlock()
+	close(w.done)
+	if w.err != nil {
+		s.fail(w.err)
+	}
+}
+
 // cacheOne stores a value of at most one extent: an ordinary value, a
 // piece of a larger one (head names its head's key), or a head (sp,
 // recorded with it; see span). published is false when the value did not
@@ -341,20 +375,15 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span, head *wire.Bl
 		victims = append(victims, v...)
 		orphans = s.takeOrphans(victims)
 	}
-	if e := s.alloc.Rebound(); e >= 0 {
-		// Under the lock on purpose: nobody may write a record into
-		// the rebound extent before its old records are gone. It is one
-		// fallocate(PUNCH_HOLE) and happens only when an extent changes
-		// class.
-		if err := s.wipeExtentRecords(uint32(e)); err != nil {
-			s.alloc.Abort(r)
-			s.alloc.Release(r)
-			s.mu.Unlock()
-			s.fail(err)
-			s.account(victims)
-			s.removeOrphans(orphans)
-			return false, 0, fmt.Errorf("slab engine: cache %s: %w: %w", key, err, wire.StatusIOError)
-		}
+	// An extent that changed class has its old records wiped (one
+	// fallocate, which can take milliseconds on a busy filesystem) after
+	// the lock is let go; no record of it is written before the wipe is
+	// done (wipes).
+	var wiping *wipe
+	rebound := s.alloc.Rebound()
+	if rebound >= 0 {
+		wiping = &wipe{done: make(chan struct{})}
+		s.wipes[uint32(rebound)] = wiping
 		s.moves.Add(1)
 	}
 	f := &flight{done: make(chan struct{})}
@@ -363,7 +392,11 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span, head *wire.Bl
 	rec := record{class: uint8(s.alloc.Class(r)), length: uint32(n), key: key, gen: s.gen, span: sp.pieces, nonce: sp.nonce}
 	rec.extent, rec.slot = s.alloc.Split(r)
 	off := s.alloc.Offset(r)
+	wait := s.wipes[rec.extent]
 	s.mu.Unlock()
+	if wiping != nil {
+		s.finishWipe(uint32(rebound), wiping)
+	}
 	s.account(victims)
 	s.removeOrphans(orphans)
 
@@ -372,6 +405,8 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span, head *wire.Bl
 		s.ioErrors.Add(1)
 		err = fmt.Errorf("slab engine: cache %s: write %d bytes at %s offset %d: %w: %w",
 			key, n, s.extents[rec.extent].Name(), off, err, wire.StatusIOError)
+	} else if werr := wait.wait(); werr != nil {
+		err = fmt.Errorf("slab engine: cache %s: %w: %w", key, werr, wire.StatusIOError)
 	} else if werr := s.writeRecord(r, &rec); werr != nil {
 		s.fail(werr)
 		err = fmt.Errorf("slab engine: cache %s: %w: %w", key, werr, wire.StatusIOError)

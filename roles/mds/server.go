@@ -73,12 +73,18 @@ type controlServer struct {
 func (s *controlServer) serve(ctx context.Context) {
 	s.conns = map[net.Conn]struct{}{}
 	stop := context.AfterFunc(ctx, func() {
+		// Closed outside the lock: a TLS close may wait to send its
+		// alert, and exiting handlers need s.mu.
 		s.mu.Lock()
 		s.done = true
+		conns := make([]net.Conn, 0, len(s.conns))
 		for c := range s.conns {
-			_ = c.Close()
+			conns = append(conns, c)
 		}
 		s.mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
 		_ = s.ln.Close()
 	})
 	defer stop()

@@ -519,13 +519,18 @@ func (s *Server) drain() {
 		return
 	case <-t.C:
 	}
+	// Closed outside the lock: a TLS close may wait to send its alert to
+	// a client that stopped reading, and exiting connections need s.mu.
 	s.mu.Lock()
-	n := len(s.conns)
+	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
-		_ = c.nc.Close()
+		conns = append(conns, c)
 	}
 	s.mu.Unlock()
-	s.log.Warn("shutdown timeout: closed connections with requests still in flight", "connections", n, "timeout", s.opts.ShutdownTimeout.String())
+	for _, c := range conns {
+		_ = c.nc.Close()
+	}
+	s.log.Warn("shutdown timeout: closed connections with requests still in flight", "connections", len(conns), "timeout", s.opts.ShutdownTimeout.String())
 	<-done
 }
 

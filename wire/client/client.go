@@ -429,10 +429,14 @@ func (c *Client) Close() error {
 		<-c.watchDone
 		c.probes.Wait()
 		c.peerMu.Lock()
+		peers := make([]*peer, 0, len(c.peers))
 		for _, p := range c.peers {
-			p.close()
+			peers = append(peers, p)
 		}
 		c.peerMu.Unlock()
+		for _, p := range peers { // closed outside the lock: a TLS or RDMA close may wait on the network
+			p.close()
+		}
 	})
 	return c.closeErr
 }

@@ -324,23 +324,42 @@ func (s *Store) evictOne() (uint64, bool) {
 }
 
 // evict unlinks e's file if e is still the published entry of its key.
+// As Remove does, it renames the file into trash/ under the key's stripe
+// (so a publish of the key that follows cannot have its file unlinked)
+// and unlinks it after: unlinking a large file frees its blocks through
+// the journal, which the stripe's other keys should not wait for.
 func (s *Store) evict(e *entry) bool {
 	mu := s.stripe(e.key)
 	mu.Lock()
-	defer mu.Unlock()
 	if !s.idx.remove(e) {
+		mu.Unlock()
 		return false
 	}
-	if err := s.fs.Remove(s.blockPath(e.key)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		// The entry is gone from the index either way, or eviction could
-		// not make progress; the file is found again at the next Open.
-		s.ioErrors.Add(1)
+	trash := s.trashPath(e.key)
+	err := s.fs.Rename(s.blockPath(e.key), trash)
+	if err != nil {
+		trash = ""
+		if !errors.Is(err, os.ErrNotExist) {
+			err = s.fs.Remove(s.blockPath(e.key))
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			// The entry is gone from the index either way, or eviction
+			// could not make progress; the file is found again at the
+			// next Open.
+			s.ioErrors.Add(1)
+		}
 	}
 	s.used.Add(-e.size)
 	s.objects.Add(^uint64(0))
 	s.acct.Committed(e.key.Tenant, -int64(e.size))
 	s.evictions.Add(1)
 	s.markBucket(e.key, bucketDirty)
+	mu.Unlock()
+	if trash != "" {
+		if err := s.fs.Remove(trash); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.ioErrors.Add(1) // emptied at the next Open
+		}
+	}
 	return true
 }
 

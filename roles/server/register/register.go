@@ -175,19 +175,30 @@ func (r *Registrar) Run(ctx context.Context) {
 		}
 		if !registered {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			sent := time.Now()
 			rep, err := r.mds.Register(rctx, r.info)
+			took := time.Since(sent)
 			cancel()
 			if err == nil {
 				registered = true
 				failures.failing = false
 				backoff = firstRetry
-				r.current.Store(true)
 				ttl = time.Duration(rep.HeartbeatTTLMS) * time.Millisecond
 				if ttl <= 0 {
 					ttl = 10 * time.Second
 				}
 				r.log.Info("registered with the MDS", "id", r.info.ID, "addr", r.info.Addr, "group", r.mds.Group(), "epoch", rep.Epoch, "heartbeat_ttl", ttl.String())
 				wait = ttl / 3
+				if took < wait {
+					r.current.Store(true)
+				} else {
+					// The answer took longer than a heartbeat interval (a
+					// slow or cut link): the MDS may have expired the
+					// registration while the answer was on its way. A
+					// heartbeat at once says which; until it is answered
+					// the node does not call itself registered.
+					wait = 0
+				}
 			} else if ctx.Err() == nil {
 				fail("cannot register with the MDS; retrying (clients that discover members through it do not route here)", err)
 				wait = r.jitter(backoff)

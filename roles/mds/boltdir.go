@@ -41,6 +41,10 @@ type boltDir struct {
 
 	mu   sync.Mutex
 	seen map[string]map[string]time.Time // group → id → last heartbeat
+	// removing counts, per group and id (removalKey), removals a write
+	// transaction has decided on and not yet ended: a heartbeat meanwhile
+	// is not answered OK, since its read sees the member still there.
+	removing map[string]int
 
 	stop  chan struct{}
 	done  chan struct{}
@@ -54,6 +58,9 @@ type boltHooks struct {
 	// stall, when set, is called between two steps of the directory that
 	// other requests may run between (see Deps.Stall).
 	stall func(point string)
+	// decided, when set, runs inside a removal's write transaction once it
+	// has chosen what to delete (tests).
+	decided func()
 }
 
 func (h boltHooks) pause(point string) {
@@ -86,7 +93,7 @@ func openBoltDir(path string, ttl time.Duration, clock engine.Clock, log *slog.L
 			_ = db.Close()
 		}
 	}()
-	d = &boltDir{db: db, ttl: ttl, clock: clock, log: log, seen: map[string]map[string]time.Time{},
+	d = &boltDir{db: db, ttl: ttl, clock: clock, log: log, seen: map[string]map[string]time.Time{}, removing: map[string]int{},
 		stop: make(chan struct{}), done: make(chan struct{}), hooks: hooks}
 	now := clock.Now()
 	err = db.View(func(tx *bolt.Tx) error {
@@ -113,6 +120,11 @@ func openBoltDir(path string, ttl time.Duration, clock engine.Clock, log *slog.L
 func (d *boltDir) touch(group, id string, t time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.touchLocked(group, id, t)
+}
+
+// touchLocked is touch with d.mu held.
+func (d *boltDir) touchLocked(group, id string, t time.Time) {
 	m := d.seen[group]
 	if m == nil {
 		m = map[string]time.Time{}
@@ -177,9 +189,14 @@ func (d *boltDir) Register(_ context.Context, group string, m wire.MemberInfo) (
 }
 
 func (d *boltDir) Heartbeat(_ context.Context, group, id string) (uint64, error) {
-	// Recorded before the lookup: a sweep that has not yet deleted the
-	// member sees it and keeps it; one that already has, we see.
-	d.touch(group, id, d.clock.Now())
+	// Recorded before the lookup: a sweep that has not yet chosen to
+	// delete the member sees it and keeps it; one that has deleted it and
+	// committed, our read sees; one that has chosen to and not yet
+	// committed (our read would still find the member) is in removing.
+	d.mu.Lock()
+	removing := d.removing[removalKey(group, id)] > 0
+	d.touchLocked(group, id, d.clock.Now())
+	d.mu.Unlock()
 	var epoch uint64
 	found := false
 	err := d.db.View(func(tx *bolt.Tx) error {
@@ -194,11 +211,14 @@ func (d *boltDir) Heartbeat(_ context.Context, group, id string) (uint64, error)
 	if err != nil {
 		return 0, backendErr("heartbeat", err)
 	}
-	if !found {
+	if !found || removing {
 		return epoch, ErrUnknownMember
 	}
 	return epoch, nil
 }
+
+// removalKey names id of group in boltDir.removing.
+func removalKey(group, id string) string { return group + "\x00" + id }
 
 func (d *boltDir) Deregister(_ context.Context, group, id string) (uint64, error) {
 	epoch, removed, err := d.remove(group, []string{id}, nil)
@@ -218,6 +238,16 @@ func (d *boltDir) Deregister(_ context.Context, group, id string) (uint64, error
 // commit, only where nothing refreshed them meanwhile.
 func (d *boltDir) remove(group string, ids []string, lapsed map[string]time.Time) (epoch uint64, removed int, err error) {
 	last := map[string]time.Time{} // the records to forget, as they were when checked
+	var deleting []string          // removalKeys this transaction counted in d.removing
+	defer func() {
+		d.mu.Lock()
+		for _, k := range deleting {
+			if d.removing[k]--; d.removing[k] <= 0 {
+				delete(d.removing, k)
+			}
+		}
+		d.mu.Unlock()
+	}()
 	err = d.db.Update(func(tx *bolt.Tx) error {
 		clear(last)
 		removed = 0
@@ -236,9 +266,14 @@ func (d *boltDir) remove(group string, ids []string, lapsed map[string]time.Time
 					return err
 				}
 				removed++
+				deleting = append(deleting, removalKey(group, id))
+				d.removing[removalKey(group, id)]++
 			}
 		}
 		d.mu.Unlock()
+		if d.hooks.decided != nil {
+			d.hooks.decided()
+		}
 		if b == nil {
 			return nil
 		}

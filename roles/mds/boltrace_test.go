@@ -2,6 +2,7 @@ package mds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -53,6 +54,44 @@ func TestBoltSweepSparesMemberHeartbeatingMeanwhile(t *testing.T) {
 	d.drop(d.lapsed(clock.Now()))
 	if _, ms, _ := d.Members(ctx, "g"); len(ms) != 0 {
 		t.Fatalf("a member silent for two TTLs was kept: %+v", ms)
+	}
+}
+
+// TestBoltHeartbeatWhileSweepDeletesIsRefused: a heartbeat that comes
+// after the sweep chose to delete its member, but before the deletion
+// commits, reads the member as still there; it used to be answered OK, so
+// the node thought itself listed while no client routed to it until its
+// next heartbeat (the simulation found this). It is now answered as for
+// an unknown member, and the node registers again at once.
+func TestBoltHeartbeatWhileSweepDeletesIsRefused(t *testing.T) {
+	clock := &manualClock{now: time.Unix(1_000_000, 0)}
+	const ttl = 200 * time.Millisecond
+	d := mustOpenBolt(t, filepath.Join(t.TempDir(), "mds.db"), ttl, clock)
+	defer d.Close()
+	stopSweeper(d)
+	ctx := context.Background()
+	if _, err := d.Register(ctx, "g", member(1)); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(2 * ttl)
+	var during error
+	d.hooks.decided = func() { _, during = d.Heartbeat(ctx, "g", "node-1") }
+	d.drop(d.lapsed(clock.Now()))
+	d.hooks.decided = nil
+	if _, ms, _ := d.Members(ctx, "g"); len(ms) != 0 {
+		t.Fatalf("the lapsed member was kept: %+v", ms)
+	}
+	if !errors.Is(during, ErrUnknownMember) {
+		t.Fatalf("a heartbeat while the sweep deleted its member: %v, want ErrUnknownMember (the member is not listed)", during)
+	}
+	if _, err := d.Heartbeat(ctx, "g", "node-1"); !errors.Is(err, ErrUnknownMember) {
+		t.Fatalf("a heartbeat after the deletion: %v, want ErrUnknownMember", err)
+	}
+	if _, err := d.Register(ctx, "g", member(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Heartbeat(ctx, "g", "node-1"); err != nil {
+		t.Fatalf("a heartbeat after registering again: %v", err)
 	}
 }
 

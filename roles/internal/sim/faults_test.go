@@ -216,7 +216,10 @@ func (o *observer) run(stop <-chan struct{}) {
 		}
 		for _, n := range w.nodes {
 			id := n.id
-			if since, dead := o.down[id]; dead && slices.Contains(listed, id) {
+			// Still down once the answer is in: a node that started while
+			// the question was on its way may be listed by its new
+			// registration.
+			if since, dead := o.down[id]; dead && !n.up.Load() && slices.Contains(listed, id) {
 				if w.now()-max(since, mdsSince) > deadListedAfter {
 					w.violation("observer", "%s has been down since %.3fs and is still listed at %.3fs (TTL %s)", id, since.Seconds(), w.now().Seconds(), heartbeatTTL)
 				}

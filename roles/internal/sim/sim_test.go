@@ -188,7 +188,7 @@ const stuckAfter = 60 * time.Second
 // go test's timeout, in CI after the whole budget. It watches from outside
 // the bubble, in real time, and when latest (the virtual instant of the
 // newest event) has not moved for stuckAfter it prints every goroutine
-// and panics with the seed's replay. Call the returned stop when the run
+// and panics with the run's replay line. Call the returned stop when the run
 // ends.
 func watchVirtualTime(seed uint64, dur time.Duration, latest *atomic.Int64) (stop func()) {
 	done := make(chan struct{})

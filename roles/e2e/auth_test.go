@@ -70,9 +70,11 @@ func TestCredentialsProcess(t *testing.T) {
 	srv := startChild(t, "server", "http://"+httpAddr+"/readyz", "server", "--listen", addr, "--http-listen", httpAddr,
 		"--disk-capacity-bytes", "1GiB", "--disks", filepath.Join(dir, "d0"),
 		"--credentials-file", credFile, "--tenant-quotas-file", quotas)
-	if !strings.Contains(srv.logs.String(), "tokens required: 2 credentials") {
-		t.Fatalf("the start does not say the node requires tokens:\n%s", srv.logs.String())
-	}
+	// The log reaches the test through a pipe, perhaps after /readyz
+	// already answers.
+	waitFor(t, "the start line saying the node requires tokens", 10*time.Second, func() bool {
+		return strings.Contains(srv.logs.String(), "tokens required: 2 credentials")
+	})
 	ctl := func(token, namespace string, stdin []byte, args ...string) (int, []byte, string) {
 		t.Helper()
 		a := []string{"ctl", "--members", addr, "--namespace", namespace}

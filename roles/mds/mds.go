@@ -305,37 +305,75 @@ func watchBackend(ctx context.Context, probe *probeCache, every time.Duration, l
 
 // probeCache debounces backend probes so a readiness scraper cannot turn
 // into etcd read load (DFKV_MDS_PROBE_CACHE_MS; 0 probes every time).
+// Callers that arrive while a probe is out share it rather than queue
+// behind it: with etcd gone each probe takes its whole timeout, and
+// probes one after another would keep every /readyz waiting for all the
+// ones before it. A caller whose own deadline passes first stops waiting
+// and leaves the probe to finish for the others.
 type probeCache struct {
 	dir Directory
 	ttl time.Duration
 
 	mu     sync.Mutex
-	at     time.Time
+	at     time.Time // when the last probe finished
 	last   error
-	failed atomic.Bool // the last probe failed; false before the first
+	flight *probeFlight // the probe out now; nil when none is
+	failed atomic.Bool  // the last probe failed; false before the first
 }
 
+// probeFlight is one probe of the backend and the callers sharing it.
+type probeFlight struct {
+	done chan struct{}
+	err  error // set before done closes
+}
+
+// probeTimeout bounds one shared probe: no caller's context governs it,
+// since a caller that gives up must not cancel it for the others.
+const probeTimeout = etcdOpTimeout + time.Second
+
 // down reports that the last probe failed (false before the first). It
-// does not wait for a probe in progress (check holds mu across it, up to
-// etcd's operation timeout).
+// does not wait for a probe in progress.
 func (p *probeCache) down() bool { return p.failed.Load() }
 
 func (p *probeCache) check(ctx context.Context) error { return p.probe(ctx, false) }
 
-// checkNow probes whatever the cache holds: the backend watcher's probe,
-// which is what keeps down current.
+// checkNow probes whatever the cache holds (or joins the probe already
+// out): the backend watcher's probe, which is what keeps down current.
 func (p *probeCache) checkNow(ctx context.Context) error { return p.probe(ctx, true) }
 
 func (p *probeCache) probe(ctx context.Context, now bool) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if !now && p.ttl > 0 && !p.at.IsZero() && time.Since(p.at) < p.ttl {
-		return p.last
+		err := p.last
+		p.mu.Unlock()
+		return err
 	}
-	p.last = p.dir.Probe(ctx)
-	p.at = time.Now()
-	p.failed.Store(p.last != nil)
-	return p.last
+	f := p.flight
+	if f == nil {
+		f = &probeFlight{done: make(chan struct{})}
+		p.flight = f
+		go p.run(f)
+	}
+	p.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return fmt.Errorf("backend probe: %w", ctx.Err())
+	}
+}
+
+// run probes the backend, without holding mu, and hands the result to
+// the cache and to every caller sharing f.
+func (p *probeCache) run(f *probeFlight) {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	f.err = p.dir.Probe(ctx)
+	cancel()
+	p.mu.Lock()
+	p.last, p.at, p.flight = f.err, time.Now(), nil
+	p.failed.Store(f.err != nil)
+	p.mu.Unlock()
+	close(f.done)
 }
 
 // newHTTP serves the probes to anyone, and /members and /metrics, which

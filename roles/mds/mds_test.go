@@ -12,7 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -473,6 +475,57 @@ func TestProbeDebounce(t *testing.T) {
 	if d.probes != 4 {
 		t.Fatalf("%d probes without a cache, want 4", d.probes)
 	}
+}
+
+// TestProbeSharedWhileOut: callers arriving while a probe is out (etcd
+// slow or gone, each probe up to its timeout) share it instead of
+// queueing one probe each behind it, and a caller whose deadline passes
+// stops waiting without cancelling the probe for the others.
+func TestProbeSharedWhileOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := &stuckProbeDir{release: make(chan struct{})}
+		p := &probeCache{dir: d, ttl: 0}
+		errs := make(chan error, 8)
+		for range 8 {
+			go func() { errs <- p.check(context.Background()) }()
+		}
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := p.check(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a caller whose deadline passed: %v, want it to stop waiting", err)
+		}
+		if p.down() {
+			t.Fatal("down before any probe finished")
+		}
+		d.err = errors.New("etcd gone")
+		close(d.release)
+		for range 8 {
+			if err := <-errs; err == nil || err.Error() != "etcd gone" {
+				t.Fatalf("a caller sharing the probe got %v", err)
+			}
+		}
+		if d.probes.Load() != 1 {
+			t.Fatalf("%d probes for 9 callers arriving while one was out, want 1", d.probes.Load())
+		}
+		if !p.down() {
+			t.Fatal("down() false after the shared probe failed")
+		}
+	})
+}
+
+// stuckProbeDir's probe waits until release is closed, then answers err.
+type stuckProbeDir struct {
+	Directory
+	release chan struct{}
+	err     error
+	probes  atomic.Int32
+}
+
+func (d *stuckProbeDir) Probe(context.Context) error {
+	d.probes.Add(1)
+	<-d.release
+	return d.err
 }
 
 type countingDir struct {

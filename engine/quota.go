@@ -25,9 +25,12 @@ const quotaStripes = 256
 // writes themselves, never another PUT's admission. Two PUTs of one
 // tenant cannot both pass the check and together overshoot. A write that
 // has landed is counted twice until its reservation is released, so a
-// PUT that does not fit while writes of its tenant are in flight waits
-// for them to land and is refused only if it still does not fit: a
-// tenant can fill its quota to the byte under concurrency.
+// PUT that would fit if the writes in flight failed waits for them to
+// land and is refused only if it still does not fit: a tenant can fill
+// its quota to the byte under concurrency. It waits for the writes in
+// flight when it began waiting and no later ones, so a tenant whose
+// other clients keep writing cannot hold it waiting without end; a PUT
+// that does not fit beside the committed bytes alone is refused at once.
 //
 // The growth of a PUT is its size less the size its key already holds,
 // read under the lock; it stays true only while nothing else changes that
@@ -64,6 +67,7 @@ func NewQuotas(def uint64, limits map[uint64]uint64) *Quotas {
 		s.landed.L = &s.mu
 		s.reserved = make(map[uint64]int64)
 		s.busy = make(map[wire.BlockKey]struct{})
+		s.flying = make(map[uint64]struct{})
 	}
 	return q
 }
@@ -76,6 +80,43 @@ type stripe struct {
 	lands    uint64                     // how many have landed, so a waiter knows one did
 	reserved map[uint64]int64           // tenant → growth of its writes in flight
 	busy     map[wire.BlockKey]struct{} // keys with a write or removal in flight
+	next     uint64                     // number of the next admission that reserves
+	flying   map[uint64]struct{}        // numbers of admissions whose writes have not landed
+}
+
+// admit records an admission that reserved bytes and returns its number,
+// for land.
+func (s *stripe) admit() uint64 {
+	n := s.next
+	s.next++
+	s.flying[n] = struct{}{}
+	return n
+}
+
+// land ends admission n and wakes the waiters. s.mu must be held.
+func (s *stripe) land(n uint64) {
+	delete(s.flying, n)
+	s.signalLanded()
+}
+
+// signalLanded wakes the waiters after a write or removal. s.mu must be
+// held.
+func (s *stripe) signalLanded() {
+	s.lands++
+	s.landed.Broadcast()
+}
+
+// settledBefore reports whether every admission numbered below n has
+// landed: a waiter that began waiting when s.next was n has then waited
+// for everything it saw in flight. The set is the stripe's writes in
+// flight, a handful.
+func (s *stripe) settledBefore(n uint64) bool {
+	for f := range s.flying {
+		if f < n {
+			return false
+		}
+	}
+	return true
 }
 
 // waitLanded blocks until a write or removal of s lands after lands was
@@ -188,7 +229,11 @@ func (g *Group) cacheWithQuota(key wire.BlockKey, value []byte) error {
 	e := g.of(key)
 	s := &q.stripes[q.stripe(key.Tenant)]
 	s.mu.Lock()
-	var need int64
+	var (
+		need      int64
+		waited    bool
+		waitUntil uint64 // s.next when it began waiting for writes in flight
+	)
 	for {
 		if _, busy := s.busy[key]; busy {
 			s.waitLanded(s.lands)
@@ -202,15 +247,19 @@ func (g *Group) cacheWithQuota(key wire.BlockKey, value []byte) error {
 		if need <= 0 || used+inFlight+need <= capOf(limit) {
 			break
 		}
-		if inFlight == 0 {
+		if inFlight == 0 || used+need > capOf(limit) || waited && s.settledBefore(waitUntil) {
 			s.mu.Unlock()
-			return q.exceeded(key.Tenant, used, uint64(need), limit)
+			return q.exceeded(key.Tenant, used+inFlight, uint64(need), limit)
+		}
+		if !waited {
+			waited, waitUntil = true, s.next
 		}
 		s.waitLanded(s.lands)
 	}
 	need = max(need, 0) // bytes a shrinking PUT frees are not free until it lands
 	s.reserved[key.Tenant] += need
 	s.busy[key] = struct{}{}
+	n := s.admit()
 	s.mu.Unlock()
 
 	err := e.Put(key, value)
@@ -220,8 +269,7 @@ func (g *Group) cacheWithQuota(key wire.BlockKey, value []byte) error {
 		delete(s.reserved, key.Tenant)
 	}
 	delete(s.busy, key)
-	s.lands++
-	s.landed.Broadcast()
+	s.land(n)
 	s.mu.Unlock()
 	return err
 }
@@ -276,9 +324,10 @@ func (g *Group) cacheBatchWithQuota(keys []wire.BlockKey, values [][]byte, errs 
 	}
 
 	var (
-		pending map[uint64]int64      // tenant → growth admitted in this batch
-		admit   []int                 // indexes of the items to store
-		mine    map[wire.BlockKey]int // limited keys of this batch → their stripe
+		pending   map[uint64]int64      // tenant → growth admitted in this batch
+		admit     []int                 // indexes of the items to store
+		mine      map[wire.BlockKey]int // limited keys of this batch → their stripe
+		waitUntil = map[int]uint64{}    // stripe → its next when the batch began waiting on it
 	)
 admission:
 	for {
@@ -322,7 +371,15 @@ admission:
 			inFlight := s.reserved[k.Tenant]
 			total := used[k.Tenant] + inFlight + pending[k.Tenant]
 			if need > 0 && total+need > capOf(limit) {
-				if inFlight > 0 {
+				// Wait as a scalar PUT does: only if the item would fit
+				// were the writes in flight to fail, and only for those in
+				// flight when the batch began waiting on the stripe.
+				si := q.stripe(k.Tenant)
+				until, waited := waitUntil[si]
+				if inFlight > 0 && used[k.Tenant]+pending[k.Tenant]+need <= capOf(limit) && !(waited && s.settledBefore(until)) {
+					if !waited {
+						waitUntil[si] = s.next
+					}
 					waitThenRetry(s, s.lands)
 					continue admission
 				}
@@ -343,6 +400,10 @@ admission:
 	}
 	for k, si := range mine {
 		q.stripes[si].busy[k] = struct{}{}
+	}
+	admitted := make(map[int]uint64, len(locked))
+	for _, si := range locked {
+		admitted[si] = q.stripes[si].admit()
 	}
 	unlockAll()
 
@@ -377,8 +438,7 @@ admission:
 				delete(s.busy, k)
 			}
 		}
-		s.lands++
-		s.landed.Broadcast()
+		s.land(admitted[si])
 		s.mu.Unlock()
 	}
 }
@@ -406,8 +466,7 @@ func (g *Group) removeWithQuota(key wire.BlockKey) error {
 
 	s.mu.Lock()
 	delete(s.busy, key)
-	s.lands++
-	s.landed.Broadcast()
+	s.signalLanded()
 	s.mu.Unlock()
 	return err
 }

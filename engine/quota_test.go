@@ -464,3 +464,107 @@ func TestQuotaRemoveTakesItsTurnWithAPut(t *testing.T) {
 		}
 	})
 }
+
+// keyGates holds each Put of a gated key inside the engine until its gate
+// is closed, and says which key entered.
+type keyGates struct {
+	engine.StoreEngine
+	gate    map[wire.BlockKey]chan struct{}
+	entered chan wire.BlockKey
+}
+
+func (k *keyGates) Put(key wire.BlockKey, v []byte) error {
+	if g, ok := k.gate[key]; ok {
+		k.entered <- key
+		<-g
+	}
+	return k.StoreEngine.Put(key, v)
+}
+
+// TestQuotaWaiterIsNotStarvedByNewerWrites: a PUT that would fit only if
+// the writes in flight failed waits for those, not for the writes other
+// clients keep starting after it. Here the tenant always has a write in
+// flight (each round starts one, removes an old value and lets the older
+// write land), so a waiter that waited for "no write in flight" would
+// wait for as long as the churn lasts. The waiter is a scalar PUT, then
+// a batch of one.
+func TestQuotaWaiterIsNotStarvedByNewerWrites(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "put", true: "batch"}[batch], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testQuotaWaiterIsNotStarved(t, batch) })
+		})
+	}
+}
+
+func testQuotaWaiterIsNotStarved(t *testing.T, batch bool) {
+	const rounds = 20
+	q := engine.NewQuotas(0, map[uint64]uint64{tenantA: 10000})
+	e, err := file.Open(file.Options{Dir: filepath.Join(t.TempDir(), "d0"), CapacityBytes: 1 << 30, Accounting: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kg := &keyGates{StoreEngine: e, gate: map[wire.BlockKey]chan struct{}{}, entered: make(chan wire.BlockKey, 1)}
+	for i := 100; i <= 100+rounds; i++ {
+		kg.gate[tkey(tenantA, i)] = make(chan struct{})
+	}
+	g, err := engine.NewGroup([]engine.StoreEngine{kg}, []string{"d0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetQuotas(q)
+	defer g.Close()
+	for i := range 8 {
+		if err := g.Put(tkey(tenantA, i), make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go g.Put(tkey(tenantA, 100), make([]byte, 1000)) // 8000 committed, 1000 in flight
+	<-kg.entered
+	big := make(chan error, 1)
+	go func() {
+		if !batch {
+			big <- g.Put(tkey(tenantA, 99), make([]byte, 2000))
+			return
+		}
+		errs := make([]error, 1)
+		g.PutBatch([]wire.BlockKey{tkey(tenantA, 99)}, [][]byte{make([]byte, 2000)}, errs)
+		big <- errs[0]
+	}()
+	synctest.Wait() // it waits: it would fit if the write in flight failed
+
+	answered := -1
+	var bigErr error
+	for r := 0; r < rounds && answered < 0; r++ {
+		go g.Put(tkey(tenantA, 101+r), make([]byte, 1000)) // a newer write: 2000 in flight
+		<-kg.entered
+		old := tkey(tenantA, r)
+		if r >= 8 {
+			old = tkey(tenantA, 100+r-8)
+		}
+		if err := g.Remove(old); err != nil {
+			t.Fatalf("round %d: REMOVE: %v", r, err)
+		}
+		close(kg.gate[tkey(tenantA, 100+r)]) // the older write lands
+		synctest.Wait()
+		select {
+		case bigErr = <-big:
+			answered = r
+		default:
+		}
+		if used := q.Used(tenantA); used > 10000 {
+			t.Fatalf("round %d: tenant A uses %d bytes of 10000", r, used)
+		}
+	}
+	for i := 100; i <= 100+rounds; i++ { // let the write still in flight land
+		select {
+		case <-kg.gate[tkey(tenantA, i)]:
+		default:
+			close(kg.gate[tkey(tenantA, i)])
+		}
+	}
+	if answered != 0 {
+		t.Fatalf("the waiting PUT was answered in round %d of %d (-1: never while the churn lasted), "+
+			"want once the one write in flight when it began waiting had landed", answered, rounds)
+	}
+	wantStatus(t, bigErr, wire.StatusQuotaExceeded, "the waiting PUT")
+}

@@ -168,6 +168,9 @@ type Server struct {
 	// epoch is when the server was made: connections keep instants as
 	// offsets from it in atomics (conn.blockedAt).
 	epoch time.Time
+	// lastStallScan is when cutStalled last walked the connections, as
+	// an offset from epoch plus one; 0 before the first.
+	lastStallScan atomic.Int64
 	// lender is the engine when it can lend resident bytes in place (the
 	// RAM tier): GETs then write from its memory with no copy.
 	lender engine.Lender

@@ -63,12 +63,23 @@ func (c *conn) readBody(dst []byte) error {
 // clients with payload budget in hand for at least s.opts.StalledCut, by
 // moving their deadlines into the past: their I/O fails, their goroutines
 // give the budget back and end. The payload budget calls it while a
-// request waits.
+// request waits, each waiting request on its own; a scan within
+// StalledCut/8 of the last is skipped, since nothing can have crossed
+// the line since then that a little later will not still have, and many
+// waiters would otherwise walk every connection under s.mu in turn.
 func (s *Server) cutStalled() {
 	now := int64(s.opts.Clock.Now().Sub(s.epoch)) + 1
+	last := s.lastStallScan.Load()
+	if last != 0 && time.Duration(now-last) < s.opts.StalledCut/8 || !s.lastStallScan.CompareAndSwap(last, now) {
+		return
+	}
 	past := time.Unix(1, 0)
+	type cut struct {
+		remote  string
+		blocked time.Duration
+	}
+	var cuts []cut
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for c := range s.conns {
 		at := c.blockedAt.Load()
 		if at <= 0 || time.Duration(now-at) < s.opts.StalledCut || !c.blockedAt.CompareAndSwap(at, stalledCutMark) {
@@ -76,8 +87,12 @@ func (s *Server) cutStalled() {
 		}
 		_ = c.nc.SetWriteDeadline(past)
 		_ = c.nc.SetReadDeadline(past)
+		cuts = append(cuts, cut{c.nc.RemoteAddr().String(), time.Duration(now - at)})
+	}
+	s.mu.Unlock()
+	for _, c := range cuts {
 		s.stats.stalledCut.Add(1)
 		s.stalledCutWarn.Warn(s.log, time.Now(), "closed a connection blocked on its client while others waited for payload buffers",
-			"remote", c.nc.RemoteAddr().String(), "blocked", time.Duration(now-at).Round(time.Millisecond).String())
+			"remote", c.remote, "blocked", c.blocked.Round(time.Millisecond).String())
 	}
 }

@@ -165,10 +165,12 @@ func newStore(opts *Options) (*Store, error) {
 		sums:      make(sumTable, count),
 		flights:   map[wire.BlockKey]*flight{},
 		wipes:     map[uint32]*wipe{},
+		evicted:   map[wire.BlockKey]int{},
 		spans:     map[wire.BlockKey]span{},
 		pieceKeys: map[wire.BlockKey]pieceOf{},
 		align:     pageAlign,
 	}
+	s.evictedGone.L = &s.mu
 	if s.alloc, err = NewAllocator(lat, geo.extents); err != nil {
 		return nil, invalid("%s: %v", opts.Dir, err)
 	}

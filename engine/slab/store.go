@@ -142,6 +142,13 @@ type Store struct {
 	// they changed class; a record of such an extent is written only once
 	// its wipe is done.
 	wipes map[uint32]*wipe
+	// evicted counts, per key, the evictions of it whose records are
+	// still on disk: the PUT that evicted writes over or wipes them only
+	// after the lock is let go. A Remove of such a key waits for them
+	// (evictedGone) before it answers, or a SIGKILL meanwhile would
+	// bring the evicted value back after the Remove.
+	evicted     map[wire.BlockKey]int
+	evictedGone sync.Cond
 	// spans holds, for each live value larger than an extent, its
 	// head's span (how many pieces, and the nonce that names them).
 	spans map[wire.BlockKey]span
@@ -374,6 +381,9 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span, head *wire.Bl
 	if v := s.alloc.Victims(); len(v) > 0 {
 		victims = append(victims, v...)
 		orphans = s.takeOrphans(victims)
+		for _, v := range victims {
+			s.evicted[v.Key]++
+		}
 	}
 	// An extent that changed class has its old records wiped (one
 	// fallocate, which can take milliseconds on a busy filesystem) after
@@ -418,6 +428,7 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span, head *wire.Bl
 	}
 	if err == nil && !f.fenced && !s.failed.Load() {
 		s.sums.set(rec.extent, rec.slot, s.alloc.Lattice().Slots(int(rec.class)), rec.sum)
+		s.evictionsCleared(victims) // our record is over the victim's; a wipe is done
 		old, oldLen, replaced := s.alloc.Publish(r, &key)
 		oldSpan, hadSpan := s.spans[key]
 		switch {
@@ -455,6 +466,9 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span, head *wire.Bl
 		s.alloc.Abort(r)
 		s.mu.Unlock()
 		s.clearAndRelease(r)
+		s.mu.Lock()
+		s.evictionsCleared(victims)
+		s.mu.Unlock()
 		if err == nil && s.failed.Load() {
 			err = s.failedErr()
 		}
@@ -465,6 +479,21 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span, head *wire.Bl
 	f.err = err
 	close(f.done)
 	return published, pinned, err
+}
+
+// evictionsCleared ends the victims' entries in s.evicted once their
+// records are gone from the slot table (written over, cleared or wiped)
+// and wakes the Removes waiting for them. s.mu must be held.
+func (s *Store) evictionsCleared(victims []Victim) {
+	if len(victims) == 0 {
+		return
+	}
+	for _, v := range victims {
+		if s.evicted[v.Key]--; s.evicted[v.Key] <= 0 {
+			delete(s.evicted, v.Key)
+		}
+	}
+	s.evictedGone.Broadcast()
 }
 
 func (s *Store) account(victims []Victim) {
@@ -563,14 +592,17 @@ func (s *Store) Exist(key wire.BlockKey) (uint64, error) {
 
 // Remove implements engine.StoreEngine. The key is hidden at once; a PUT
 // of the key still in flight is fenced and will not publish; the record is
-// cleared before Remove returns, so a graceful restart does not bring the
-// value back.
+// cleared before Remove returns, and so are the records of its evicted
+// values that a PUT in flight has yet to write over (evicted), so neither
+// a graceful restart nor one after a SIGKILL brings the value back.
 func (s *Store) Remove(key wire.BlockKey) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.exit()
-	if !s.remove(key) {
+	found := s.remove(key)
+	s.waitEvictedGone(key)
+	if !found {
 		return wire.StatusNotFound
 	}
 	s.removes.Add(1)
@@ -597,9 +629,6 @@ func (s *Store) remove(key wire.BlockKey) bool {
 		delete(s.flights, key)
 	}
 	s.mu.Unlock()
-	if !ok && f == nil {
-		return false
-	}
 	if ok {
 		s.acct.Committed(key.Tenant, -int64(n))
 		s.clearAndRelease(r)
@@ -607,7 +636,20 @@ func (s *Store) remove(key wire.BlockKey) bool {
 	if spanned {
 		s.removePieces(key, sp)
 	}
-	return true
+	return ok || f != nil
+}
+
+// waitEvictedGone waits until no evicted value of key has its record
+// left on disk (evicted). Only Remove waits: the removals a PUT makes
+// itself (the pieces of a value it evicted) must not wait for that PUT.
+// A piece's record needs no wait: without its head's record, the next
+// Open drops it.
+func (s *Store) waitEvictedGone(key wire.BlockKey) {
+	s.mu.Lock()
+	for s.evicted[key] > 0 {
+		s.evictedGone.Wait()
+	}
+	s.mu.Unlock()
 }
 
 // Stats implements engine.StoreEngine.

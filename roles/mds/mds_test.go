@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -234,6 +235,13 @@ func TestControlProtocol(t *testing.T) {
 	bad.Addr = "0.0.0.0:7600"
 	if _, err := mc.Register(ctx, bad); wire.StatusOf(err) != wire.StatusInvalid || !strings.Contains(err.Error(), "advertise_addr") {
 		t.Fatalf("unspecified address: %v", err)
+	}
+	for _, addr := range []string{"10.0.0.1:", "10.0.0.1:0", "10.0.0.1:65536", "10.0.0.1:-5", "10.0.0.1:x y", "10.0.0.1", ":7600"} {
+		bad = member(2)
+		bad.Addr = addr
+		if _, err := mc.Register(ctx, bad); wire.StatusOf(err) != wire.StatusInvalid || !strings.Contains(err.Error(), "host:port") {
+			t.Fatalf("address %q: %v", addr, err)
+		}
 	}
 	bad = member(2)
 	bad.ID = "has space"
@@ -534,6 +542,41 @@ type countingDir struct {
 }
 
 func (d *countingDir) Probe(context.Context) error { d.probes++; return nil }
+
+// TestAnnouncedBodiesCostNothingUntilSent: a control request's token is
+// inside its body, so the MDS reads the body before any check; a header
+// announcing the largest body and sending none must not make it set
+// aside that much memory per connection (it did: 400 such connections
+// held 25 MiB until their first-request deadline).
+func TestAnnouncedBodiesCostNothingUntilSent(t *testing.T) {
+	ctrl, _, _ := runMDS(t, map[string][]string{"db": {filepath.Join(t.TempDir(), "m.db")}})
+	const conns = 400
+	heap := func() int64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	before := heap()
+	for range conns {
+		c, err := net.Dial("tcp", ctrl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write(wire.AppendMDSRequest(nil, wire.OpMDSMembers, 0, wire.MaxMDSRequest)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Watch for a while: the MDS reads the headers as it gets to them.
+	limit := int64(conns * wire.MaxMDSRequest / 4)
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if grew := heap() - before; grew > limit {
+			t.Fatalf("%d connections announcing %d-byte bodies grew the heap by %d KiB (limit %d KiB)",
+				conns, wire.MaxMDSRequest, grew>>10, limit>>10)
+		}
+	}
+}
 
 // TestShortFrameOfAnotherEpochRefusedAtOnce: a control frame of an older
 // generation, shorter than this prefix (42 bytes), is answered on its

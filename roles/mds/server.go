@@ -2,6 +2,7 @@ package mds
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,8 +195,8 @@ func (s *controlServer) handle(ctx context.Context, c net.Conn) {
 			s.reply(c, fe.Status, 0, []byte(fe.Message))
 			return
 		}
-		body := make([]byte, n)
-		if _, err := io.ReadFull(br, body); err != nil {
+		body, err := readBody(br, n)
+		if err != nil {
 			if first && errors.Is(err, os.ErrDeadlineExceeded) {
 				s.firstReqTimeouts.Add(1)
 			}
@@ -474,12 +476,37 @@ func (s *controlServer) store(group string, r cachedReply) {
 	s.replies[group] = r
 }
 
+// readBody reads an n-byte request body into a buffer that grows with
+// the bytes that arrive, rather than one of n bytes made up front: the
+// credential that authorizes a request is inside its body, so a header
+// announcing a large body and sending none would otherwise cost the MDS
+// that much memory per connection before any check.
+func readBody(r io.Reader, n int) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, min(n, 512)))
+	if _, err := io.CopyN(buf, r, int64(n)); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
 func validateMember(m wire.MemberInfo) error {
 	if err := wire.ValidateMemberID(m.ID); err != nil {
 		return err
 	}
 	host, port, err := net.SplitHostPort(m.Addr)
-	if err != nil || host == "" || port == "0" {
+	if err == nil && host != "" {
+		// A port is 1..65535 in decimal; clients do not check the
+		// addresses they are given, so a member at a port nobody can
+		// dial would make its share of the keys miss.
+		var n uint64
+		if n, err = strconv.ParseUint(port, 10, 16); err == nil && n == 0 {
+			err = errors.New("port 0")
+		}
+	}
+	if err != nil || host == "" {
 		return fmt.Errorf("member %s: address %q is not a reachable host:port: %w", m.ID, m.Addr, wire.StatusInvalid)
 	}
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {

@@ -98,7 +98,10 @@
 // BATCH_PUT; remove: REMOVE, BATCH_REMOVE; stats: STATS) is answered
 // FORBIDDEN (13) and nothing is done, whether or not the key exists; in
 // a batch that is the item's status, and the other items are served. The
-// connection stays open. A client that predates AUTH and meets a node
+// connection stays open. A token that may remove but not read a tenant's
+// keys has its REMOVEs of them answered OK whether the key was there or
+// not (the key is gone either way), so removing cannot serve to probe
+// for keys. A client that predates AUTH and meets a node
 // that requires it reads status 12 as one it does not know, and stops.
 // The lease protocol below is not offered by such a node: a one-sided
 // reader maps the whole RAM arena, which no grant confines to a tenant.

@@ -156,6 +156,17 @@ func (c *conn) allows(tenant uint64, r creds.Right) bool {
 	return false
 }
 
+// blindRemove is the answer to a REMOVE of tenant's key that the engine
+// answered err: a credential that may remove but not read the tenant's
+// keys gets OK for a key that was not there, as for one that was, so it
+// cannot learn from removing which keys exist.
+func (c *conn) blindRemove(tenant uint64, err error) error {
+	if c.s.opts.Credentials != nil && wire.StatusOf(err) == wire.StatusNotFound && !c.auth.grant.Allows(tenant, creds.Read) {
+		return nil
+	}
+	return err
+}
+
 // errForbidden is the message of a refused scalar request. It names the
 // credential, the right and the tenant the client addressed (its own
 // namespace's, which it knows), not the key: whether the key exists is

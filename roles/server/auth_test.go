@@ -24,11 +24,12 @@ import (
 
 // The tokens of the tests' credentials file: alice may read, write and
 // remove tenant "acme"; bob all of that and stats on "globex"; reader
-// may only read "acme".
+// may only read "acme"; janitor may only remove "acme"'s keys.
 const (
 	aliceToken  = "alice-token-0123456789abcdef"
 	bobToken    = "bob-token-0123456789abcdefgh"
 	readerToken = "reader-token-0123456789abcd"
+	janitorTok  = "janitor-token-0123456789ab"
 )
 
 func sumOf(tok string) string {
@@ -41,6 +42,7 @@ func credentialsText(tokens ...string) string {
 		aliceToken:  `name = "alice"` + "\ntenants = [\"acme\"]\nallow = [\"read\", \"write\", \"remove\"]\n",
 		bobToken:    `name = "bob"` + "\ntenants = [\"globex\"]\nallow = [\"read\", \"write\", \"remove\", \"stats\"]\n",
 		readerToken: `name = "reader"` + "\ntenants = [\"acme\"]\nallow = [\"read\"]\n",
+		janitorTok:  `name = "janitor"` + "\ntenants = [\"acme\"]\nallow = [\"remove\"]\n",
 	}
 	var b strings.Builder
 	for _, tok := range tokens {
@@ -82,6 +84,43 @@ func openAs(t *testing.T, addr, namespace, token string) *client.Client {
 }
 
 func forbidden(err error) bool { return errors.Is(err, wire.StatusForbidden) }
+
+// TestRemoveWithoutReadRightsLearnsNothing: a token that may remove but
+// not read acme's keys gets the same answer, OK, for a key that was there
+// and one that was not, by REMOVE and BATCH_REMOVE; the keys are gone.
+// A token that may read gets NOT_FOUND for the absent one, as before.
+func TestRemoveWithoutReadRightsLearnsNothing(t *testing.T) {
+	n, w, path := credNode(t, nil)
+	if err := os.WriteFile(path, []byte(credentialsText(aliceToken, janitorTok)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.Reload()
+	ctx := context.Background()
+	alice, janitor := openAs(t, n.addr, "acme", aliceToken), openAs(t, n.addr, "acme", janitorTok)
+	for _, k := range []string{"one", "two", "three"} {
+		if err := alice.Put(ctx, []byte(k), []byte("secret")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"one", "absent"} {
+		if err := janitor.Remove(ctx, []byte(k)); err != nil {
+			t.Fatalf("janitor's REMOVE of %q: %v, want OK whether or not it existed", k, err)
+		}
+	}
+	for i, err := range janitor.RemoveBatch(ctx, [][]byte{[]byte("two"), []byte("also absent"), []byte("three")}) {
+		if err != nil {
+			t.Fatalf("janitor's BATCH_REMOVE item %d: %v, want OK whether or not it existed", i, err)
+		}
+	}
+	for _, k := range []string{"one", "two", "three"} {
+		if _, err := alice.Exist(ctx, []byte(k)); !errors.Is(err, wire.StatusNotFound) {
+			t.Fatalf("%q after the janitor removed it: %v", k, err)
+		}
+	}
+	if err := alice.Remove(ctx, []byte("absent")); !errors.Is(err, wire.StatusNotFound) {
+		t.Fatalf("alice's REMOVE of an absent key: %v, want NOT_FOUND (she may read)", err)
+	}
+}
 
 // TestHostileClientCannotCrossTenants: a client holding alice's valid
 // token for tenant acme addresses tenant globex by every op, batch op,

@@ -739,7 +739,7 @@ func (c *conn) handleOne() error {
 			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Remove, h.Key.Tenant))
 			break
 		}
-		err := eng.Remove(h.Key)
+		err := c.blindRemove(h.Key.Tenant, eng.Remove(h.Key))
 		c.respond(wire.StatusOf(err), 0, err)
 	case wire.OpStats:
 		if c.s.opts.Credentials != nil && !c.auth.grant.Has(creds.Stats) {
@@ -966,7 +966,7 @@ func (c *conn) batchKeys(h *wire.RequestHeader) error {
 		if !c.allows(k.Tenant, creds.Remove) {
 			c.wbuf = append(c.wbuf, byte(wire.StatusForbidden))
 		} else {
-			c.wbuf = append(c.wbuf, byte(wire.StatusOf(eng.Remove(k))))
+			c.wbuf = append(c.wbuf, byte(wire.StatusOf(c.blindRemove(k.Tenant, eng.Remove(k)))))
 		}
 		if len(c.wbuf) >= flushAt {
 			if err := c.flush(); err != nil {

@@ -62,9 +62,10 @@ type conn struct {
 	existKeys   []wire.BlockKey
 	existStored []uint64
 	existErrs   []error
-	existIdx    []int32     // with credentials: the request positions of the keys looked up
-	lent        *iobuf.Buf  // buffer lent to the engine by Alloc
-	loan        engine.Loan // bytes the engine lent (valid while onLoan)
+	existIdx    []int32                    // with credentials: the request positions of the keys looked up
+	pinnedNow   map[wire.BlockKey]struct{} // keys the BATCH_EXIST being answered pinned (firstPinOf)
+	lent        *iobuf.Buf                 // buffer lent to the engine by Alloc
+	loan        engine.Loan                // bytes the engine lent (valid while onLoan)
 	onLoan      bool
 	held        []*iobuf.Buf    // BATCH_PUT values read but not yet stored
 	budget      int64           // payload budget bytes this connection holds (payloadBudget)
@@ -977,6 +978,31 @@ func (c *conn) batchKeys(h *wire.RequestHeader) error {
 	return nil
 }
 
+// firstPinOf reports whether key is pinned for the first time in the
+// BATCH_EXIST being answered: a key named again in the same request is
+// not pinned again, so one frame repeating a key cannot take the node's
+// whole pin table.
+func (c *conn) firstPinOf(key wire.BlockKey) bool {
+	if c.pinnedNow == nil {
+		c.pinnedNow = make(map[wire.BlockKey]struct{})
+	}
+	if _, again := c.pinnedNow[key]; again {
+		return false
+	}
+	c.pinnedNow[key] = struct{}{}
+	return true
+}
+
+// forgetPins empties firstPinOf's set after a request; a large one is
+// dropped rather than kept for the connection's life.
+func (c *conn) forgetPins() {
+	if len(c.pinnedNow) > 1024 {
+		c.pinnedNow = nil
+		return
+	}
+	clear(c.pinnedNow)
+}
+
 // existBatch answers a BATCH_EXIST with engine.ExistBatch: an engine that
 // looks keys up together (the object-store tier reads the ones its disks
 // lack in parallel) gets them together, any other one key at a time. The
@@ -1008,12 +1034,15 @@ func (c *conn) existBatch(table []byte, n int, pin bool) error {
 		m++
 	}
 	engine.ExistBatch(c.s.opts.Engine, keys[:m], stored[:m], errs[:m])
+	if pin {
+		defer c.forgetPins()
+	}
 	j := 0 // the next looked-up key
 	for i := 0; i < n; i++ {
 		if idx != nil && (j == len(idx) || idx[j] != int32(i)) {
 			c.wbuf = wire.AppendExistRecord(c.wbuf, wire.StatusForbidden, 0)
 		} else {
-			if errs[j] == nil && pin && c.s.pins != nil {
+			if errs[j] == nil && pin && c.s.pins != nil && c.firstPinOf(keys[j]) {
 				c.s.pins.pin(keys[j])
 			}
 			c.wbuf = wire.AppendExistRecord(c.wbuf, wire.StatusOf(errs[j]), stored[j])

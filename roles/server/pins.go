@@ -60,17 +60,16 @@ func (p *pinSet) pin(key wire.BlockKey) bool {
 	}
 	p.mu.Lock()
 	ids := p.m[key]
-	// Ids of pins that expired meanwhile go now, so a key pinned again
-	// and again is not a growing list.
-	j := 0
-	for _, old := range ids {
-		if p.table.Held(old) {
-			ids[j] = old
-			j++
-		}
+	// Pins of a key are listed oldest first and all last the same time,
+	// so the ones that expired meanwhile are at the front: they go now,
+	// each once, and a key pinned again and again is neither a growing
+	// list nor a walk of it per pin (sweep takes any others).
+	gone := 0
+	for gone < len(ids) && !p.table.Held(ids[gone]) {
+		gone++
 	}
-	p.live.Add(int64(j - len(ids) + 1))
-	p.m[key] = append(ids[:j], id)
+	p.live.Add(int64(1 - gone))
+	p.m[key] = append(ids[gone:], id)
 	p.mu.Unlock()
 	return true
 }

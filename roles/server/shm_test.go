@@ -641,6 +641,44 @@ func TestExistPinExpires(t *testing.T) {
 	})
 }
 
+// TestExistPinOncePerRequest: a key named many times in one pinned
+// BATCH_EXIST is answered every time but pinned once, so one frame
+// cannot fill the node's pin table with one key (or walk its pin list
+// once per copy); separate requests each pin it, and a GET ends one.
+func TestExistPinOncePerRequest(t *testing.T) {
+	flags, _ := shmNodeFlags(t, map[string][]string{"lease-ms": {"600000"}})
+	addr, _, _ := runNode(t, flags)
+	ctx := context.Background()
+	a := shmClient(t, addr, client.ShmOff)
+	if err := a.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	same := make([][]byte, 500)
+	for i := range same {
+		same[i] = []byte("k")
+	}
+	for i, r := range a.ExistBatchPinned(ctx, same) {
+		if r.Err != nil || r.Stored != 1 {
+			t.Fatalf("copy %d of the key: %+v", i, r)
+		}
+	}
+	if st := nodeStats(t, addr).Pins; st.Live != 1 {
+		t.Fatalf("%d live pins after one request naming the key 500 times, want 1", st.Live)
+	}
+	for range 3 {
+		a.ExistBatchPinned(ctx, [][]byte{[]byte("k")})
+	}
+	if st := nodeStats(t, addr).Pins; st.Live != 4 {
+		t.Fatalf("%d live pins after four requests, want 4", st.Live)
+	}
+	if _, err := a.GetAuto(ctx, []byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	if st := nodeStats(t, addr).Pins; st.Live != 3 || st.Released != 1 {
+		t.Fatalf("pins after a GET %+v, want 3 live and 1 released", st)
+	}
+}
+
 // TestShmPutKeepsQuotas: a PUT through the staging region is charged to
 // its tenant's quota like a TCP PUT: past it, QUOTA_EXCEEDED, and what
 // was refused is not stored.

@@ -555,3 +555,56 @@ func TestSyncWriteHoldsOnlyItsKey(t *testing.T) {
 		mustGet(t, tr, a, val(3, 4000))
 	})
 }
+
+// TestReceivesInFlightHoldAShareOfTheArena: slots reserved for PUT bodies
+// still arriving (a reservation evicts at once) hold at most an eighth of
+// the arena, so clients that send PUT headers and then nothing cannot
+// empty the cache; a commit or an abort gives the share back.
+func TestReceivesInFlightHoldAShareOfTheArena(t *testing.T) {
+	tr := openTier(t, Options{Backing: newMem(), Bytes: 128 * 64 << 10, ExtentBytes: 64 << 10, LargeReserveBytes: NoLargeReserve})
+	defer tr.Close()
+	const size = 32 << 10
+	for i := range 200 {
+		if err := tr.Put(key(i), val(uint64(i), size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var loans []engine.Loan
+	var keys []wire.BlockKey
+	for i := 1000; len(loans) < 400; i++ {
+		_, loan, ok := tr.Receive(key(i), size)
+		if !ok {
+			break
+		}
+		loans, keys = append(loans, loan), append(keys, key(i))
+	}
+	share := tr.ArenaBytes() / 8
+	if held := uint64(len(loans)) * size; held > share || held+size <= share {
+		t.Fatalf("%d bytes reserved for bodies in flight, want the largest multiple of %d within %d (an eighth of the arena)", held, size, share)
+	}
+	if s := tr.RAM(); s.Objects < uint64(200-len(loans)) {
+		t.Fatalf("%d of 200 values left in RAM beside %d reservations", s.Objects, len(loans))
+	}
+	tr.AbortReceive(loans[0])
+	buf, loan, ok := tr.Receive(key(5000), size)
+	if !ok {
+		t.Fatal("Receive refused after an abort gave its share back")
+	}
+	copy(buf, val(5000, size))
+	if err := tr.CommitReceive(key(5000), buf, loan); err != nil {
+		t.Fatal(err)
+	}
+	_, loan, ok = tr.Receive(key(5001), size)
+	if !ok {
+		t.Fatal("Receive refused after a commit gave its share back")
+	}
+	tr.AbortReceive(loan)
+	for _, l := range loans[1:] {
+		tr.AbortReceive(l)
+	}
+	mustGet(t, tr, key(5000), val(5000, size))
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	checkIdle(t, tr)
+}

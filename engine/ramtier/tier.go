@@ -204,6 +204,9 @@ type Tier struct {
 	// loans counts bytes lent by Lend and not yet returned: Close waits
 	// for them before it unmaps the arena a socket write may still read.
 	loans sync.WaitGroup
+	// receiving is the bytes of arena slots Receive reserved for bodies
+	// still arriving (zerocopy.go).
+	receiving atomic.Int64
 
 	// beforePublish, set only by tests, runs in cache after the value is
 	// in RAM and before it is published, so a test can start a cold read

@@ -78,14 +78,26 @@ var _ engine.Receiver = (*Tier)(nil)
 // quota-limited tenant, larger than an extent, past the dirty watermark,
 // no free slot) get ok false: the caller reads into its own buffer and
 // calls Put, which gives the exact answer.
+//
+// The slots reserved for bodies still arriving hold at most
+// 1/receiveShare of the arena: a reservation evicts at once, before the
+// body has come, and a client that sends PUT headers and then nothing
+// must not be able to empty the cache for as long as its body deadline.
+// Past the share a PUT takes the copying path, whose buffers the server
+// bounds and cuts from stalled clients.
 func (t *Tier) Receive(key wire.BlockKey, n uint64) ([]byte, engine.Loan, bool) {
-	if !t.writeBack || n == 0 || n > t.extent || n > t.maxValue || (t.limited != nil && t.limited(key.Tenant)) {
+	if !t.writeBack || n == 0 || n > t.extent || n > t.maxValue || n >= 1<<32 || (t.limited != nil && t.limited(key.Tenant)) {
 		return nil, engine.Loan{}, false
 	}
 	if t.dirtyLimit > 0 && t.dirtyBytes.Load()+n > t.dirtyLimit {
 		return nil, engine.Loan{}, false
 	}
+	if t.receiving.Add(int64(n)) > int64(t.arenaBytes/receiveShare) {
+		t.receiving.Add(-int64(n))
+		return nil, engine.Loan{}, false
+	}
 	if err := t.enter(); err != nil {
+		t.receiving.Add(-int64(n))
 		return nil, engine.Loan{}, false
 	}
 	defer t.exit()
@@ -100,10 +112,23 @@ func (t *Tier) Receive(key wire.BlockKey, n uint64) ([]byte, engine.Loan, bool) 
 	}
 	s.mu.Unlock()
 	if err != nil {
+		t.receiving.Add(-int64(n))
 		return nil, engine.Loan{}, false
 	}
 	t.loans.Add(1)
-	return buf, engine.Loan{A: uint64(si), B: uint64(r)}, true
+	return buf, engine.Loan{A: uint64(si) | n<<32, B: uint64(r)}, true
+}
+
+// receiveShare: the slots reserved for bodies still arriving hold at most
+// 1/receiveShare of the arena (Receive).
+const receiveShare = 8
+
+// received ends a Receive loan's share of t.receiving and returns the
+// index of the shard the loan's slot belongs to (a receive loan carries
+// the shard in the low 32 bits of A, the reserved bytes in the high).
+func (t *Tier) received(loan engine.Loan) uint64 {
+	t.receiving.Add(-int64(loan.A >> 32))
+	return loan.A & (1<<32 - 1)
 }
 
 // CommitReceive implements engine.Receiver: buf, the slot Receive
@@ -138,10 +163,11 @@ func (t *Tier) CommitReceiveBatch(keys []wire.BlockKey, bufs [][]byte, loans []e
 func (t *Tier) commitReceived(key wire.BlockKey, buf []byte, loan engine.Loan) (*entry, error) {
 	defer t.loans.Done()
 	r := slab.SlotRef(loan.B)
-	if int(loan.A) != t.shardIndex(&key) {
+	si := t.received(loan)
+	if int(si) != t.shardIndex(&key) {
 		// The slot belongs to another key's shard: admitting it here
 		// would corrupt that shard's allocator.
-		t.abortSlot(t.shards[loan.A], r)
+		t.abortSlot(t.shards[si], r)
 		return nil, fmt.Errorf("ram tier: commit of %s with a slot received for another key: %w", key, wire.StatusInvalid)
 	}
 	return t.cache(key, buf, &r)
@@ -150,7 +176,7 @@ func (t *Tier) commitReceived(key wire.BlockKey, buf []byte, loan engine.Loan) (
 // AbortReceive implements engine.Receiver: the payload never arrived, the
 // reserved slot is given back.
 func (t *Tier) AbortReceive(loan engine.Loan) {
-	t.abortSlot(t.shards[loan.A], slab.SlotRef(loan.B))
+	t.abortSlot(t.shards[t.received(loan)], slab.SlotRef(loan.B))
 	t.loans.Done()
 }
 

@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"io"
+	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -90,5 +92,40 @@ func TestStalledReaderKeptWithoutPressure(t *testing.T) {
 	}
 	if st := n.srv.Stats(); st.StalledClosed != 0 {
 		t.Fatalf("stalled_closed %d without anyone waiting, want 0", st.StalledClosed)
+	}
+}
+
+// TestAnnouncedBatchTablesCostNothingUntilSent: a batch frame's item
+// table is read into a buffer that grows as it arrives, so headers that
+// announce the largest table and send nothing do not make the node set
+// that memory aside, outside the payload budget, until their body
+// deadline (64 such connections held 128 MiB).
+func TestAnnouncedBatchTablesCostNothingUntilSent(t *testing.T) {
+	const conns, items = 64, 65536
+	n := startNode(t, newMemEngine(), func(o *Options) { o.MaxBatchItems = items })
+	cs := make([]net.Conn, conns)
+	for i := range cs {
+		cs[i] = dial(t, n.addr)
+		writeReq(t, cs[i], wire.RequestHeader{Op: wire.OpPing}, nil)
+		readResp(t, cs[i])
+	}
+	heap := func() int64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	before := heap()
+	h := wire.RequestHeader{Op: wire.OpBatchPut, Length: items, BodyLen: items * (wire.BatchPutItemLen + 1)}
+	for _, c := range cs {
+		if _, err := c.Write(wire.AppendRequest(nil, &h)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	limit := int64(conns * items * wire.BatchPutItemLen / 4)
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if grew := heap() - before; grew > limit {
+			t.Fatalf("%d connections announcing %d-item tables grew the heap by %d MiB (limit %d MiB)", conns, items, grew>>20, limit>>20)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package mds
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -195,7 +194,9 @@ func (s *controlServer) handle(ctx context.Context, c net.Conn) {
 			s.reply(c, fe.Status, 0, []byte(fe.Message))
 			return
 		}
-		body, err := readBody(br, n)
+		// The credential that authorizes a request is inside its body,
+		// so the body is read before any check: as it arrives.
+		body, err := wire.ReadGrowing(br, nil, n)
 		if err != nil {
 			if first && errors.Is(err, os.ErrDeadlineExceeded) {
 				s.firstReqTimeouts.Add(1)
@@ -474,22 +475,6 @@ func (s *controlServer) store(group string, r cachedReply) {
 		s.replies = map[string]cachedReply{}
 	}
 	s.replies[group] = r
-}
-
-// readBody reads an n-byte request body into a buffer that grows with
-// the bytes that arrive, rather than one of n bytes made up front: the
-// credential that authorizes a request is inside its body, so a header
-// announcing a large body and sending none would otherwise cost the MDS
-// that much memory per connection before any check.
-func readBody(r io.Reader, n int) ([]byte, error) {
-	buf := bytes.NewBuffer(make([]byte, 0, min(n, 512)))
-	if _, err := io.CopyN(buf, r, int64(n)); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
 
 func validateMember(m wire.MemberInfo) error {

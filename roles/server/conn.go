@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -773,30 +772,12 @@ func (c *conn) handleOne() error {
 
 // readTable reads a batch item table of n bytes into reused scratch.
 func (c *conn) readTable(n int) ([]byte, error) {
-	if cap(c.table) >= n {
-		t := c.table[:n]
-		_, err := io.ReadFull(c.br, t)
-		return t, err
-	}
-	// A table larger than any before on this connection grows with the
-	// bytes that arrive, at most doubling, not to the size its header
-	// announced: a header that announces the largest table and sends
-	// nothing must not cost the node that memory (it is not payload
-	// budget) until the body deadline.
-	t := c.table[:0]
-	for len(t) < n {
-		if len(t) == cap(t) {
-			t = slices.Grow(t, min(n-len(t), max(cap(t), 4096)))
-		}
-		m, err := io.ReadFull(c.br, t[len(t):min(n, cap(t))])
-		t = t[:len(t)+m]
-		if err != nil {
-			c.table = t[:0]
-			return nil, err
-		}
-	}
-	c.table = t
-	return t, nil
+	// A table larger than any before on this connection grows as it
+	// arrives (wire.ReadGrowing): it is not payload budget, and a header
+	// alone must not make the node set its size aside.
+	t, err := wire.ReadGrowing(c.br, c.table, n)
+	c.table = t[:0]
+	return t, err
 }
 
 func (c *conn) statuses(n int) []byte {

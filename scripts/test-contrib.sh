@@ -59,14 +59,17 @@ echo "== compile the C test against dfkv.h (-Wall -Wextra -Werror)"
 cc -std=c11 -Wall -Wextra -Werror -I "$work/lib" -o "$work/dfkv_test" \
 	contrib/libdfkv/test/dfkv_test.c -L "$work/lib" -ldfkv -Wl,-rpath,"$work/lib"
 
-free_port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_accept() { # host:port pid
-	for _ in $(seq 1 300); do
-		if (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; then return 0; fi
-		kill -0 "$2" 2>/dev/null || { echo "node $1 exited before accepting"; return 1; }
+# free_port: the Python tests' choice (tests/_servers.py): a port below the
+# kernel's ephemeral range, which no bind of port 0 by the Go tests running
+# beside this script can take before the node listens on it.
+free_port() { (cd contrib/python && PYTHONDONTWRITEBYTECODE=1 "$PYTHON" -c 'from tests._servers import free_port; print(free_port())'); }
+wait_listening() { # host:port pid log
+	for _ in $(seq 1 600); do
+		if grep -q "msg=\"dfkv server listening\" .* listen=$1 " "$3"; then return 0; fi
+		kill -0 "$2" 2>/dev/null || { echo "node $1 exited before listening:"; cat "$3"; return 1; }
 		sleep 0.05
 	done
-	echo "node $1 not accepting after 15s"; return 1
+	echo "node $1 not listening after 30s"; return 1
 }
 
 members=()
@@ -77,7 +80,7 @@ for i in 1 2 3; do
 	env $(env | sed -n 's/^\(DFKV_[A-Za-z0-9_]*\)=.*/-u \1/p') "$work/dfkv" server --listen "$addr" --http-listen '' \
 		--disks "$work/disk$i" --disk-capacity-bytes 1GiB >"$work/node$i.log" 2>&1 &
 	echo $! >>"$pidfile"
-	wait_accept "$addr" $!
+	wait_listening "$addr" $! "$work/node$i.log"
 	members+=("$addr")
 done
 member_list=$(IFS=,; echo "${members[*]}")

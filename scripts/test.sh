@@ -73,13 +73,21 @@ if [ -n "$versitygw_pid" ]; then
 	echo "== versitygw installed: $("$(go env GOPATH)/bin/versitygw" --version 2>&1 | head -1)"
 fi
 
+# roles/e2e (real processes, etcd, TLS clusters, restarts) spends most of
+# its five minutes waiting on the processes it starts, using about a
+# third of the machine; it runs last, in the background, beside the
+# contrib tests, the peer comparison's smoke run and the simulation,
+# which would otherwise each wait for it in turn.
+e2e_pkg=github.com/dfkv/dfkv/roles/e2e
+pkgs=$(go list ./... | grep -vxF "$e2e_pkg")
+
 echo "== go test -race (one line per package as it finishes; the full -v output is in $out/go-test.log)"
 # -p 1 keeps the 2-core CI machine from running several heavy packages
 # (each starting servers) at once; each package still runs its own tests
 # in parallel where they say so.
 start=$SECONDS
 set +e
-go test -race -count=1 -p 1 -timeout 15m -v ./... 2>&1 | tee "$out/go-test.log" |
+go test -race -count=1 -p 1 -timeout 15m -v $pkgs 2>&1 | tee "$out/go-test.log" |
 	grep --line-buffered -E '^(ok|FAIL|\?) ' | while IFS= read -r line; do
 		printf '%4ds  %s\n' $((SECONDS - start)) "$line"
 	done
@@ -92,6 +100,14 @@ if [ "$status" != 0 ]; then
 fi
 go_passed=$(grep -cE '^--- PASS' "$out/go-test.log" || true)
 go_skipped=$(grep -cE '^--- SKIP' "$out/go-test.log" || true)
+
+echo "== $e2e_pkg starts in the background (go test -race; log in $out/e2e.log)"
+e2e_start=$SECONDS
+setsid go test -race -count=1 -timeout 15m -v "$e2e_pkg" > "$out/e2e.log" 2>&1 &
+e2e_pid=$!
+# A check below that fails stops this script; the e2e tests (go test, the
+# test binary and the nodes it started, one process group) go with it.
+trap 'kill -- "-$e2e_pid" 2>/dev/null || true' EXIT
 
 # The Kubernetes manifests of contrib/kubernetes, rendered and checked
 # against dfkv's own settings without a cluster. A Go module of its own, so
@@ -120,7 +136,7 @@ setsid go test -count=1 -run 'TestSim' -v ./roles/internal/sim > "$out/sim.log" 
 sim_pid=$!
 # A check below that fails stops this script; the simulation (go test and
 # the test binary it runs, one process group) goes with it.
-trap 'kill -- "-$sim_pid" 2>/dev/null || true' EXIT
+trap 'kill -- "-$sim_pid" 2>/dev/null || true; kill -- "-$e2e_pid" 2>/dev/null || true' EXIT
 
 echo "== scripts/bench-vs-peers.sh --quick: the comparison script end to end against real redis and memcached"
 # A smoke run (1 s per cell, small key spaces, no figure asserted): the
@@ -139,6 +155,18 @@ if ! grep -q '^ok' "$out/sim.log"; then
 	exit 1
 fi
 go_passed=$((go_passed + $(grep -cE '^--- PASS' "$out/sim.log")))
+
+echo "== $e2e_pkg (log in $out/e2e.log)"
+e2e_status=0
+wait "$e2e_pid" || e2e_status=$?
+grep -E '^(ok|FAIL) ' "$out/e2e.log" | sed "s/^/$((SECONDS - e2e_start))s after its start: /"
+if [ "$e2e_status" != 0 ]; then
+	echo "== failures:"
+	grep -B3 -A40 -E -- '--- FAIL|^panic:|^# |\[build failed\]|\[setup failed\]' "$out/e2e.log" | head -400
+	exit 1
+fi
+go_passed=$((go_passed + $(grep -cE '^--- PASS' "$out/e2e.log")))
+go_skipped=$((go_skipped + $(grep -cE '^--- SKIP' "$out/e2e.log" || true)))
 
 # One closing line for CI: Go test functions and Python tests that passed
 # and that were skipped (a failure has already stopped this script with a

@@ -1,7 +1,6 @@
 package mds
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/dfkv/dfkv/roles/internal/creds"
@@ -68,42 +67,40 @@ func opVerb(op wire.Op) string {
 	return "deregister"
 }
 
-// admit refuses a REGISTER that the group cannot take: one whose weight
-// would bring the group's total past wire.MaxGroupWeight (every client
-// would then refuse the member list and route over its old one, or, when
-// starting, not at all), and one of an id that a member holds at another
-// address: two nodes configured with one server.id would otherwise take
-// turns replacing each other, and the ring would flap between them. A node
-// that moved (a new pod IP) is refused until its old registration lapses
-// (the heartbeat TTL); its registration loop retries meanwhile. A
+// admission refuses a REGISTER that the group cannot take: one whose
+// weight would bring the group's total past wire.MaxGroupWeight (every
+// client would then refuse the member list and route over its old one, or,
+// when starting, not at all), and one of an id that a member holds at
+// another address: two nodes configured with one server.id would otherwise
+// take turns replacing each other, and the ring would flap between them. A
+// node that moved (a new pod IP) is refused until its old registration
+// lapses (the heartbeat TTL); its registration loop retries meanwhile. A
 // re-registration from the same address (a restart) replaces as before.
-// With several MDS processes on etcd two REGISTERs may still race past
-// this check; the later one wins, as before.
-func (s *controlServer) admit(ctx context.Context, group string, m wire.MemberInfo) (wire.Status, string) {
-	_, members, err := s.dir.Members(ctx, group)
-	if err != nil {
-		return wire.StatusOK, "" // the Register that follows reports the backend
-	}
-	total := m.Weight
-	for _, old := range members {
-		if old.ID != m.ID {
-			total += old.Weight
+// The directory runs the check in one step with the write, so concurrent
+// REGISTERs (on this MDS or, on etcd, on several) cannot pass it together.
+func (s *controlServer) admission(group string, m wire.MemberInfo) Admission {
+	return func(members []wire.MemberInfo) error {
+		total := m.Weight
+		for _, old := range members {
+			if old.ID != m.ID {
+				total += old.Weight
+			}
 		}
-	}
-	if total > wire.MaxGroupWeight {
-		s.log.Warn("MDS: REGISTER refused: the group's total weight would pass what clients can route over",
-			"group", group, "id", m.ID, "weight", m.Weight, "total", total, "max", wire.MaxGroupWeight)
-		return wire.StatusInvalid, fmt.Sprintf("registering %q at weight %d brings group %q to a total weight of %d, over the %d a client's ring takes: lower server.weight on the nodes (weights are relative)",
-			m.ID, m.Weight, group, total, wire.MaxGroupWeight)
-	}
-	for _, old := range members {
-		if old.ID == m.ID && old.Addr != m.Addr {
-			s.duplicateIDs.Add(1)
-			s.log.Warn("MDS: REGISTER refused: the node id is held by a live member at another address",
-				"group", group, "id", m.ID, "addr", m.Addr, "held_by", old.Addr)
-			return wire.StatusInvalid, fmt.Sprintf("node id %q is registered by a live member at %s: two nodes share this id (give each its own server.id), or this node moved and its old registration lapses within the heartbeat TTL (%s)",
-				m.ID, old.Addr, s.ttl)
+		if total > wire.MaxGroupWeight {
+			s.log.Warn("MDS: REGISTER refused: the group's total weight would pass what clients can route over",
+				"group", group, "id", m.ID, "weight", m.Weight, "total", total, "max", wire.MaxGroupWeight)
+			return fmt.Errorf("registering %q at weight %d brings group %q to a total weight of %d, over the %d a client's ring takes: lower server.weight on the nodes (weights are relative): %w",
+				m.ID, m.Weight, group, total, wire.MaxGroupWeight, wire.StatusInvalid)
 		}
+		for _, old := range members {
+			if old.ID == m.ID && old.Addr != m.Addr {
+				s.duplicateIDs.Add(1)
+				s.log.Warn("MDS: REGISTER refused: the node id is held by a live member at another address",
+					"group", group, "id", m.ID, "addr", m.Addr, "held_by", old.Addr)
+				return fmt.Errorf("node id %q is registered by a live member at %s: two nodes share this id (give each its own server.id), or this node moved and its old registration lapses within the heartbeat TTL (%s): %w",
+					m.ID, old.Addr, s.ttl, wire.StatusInvalid)
+			}
+		}
+		return nil
 	}
-	return wire.StatusOK, ""
 }

@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/dfkv/dfkv/roles/internal/testcerts"
+	"github.com/dfkv/dfkv/roles/internal/testetcd"
 	"github.com/dfkv/dfkv/roles/internal/tlsconf"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -244,5 +246,103 @@ func TestMDSBoundsTheGroupWeight(t *testing.T) {
 	defer cl.Close()
 	if len(cl.Members()) != registered {
 		t.Fatalf("the client routes over %d members, want %d", len(cl.Members()), registered)
+	}
+}
+
+// TestConcurrentRegistersCannotPassTheGroupChecks: REGISTERs that race
+// each other, through one MDS on bbolt or through two MDS on one etcd,
+// still admit at most what the group can take: of eight new members each
+// of which fits the group's remaining weight alone, exactly one joins; of
+// two nodes claiming one id from different addresses, exactly one holds it.
+func TestConcurrentRegistersCannotPassTheGroupChecks(t *testing.T) {
+	t.Run("bbolt", func(t *testing.T) {
+		ctrl, _, _ := runMDS(t, map[string][]string{"db-path": {filepath.Join(t.TempDir(), "mds.db")}})
+		checkRacingRegisters(t, ctrl, ctrl)
+	})
+	t.Run("etcd", func(t *testing.T) {
+		etcd := testetcd.Start(t)
+		flags := map[string][]string{"etcd": {etcd.Endpoint}}
+		a, _, _ := runMDS(t, flags)
+		b, _, _ := runMDS(t, flags)
+		checkRacingRegisters(t, a, b)
+	})
+}
+
+func checkRacingRegisters(t *testing.T, ctrlA, ctrlB string) {
+	ctx := context.Background()
+	full := wire.MaxGroupWeight / wire.MaxMemberWeight
+	setup := mdsClient(t, "default", ctrlA)
+	for i := range full {
+		m := member(i)
+		m.Weight = wire.MaxMemberWeight
+		if _, err := setup.Register(ctx, m); err != nil {
+			t.Fatalf("filling the group, member %d: %v", i, err)
+		}
+	}
+	room := wire.MaxGroupWeight - full*wire.MaxMemberWeight
+	racer := room/2 + 1 // one fits, two do not
+	const racers = 8
+	// One client per racer, half through each MDS, connected before the
+	// start so the REGISTERs arrive together.
+	clients := make([]*client.MDSClient, racers)
+	for i := range clients {
+		clients[i] = mdsClient(t, "default", []string{ctrlA, ctrlB}[i%2])
+		if _, _, _, err := clients[i].Members(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	race := func(members func(i int) wire.MemberInfo) (joined int, refusals []error) {
+		errs := make([]error, racers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Go(func() {
+				<-start
+				_, errs[i] = clients[i].Register(ctx, members(i))
+			})
+		}
+		close(start)
+		wg.Wait()
+		for _, err := range errs {
+			if err == nil {
+				joined++
+			} else if status(err) != wire.StatusInvalid {
+				t.Fatalf("a racing REGISTER failed otherwise than refused: %v", err)
+			} else {
+				refusals = append(refusals, err)
+			}
+		}
+		return joined, refusals
+	}
+	joined, refusals := race(func(i int) wire.MemberInfo {
+		m := member(100 + i)
+		m.Weight = racer
+		return m
+	})
+	if joined != 1 || !strings.Contains(refusals[0].Error(), "server.weight") {
+		t.Fatalf("%d of %d racers at weight %d joined a group with room for %d (want 1); refusals: %v", joined, racers, racer, room, refusals)
+	}
+	_, ms, _, err := setup.Members(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, m := range ms {
+		total += m.Weight
+	}
+	if total > wire.MaxGroupWeight {
+		t.Fatalf("the group holds a total weight of %d, over %d", total, wire.MaxGroupWeight)
+	}
+
+	// Now the same id from eight addresses, at a weight the group's
+	// remaining room takes: one registration holds it.
+	joined, refusals = race(func(i int) wire.MemberInfo {
+		m := member(200)
+		m.Addr = fmt.Sprintf("127.0.0.1:%d", 7900+i)
+		m.Weight = 1
+		return m
+	})
+	if joined != 1 || !strings.Contains(refusals[0].Error(), "two nodes share this id") {
+		t.Fatalf("%d of %d REGISTERs of one id from different addresses succeeded (want 1); refusals: %v", joined, racers, refusals)
 	}
 }

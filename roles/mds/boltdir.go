@@ -157,7 +157,7 @@ func epochOf(b *bolt.Bucket) uint64 {
 	return 0
 }
 
-func (d *boltDir) Register(_ context.Context, group string, m wire.MemberInfo) (uint64, error) {
+func (d *boltDir) Register(_ context.Context, group string, m wire.MemberInfo, admit Admission) (uint64, error) {
 	now := d.clock.Now()
 	m.LastHeartbeatUnixMS, m.LeaseLive = 0, false // kept in memory, filled in by Members
 	val, err := json.Marshal(m)
@@ -165,10 +165,22 @@ func (d *boltDir) Register(_ context.Context, group string, m wire.MemberInfo) (
 		return 0, err
 	}
 	var epoch uint64
+	var refused error
 	err = d.db.Update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(bucketName(group))
 		if err != nil {
 			return err
+		}
+		if admit != nil {
+			// In the write transaction: bbolt runs one at a time, so no
+			// other REGISTER commits between this check and our write.
+			members, err := membersOf(b)
+			if err != nil {
+				return err
+			}
+			if refused = admit(members); refused != nil {
+				return refused
+			}
 		}
 		key := []byte("m/" + m.ID)
 		d.touch(group, m.ID, now) // before the commit: a sweep's transaction after ours sees it
@@ -182,6 +194,9 @@ func (d *boltDir) Register(_ context.Context, group string, m wire.MemberInfo) (
 		epoch, err = bump(b)
 		return err
 	})
+	if refused != nil {
+		return 0, refused
+	}
 	if err != nil {
 		return 0, backendErr("register", err)
 	}
@@ -309,16 +324,9 @@ func (d *boltDir) Members(_ context.Context, group string) (uint64, []wire.Membe
 			return nil
 		}
 		epoch = epochOf(b)
-		c := b.Cursor()
-		prefix := []byte("m/")
-		for k, v := c.Seek(prefix); len(k) > 2 && string(k[:2]) == "m/"; k, v = c.Next() {
-			var m wire.MemberInfo
-			if err := json.Unmarshal(v, &m); err != nil {
-				return fmt.Errorf("member %q: %w", k, err)
-			}
-			out = append(out, m)
-		}
-		return nil
+		var err error
+		out, err = membersOf(b)
+		return err
 	})
 	if err != nil {
 		return 0, nil, backendErr("members", err)
@@ -330,6 +338,21 @@ func (d *boltDir) Members(_ context.Context, group string) (uint64, []wire.Membe
 	d.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return epoch, out, nil
+}
+
+// membersOf decodes the member records of a group's bucket.
+func membersOf(b *bolt.Bucket) ([]wire.MemberInfo, error) {
+	var out []wire.MemberInfo
+	c := b.Cursor()
+	prefix := []byte("m/")
+	for k, v := c.Seek(prefix); len(k) > 2 && string(k[:2]) == "m/"; k, v = c.Next() {
+		var m wire.MemberInfo
+		if err := json.Unmarshal(v, &m); err != nil {
+			return nil, fmt.Errorf("member %q: %w", k, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 func (d *boltDir) Epoch(_ context.Context, group string) (uint64, error) {

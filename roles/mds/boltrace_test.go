@@ -34,7 +34,7 @@ func TestBoltSweepSparesMemberHeartbeatingMeanwhile(t *testing.T) {
 	defer d.Close()
 	stopSweeper(d)
 	ctx := context.Background()
-	if _, err := d.Register(ctx, "g", member(1)); err != nil {
+	if _, err := d.Register(ctx, "g", member(1), nil); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(2 * ttl)
@@ -70,7 +70,7 @@ func TestBoltHeartbeatWhileSweepDeletesIsRefused(t *testing.T) {
 	defer d.Close()
 	stopSweeper(d)
 	ctx := context.Background()
-	if _, err := d.Register(ctx, "g", member(1)); err != nil {
+	if _, err := d.Register(ctx, "g", member(1), nil); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(2 * ttl)
@@ -87,7 +87,7 @@ func TestBoltHeartbeatWhileSweepDeletesIsRefused(t *testing.T) {
 	if _, err := d.Heartbeat(ctx, "g", "node-1"); !errors.Is(err, ErrUnknownMember) {
 		t.Fatalf("a heartbeat after the deletion: %v, want ErrUnknownMember", err)
 	}
-	if _, err := d.Register(ctx, "g", member(1)); err != nil {
+	if _, err := d.Register(ctx, "g", member(1), nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Heartbeat(ctx, "g", "node-1"); err != nil {
@@ -114,7 +114,7 @@ func TestBoltRegisterRacingDeregisterKeepsHeartbeatRecord(t *testing.T) {
 	ctx := context.Background()
 	for i := range 500 {
 		var wg sync.WaitGroup
-		wg.Go(func() { _, _ = d.Register(ctx, "g", member(1)) })
+		wg.Go(func() { _, _ = d.Register(ctx, "g", member(1), nil) })
 		wg.Go(func() { _, _ = d.Deregister(ctx, "g", "node-1") })
 		wg.Wait()
 		_, ms, err := d.Members(ctx, "g")
@@ -135,7 +135,7 @@ func TestBoltCorruptFileIsAnError(t *testing.T) {
 	good := filepath.Join(dir, "good.db")
 	d := mustOpenBolt(t, good, time.Hour, engine.SystemClock{})
 	for i := range 20 {
-		if _, err := d.Register(context.Background(), "g", member(i)); err != nil {
+		if _, err := d.Register(context.Background(), "g", member(i), nil); err != nil {
 			t.Fatal(err)
 		}
 	}

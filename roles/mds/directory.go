@@ -14,7 +14,11 @@ import (
 // install). Every change of a group's member set moves its epoch forward.
 type Directory interface {
 	// Register adds or replaces a member and returns the group's epoch.
-	Register(ctx context.Context, group string, m wire.MemberInfo) (uint64, error)
+	// admit, when not nil, sees the group's members as they stand and
+	// may refuse with an error, which Register returns; the check and the
+	// write are one step, so two racing REGISTERs cannot both pass a
+	// check only one of them may (a total weight cap, a node id).
+	Register(ctx context.Context, group string, m wire.MemberInfo, admit Admission) (uint64, error)
 	// Heartbeat renews a member; ErrUnknownMember means it must register
 	// again (it expired, or the directory was reset).
 	Heartbeat(ctx context.Context, group, id string) (uint64, error)
@@ -30,6 +34,10 @@ type Directory interface {
 	// Close stops background work and releases the backend.
 	Close() error
 }
+
+// Admission decides whether a member may join its group given the
+// members the group holds now; an error refuses it.
+type Admission func(members []wire.MemberInfo) error
 
 // ErrUnknownMember is returned by Heartbeat for a member the directory
 // does not hold.

@@ -234,7 +234,11 @@ func (d *etcdDir) catchUp(ctx context.Context, rev uint64) bool {
 	}
 }
 
-func (d *etcdDir) Register(ctx context.Context, group string, m wire.MemberInfo) (uint64, error) {
+// registerAttempts bounds how often Register re-reads a group that changed
+// between its read and its write (another node registering meanwhile).
+const registerAttempts = 5
+
+func (d *etcdDir) Register(ctx context.Context, group string, m wire.MemberInfo, admit Admission) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
 	defer cancel()
 	m.LastHeartbeatUnixMS, m.LeaseLive = 0, false // the lease says it, not the record
@@ -247,22 +251,51 @@ func (d *etcdDir) Register(ctx context.Context, group string, m wire.MemberInfo)
 	if err != nil {
 		return 0, backendErr("register: grant lease", err)
 	}
-	key := d.memberKey(group, m.ID)
-	// Replace any earlier registration and revoke its lease, so a node
-	// restarting quickly does not leave a second lease that would later
-	// delete its fresh key.
-	prev, err := d.cli.Get(ctx, key)
-	if err != nil {
-		return 0, backendErr("register", err)
+	prefix, key := d.groupPrefix(group), d.memberKey(group, m.ID)
+	for range registerAttempts {
+		cur, err := d.cli.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			return 0, backendErr("register", err)
+		}
+		var prevLease clientv3.LeaseID
+		members := make([]wire.MemberInfo, 0, len(cur.Kvs))
+		for _, kv := range cur.Kvs {
+			if string(kv.Key) == key {
+				prevLease = clientv3.LeaseID(kv.Lease)
+			}
+			if old, ok := d.decodeMember(kv.Key, kv.Value); ok {
+				members = append(members, old)
+			}
+		}
+		if admit != nil {
+			if err := admit(members); err != nil {
+				_, _ = d.cli.Revoke(ctx, lease.ID)
+				return 0, err
+			}
+		}
+		// Written only if no member key of the group was put since the
+		// read the check saw (MDS processes on one etcd race otherwise);
+		// a removal since then only makes room.
+		resp, err := d.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(prefix).WithPrefix(), "<", cur.Header.Revision+1)).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease.ID))).
+			Commit()
+		if err != nil {
+			return 0, backendErr("register", err)
+		}
+		if !resp.Succeeded {
+			continue
+		}
+		// Revoke an earlier registration's lease, so a node restarting
+		// quickly does not leave a second lease that would later delete
+		// its fresh key.
+		if prevLease != 0 && prevLease != lease.ID {
+			_, _ = d.cli.Revoke(ctx, prevLease)
+		}
+		return d.noteEpoch(group, resp.Header.Revision), nil
 	}
-	resp, err := d.cli.Put(ctx, key, string(val), clientv3.WithLease(lease.ID))
-	if err != nil {
-		return 0, backendErr("register", err)
-	}
-	if len(prev.Kvs) == 1 && prev.Kvs[0].Lease != 0 && clientv3.LeaseID(prev.Kvs[0].Lease) != lease.ID {
-		_, _ = d.cli.Revoke(ctx, clientv3.LeaseID(prev.Kvs[0].Lease))
-	}
-	return d.noteEpoch(group, resp.Header.Revision), nil
+	_, _ = d.cli.Revoke(ctx, lease.ID)
+	return 0, backendErr("register", fmt.Errorf("group %q changed under each of %d attempts; the node registers again shortly", group, registerAttempts))
 }
 
 func (d *etcdDir) Heartbeat(ctx context.Context, group, id string) (uint64, error) {
@@ -335,9 +368,8 @@ func (d *etcdDir) Members(ctx context.Context, group string) (uint64, []wire.Mem
 	d.mu.Lock()
 	for _, kv := range resp.Kvs {
 		lastPut = max(lastPut, uint64(kv.ModRevision))
-		var m wire.MemberInfo
-		if err := json.Unmarshal(kv.Value, &m); err != nil {
-			d.log.Warn("MDS: skipping unreadable member record in etcd", "key", string(kv.Key), "error", err.Error())
+		m, ok := d.decodeMember(kv.Key, kv.Value)
+		if !ok {
 			continue
 		}
 		// The key exists, so its lease has not run out; when the node
@@ -350,6 +382,17 @@ func (d *etcdDir) Members(ctx context.Context, group string) (uint64, []wire.Mem
 	d.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return epoch, out, nil
+}
+
+// decodeMember reads a member record, logging one it cannot read (which
+// membership then skips).
+func (d *etcdDir) decodeMember(key, val []byte) (wire.MemberInfo, bool) {
+	var m wire.MemberInfo
+	if err := json.Unmarshal(val, &m); err != nil {
+		d.log.Warn("MDS: skipping unreadable member record in etcd", "key", string(key), "error", err.Error())
+		return m, false
+	}
+	return m, true
 }
 
 // readEpoch is the epoch of a member list read at revision read, whose

@@ -67,7 +67,7 @@ func TestEtcdListsNeverShareAnEpoch(t *testing.T) {
 	close(d.done) // Close waits on it
 
 	for i := 1; i <= 2; i++ {
-		if _, err := d.Register(ctx, "g", member(i)); err != nil {
+		if _, err := d.Register(ctx, "g", member(i), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -149,7 +149,7 @@ func TestEtcdEpochIgnoresOtherWrites(t *testing.T) {
 	d, cli := etcdDirForTest(t)
 	ctx := context.Background()
 	for i := 1; i <= 2; i++ {
-		if _, err := d.Register(ctx, "g", member(i)); err != nil {
+		if _, err := d.Register(ctx, "g", member(i), nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -88,12 +88,12 @@ func TestBoltDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	e1, err := d.Register(ctx, "g", member(1))
+	e1, err := d.Register(ctx, "g", member(1), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2, _ := d.Register(ctx, "g", member(2))
-	e2again, _ := d.Register(ctx, "g", member(2)) // same again: no change
+	e2, _ := d.Register(ctx, "g", member(2), nil)
+	e2again, _ := d.Register(ctx, "g", member(2), nil) // same again: no change
 	if !(e1 < e2 && e2 == e2again) {
 		t.Fatalf("epochs %d %d %d: want growth on change only", e1, e2, e2again)
 	}
@@ -161,8 +161,8 @@ func TestBoltHeartbeatExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	d.Register(ctx, "g", member(1))
-	e0, _ := d.Register(ctx, "g", member(2))
+	d.Register(ctx, "g", member(1), nil)
+	e0, _ := d.Register(ctx, "g", member(2), nil)
 	// node-1 keeps heartbeating every 50 ms of the clock, node-2 falls
 	// silent; the sweeper (on a real ticker) drops node-2 once the clock
 	// has passed its TTL.

@@ -297,10 +297,7 @@ func (s *controlServer) register(ctx context.Context, req wire.MDSRequest) (wire
 	if err := validateMember(m); err != nil {
 		return failed(0, err)
 	}
-	if st, msg := s.admit(ctx, req.Group, m); st != wire.StatusOK {
-		return st, 0, []byte(msg)
-	}
-	epoch, err := s.dir.Register(ctx, req.Group, m)
+	epoch, err := s.dir.Register(ctx, req.Group, m, s.admission(req.Group, m))
 	if err != nil {
 		return failed(0, err)
 	}

@@ -279,9 +279,11 @@
 //
 // With Options.URing, payload reads and writes of up to 256 KiB (pieces of
 // larger reads, too) go through one io_uring ring per disk (package
-// engine/uring): each request is submitted at once, without waiting, and
-// one reaper goroutine collects the completions, so sixteen connections
-// keep sixteen I/Os in flight without sixteen threads blocked in pread.
+// engine/uring): requests that arrive together share a submitting system
+// call, none waits for its I/O in the kernel, and one reaper goroutine,
+// parked on the Go runtime's poller, collects the completions, so sixteen
+// connections keep sixteen I/Os in flight without sixteen threads blocked
+// in pread.
 // Above 256 KiB a pread moves as many bytes per system call as the ring
 // would, so larger transfers skip it. Where io_uring_setup or a
 // probe read through the ring fails (an old kernel, a seccomp profile that

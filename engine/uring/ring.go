@@ -5,12 +5,19 @@
 // system call instead of one each.
 //
 // Each caller of ReadAt or WriteAt puts its request in the submission
-// queue and submits it at once (one short system call that does not wait
-// for the I/O), then blocks; one reaper goroutine waits in the kernel for
-// completions and hands each back to its caller. So the disk sees as many
-// requests in flight as there are callers (up to the ring's size), while
-// no thread blocks per I/O as it does in pread: the goroutines waiting
-// cost no threads, and the reaper collects many completions per wait.
+// queue and blocks until it completes. The first caller to find no
+// submission under way submits (a system call that starts the I/O and
+// does not wait for it), and keeps submitting, one call for all of them,
+// the requests others queued during its call, until none is left; the
+// others only queue and wait. So concurrent callers share system calls
+// (on a virtual disk each call also costs an exit to the host to kick the
+// device), and no lock is held across one. One reaper goroutine waits for
+// completions, parked on the Go runtime's poller (the ring's fd is
+// readable while completions wait), and hands each back to its caller. The disk
+// sees as many requests in flight as there are callers (up to the ring's
+// size), while no thread blocks per I/O as it does in pread: the
+// goroutines waiting cost no threads, and the reaper collects many
+// completions per wait.
 //
 // Only what dfkv needs is here: IORING_OP_READ and IORING_OP_WRITE on
 // file descriptors, no registered buffers or files, no SQ polling. New
@@ -26,6 +33,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -116,18 +124,25 @@ type Ring struct {
 	cqHead, cqTail, cqMask          *uint32
 	cqes                            []cqe
 
-	// mu guards the SQ, the slots and closed; room is signalled when a
-	// slot frees.
-	mu       sync.Mutex
-	room     *sync.Cond
-	inflight []*request // by slot, the user_data of its SQE
-	free     []uint64   // free slots
-	closed   bool
-	failed   bool // the reaper stopped on an error; Close still releases the ring
-	stopped  chan struct{}
+	// mu guards the SQ, the slots, submitting and closed; room is
+	// signalled when a slot frees and when a submitter finishes.
+	mu         sync.Mutex
+	room       *sync.Cond
+	submitting bool       // a caller is submitting the queue (mu released during its system calls)
+	inflight   []*request // by slot, the user_data of its SQE
+	free       []uint64   // free slots
+	closed     bool
+	failed     bool          // the reaper stopped on an error; Close still releases the ring
+	closeErr   syscall.Errno // submitting Close's NOP failed
+	stopped    chan struct{}
 
-	// Submits counts io_uring_enter calls that submitted, Ops the
-	// requests completed.
+	// file owns fd; poll, where the runtime's poller holds the ring, is
+	// how the reaper waits for completions.
+	file *os.File
+	poll syscall.RawConn
+
+	// Submits counts io_uring_enter calls that submitted (one may carry
+	// many requests), Ops the requests completed.
 	Submits, Ops atomic.Uint64
 }
 
@@ -154,8 +169,32 @@ func New(entries uint32) (*Ring, error) {
 	for i := n; i > 0; i-- {
 		r.free = append(r.free, uint64(i-1))
 	}
+	r.file, r.poll = pollable(r.fd, usePoller)
 	go r.reap()
 	return r, nil
+}
+
+// pollable gives the ring fd to an os.File (which closes it) and, where
+// the Go runtime's poller (epoll) takes it, returns the way to wait on it
+// there: the ring is readable while completions wait. The reaper then
+// waits as a goroutine parked on the poller rather than as a thread
+// blocked in io_uring_enter, so a wake-up costs a goroutine switch, not a
+// thread's wake-up and a hand-off of its processor, which at small I/Os
+// is a fair share of each request's time. With nil the reaper blocks in
+// the kernel instead.
+func pollable(fd int, try bool) (*os.File, syscall.RawConn) {
+	nonblock := try && unix.SetNonblock(fd, true) == nil
+	f := os.NewFile(uintptr(fd), "io_uring") // polled when non-blocking
+	if nonblock {
+		// A file the poller does not hold refuses deadlines.
+		if f.SetReadDeadline(time.Time{}) == nil {
+			if rc, err := f.SyscallConn(); err == nil {
+				return f, rc
+			}
+		}
+		_ = unix.SetNonblock(fd, false)
+	}
+	return f, nil
 }
 func (r *Ring) mapRings(p *params) error {
 	sqSize := uintptr(p.sqOff.array) + uintptr(p.sqEntries)*4
@@ -226,14 +265,9 @@ func (r *Ring) do(op uint8, fd int, b []byte, off int64) (int, error) {
 	slot := r.free[len(r.free)-1]
 	r.free = r.free[:len(r.free)-1]
 	r.inflight[slot] = q
-	errno := r.submit(sqe{opcode: op, fd: int32(fd), off: uint64(off), addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))), len: uint32(len(b)), userData: slot})
-	if errno != 0 {
-		r.inflight[slot] = nil
-		r.free = append(r.free, slot)
-		r.mu.Unlock()
-		q.buf = nil
-		requests.Put(q)
-		return 0, os.NewSyscallError("io_uring_enter", errno)
+	r.push(sqe{opcode: op, fd: int32(fd), off: uint64(off), addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))), len: uint32(len(b)), userData: slot})
+	if !r.submitting {
+		r.submitQueued() // else the caller submitting takes ours along
 	}
 	r.mu.Unlock()
 	<-q.done
@@ -246,34 +280,76 @@ func (r *Ring) do(op uint8, fd int, b []byte, off int64) (int, error) {
 	return int(res), nil
 }
 
-// submit puts e in the SQ and submits it, retrying while a signal (Go's
-// preemption, EINTR) or a short-lived shortage (EAGAIN, EBUSY) cuts the
-// call. On any other error the entry is taken back out. The caller holds
-// mu, so entries are submitted one at a time, in order.
-func (r *Ring) submit(e sqe) syscall.Errno {
+// usePoller is false in tests of the reaper that blocks in the kernel.
+var usePoller = true
+
+// enterHook, when a test sets it, runs before each submitting system call,
+// with mu released.
+var enterHook func()
+
+// push puts e at the tail of the SQ, not yet submitted. The caller holds
+// mu; the in-flight bound keeps the SQ from filling.
+func (r *Ring) push(e sqe) {
 	tail := atomic.LoadUint32(r.sqTail)
 	i := tail & *r.sqMask
 	r.sqes[i] = e
 	*(*uint32)(unsafe.Add(unsafe.Pointer(r.sqArray), uintptr(i)*4)) = i
 	atomic.StoreUint32(r.sqTail, tail+1)
+}
+
+// submitQueued submits what the SQ holds, with mu released during each
+// system call, until the SQ is empty: entries pushed meanwhile go with the
+// next call. It retries while a signal (Go's preemption, EINTR) or a
+// short-lived shortage (EAGAIN, EBUSY) cuts a call. On any other error the
+// entries not taken are taken back out and their callers get the error.
+// Only the submitter enters the kernel with entries to submit (the reaper
+// submits none), so the kernel consumes the SQ only during these calls.
+// Called with mu held; returns with it held.
+func (r *Ring) submitQueued() {
+	r.submitting = true
 	for {
-		n, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 1, 0, 0, 0, 0)
+		head, tail := atomic.LoadUint32(r.sqHead), atomic.LoadUint32(r.sqTail)
+		if head == tail {
+			break
+		}
+		r.mu.Unlock()
+		if enterHook != nil {
+			enterHook()
+		}
+		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(tail-head), 0, 0, 0, 0)
 		r.Submits.Add(1)
-		switch {
-		case errno == 0 && n == 1:
-			return 0
-		case errno == 0, errno == unix.EINTR, errno == unix.EAGAIN, errno == unix.EBUSY:
-			if atomic.LoadUint32(r.sqHead) == tail+1 {
-				return 0 // consumed after all
-			}
-			if errno == unix.EAGAIN || errno == unix.EBUSY {
-				runtime.Gosched()
-			}
+		if errno == unix.EAGAIN || errno == unix.EBUSY {
+			runtime.Gosched()
+		}
+		r.mu.Lock()
+		switch errno {
+		case 0, unix.EINTR, unix.EAGAIN, unix.EBUSY:
 		default:
-			atomic.StoreUint32(r.sqTail, tail)
-			return errno
+			r.failQueued(errno)
 		}
 	}
+	r.submitting = false
+	r.room.Broadcast() // Close may wait for the submitter to finish
+}
+
+// failQueued takes the entries the kernel has not consumed back out of the
+// SQ and answers their callers with errno. The caller holds mu.
+func (r *Ring) failQueued(errno syscall.Errno) {
+	head, tail := atomic.LoadUint32(r.sqHead), atomic.LoadUint32(r.sqTail)
+	for i := head; i != tail; i++ {
+		slot := r.sqes[i&*r.sqMask].userData
+		if slot == closeSlot {
+			r.closeErr = errno
+			continue
+		}
+		q := r.inflight[slot]
+		r.inflight[slot] = nil
+		r.free = append(r.free, slot)
+		q.res = -int32(errno)
+		q.done <- struct{}{}
+	}
+	atomic.StoreUint32(r.sqTail, head)
+	r.room.Broadcast()
 }
 
 // Close fails the calls that come after it with ErrClosed, waits for the
@@ -285,7 +361,7 @@ func (r *Ring) Close() error {
 		r.mu.Unlock()
 		<-r.stopped
 		r.unmap()
-		return unix.Close(r.fd)
+		return r.file.Close()
 	}
 	if r.closed {
 		r.mu.Unlock()
@@ -293,16 +369,23 @@ func (r *Ring) Close() error {
 	}
 	r.closed = true
 	r.room.Broadcast()
+	// No caller queues after closed; one submitting still may be in its
+	// system call, and submits the NOP below only if it looks again.
+	for r.submitting {
+		r.room.Wait()
+	}
 	// A NOP's completion wakes the reaper from its wait; it then exits
 	// once nothing else is in flight.
-	errno := r.submit(sqe{opcode: opNop, userData: closeSlot})
+	r.push(sqe{opcode: opNop, userData: closeSlot})
+	r.submitQueued()
+	errno := r.closeErr
 	r.mu.Unlock()
 	if errno != 0 {
 		return os.NewSyscallError("io_uring_enter", errno)
 	}
 	<-r.stopped
 	r.unmap()
-	return unix.Close(r.fd)
+	return r.file.Close()
 }
 
 // reap waits for completions and hands each to its caller, until Close's
@@ -312,7 +395,7 @@ func (r *Ring) reap() {
 	mask := *r.cqMask
 	closing := false
 	for {
-		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, 1, enterGetEvents, 0, 0)
+		errno := r.wait()
 		if errno != 0 && errno != unix.EINTR && errno != unix.EAGAIN && errno != unix.EBUSY {
 			// Nothing a retry would cure; there is no caller to tell but
 			// the ones waiting, who get the error below.
@@ -348,6 +431,23 @@ func (r *Ring) reap() {
 			return
 		}
 	}
+}
+
+// wait returns when the CQ holds a completion (or, blocking in the kernel,
+// when a signal cut the wait).
+func (r *Ring) wait() syscall.Errno {
+	if r.poll == nil {
+		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, 1, enterGetEvents, 0, 0)
+		return errno
+	}
+	err := r.poll.Read(func(uintptr) bool { return atomic.LoadUint32(r.cqHead) != atomic.LoadUint32(r.cqTail) })
+	if err == nil {
+		return 0
+	}
+	if errno, ok := errors.AsType[syscall.Errno](err); ok {
+		return errno
+	}
+	return unix.EIO // the poller failed the file: nothing a retry cures
 }
 
 // failAll answers every request in flight with errno (the ring itself

@@ -198,7 +198,7 @@ func rightName(r creds.Right) string {
 func (c *conn) handleAuth(h *wire.RequestHeader) error {
 	var buf [wire.MaxTokenBytes]byte
 	tok := buf[:h.BodyLen] // DecodeRequest bounds it
-	if _, err := io.ReadFull(c.br, tok); err != nil {
+	if err := c.readFull(tok); err != nil {
 		return err
 	}
 	w := c.s.opts.Credentials

@@ -51,7 +51,8 @@ type conn struct {
 	batch *recordBatcher
 	br    *bufio.Reader
 
-	sc    *scratch    // the working memory below comes from it while the connection serves
+	sc    *scratch    // wbuf comes from it while the connection serves
+	tb    *tables     // table and stat come from it while a batch is served
 	wbuf  []byte      // pending response bytes
 	iov   [2][]byte   // backing array for writev
 	bufs  net.Buffers // reused writev vector
@@ -231,41 +232,112 @@ func (c *conn) read(key wire.BlockKey, offset, length uint64) ([]byte, uint64, e
 func (c *conn) clearReadDeadline() { _ = c.nc.SetReadDeadline(time.Time{}) }
 
 // scratch is a connection's working memory for serving requests: the
-// response buffer (about 272 KiB) and the batch tables. A connection holds
-// one only while it has requests to serve and gives it back before it
-// waits for the next, so thousands of idle connections do not each keep
-// it: that memory is outside the payload budget.
+// response buffer (about 272 KiB). A connection holds one only while it
+// has requests to serve and gives it back before it waits on its client,
+// for the next request or for the rest of one (a body, a batch's table:
+// awaitClient), so neither idle connections nor clients that announce a
+// body and stall each keep it: that memory is outside the payload budget.
 type scratch struct {
-	wbuf, table, stat []byte
+	wbuf []byte
 }
 
 const wbufCap = flushAt + wire.ResponsePrefixLen + inlineLimit
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{wbuf: make([]byte, 0, wbufCap)} }}
 
-// takeScratch gives the connection its working memory.
+// tables are a batch request's item table and statuses, kept from the
+// table's arrival to the response. A table grows with the bytes received
+// (readTable), so a stalled batch holds what its client sent.
+type tables struct {
+	table, stat []byte
+}
+
+var tablesPool = sync.Pool{New: func() any { return new(tables) }}
+
+// takeScratch gives the connection its response buffer.
 func (c *conn) takeScratch() {
 	if c.sc != nil {
 		return
 	}
 	c.sc = scratchPool.Get().(*scratch)
 	c.s.stats.serving.Add(1)
-	c.wbuf, c.table, c.stat = c.sc.wbuf[:0], c.sc.table, c.sc.stat
+	c.wbuf = c.sc.wbuf[:0]
 }
 
-// returnScratch gives it back; the response buffer must be flushed. A
-// buffer grown far past its usual size is dropped rather than pooled.
+// returnScratch gives back the response buffer, which must be flushed,
+// and the batch tables.
 func (c *conn) returnScratch() {
+	c.returnTables()
+	c.returnReplyBuffer()
+}
+
+// returnReplyBuffer gives back the response buffer, which must be
+// flushed. A buffer grown far past its usual size is dropped rather than
+// pooled.
+func (c *conn) returnReplyBuffer() {
 	if c.sc == nil || len(c.wbuf) > 0 {
 		return
 	}
 	if cap(c.wbuf) <= 4*wbufCap {
 		c.sc.wbuf = c.wbuf[:0]
 	}
-	c.sc.table, c.sc.stat = c.table, c.stat
 	scratchPool.Put(c.sc)
 	c.s.stats.serving.Add(-1)
-	c.sc, c.wbuf, c.table, c.stat = nil, nil, nil, nil
+	c.sc, c.wbuf = nil, nil
+}
+
+func (c *conn) takeTables() {
+	if c.tb != nil {
+		return
+	}
+	c.tb = tablesPool.Get().(*tables)
+	c.table, c.stat = c.tb.table, c.tb.stat
+}
+
+func (c *conn) returnTables() {
+	if c.tb == nil {
+		return
+	}
+	c.tb.table, c.tb.stat = c.table[:0], c.stat[:0]
+	tablesPool.Put(c.tb)
+	c.tb, c.table, c.stat = nil, nil, nil
+}
+
+// awaitClient comes before reading n more bytes of the request being
+// served. When they have not all arrived, the replies pending go out and
+// the response buffer goes back: the client may take up to the body
+// deadline to send them, and a stalled one then holds no working memory
+// but what it sent. After the read, takeScratch.
+func (c *conn) awaitClient(n int) error {
+	if c.sc == nil || c.br.Buffered() >= n {
+		return nil
+	}
+	if err := c.flush(); err != nil {
+		return err
+	}
+	c.returnReplyBuffer() // the tables stay: the request is using them
+	return nil
+}
+
+// readFull reads len(dst) bytes of the request's body (awaitClient).
+func (c *conn) readFull(dst []byte) error {
+	if err := c.awaitClient(len(dst)); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(c.br, dst)
+	c.takeScratch()
+	return err
+}
+
+// discard reads n bytes of the request's body and drops them
+// (awaitClient).
+func (c *conn) discard(n int) error {
+	if err := c.awaitClient(n); err != nil {
+		return err
+	}
+	_, err := c.br.Discard(n)
+	c.takeScratch()
+	return err
 }
 
 func (c *conn) release() {
@@ -674,7 +746,7 @@ func (c *conn) handleOne() error {
 	case wire.OpPut:
 		if !c.allows(h.Key.Tenant, creds.Write) {
 			// The value is read off; the connection stays usable.
-			if _, err := c.br.Discard(int(h.BodyLen)); err != nil {
+			if err := c.discard(int(h.BodyLen)); err != nil {
 				return err
 			}
 			err := c.errForbidden(creds.Write, h.Key.Tenant)
@@ -683,7 +755,7 @@ func (c *conn) handleOne() error {
 		}
 		if r := c.s.receiver; r != nil {
 			if dst, loan, ok := r.Receive(h.Key, h.BodyLen); ok {
-				if _, err := io.ReadFull(c.br, dst); err != nil {
+				if err := c.readFull(dst); err != nil {
 					r.AbortReceive(loan)
 					return err
 				}
@@ -695,7 +767,7 @@ func (c *conn) handleOne() error {
 		if !c.takeBudget(int64(iobuf.SizeFor(int(h.BodyLen)))) {
 			// The value is read off without a buffer; the connection
 			// stays usable.
-			if _, err := c.br.Discard(int(h.BodyLen)); err != nil {
+			if err := c.discard(int(h.BodyLen)); err != nil {
 				return err
 			}
 			err := c.errBusy(c.s.opts.BodyTimeout)
@@ -772,15 +844,21 @@ func (c *conn) handleOne() error {
 
 // readTable reads a batch item table of n bytes into reused scratch.
 func (c *conn) readTable(n int) ([]byte, error) {
+	c.takeTables()
+	if err := c.awaitClient(n); err != nil {
+		return nil, err
+	}
 	// A table larger than any before on this connection grows as it
 	// arrives (wire.ReadGrowing): it is not payload budget, and a header
 	// alone must not make the node set its size aside.
 	t, err := wire.ReadGrowing(c.br, c.table, n)
 	c.table = t[:0]
+	c.takeScratch()
 	return t, err
 }
 
 func (c *conn) statuses(n int) []byte {
+	c.takeTables()
 	if cap(c.stat) < n {
 		c.stat = make([]byte, n)
 	}
@@ -837,7 +915,7 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 			// Its bytes are read off (the frame's bound, checked with its
 			// prefix, bounds them) and dropped.
 			store(i)
-			if _, err := c.br.Discard(int(vl)); err != nil {
+			if err := c.discard(int(vl)); err != nil {
 				return err
 			}
 			st[i] = byte(wire.StatusTooLarge)
@@ -846,7 +924,7 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 		}
 		if !c.allows(k.Tenant, creds.Write) {
 			store(i) // as for TOO_LARGE: this item's answer, its bytes dropped
-			if _, err := c.br.Discard(int(vl)); err != nil {
+			if err := c.discard(int(vl)); err != nil {
 				return err
 			}
 			st[i] = byte(wire.StatusForbidden)
@@ -872,7 +950,7 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 				// a connection never waits while it holds any.
 				store(i)
 				if !c.takeBudget(need) {
-					if _, err := c.br.Discard(int(vl)); err != nil {
+					if err := c.discard(int(vl)); err != nil {
 						return err
 					}
 					st[i] = byte(wire.StatusUnavailable)

@@ -25,8 +25,10 @@
 //   - At server.max_conns open connections the node closes the one that
 //     has waited longest on its client, if it has waited a second or
 //     more, to admit the new one, and refuses the new one only when every
-//     connection is busy. A connection holds its working memory only
-//     while it serves requests.
+//     connection is busy. A connection holds its working memory (a
+//     response buffer of about 272 KiB) only while it serves requests,
+//     and not while it waits on its client for a body or batch table it
+//     announced: replies pending go out before such a wait.
 //   - Payload buffers of all connections together (PUT bodies being
 //     received, GET values being sent from disk; the RAM tier's arena is
 //     apart) are bounded by server.buffer_budget_bytes. Past it a request

@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"io"
 	"time"
 )
 
@@ -52,7 +51,7 @@ func (c *conn) unblock(marked bool) error {
 // marked as blocked on the client meanwhile (blockOnClient).
 func (c *conn) readBody(dst []byte) error {
 	marked := c.blockOnClient()
-	_, err := io.ReadFull(c.br, dst)
+	err := c.readFull(dst)
 	if cut := c.unblock(marked); cut != nil {
 		return cut
 	}

@@ -1,7 +1,6 @@
 package ramtier
 
 import (
-	"slices"
 	"sync"
 
 	"github.com/dfkv/dfkv/wire"
@@ -12,36 +11,65 @@ import (
 // next PUT of that key starts. It is one of 1,024 fixed stripes (by key
 // hash), so a request allocates nothing, but unlike a stripe mutex it
 // holds no lock while a PUT writes to disk: PUTs of other keys on the
-// stripe go ahead, and only a PUT of the same key waits.
+// stripe go ahead, and only a PUT of the same key waits. The PUTs of one
+// key get their turns in the order they asked (a ticket each), so a key
+// under heavy contention cannot pass over one writer again and again.
 type keyTurns struct {
-	mu   sync.Mutex
-	free sync.Cond       // broadcast when a key's turn ends
-	busy []wire.BlockKey // keys whose turn it is; rarely more than one
+	mu    sync.Mutex
+	free  sync.Cond // broadcast when a key's turn ends
+	turns []turn    // keys whose turn someone holds; rarely more than one
 }
 
-// take waits until no other PUT of key holds its turn, then holds it.
+// turn is one busy key's queue: tickets below next are issued, and the
+// holder of serving has the turn.
+type turn struct {
+	key           wire.BlockKey
+	serving, next uint64
+}
+
+func (k *keyTurns) find(key wire.BlockKey) int {
+	for i := range k.turns {
+		if k.turns[i].key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// take waits until every PUT of key that asked before it has had its
+// turn, then holds the turn.
 func (k *keyTurns) take(key wire.BlockKey) {
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.free.L == nil {
 		k.free.L = &k.mu
 	}
-	for slices.Contains(k.busy, key) {
+	i := k.find(key)
+	if i < 0 {
+		k.turns = append(k.turns, turn{key: key, next: 1})
+		return
+	}
+	ticket := k.turns[i].next
+	k.turns[i].next++
+	for k.turns[k.find(key)].serving != ticket {
 		k.free.Wait()
 	}
-	k.busy = append(k.busy, key)
-	k.mu.Unlock()
 }
 
-// give ends key's turn, taken by take.
+// give ends key's turn, taken by take, and hands it to the next ticket.
 func (k *keyTurns) give(key wire.BlockKey) {
 	k.mu.Lock()
-	if i := slices.Index(k.busy, key); i >= 0 {
-		last := len(k.busy) - 1
-		k.busy[i] = k.busy[last]
-		k.busy = k.busy[:last]
+	defer k.mu.Unlock()
+	i := k.find(key)
+	if i < 0 {
+		return
 	}
-	if k.free.L != nil {
-		k.free.Broadcast()
+	t := &k.turns[i]
+	if t.serving++; t.serving == t.next {
+		last := len(k.turns) - 1
+		k.turns[i] = k.turns[last]
+		k.turns = k.turns[:last]
+		return // nobody waits for this key
 	}
-	k.mu.Unlock()
+	k.free.Broadcast()
 }

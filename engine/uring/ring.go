@@ -343,6 +343,9 @@ func (r *Ring) failQueued(errno syscall.Errno) {
 			continue
 		}
 		q := r.inflight[slot]
+		if q == nil {
+			continue // failAll answered it already
+		}
 		r.inflight[slot] = nil
 		r.free = append(r.free, slot)
 		q.res = -int32(errno)
@@ -358,6 +361,9 @@ func (r *Ring) Close() error {
 	r.mu.Lock()
 	if r.failed {
 		r.failed = false // release once
+		for r.submitting {
+			r.room.Wait() // it reads the rings after its system call
+		}
 		r.mu.Unlock()
 		<-r.stopped
 		r.unmap()

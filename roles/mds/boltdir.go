@@ -174,10 +174,11 @@ func (d *boltDir) Register(_ context.Context, group string, m wire.MemberInfo, a
 		if admit != nil {
 			// In the write transaction: bbolt runs one at a time, so no
 			// other REGISTER commits between this check and our write.
-			members, err := membersOf(b)
-			if err != nil {
-				return err
-			}
+			// A record it cannot read does not block registrations (the
+			// member list names it; etcd skips such records too).
+			members, _ := membersOf(b, func(key []byte, err error) {
+				d.log.Warn("MDS: REGISTER admission skips an unreadable member record", "group", group, "key", string(key), "error", err.Error())
+			})
 			if refused = admit(members); refused != nil {
 				return refused
 			}
@@ -325,7 +326,7 @@ func (d *boltDir) Members(_ context.Context, group string) (uint64, []wire.Membe
 		}
 		epoch = epochOf(b)
 		var err error
-		out, err = membersOf(b)
+		out, err = membersOf(b, nil)
 		return err
 	})
 	if err != nil {
@@ -340,15 +341,20 @@ func (d *boltDir) Members(_ context.Context, group string) (uint64, []wire.Membe
 	return epoch, out, nil
 }
 
-// membersOf decodes the member records of a group's bucket.
-func membersOf(b *bolt.Bucket) ([]wire.MemberInfo, error) {
+// membersOf decodes the member records of a group's bucket. A record it
+// cannot decode goes to skip, or, with skip nil, fails the read.
+func membersOf(b *bolt.Bucket, skip func(key []byte, err error)) ([]wire.MemberInfo, error) {
 	var out []wire.MemberInfo
 	c := b.Cursor()
 	prefix := []byte("m/")
 	for k, v := c.Seek(prefix); len(k) > 2 && string(k[:2]) == "m/"; k, v = c.Next() {
 		var m wire.MemberInfo
 		if err := json.Unmarshal(v, &m); err != nil {
-			return nil, fmt.Errorf("member %q: %w", k, err)
+			if skip == nil {
+				return nil, fmt.Errorf("member %q: %w", k, err)
+			}
+			skip(k, err)
+			continue
 		}
 		out = append(out, m)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -251,8 +252,27 @@ func (d *etcdDir) Register(ctx context.Context, group string, m wire.MemberInfo,
 	if err != nil {
 		return 0, backendErr("register: grant lease", err)
 	}
+	keep := false // the lease holds the key, or may (a write whose answer was lost)
+	defer func() {
+		if !keep {
+			// A lease without a key would only lapse, but say so now. The
+			// request's context may be spent: a short one of its own.
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, _ = d.cli.Revoke(rctx, lease.ID)
+			cancel()
+		}
+	}()
 	prefix, key := d.groupPrefix(group), d.memberKey(group, m.ID)
-	for range registerAttempts {
+	for attempt := range registerAttempts {
+		if attempt > 0 {
+			// Others registered meanwhile (a fleet starting): let them
+			// through before reading again.
+			select {
+			case <-time.After(time.Duration(attempt) * time.Duration(5+rand.IntN(20)) * time.Millisecond):
+			case <-ctx.Done():
+				return 0, backendErr("register", ctx.Err())
+			}
+		}
 		cur, err := d.cli.Get(ctx, prefix, clientv3.WithPrefix())
 		if err != nil {
 			return 0, backendErr("register", err)
@@ -269,7 +289,6 @@ func (d *etcdDir) Register(ctx context.Context, group string, m wire.MemberInfo,
 		}
 		if admit != nil {
 			if err := admit(members); err != nil {
-				_, _ = d.cli.Revoke(ctx, lease.ID)
 				return 0, err
 			}
 		}
@@ -281,11 +300,13 @@ func (d *etcdDir) Register(ctx context.Context, group string, m wire.MemberInfo,
 			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease.ID))).
 			Commit()
 		if err != nil {
+			keep = true // it may have landed; if not, the lease lapses alone
 			return 0, backendErr("register", err)
 		}
 		if !resp.Succeeded {
 			continue
 		}
+		keep = true
 		// Revoke an earlier registration's lease, so a node restarting
 		// quickly does not leave a second lease that would later delete
 		// its fresh key.
@@ -294,7 +315,6 @@ func (d *etcdDir) Register(ctx context.Context, group string, m wire.MemberInfo,
 		}
 		return d.noteEpoch(group, resp.Header.Revision), nil
 	}
-	_, _ = d.cli.Revoke(ctx, lease.ID)
 	return 0, backendErr("register", fmt.Errorf("group %q changed under each of %d attempts; the node registers again shortly", group, registerAttempts))
 }
 

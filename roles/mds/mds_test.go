@@ -635,3 +635,37 @@ func TestShortFirstPrefixOfThisEpochRefusedAtOnce(t *testing.T) {
 		t.Fatalf("a 42-byte frame of epoch 8 on the MDS: %+v %v %q", h, err, msg)
 	}
 }
+
+// TestBoltAdmissionSkipsAnUnreadableRecord: a member record bbolt holds
+// but the MDS cannot decode does not block registrations to its group:
+// the admission check skips it (as the etcd directory skips such records)
+// and still counts the readable members.
+func TestBoltAdmissionSkipsAnUnreadableRecord(t *testing.T) {
+	d, err := openBoltDir(filepath.Join(t.TempDir(), "mds.db"), time.Hour, engine.SystemClock{}, slog.New(slog.DiscardHandler), boltHooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	if _, err := d.Register(ctx, "g", member(1), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketName("g")).Put([]byte("m/broken"), []byte("{not json"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	admit := func(ms []wire.MemberInfo) error {
+		for _, m := range ms {
+			seen = append(seen, m.ID)
+		}
+		return nil
+	}
+	if _, err := d.Register(ctx, "g", member(2), admit); err != nil {
+		t.Fatalf("REGISTER beside an unreadable record: %v", err)
+	}
+	if len(seen) != 1 || seen[0] != "node-1" {
+		t.Fatalf("the admission saw members %v, want [node-1]", seen)
+	}
+}

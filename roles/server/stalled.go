@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"io"
 	"time"
 )
 
@@ -50,8 +51,14 @@ func (c *conn) unblock(marked bool) error {
 // readBody reads a payload the connection holds budget for into dst,
 // marked as blocked on the client meanwhile (blockOnClient).
 func (c *conn) readBody(dst []byte) error {
+	// Replies pending go out first (awaitClient): that write marks and
+	// unmarks the connection itself, so the mark below must come after it.
+	if err := c.awaitClient(len(dst)); err != nil {
+		return err
+	}
 	marked := c.blockOnClient()
-	err := c.readFull(dst)
+	_, err := io.ReadFull(c.br, dst)
+	c.takeScratch()
 	if cut := c.unblock(marked); cut != nil {
 		return cut
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -58,24 +59,41 @@ func TestStalledReaderCutForAWaitingRequest(t *testing.T) {
 
 // TestStalledBodyCutForAWaitingRequest: the same for a client that stops
 // sending a PUT's body: the waiting PUT is stored, the stalled one is not.
+//
+// Also when a request pipelined ahead of the stalled PUT left a reply to
+// send first: that reply goes out, and the body wait is still marked.
 func TestStalledBodyCutForAWaitingRequest(t *testing.T) {
-	n, value := stalledNode(t)
-	stalled := dial(t, n.addr)
-	if _, err := stalled.Write(append(wire.AppendRequest(nil, &wire.RequestHeader{Op: wire.OpPut, Key: key(2), BodyLen: testMaxBlock}), value[:1000]...)); err != nil {
-		t.Fatal(err)
-	}
-	waitStats(t, n, "the stalled PUT holding the buffer", func(st Stats) bool { return st.BufferInUse == testMaxBlock }, nil)
+	for _, pipelined := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pipelined=%v", pipelined), func(t *testing.T) {
+			n, value := stalledNode(t)
+			stalled := dial(t, n.addr)
+			var req []byte
+			if pipelined {
+				req = wire.AppendRequest(req, &wire.RequestHeader{Op: wire.OpPing})
+			}
+			req = wire.AppendRequest(req, &wire.RequestHeader{Op: wire.OpPut, Key: key(2), BodyLen: testMaxBlock})
+			if _, err := stalled.Write(append(req, value[:1000]...)); err != nil {
+				t.Fatal(err)
+			}
+			if pipelined {
+				if h, _ := readResp(t, stalled); h.Status != wire.StatusOK {
+					t.Fatalf("the PING ahead of the stalled PUT: %v", h.Status)
+				}
+			}
+			waitStats(t, n, "the stalled PUT holding the buffer", func(st Stats) bool { return st.BufferInUse == testMaxBlock }, nil)
 
-	c := dial(t, n.addr)
-	writeReq(t, c, wire.RequestHeader{Op: wire.OpPut, Key: key(3)}, value)
-	if h, msg := readResp(t, c); h.Status != wire.StatusOK {
-		t.Fatalf("PUT while a stalled PUT held the buffer: %v %s", h.Status, msg)
-	}
-	if st := n.srv.Stats(); st.StalledClosed != 1 {
-		t.Fatalf("stalled_closed %d, want 1", st.StalledClosed)
-	}
-	if _, err := n.srv.opts.Engine.Exist(key(2)); err == nil {
-		t.Fatal("the stalled PUT was stored")
+			c := dial(t, n.addr)
+			writeReq(t, c, wire.RequestHeader{Op: wire.OpPut, Key: key(3)}, value)
+			if h, msg := readResp(t, c); h.Status != wire.StatusOK {
+				t.Fatalf("PUT while a stalled PUT held the buffer: %v %s", h.Status, msg)
+			}
+			if st := n.srv.Stats(); st.StalledClosed != 1 {
+				t.Fatalf("stalled_closed %d, want 1", st.StalledClosed)
+			}
+			if _, err := n.srv.opts.Engine.Exist(key(2)); err == nil {
+				t.Fatal("the stalled PUT was stored")
+			}
+		})
 	}
 }
 

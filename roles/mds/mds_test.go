@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/roles/internal/heaptest"
 	"github.com/dfkv/dfkv/roles/internal/testetcd"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -551,13 +551,7 @@ func (d *countingDir) Probe(context.Context) error { d.probes++; return nil }
 func TestAnnouncedBodiesCostNothingUntilSent(t *testing.T) {
 	ctrl, _, _ := runMDS(t, map[string][]string{"db": {filepath.Join(t.TempDir(), "m.db")}})
 	const conns = 400
-	heap := func() int64 {
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
-	before := heap()
+	before := heaptest.Live()
 	for range conns {
 		c, err := net.Dial("tcp", ctrl)
 		if err != nil {
@@ -571,7 +565,7 @@ func TestAnnouncedBodiesCostNothingUntilSent(t *testing.T) {
 	// Watch for a while: the MDS reads the headers as it gets to them.
 	limit := int64(conns * wire.MaxMDSRequest / 4)
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if grew := heap() - before; grew > limit {
+		if grew := heaptest.Live() - before; grew > limit {
 			t.Fatalf("%d connections announcing %d-byte bodies grew the heap by %d KiB (limit %d KiB)",
 				conns, wire.MaxMDSRequest, grew>>10, limit>>10)
 		}

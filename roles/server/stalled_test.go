@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
+	"github.com/dfkv/dfkv/roles/internal/heaptest"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -127,13 +127,7 @@ func TestAnnouncedBatchTablesCostNothingUntilSent(t *testing.T) {
 		writeReq(t, cs[i], wire.RequestHeader{Op: wire.OpPing}, nil)
 		readResp(t, cs[i])
 	}
-	heap := func() int64 {
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
-	before := heap()
+	before := heaptest.Live()
 	h := wire.RequestHeader{Op: wire.OpBatchPut, Length: items, BodyLen: items * (wire.BatchPutItemLen + 1)}
 	for _, c := range cs {
 		if _, err := c.Write(wire.AppendRequest(nil, &h)); err != nil {
@@ -142,7 +136,7 @@ func TestAnnouncedBatchTablesCostNothingUntilSent(t *testing.T) {
 	}
 	limit := int64(conns * items * wire.BatchPutItemLen / 4)
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if grew := heap() - before; grew > limit {
+		if grew := heaptest.Live() - before; grew > limit {
 			t.Fatalf("%d connections announcing %d-item tables grew the heap by %d MiB (limit %d MiB)", conns, items, grew>>20, limit>>20)
 		}
 	}
@@ -164,13 +158,7 @@ func TestAnnouncedBodiesHoldNoResponseBuffer(t *testing.T) {
 		writeReq(t, cs[i], wire.RequestHeader{Op: wire.OpPing}, nil)
 		readResp(t, cs[i])
 	}
-	heap := func() int64 {
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
-	before := heap()
+	before := heaptest.Live()
 	stalled := []wire.RequestHeader{
 		{Op: wire.OpBatchGet, Length: 16, BodyLen: 16 * wire.BatchGetItemLen},
 		{Op: wire.OpBatchRemove, Length: 16, BodyLen: 16 * wire.BatchKeyItemLen},
@@ -193,7 +181,7 @@ func TestAnnouncedBodiesHoldNoResponseBuffer(t *testing.T) {
 	}
 	limit := int64(conns * wbufCap / 8)
 	waitStats(t, n, "no connection holding a response buffer", func(st Stats) bool { return st.Serving == 0 }, nil)
-	if grew := heap() - before; grew > limit {
+	if grew := heaptest.Live() - before; grew > limit {
 		t.Fatalf("%d connections stalled in a body grew the heap by %d KiB (limit %d KiB)", conns, grew>>10, limit>>10)
 	}
 }

@@ -121,12 +121,7 @@ func TestStalledReaderKeptWithoutPressure(t *testing.T) {
 func TestAnnouncedBatchTablesCostNothingUntilSent(t *testing.T) {
 	const conns, items = 64, 65536
 	n := startNode(t, newMemEngine(), func(o *Options) { o.MaxBatchItems = items })
-	cs := make([]net.Conn, conns)
-	for i := range cs {
-		cs[i] = dial(t, n.addr)
-		writeReq(t, cs[i], wire.RequestHeader{Op: wire.OpPing}, nil)
-		readResp(t, cs[i])
-	}
+	cs := pingedConns(t, n.addr, conns)
 	before := heaptest.Live()
 	h := wire.RequestHeader{Op: wire.OpBatchPut, Length: items, BodyLen: items * (wire.BatchPutItemLen + 1)}
 	for _, c := range cs {
@@ -152,12 +147,7 @@ func TestAnnouncedBatchTablesCostNothingUntilSent(t *testing.T) {
 func TestAnnouncedBodiesHoldNoResponseBuffer(t *testing.T) {
 	const conns = 128
 	n := startNode(t, newMemEngine(), nil)
-	cs := make([]net.Conn, conns)
-	for i := range cs {
-		cs[i] = dial(t, n.addr)
-		writeReq(t, cs[i], wire.RequestHeader{Op: wire.OpPing}, nil)
-		readResp(t, cs[i])
-	}
+	cs := pingedConns(t, n.addr, conns)
 	before := heaptest.Live()
 	stalled := []wire.RequestHeader{
 		{Op: wire.OpBatchGet, Length: 16, BodyLen: 16 * wire.BatchGetItemLen},
@@ -184,4 +174,16 @@ func TestAnnouncedBodiesHoldNoResponseBuffer(t *testing.T) {
 	if grew := heaptest.Live() - before; grew > limit {
 		t.Fatalf("%d connections stalled in a body grew the heap by %d KiB (limit %d KiB)", conns, grew>>10, limit>>10)
 	}
+}
+
+// pingedConns dials n connections that have each served a PING, so their
+// first request's working memory has come and gone before a test measures.
+func pingedConns(t *testing.T, addr string, n int) []net.Conn {
+	cs := make([]net.Conn, n)
+	for i := range cs {
+		cs[i] = dial(t, addr)
+		writeReq(t, cs[i], wire.RequestHeader{Op: wire.OpPing}, nil)
+		readResp(t, cs[i])
+	}
+	return cs
 }

@@ -147,6 +147,14 @@ else
 	echo "NOTE: redis-server, memcached, iperf3, curl or fio missing (scripts/ci-deps.sh installs them as root): the comparison smoke run is skipped"
 fi
 
+echo "== scripts/bench-small-values.sh --quick: small values from disk against fio and the RAM tier, end to end"
+# A smoke run as above (1 s cells, no figure asserted).
+if command -v fio >/dev/null && command -v curl >/dev/null; then
+	bash scripts/bench-small-values.sh --quick 2>&1 | tail -6
+else
+	echo "NOTE: fio or curl missing (scripts/ci-deps.sh installs them as root): the small-values smoke run is skipped"
+fi
+
 echo "== simulation: the CI seed set (log in $out/sim.log)"
 wait "$sim_pid" || true
 grep -E '^(ok|FAIL|--- )|simulated seconds in|replay:|seed [0-9]+ broke' "$out/sim.log"

@@ -14,7 +14,8 @@
 #
 # The node and the load generator share the machine, as do fio and the
 # node in turn (never at once). Installs fio from Debian when missing (as
-# root). Ports come from 10000-29999, below the kernel's ephemeral range.
+# root). Ports come from 10000-19999, below the kernel's ephemeral range
+# (the Go and Python tests that run beside it in CI take 20000-32767).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${SECONDS_PER_CELL:-5}"
@@ -41,7 +42,7 @@ port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 free_port() {
 	local p
 	for _ in $(seq 1 100); do
-		p=$((10000 + RANDOM % 20000))
+		p=$((10000 + RANDOM % 10000))
 		port_in_use "$p" || { echo "$p"; return; }
 	done
 	echo "bench-small-values.sh: no free port found" >&2

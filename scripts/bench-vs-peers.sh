@@ -175,11 +175,12 @@ trap 'exit 130' INT TERM
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # free_port picks a port below the kernel's ephemeral range (32768 and up
 # by default), so no outgoing connection can take it before the server
-# binds it.
+# binds it: 10000-19999, since the Go and Python tests that run beside this
+# script in CI take 20000-32767.
 free_port() {
 	local p
 	for _ in $(seq 1 100); do
-		p=$((10000 + RANDOM % 20000))
+		p=$((10000 + RANDOM % 10000))
 		if ! port_in_use "$p"; then
 			echo "$p"
 			return

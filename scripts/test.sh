@@ -75,31 +75,40 @@ fi
 
 # roles/e2e (real processes, etcd, TLS clusters, restarts) spends most of
 # its five minutes waiting on the processes it starts, using about a
-# third of the machine; it runs last, in the background, beside the
-# contrib tests, the peer comparison's smoke run and the simulation,
-# which would otherwise each wait for it in turn.
+# third of the machine. It runs in the background from when the engine
+# packages are done (slab, the heaviest, among them), beside the other
+# packages, the contrib tests, the peer comparison's smoke run and the
+# simulation, which would otherwise each wait for it in turn. Its child
+# processes listen on ports of their own band (roles/e2e/harness_test.go),
+# so the others' port-0 listeners cannot take them.
 e2e_pkg=github.com/dfkv/dfkv/roles/e2e
-pkgs=$(go list ./... | grep -vxF "$e2e_pkg")
+all_pkgs=$(go list ./... | grep -vxF "$e2e_pkg")
+early_pkgs=$(echo "$all_pkgs" | grep -vE '^github.com/dfkv/dfkv/(rdma|roles|wire)(/|$)')
+late_pkgs=$(echo "$all_pkgs" | grep -E '^github.com/dfkv/dfkv/(rdma|roles|wire)(/|$)')
 
 echo "== go test -race (one line per package as it finishes; the full -v output is in $out/go-test.log)"
 # -p 1 keeps the 2-core CI machine from running several heavy packages
 # (each starting servers) at once; each package still runs its own tests
 # in parallel where they say so.
 start=$SECONDS
-set +e
-go test -race -count=1 -p 1 -timeout 15m -v $pkgs 2>&1 | tee "$out/go-test.log" |
-	grep --line-buffered -E '^(ok|FAIL|\?) ' | while IFS= read -r line; do
-		printf '%4ds  %s\n' $((SECONDS - start)) "$line"
-	done
-status=${PIPESTATUS[0]}
-set -e
-if [ "$status" != 0 ]; then
-	echo "== failures:"
-	grep -B3 -A40 -E -- '--- FAIL|^panic:|^# |\[build failed\]|\[setup failed\]' "$out/go-test.log" | head -400
-	exit 1
-fi
-go_passed=$(grep -cE '^--- PASS' "$out/go-test.log" || true)
-go_skipped=$(grep -cE '^--- SKIP' "$out/go-test.log" || true)
+: >"$out/go-test.log"
+go_test() { # packages...; stops the script on a failure
+	local status
+	set +e
+	go test -race -count=1 -p 1 -timeout 15m -v "$@" 2>&1 | tee -a "$out/go-test.log" |
+		grep --line-buffered -E '^(ok|FAIL|\?) ' | while IFS= read -r line; do
+			printf '%4ds  %s\n' $((SECONDS - start)) "$line"
+		done
+	status=${PIPESTATUS[0]}
+	set -e
+	if [ "$status" != 0 ]; then
+		echo "== failures:"
+		grep -B3 -A40 -E -- '--- FAIL|^panic:|^# |\[build failed\]|\[setup failed\]' "$out/go-test.log" | head -400
+		exit 1
+	fi
+}
+# shellcheck disable=SC2086 # package lists split on purpose
+go_test $early_pkgs
 
 echo "== $e2e_pkg starts in the background (go test -race; log in $out/e2e.log)"
 e2e_start=$SECONDS
@@ -108,6 +117,11 @@ e2e_pid=$!
 # A check below that fails stops this script; the e2e tests (go test, the
 # test binary and the nodes it started, one process group) go with it.
 trap 'kill -- "-$e2e_pid" 2>/dev/null || true' EXIT
+
+# shellcheck disable=SC2086
+go_test $late_pkgs
+go_passed=$(grep -cE '^--- PASS' "$out/go-test.log" || true)
+go_skipped=$(grep -cE '^--- SKIP' "$out/go-test.log" || true)
 
 # The Kubernetes manifests of contrib/kubernetes, rendered and checked
 # against dfkv's own settings without a cluster. A Go module of its own, so

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -15,6 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dfkv/dfkv/engine/objtier/s3test"
+	"github.com/dfkv/dfkv/roles/internal/testetcd"
 )
 
 // binPath is the dfkv binary built once for the multi-process tests.
@@ -27,6 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binPath = filepath.Join(dir, "dfkv")
+	testetcd.PickAddr, s3test.PickAddr = freePort, freePort
 	args := []string{"build", "-o", binPath}
 	if raceEnabled {
 		args = append(args, "-race")
@@ -157,14 +162,41 @@ func cleanEnv() []string {
 	return env
 }
 
-func freePort(t *testing.T) string {
+// Ports for the processes these tests start come from a band below the
+// kernel's ephemeral range (32768 and up), not from port 0: scripts/test.sh
+// runs this package beside other packages' tests and the contrib tests,
+// whose listeners and connections the kernel gives ports of that range,
+// and a port chosen by binding port 0 and closing it could be taken before
+// the child listens on it. The contrib tests choose from 30000-32767, the
+// benchmark scripts from 10000-19999.
+const portBandLow, portBandHigh = 20000, 30000
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{} // never handed out twice: a child may restart on its port
+)
+
+// freePort returns a loopback address on a port of the band that nothing
+// listens on and this process has not handed out before.
+func freePort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := portBandLow + rand.IntN(portBandHigh-portBandLow)
+		if portsGiven[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		portsGiven[port] = true
+		return ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatalf("no free loopback port in %d-%d", portBandLow, portBandHigh-1)
+	return ""
 }
 
 // startServer starts `dfkv server` on addr with its HTTP on httpAddr and

@@ -32,7 +32,8 @@ def members():
 # ports of that range to every bind of port 0 and every outgoing
 # connection, so a port chosen from it can be taken between the choice and
 # the node's listen by any other test running beside this suite (the Go
-# multi-process tests do). scripts/bench-vs-peers.sh takes 10000-29999.
+# multi-process tests do, from 20000-29999; the benchmark scripts take
+# 10000-19999).
 PORT_BAND = (30000, 32768)
 _given = set()
 

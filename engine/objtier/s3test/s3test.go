@@ -82,7 +82,7 @@ func Start(t testing.TB) *Server {
 	}
 	dir := t.TempDir()
 	s := &Server{
-		Endpoint: freeAddr(t), Bucket: "dfkv-test", AccessKey: "dfkvtestkey", SecretKey: "dfkv-test-secret-key",
+		Endpoint: PickAddr(t), Bucket: "dfkv-test", AccessKey: "dfkvtestkey", SecretKey: "dfkv-test-secret-key",
 		Root: filepath.Join(dir, "root"), bin: bin, logPath: filepath.Join(dir, "versitygw.log"),
 	}
 	if err := os.MkdirAll(s.Root, 0o755); err != nil {
@@ -98,6 +98,11 @@ func Start(t testing.TB) *Server {
 	}
 	return s
 }
+
+// PickAddr chooses the loopback address the server listens on. By default
+// the kernel chooses (port 0); a test package whose tests run beside other
+// packages' (roles/e2e) sets it to choose ports no other test takes.
+var PickAddr = freeAddr
 
 func freeAddr(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

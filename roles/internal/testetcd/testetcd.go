@@ -40,11 +40,16 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skip("etcd is not installed (apt-get install etcd-server); skipping the tests that need a real etcd")
 	}
-	s := &Server{bin: bin, dir: t.TempDir(), Endpoint: freeAddr(t), peer: freeAddr(t)}
+	s := &Server{bin: bin, dir: t.TempDir(), Endpoint: PickAddr(t), peer: PickAddr(t)}
 	s.start(t)
 	t.Cleanup(func() { s.Stop() })
 	return s
 }
+
+// PickAddr chooses the loopback addresses etcd listens on. By default the
+// kernel chooses (port 0); a test package whose tests run beside other
+// packages' (roles/e2e) sets it to choose ports no other test takes.
+var PickAddr = freeAddr
 
 func freeAddr(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

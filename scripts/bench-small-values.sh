@@ -102,23 +102,23 @@ for bs in 4k 64k; do
 done
 rm -f "$work/fio.dat"
 
+# node_cells WHERE SERVER-ARGS...: GET then PUT of each size against a
+# node started with the arguments, into r[WHERE_op_bs].
+node_cells() {
+	local where=$1 bs size
+	shift
+	start_node "$@"
+	for bs in 4k 64k; do
+		size=${bs%k}KiB
+		r[${where}_get_$bs]=$(ops get "$size")
+		r[${where}_put_$bs]=$(ops put "$size")
+	done
+	stop_node
+}
 echo "== dfkv from disk (io_uring as configured; DFKV_SERVER_URING to change)"
-start_node
-for bs in 4k 64k; do
-	size=${bs%k}KiB
-	r[disk_get_$bs]=$(ops get "$size")
-	r[disk_put_$bs]=$(ops put "$size")
-done
-stop_node
-
+node_cells disk
 echo "== dfkv from a RAM tier that holds every value"
-start_node --ram-tier 1 --ram-tier-bytes 2GiB
-for bs in 4k 64k; do
-	size=${bs%k}KiB
-	r[ram_get_$bs]=$(ops get "$size")
-	r[ram_put_$bs]=$(ops put "$size")
-done
-stop_node
+node_cells ram --ram-tier 1 --ram-tier-bytes 2GiB
 
 printf '\n%-12s %10s %10s %10s %8s\n' "op/s" "disk" "fio" "RAM" "ratio"
 for bs in 4k 64k; do

@@ -13,10 +13,10 @@
 // (on a virtual disk each call also costs an exit to the host to kick the
 // device), and no lock is held across one. One reaper goroutine waits for
 // completions, parked on the Go runtime's poller (the ring's fd is
-// readable while completions wait), and hands each back to its caller. The disk
-// sees as many requests in flight as there are callers (up to the ring's
-// size), while no thread blocks per I/O as it does in pread: the
-// goroutines waiting cost no threads, and the reaper collects many
+// readable while completions wait), and hands each back to its caller.
+// The disk sees as many requests in flight as there are callers (up to
+// the ring's size), while no thread blocks per I/O as it does in pread:
+// the goroutines waiting cost no threads, and the reaper collects many
 // completions per wait.
 //
 // Only what dfkv needs is here: IORING_OP_READ and IORING_OP_WRITE on
@@ -138,8 +138,9 @@ type Ring struct {
 
 	// file owns fd; poll, where the runtime's poller holds the ring, is
 	// how the reaper waits for completions.
-	file *os.File
-	poll syscall.RawConn
+	file  *os.File
+	poll  syscall.RawConn
+	ready func(uintptr) bool // poll.Read's check: a completion waits; made once
 
 	// Submits counts io_uring_enter calls that submitted (one may carry
 	// many requests), Ops the requests completed.
@@ -170,6 +171,7 @@ func New(entries uint32) (*Ring, error) {
 		r.free = append(r.free, uint64(i-1))
 	}
 	r.file, r.poll = pollable(r.fd, usePoller)
+	r.ready = func(uintptr) bool { return atomic.LoadUint32(r.cqHead) != atomic.LoadUint32(r.cqTail) }
 	go r.reap()
 	return r, nil
 }
@@ -196,6 +198,7 @@ func pollable(fd int, try bool) (*os.File, syscall.RawConn) {
 	}
 	return f, nil
 }
+
 func (r *Ring) mapRings(p *params) error {
 	sqSize := uintptr(p.sqOff.array) + uintptr(p.sqEntries)*4
 	cqSize := uintptr(p.cqOff.cqes) + uintptr(p.cqEntries)*unsafe.Sizeof(cqe{})
@@ -446,7 +449,7 @@ func (r *Ring) wait() syscall.Errno {
 		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, 1, enterGetEvents, 0, 0)
 		return errno
 	}
-	err := r.poll.Read(func(uintptr) bool { return atomic.LoadUint32(r.cqHead) != atomic.LoadUint32(r.cqTail) })
+	err := r.poll.Read(r.ready)
 	if err == nil {
 		return 0
 	}

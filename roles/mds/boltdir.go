@@ -174,8 +174,8 @@ func (d *boltDir) Register(_ context.Context, group string, m wire.MemberInfo, a
 		if admit != nil {
 			// In the write transaction: bbolt runs one at a time, so no
 			// other REGISTER commits between this check and our write.
-			// A record it cannot read does not block registrations (the
-			// member list names it; etcd skips such records too).
+			// A record it cannot read does not block registrations (a
+			// MEMBERS read fails naming it; etcd skips such records).
 			members, _ := membersOf(b, func(key []byte, err error) {
 				d.log.Warn("MDS: REGISTER admission skips an unreadable member record", "group", group, "key", string(key), "error", err.Error())
 			})

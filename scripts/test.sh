@@ -86,6 +86,17 @@ all_pkgs=$(go list ./... | grep -vxF "$e2e_pkg")
 early_pkgs=$(echo "$all_pkgs" | grep -vE '^github.com/dfkv/dfkv/(rdma|roles|wire)(/|$)')
 late_pkgs=$(echo "$all_pkgs" | grep -E '^github.com/dfkv/dfkv/(rdma|roles|wire)(/|$)')
 
+# Prints what a failed go test log says went wrong: each failing test and
+# panic with its context, or the log's end when it names none (a process
+# killed from outside, a timeout's goroutine dump cut short).
+show_failures() { # log
+	echo "== failures:"
+	if ! grep -B3 -A40 -E -- '--- FAIL|^panic:|^# |\[build failed\]|\[setup failed\]' "$1" | head -400; then
+		echo "(no failing test named; the log ends:)"
+		tail -60 "$1"
+	fi
+}
+
 echo "== go test -race (one line per package as it finishes; the full -v output is in $out/go-test.log)"
 # -p 1 keeps the 2-core CI machine from running several heavy packages
 # (each starting servers) at once; each package still runs its own tests
@@ -96,14 +107,13 @@ go_test() { # packages...; stops the script on a failure
 	local status
 	set +e
 	go test -race -count=1 -p 1 -timeout 15m -v "$@" 2>&1 | tee -a "$out/go-test.log" |
-		grep --line-buffered -E '^(ok|FAIL|\?) ' | while IFS= read -r line; do
+		grep --line-buffered -E '^(ok|FAIL|\?)[[:space:]]' | while IFS= read -r line; do
 			printf '%4ds  %s\n' $((SECONDS - start)) "$line"
 		done
 	status=${PIPESTATUS[0]}
 	set -e
 	if [ "$status" != 0 ]; then
-		echo "== failures:"
-		grep -B3 -A40 -E -- '--- FAIL|^panic:|^# |\[build failed\]|\[setup failed\]' "$out/go-test.log" | head -400
+		show_failures "$out/go-test.log"
 		exit 1
 	fi
 }
@@ -171,9 +181,9 @@ fi
 
 echo "== simulation: the CI seed set (log in $out/sim.log)"
 wait "$sim_pid" || true
-grep -E '^(ok|FAIL|--- )|simulated seconds in|replay:|seed [0-9]+ broke' "$out/sim.log"
+grep -E '^(ok|FAIL|--- )|simulated seconds in|replay:|seed [0-9]+ broke' "$out/sim.log" || true
 if ! grep -q '^ok' "$out/sim.log"; then
-	grep -B2 -A30 -E -- '--- FAIL|^panic:' "$out/sim.log" | head -200
+	show_failures "$out/sim.log"
 	exit 1
 fi
 go_passed=$((go_passed + $(grep -cE '^--- PASS' "$out/sim.log")))
@@ -181,10 +191,11 @@ go_passed=$((go_passed + $(grep -cE '^--- PASS' "$out/sim.log")))
 echo "== $e2e_pkg (log in $out/e2e.log)"
 e2e_status=0
 wait "$e2e_pid" || e2e_status=$?
-grep -E '^(ok|FAIL) ' "$out/e2e.log" | sed "s/^/$((SECONDS - e2e_start))s after its start: /"
+# go test ends its report with "ok  <tab>pkg" or "FAIL<tab>pkg"; a run that
+# was killed has neither, and the failures below must still be shown.
+grep -E '^(ok|FAIL)[[:space:]]' "$out/e2e.log" | sed "s/^/$((SECONDS - e2e_start))s after its start: /" || true
 if [ "$e2e_status" != 0 ]; then
-	echo "== failures:"
-	grep -B3 -A40 -E -- '--- FAIL|^panic:|^# |\[build failed\]|\[setup failed\]' "$out/e2e.log" | head -400
+	show_failures "$out/e2e.log"
 	exit 1
 fi
 go_passed=$((go_passed + $(grep -cE '^--- PASS' "$out/e2e.log")))

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -379,4 +380,51 @@ func BenchmarkPayloadSum(b *testing.B) {
 			payloadSum(&k, 1, 2, dst)
 		}
 	})
+}
+
+// BenchmarkLayerLoad1MiB restores 1 MiB blocks from disk (O_DIRECT) the
+// way a layer-by-layer load asks for them: 32 ranged reads of 32 KiB per
+// block, all at once from 32 goroutines, each block read for the first
+// time (its section sums forgotten before each). "sections" is the engine
+// as it is; "whole-per-layer" reads and verifies the whole block for every
+// range, as it did before ranges were read by sections; "whole" is one
+// whole-block read per block, the floor. Bytes are block bytes restored.
+func BenchmarkLayerLoad1MiB(b *testing.B) {
+	const size, nkeys, layers = 1 << 20, 256, 32
+	s := benchStore(b, true)
+	for i := range nkeys {
+		mustCache(b, s, enginetest.Key(i), enginetest.Value(uint64(i), size))
+	}
+	allocs := make([]*fixedAlloc, layers)
+	for i := range allocs {
+		allocs[i] = &fixedAlloc{iobuf.AlignedSlice(size)}
+	}
+	for _, mode := range []string{"sections", "whole-per-layer", "whole"} {
+		b.Run(mode, func(b *testing.B) {
+			defer func(v bool) { rangeSections = v }(rangeSections)
+			rangeSections = mode != "whole-per-layer"
+			b.SetBytes(size)
+			i := 0
+			for b.Loop() {
+				key := enginetest.Key(i * 7919 % nkeys)
+				i++
+				s.sections = newSectionCache()
+				if mode == "whole" {
+					if _, _, err := s.Get(key, 0, 0, allocs[0]); err != nil {
+						b.Fatal(err)
+					}
+					continue
+				}
+				var wg sync.WaitGroup
+				for l := range layers {
+					wg.Go(func() {
+						if _, _, err := s.Get(key, uint64(l*size/layers), size/layers, allocs[l]); err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+		})
+	}
 }

@@ -21,6 +21,10 @@ var ErrPayloadChecksum = errors.New("payload checksum mismatch")
 // never serves unverified bytes otherwise.
 var verifyPayloads = true
 
+// rangeSections turns ranged reads by sections (sections.go) off. Only
+// the benchmark that compares them with whole reads clears it.
+var rangeSections = true
+
 const (
 	// sumPiece is how much of a value the PUT path copies into its
 	// O_DIRECT bounce buffer before checksumming that piece, small enough
@@ -109,22 +113,25 @@ func (l *logLimiter) allow(now time.Time, every time.Duration) (bool, uint64) {
 	return true, l.suppressed.Swap(0)
 }
 
-// readVerified reads [off, off+n) of the stored-byte value in slot slotOff
-// of extent e and checks the whole value against want, the checksum
-// seeded with seed. ok is false when the bytes do not match; then no byte
-// is returned.
+// readVerified reads [off, off+n) of the stored-byte value in slot r (at
+// slotOff of extent e) and checks it against want, the checksum seeded
+// with seed. ok is false when the bytes do not match; then no byte is
+// returned.
 //
-// A checksum covers the whole value, so a range is vouched for only by
-// reading the rest of the value too: a ranged read costs the I/O of a
-// whole-value read (values are at most an extent). A whole-value read goes
-// straight into the caller's buffer; a range streams the value through a
-// pooled buffer and copies out only the bytes asked for.
-func (s *Store) readVerified(e uint32, slotOff, stored, off, n uint64, seed, want uint32, alloc engine.Allocator) ([]byte, bool, error) {
+// A checksum covers the whole value, so the first ranged read of a value
+// reads all of it; later ones read only the sections they touch
+// (sections.go). A whole-value read goes straight into the caller's
+// buffer; a whole read for a range streams the value through a pooled
+// buffer and copies out only the bytes asked for.
+func (s *Store) readVerified(r SlotRef, e uint32, slotOff, stored, off, n uint64, seed, want uint32, alloc engine.Allocator) ([]byte, bool, error) {
 	if !verifyPayloads {
 		data, err := s.readPayload(e, slotOff, off, n, alloc)
 		return data, err == nil, err
 	}
 	if off != 0 || n != stored {
+		if shift := sectionShift(stored); shift != 0 && rangeSections {
+			return s.readRangeBySections(r, e, slotOff, stored, off, n, shift, seed, want, alloc)
+		}
 		return s.readRangeVerified(e, slotOff, stored, off, n, seed, want, alloc)
 	}
 	data, err := s.readPayload(e, slotOff, 0, stored, alloc)
@@ -155,6 +162,12 @@ func (s *Store) readRangeVerified(e uint32, slotOff, stored, off, n uint64, seed
 // returns its checksum extended from seed, copying the bytes from off on
 // into dst as they pass (dst may be empty).
 func (s *Store) sumValue(e uint32, slotOff, stored uint64, seed uint32, off uint64, dst []byte) (uint32, error) {
+	return s.sumValueEach(e, slotOff, stored, seed, off, dst, nil)
+}
+
+// sumValueEach is sumValue that also hands each piece it read, with the
+// piece's offset in the value, to each (when not nil).
+func (s *Store) sumValueEach(e uint32, slotOff, stored uint64, seed uint32, off uint64, dst []byte, each func(pos uint64, b []byte)) (uint32, error) {
 	f := s.extents[e]
 	buf := s.pool.Get(int(min(alignUp(stored, pageAlign), chunkBytes)))
 	defer s.pool.Put(buf)
@@ -174,6 +187,9 @@ func (s *Store) sumValue(e uint32, slotOff, stored uint64, seed uint32, off uint
 			return 0, err
 		}
 		sum = crc32.Update(sum, castagnoli, buf.B[:c])
+		if each != nil {
+			each(pos, buf.B[:c])
+		}
 		if lo, hi := max(pos, off), min(pos+c, off+n); lo < hi {
 			copy(dst[lo-off:], buf.B[lo-pos:hi-pos])
 		}

@@ -150,12 +150,21 @@
 // cache, or in one pass before a write that copies nothing (an aligned
 // value, or buffered I/O). Every published slot's sum is also kept in
 // memory (4 bytes per carved slot), so a read checks without reading its
-// record. Every read from the extents verifies the whole value before any
-// byte leaves the engine: a whole-value read checks the caller's buffer; a
-// range (offset/length) reads the whole value too, in 4 MiB pieces through
-// a pooled buffer, checks it and copies out only the range (a sum covers
-// the value, so a range of it cannot be vouched for alone; ranged reads
-// thus cost a whole value's I/O). A value that fails is never served: the
+// record. Every read from the extents verifies what it serves before any
+// byte leaves the engine: a whole-value read checks the caller's buffer.
+// The first range (offset/length) of a value reads the whole value too (a
+// sum covers the value, so a range of it cannot be vouched for alone),
+// checks it, copies out only the range, and keeps the sums of the value's
+// sections (16 KiB or more, at most 256) in memory, in a cache of the
+// newest 16,384 tables per disk; later ranges of it read and check only
+// the sections they touch, and ranges asked for while the first is read
+// are copied from its checked bytes. A layer-by-layer load, one range per
+// layer, thus reads a block about once instead of once per layer
+// (sections.go). A section table is only a hint: a section that fails its
+// sum sends the read to the whole-value check, which decides. A range
+// whose sections pass is served even if another section of the value has
+// rotted since; that one fails the read that touches it, or the scrub.
+// A value that fails is never served: the
 // read is a miss (NOT_FOUND), the value is dropped as a REMOVE drops it
 // (unpublished, its record cleared, its slot freed, its tenant credited),
 // Stats.ChecksumFailures counts it (dfkv_disk_checksum_failures_total),

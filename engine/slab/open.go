@@ -164,6 +164,7 @@ func newStore(opts *Options) (*Store, error) {
 		pool:      iobuf.NewPool(chunkBytes),
 		sums:      make(sumTable, count),
 		flights:   map[wire.BlockKey]*flight{},
+		sections:  newSectionCache(),
 		wipes:     map[uint32]*wipe{},
 		evicted:   map[wire.BlockKey]int{},
 		spans:     map[wire.BlockKey]span{},

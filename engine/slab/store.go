@@ -187,6 +187,13 @@ type Store struct {
 	checksumFailures atomic.Uint64
 	corruptLog       logLimiter
 
+	// sections remembers the section sums of values read by range, so
+	// later ranges of them read only their own bytes (sections.go).
+	sections      *sectionCache
+	sectionBuilds atomic.Uint64 // whole reads that took a value's section sums
+	sectionReads  atomic.Uint64 // ranged reads served by their sections alone
+	sectionMisses atomic.Uint64 // ranged reads whose sections failed, sent to the whole-value check
+
 	scrubStop   chan struct{} // closed by Close; nil without a scrub
 	scrubDone   sync.WaitGroup
 	scrubbed    atomic.Uint64 // slot bytes the scrub verified
@@ -557,7 +564,7 @@ func (s *Store) Get(key wire.BlockKey, offset, length uint64, alloc engine.Alloc
 		s.hits.Add(1)
 		return nil, stored, nil
 	}
-	data, ok, err := s.readVerified(e, slotOff, stored, offset, n, sumSeed(&key, e, sl, stored32), want, alloc)
+	data, ok, err := s.readVerified(r, e, slotOff, stored, offset, n, sumSeed(&key, e, sl, stored32), want, alloc)
 	if err == nil && !ok {
 		s.misses.Add(1)
 		return nil, 0, s.dropCorrupt(key, r, stored, "a read")

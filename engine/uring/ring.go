@@ -286,6 +286,10 @@ func (r *Ring) do(op uint8, fd int, b []byte, off int64) (int, error) {
 // usePoller is false in tests of the reaper that blocks in the kernel.
 var usePoller = true
 
+// waitHook, when a test sets it, runs before each wait of the reaper; a
+// non-zero errno is what the wait returns instead of waiting.
+var waitHook func(r *Ring) syscall.Errno
+
 // enterHook, when a test sets it, runs before each submitting system call,
 // with mu released.
 var enterHook func()
@@ -347,7 +351,7 @@ func (r *Ring) failQueued(errno syscall.Errno) {
 		}
 		q := r.inflight[slot]
 		if q == nil {
-			continue // failAll answered it already
+			continue // answered already
 		}
 		r.inflight[slot] = nil
 		r.free = append(r.free, slot)
@@ -406,24 +410,34 @@ func (r *Ring) reap() {
 	for {
 		errno := r.wait()
 		if errno != 0 && errno != unix.EINTR && errno != unix.EAGAIN && errno != unix.EBUSY {
-			// Nothing a retry would cure; there is no caller to tell but
-			// the ones waiting, who get the error below.
-			r.failAll(errno)
+			// Nothing a retry would cure.
+			r.drain()
 			return
 		}
-		head := atomic.LoadUint32(r.cqHead)
-		tail := atomic.LoadUint32(r.cqTail)
-		if head == tail {
-			continue
+		if done, _ := r.reapReady(mask, &closing); done {
+			return
 		}
-		r.mu.Lock()
+	}
+}
+
+// reapReady hands every completion in the CQ to its caller and reports
+// whether the reaper is done (Close's NOP completed and nothing else is in
+// flight) and whether nothing is in flight.
+func (r *Ring) reapReady(mask uint32, closing *bool) (done, idle bool) {
+	head := atomic.LoadUint32(r.cqHead)
+	tail := atomic.LoadUint32(r.cqTail)
+	r.mu.Lock()
+	if head != tail {
 		for ; head != tail; head++ {
 			c := r.cqes[head&mask]
 			if c.userData == closeSlot {
-				closing = true
+				*closing = true
 				continue
 			}
 			q := r.inflight[c.userData]
+			if q == nil {
+				continue // failQueued answered it already
+			}
 			r.inflight[c.userData] = nil
 			r.free = append(r.free, c.userData)
 			q.res = c.res
@@ -434,17 +448,52 @@ func (r *Ring) reap() {
 		}
 		atomic.StoreUint32(r.cqHead, head)
 		r.room.Broadcast()
-		idle := len(r.free) == len(r.inflight)
-		r.mu.Unlock()
-		if closing && idle {
+	}
+	idle = len(r.free) == len(r.inflight)
+	r.mu.Unlock()
+	return *closing && idle, idle
+}
+
+// drainPoll is how often drain looks at the CQ.
+const drainPoll = time.Millisecond
+
+// drain is the reaper after its wait failed (io_uring_enter
+// refused to wait, which on a ring fd that is open does not happen in
+// practice). The ring takes no new requests (their callers fall back to
+// pread and pwrite; the next Close releases it), but the ones in flight
+// are not failed: the kernel may still be moving bytes into or out of
+// their buffers, which their callers would reuse. The CQ is shared
+// memory the kernel posts to without being asked, so drain looks at it
+// every drainPoll, with a non-blocking enter to run the kernel's
+// completion work, and answers each request with its own result, until
+// none is in flight.
+func (r *Ring) drain() {
+	r.mu.Lock()
+	if !r.closed {
+		// Nobody called Close: the next Close releases the ring.
+		r.closed, r.failed = true, true
+	}
+	r.room.Broadcast()
+	r.mu.Unlock()
+	mask := *r.cqMask
+	closing := false
+	for {
+		_, _, _ = unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, 0, enterGetEvents, 0, 0)
+		if _, idle := r.reapReady(mask, &closing); idle {
 			return
 		}
+		time.Sleep(drainPoll)
 	}
 }
 
 // wait returns when the CQ holds a completion (or, blocking in the kernel,
 // when a signal cut the wait).
 func (r *Ring) wait() syscall.Errno {
+	if waitHook != nil {
+		if errno := waitHook(r); errno != 0 {
+			return errno
+		}
+	}
 	if r.poll == nil {
 		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, 1, enterGetEvents, 0, 0)
 		return errno
@@ -457,25 +506,4 @@ func (r *Ring) wait() syscall.Errno {
 		return errno
 	}
 	return unix.EIO // the poller failed the file: nothing a retry cures
-}
-
-// failAll answers every request in flight with errno (the ring itself
-// failed: io_uring_enter refused to wait, which on a ring fd that is open
-// does not happen in practice) and closes the ring to new ones, whose
-// callers then fall back to pread/pwrite.
-func (r *Ring) failAll(errno syscall.Errno) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.closed {
-		// Nobody called Close: the next Close releases the ring.
-		r.closed, r.failed = true, true
-	}
-	for slot, q := range r.inflight {
-		if q != nil {
-			q.res = -int32(errno)
-			q.done <- struct{}{}
-			r.inflight[slot] = nil
-		}
-	}
-	r.room.Broadcast()
 }

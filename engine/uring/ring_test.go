@@ -293,3 +293,71 @@ func BenchmarkReadAt4KiB16(b *testing.B) {
 	})
 	b.ReportMetric(float64(r.Submits.Load()-submits)/float64(r.Ops.Load()-ops), "submits/read")
 }
+
+// TestFailedWaitAnswersEachRequestWithItsOwnResult: when the reaper's wait
+// fails for good, the requests already in the kernel are not failed (the
+// kernel may still be filling their buffers, which their callers would
+// reuse): each is answered with its own completion, read from the CQ, and
+// only then does the ring refuse new requests' callers (ErrClosed, so they
+// use pread) and close cleanly.
+func TestFailedWaitAnswersEachRequestWithItsOwnResult(t *testing.T) {
+	var fired atomic.Bool
+	waitHook = func(r *Ring) syscall.Errno {
+		if fired.Load() {
+			return 0
+		}
+		for {
+			r.mu.Lock()
+			busy := len(r.free) != len(r.inflight)
+			r.mu.Unlock()
+			if busy {
+				break
+			}
+			runtime.Gosched()
+		}
+		fired.Store(true)
+		return unix.EBADF
+	}
+	r := newRing(t)
+	defer func() { waitHook = nil }()
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const readers, size = 4, 4096
+	want := make([]byte, readers*size)
+	for i := range want {
+		want[i] = byte(i / size * 7)
+	}
+	if _, err := f.WriteAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, readers)
+	for i := range readers {
+		wg.Go(func() {
+			b := make([]byte, size)
+			n, err := r.ReadAt(int(f.Fd()), b, int64(i*size))
+			if errors.Is(err, ErrClosed) {
+				return // came after the failure: the caller uses pread
+			}
+			if err != nil || n != size || !bytes.Equal(b, want[i*size:(i+1)*size]) {
+				errs[i] = fmt.Errorf("read %d in flight when the wait failed: %d bytes, %v", i, n, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if !fired.Load() {
+		t.Fatal("the wait never failed")
+	}
+	if _, err := r.ReadAt(int(f.Fd()), make([]byte, size), 0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("a read after the failed wait: %v, want ErrClosed", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("Close after the failed wait: %v", err)
+	}
+}

@@ -33,8 +33,10 @@ import (
 // taken from; a section that fails its sum sends the read to the
 // whole-value check, which decides as it always has: the value is served
 // (and the table taken afresh) or dropped. So a stale table can cost a
-// read, never serve a byte the payload checksum would refuse, and nothing
-// needs to forget a slot's table when the slot is reused.
+// read, never serve a byte that is not the value's, and nothing needs to
+// forget a slot's table when the slot is reused. A range whose sections
+// pass is served even if another section of the value rotted since it was
+// checked: the read that touches that section, or the scrub, drops it.
 
 const (
 	// minSectionShift is the smallest section, 16 KiB: a multiple of
@@ -239,16 +241,23 @@ func (s *Store) readRangeBySections(r SlotRef, e uint32, slotOff, stored, off, n
 			return s.readRangeVerified(e, slotOff, stored, off, n, seed, want, alloc)
 		}
 	}
-	t = &sectionTable{want: want, stored: stored, shift: shift, sums: make([]uint32, (stored+1<<shift-1)>>shift)}
-	dst, ok, err := s.takeSections(f, t, e, slotOff, stored, off, n, seed, want, alloc)
-	if !ok || err != nil {
-		t = nil
-	} else {
-		s.sectionBuilds.Add(1)
-	}
-	s.sections.land(r, f, t)
-	f.unref(s.pool)
-	return dst, ok, err
+	return s.leadSections(r, f, e, slotOff, stored, off, n, shift, seed, want, alloc)
+}
+
+// leadSections runs flight f: the whole read that takes r's table. The
+// flight lands however takeSections ends, so no read waits on it forever.
+func (s *Store) leadSections(r SlotRef, f *sectionFlight, e uint32, slotOff, stored, off, n uint64, shift uint, seed, want uint32, alloc engine.Allocator) (dst []byte, ok bool, err error) {
+	t := &sectionTable{want: want, stored: stored, shift: shift, sums: make([]uint32, (stored+1<<shift-1)>>shift)}
+	defer func() {
+		if !ok || err != nil {
+			t = nil
+		} else {
+			s.sectionBuilds.Add(1)
+		}
+		s.sections.land(r, f, t)
+		f.unref(s.pool)
+	}()
+	return s.takeSections(f, t, e, slotOff, stored, off, n, seed, want, alloc)
 }
 
 // takeSections is the leader's whole read: it verifies the value against
@@ -300,12 +309,26 @@ func (s *Store) sumSections(t *sectionTable, value []byte, seed uint32) uint32 {
 	return crc32.Update(seed, castagnoli, value)
 }
 
+// sectionSlack is how many bytes more than a range its sections may span
+// for them to be read straight into the caller's buffer; a range whose
+// sections span more (large sections, a small range) reads them into a
+// pooled buffer and copies the range out, so the caller is never asked for
+// much more than it reserved for the range.
+const sectionSlack = 64 << 10
+
 // readSections reads the sections of t's value that [off, off+n) touches
 // and checks each against its sum. ok is false when one fails.
 func (s *Store) readSections(t *sectionTable, e uint32, slotOff, off, n uint64, seed uint32, alloc engine.Allocator) ([]byte, bool, error) {
 	first, last := off>>t.shift, (off+n-1)>>t.shift
 	start, end := first<<t.shift, min(t.stored, (last+1)<<t.shift)
-	data, err := s.readPayload(e, slotOff, start, end-start, alloc)
+	into := alloc
+	var staged *poolAlloc
+	if span := alignUp(end-start, pageAlign); span > n+sectionSlack && span <= chunkBytes {
+		staged = &poolAlloc{pool: s.pool}
+		into = staged
+		defer staged.release()
+	}
+	data, err := s.readPayload(e, slotOff, start, end-start, into)
 	if err != nil {
 		return nil, false, err
 	}
@@ -316,7 +339,33 @@ func (s *Store) readSections(t *sectionTable, e uint32, slotOff, off, n uint64, 
 		}
 	}
 	s.sectionReads.Add(1)
-	return data[off-start : off-start+n : off-start+n], true, nil
+	data = data[off-start : off-start+n : off-start+n]
+	if staged != nil {
+		dst := alloc.Alloc(int(n))[:n:n]
+		copy(dst, data)
+		data = dst
+	}
+	return data, true, nil
+}
+
+// poolAlloc is an engine.Allocator of one buffer from a pool, given back
+// by release.
+type poolAlloc struct {
+	pool *iobuf.Pool
+	buf  *iobuf.Buf
+}
+
+func (p *poolAlloc) Alloc(n int) []byte {
+	p.release()
+	p.buf = p.pool.Get(n)
+	return p.buf.B
+}
+
+func (p *poolAlloc) release() {
+	if p.buf != nil {
+		p.pool.Put(p.buf)
+		p.buf = nil
+	}
 }
 
 // sumValueSections is sumValue that also fills t.sums with the sum of each

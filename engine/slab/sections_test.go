@@ -277,3 +277,42 @@ func TestSectionCacheKeepsTheNewest(t *testing.T) {
 		t.Fatalf("%d tables kept, want %d", len(c.tables), sectionTables)
 	}
 }
+
+// sizeAlloc records the largest buffer a read asks its caller for.
+type sizeAlloc struct {
+	inner   *enginetest.Alloc
+	largest int
+}
+
+func (a *sizeAlloc) Alloc(n int) []byte {
+	a.largest = max(a.largest, n)
+	return a.inner.Alloc(n)
+}
+
+// A small range of a value of large sections asks its caller for the range
+// and at most sectionSlack more, not for all the sections it reads (two
+// here, 128 KiB): the server reserved buffer budget for the range alone.
+func TestSmallRangeOfLargeSectionsAsksForTheRange(t *testing.T) {
+	s := openT(t, Options{Dir: t.TempDir(), CapacityBytes: 64 << 20, ExtentBytes: 16 << 20, DirectIO: true})
+	defer mustClose(t, s)
+	const size = 12 << 20 // 64 KiB sections
+	if shift := sectionShift(size); shift != 16 {
+		t.Fatalf("sectionShift(%d) = %d, the test wants 64 KiB sections", size, shift)
+	}
+	key, value := enginetest.Key(3), enginetest.Value(3, size)
+	mustCache(t, s, key, value)
+	for i, off := range []uint64{1 << 20, 64<<10 - 1, 5<<20 + 4095} { // the first read takes the table
+		a := &sizeAlloc{inner: enginetest.NewAlloc(nil)}
+		got, _, err := s.Get(key, off, 2, a)
+		if err != nil || !bytes.Equal(got, value[off:off+2]) {
+			t.Fatalf("range [%d, %d): wrong bytes or %v", off, off+2, err)
+		}
+		a.inner.Release()
+		if a.largest > 4096+sectionSlack {
+			t.Fatalf("read %d: a 2-byte range asked its caller for %d bytes", i, a.largest)
+		}
+	}
+	if s.sectionReads.Load() != 2 {
+		t.Fatalf("%d ranges read by sections, want 2", s.sectionReads.Load())
+	}
+}

@@ -522,10 +522,11 @@ func (s *Store) clearAndRelease(r SlotRef) {
 	s.mu.Unlock()
 }
 
-// Get implements engine.StoreEngine. No byte leaves it unverified: the
-// whole value is checked against its payload checksum, even for a range
-// (which therefore reads the whole value), and a value that fails is
-// dropped and answered as a miss (dropCorrupt), never served.
+// Get implements engine.StoreEngine. No byte leaves it unverified: a
+// whole value is checked against its payload checksum, a range against
+// the sums of the sections it touches, taken when a first range read the
+// whole value and checked it (sections.go); a value that fails is dropped
+// and answered as a miss (dropCorrupt), never served.
 func (s *Store) Get(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
 	if err := s.enter(); err != nil {
 		return nil, 0, err

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/enginetest"
@@ -130,6 +131,9 @@ type memEngine struct {
 	putGate   chan struct{}
 	gateOnce  bool // only the next Put waits at putGate
 	afterMiss func()
+	// misaligned counts Puts of values not 4 KiB-aligned in memory,
+	// which a disk engine's O_DIRECT write would copy.
+	misaligned atomic.Int64
 }
 
 func newMemEngine() *memEngine { return &memEngine{values: map[wire.BlockKey][]byte{}} }
@@ -137,6 +141,9 @@ func newMemEngine() *memEngine { return &memEngine{values: map[wire.BlockKey][]b
 func (m *memEngine) Put(key wire.BlockKey, value []byte) error {
 	if len(value) == 0 {
 		return fmt.Errorf("empty value: %w", wire.StatusInvalid)
+	}
+	if uintptr(unsafe.Pointer(&value[0]))%engine.IOAlign != 0 {
+		m.misaligned.Add(1)
 	}
 	m.mu.Lock()
 	gate := m.putGate

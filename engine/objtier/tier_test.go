@@ -80,6 +80,7 @@ func TestAsyncUploadThenReadThroughPromotes(t *testing.T) {
 		t.Fatalf("uploaded object: %v", err)
 	}
 	f.backing.evict(k)
+	misaligned := f.backing.misaligned.Load()
 	got, err := get(t, f.tier, k)
 	if err != nil || !bytes.Equal(got, v) {
 		t.Fatalf("read-through: %v (got %d bytes)", err, len(got))
@@ -87,6 +88,9 @@ func TestAsyncUploadThenReadThroughPromotes(t *testing.T) {
 	f.settle(t)
 	if held, ok := f.backing.has(k); !ok || !bytes.Equal(held, v) {
 		t.Fatal("read-through did not promote the value into the backing")
+	}
+	if f.backing.misaligned.Load() != misaligned {
+		t.Fatal("the promotion wrote a value not 4 KiB-aligned in memory: the disk's O_DIRECT write copies it")
 	}
 	gets := f.bucket.gets.Load()
 	if _, err := get(t, f.tier, k); err != nil || f.bucket.gets.Load() != gets {

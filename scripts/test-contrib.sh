@@ -110,6 +110,6 @@ if [ $# -eq 0 ] && "$work/venv/bin/python" -c 'import torch' 2>/dev/null; then
 	(cd "$repo" && go build -o "$work/getbatch" ./contrib/bench/getbatch)
 	DFKV_LIBRARY="$work/lib/libdfkv.so" "$work/venv/bin/python" "$repo/contrib/python/bench_restore.py" \
 		--members "${members[0]}" --layers 2 --kv-heads 2 --head-dim 8 --page-tokens 4 --pages 4 \
-		--rounds 1 --seconds 0.2 --go-bench "$work/getbatch" >"$work/restore.json"
+		--connectors sglang,lmcache,vllm,vllm-layers --rounds 1 --seconds 0.2 --go-bench "$work/getbatch" >"$work/restore.json"
 	"$work/venv/bin/python" -c 'import json, sys; d = json.load(open(sys.argv[1])); print({n: c["gb_per_s"] for n, c in d["connectors"].items()}, "go", d["go_getbatch_gb_per_s"])' "$work/restore.json"
 fi

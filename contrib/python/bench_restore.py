@@ -11,7 +11,10 @@ makes on a hit, into torch tensors laid out as the engine lays them out:
   from the CPU backend and fills it through the connector;
 - vLLM: the worker's start_load_kv of an asynchronous load, waited for
   through get_finished, into [2, blocks, block_size, heads, head_dim]
-  paged buffers, one per layer.
+  paged buffers, one per layer;
+- vllm-layers (not run unless named in --connectors): a synchronous load,
+  which reads each layer's range of every block, waited for layer by
+  layer through wait_for_layer_load, as a hybrid model's forward does.
 
 The engines come from the stand-ins the test suite drives the connectors
 with (tests/*_upstream.py); the connectors are the real ones. The Go
@@ -187,7 +190,7 @@ def lmcache(members, shape, stack):
 # -------------------------------------------------------------------- vLLM
 
 @contextlib.contextmanager
-def vllm(members, shape, stack):
+def vllm(members, shape, stack, layerwise=False):
     from tests import vllm_upstream as up
     stack.enter_context(up.installed())
     sys.modules.pop("dfkv.vllm", None)
@@ -223,6 +226,19 @@ def vllm(members, shape, stack):
 
     def restore():
         rid = f"load-{step[0]}"
+        if layerwise:
+            # A synchronous load: the forward waits for each layer in turn.
+            step[0] += 1
+            worker.bind_connector_metadata(dvl.DfkvConnectorMetadata(
+                loads=[dvl.BlockTransfer(rid, hashes, blocks, is_async=False)]))
+            worker.start_load_kv(None)
+            for name in kv:
+                worker.wait_for_layer_load(name)
+            worker.wait_for_save()
+            worker.clear_connector_metadata()
+            if worker.get_block_ids_with_load_errors():
+                raise RuntimeError("vLLM: a block failed to load")
+            return
         run(dvl.DfkvConnectorMetadata(loads=[dvl.BlockTransfer(rid, hashes, blocks, is_async=True)]))
         while True:
             _, recving = worker.get_finished(set())
@@ -240,6 +256,10 @@ def vllm(members, shape, stack):
                for n in kv):
         raise RuntimeError("vLLM: the restored paged buffers differ from what was saved")
     yield restore
+
+
+def vllm_layers(members, shape, stack):
+    return vllm(members, shape, stack, layerwise=True)
 
 
 # ---------------------------------------------------------------------- Go
@@ -273,15 +293,15 @@ def main():
     ap.add_argument("--pages", type=int, default=64, help="pages (blocks, chunks) in the restored prefix")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2, help="per connector per round")
-    ap.add_argument("--connectors", default="sglang,lmcache,vllm")
+    ap.add_argument("--connectors", default="sglang,lmcache,vllm", help="any of sglang, lmcache, vllm, vllm-layers")
     ap.add_argument("--go-bench", help="a built contrib/bench/getbatch (built here with go when not given)")
     a = ap.parse_args()
     shape = Shape(a)
-    makers = {"sglang": sglang, "lmcache": lmcache, "vllm": vllm}
+    makers = {"sglang": sglang, "lmcache": lmcache, "vllm": vllm, "vllm-layers": vllm_layers}
     names = [n for n in a.connectors.split(",") if n]
     for n in names:
         if n not in makers:
-            ap.error(f"--connectors: unknown connector {n!r} (sglang, lmcache, vllm)")
+            ap.error(f"--connectors: unknown connector {n!r} (sglang, lmcache, vllm, vllm-layers)")
     best = {n: None for n in names + ["go"]}
     with contextlib.ExitStack() as stack:
         binary = go_bench_binary(a.go_bench, stack)

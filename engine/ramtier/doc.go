@@ -75,11 +75,13 @@
 //
 // # Reads
 //
-// RAM first; on a whole-value miss the backing reads straight into a
-// reserved slot (no staging copy) that is published DURABLE. With
-// Options.ReadCoalesce identical concurrent misses share that one read;
-// without it each reads the backing on its own. Partial misses read the
-// backing without filling.
+// RAM first; on a miss the backing reads the whole value straight into a
+// reserved slot (no staging copy) that is published DURABLE, and the part
+// asked for is copied out. With Options.ReadCoalesce concurrent misses of
+// one key, whole or ranges, share that one read; without it each reads
+// the backing on its own. A range miss fills like a whole one (the other
+// layers of a block loaded layer by layer follow it), unless no slot can
+// hold the value: then it reads only its range from the backing.
 //
 // # Zero copy (zerocopy.go)
 //

@@ -199,11 +199,3 @@ func (m *memBacking) Close() error {
 	m.closed = true
 	return nil
 }
-
-// heapAlloc is a trivial engine.Allocator for tests that check bytes, not
-// alignment.
-type heapAlloc struct{}
-
-func (heapAlloc) Alloc(n int) []byte {
-	return make([]byte, n, (n+engine.IOAlign-1)&^(engine.IOAlign-1))
-}

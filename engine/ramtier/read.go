@@ -4,17 +4,22 @@ import (
 	"fmt"
 
 	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/iobuf"
 	"github.com/dfkv/dfkv/engine/slab"
 	"github.com/dfkv/dfkv/wire"
 )
 
 // Get implements engine.StoreEngine: RAM first (a transfer-pin keeps the
-// slot while the bytes are copied out), then the backing. A whole-value
-// miss reads straight into a reserved, hidden arena slot and publishes it
-// as DURABLE; with ReadCoalesce, identical concurrent misses share that
-// one backing read, and without it they read the backing on their own
-// (one fill per key at a time; the others fill nothing). Partial misses
-// read the backing and fill nothing.
+// slot while the bytes are copied out), then the backing. A miss reads
+// the whole value straight into a reserved, hidden arena slot, publishes
+// it as DURABLE and copies out what was asked for; with ReadCoalesce,
+// concurrent misses of one key share that one backing read, and without
+// it they read the backing on their own (one fill per key at a time; the
+// others fill nothing). A range miss fills too, so the ranges that follow
+// it (a layer-by-layer load asks for every layer of a block) are RAM hits
+// and the next load of the block is served from RAM; a range miss that
+// cannot have an arena slot (a value larger than an extent, none free)
+// reads only its range from the backing and fills nothing.
 func (t *Tier) Get(key wire.BlockKey, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
 	if err := t.enter(); err != nil {
 		return nil, 0, err
@@ -33,10 +38,6 @@ func (t *Tier) Get(key wire.BlockKey, offset, length uint64, alloc engine.Alloca
 			return data, stored, err
 		}
 		t.misses.Add(1)
-		if offset != 0 || length != 0 {
-			s.mu.Unlock()
-			return t.rangeBacking(key, offset, length, alloc)
-		}
 		if f := s.fills[key]; f != nil {
 			if !join {
 				s.mu.Unlock()
@@ -52,7 +53,7 @@ func (t *Tier) Get(key wire.BlockKey, offset, length uint64, alloc engine.Alloca
 				return nil, 0, f.err
 			}
 			if f.data != nil {
-				return copyOut(f.data, f.stored, 0, 0, alloc)
+				return copyOut(f.data, f.stored, offset, length, alloc)
 			}
 			// Published (read it from RAM) or fenced (read the backing
 			// on our own rather than join another fill).
@@ -62,7 +63,7 @@ func (t *Tier) Get(key wire.BlockKey, offset, length uint64, alloc engine.Alloca
 		f := &fill{done: make(chan struct{})}
 		s.fills[key] = f
 		s.mu.Unlock()
-		return t.coldRead(s, key, f, alloc)
+		return t.coldRead(s, key, f, offset, length, alloc)
 	}
 }
 
@@ -119,6 +120,11 @@ func (t *Tier) rangeBacking(key wire.BlockKey, offset, length uint64, alloc engi
 	return data, stored, nil
 }
 
+// heapAlloc allocates each buffer anew, aligned for O_DIRECT.
+type heapAlloc struct{}
+
+func (heapAlloc) Alloc(n int) []byte { return iobuf.AlignedSlice(n)[:n] }
+
 // slotAlloc hands the backing the reserved arena slot when it asks for
 // the expected length (or that length rounded up for O_DIRECT, which the
 // slot's 4 KiB-multiple capacity holds), and the caller's allocator
@@ -137,12 +143,14 @@ func (a *slotAlloc) Alloc(n int) []byte {
 	return a.user.Alloc(n)
 }
 
-// coldRead is the leader of a whole-value miss of key: it reserves a hidden
-// arena slot (RESERVED), has the backing read straight into it (no staging
-// copy), and publishes it as DURABLE unless a PUT or REMOVE of the key
-// fenced the fill meanwhile. The reply is copied out of the slot under the
+// coldRead is the leader of a miss of key: it reserves a hidden arena slot
+// (RESERVED), has the backing read the whole value straight into it (no
+// staging copy), and publishes it as DURABLE unless a PUT or REMOVE of the
+// key fenced the fill meanwhile. The reply, the range [offset, +length)
+// (both 0: the whole value), is copied out of the slot under the
 // reservation's pin, which becomes the transfer-pin on publish.
-func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, alloc engine.Allocator) ([]byte, uint64, error) {
+func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, offset, length uint64, alloc engine.Allocator) ([]byte, uint64, error) {
+	ranged := offset != 0 || length != 0
 	resolve := func(stored uint64, err error) {
 		s.mu.Lock()
 		if s.fills[key] == f {
@@ -175,6 +183,18 @@ func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, alloc engine.Alloc
 		}
 		s.mu.Unlock()
 	}
+	if ranged && !reserved {
+		// No slot to fill: the waiting reads go on their own, and this
+		// one reads its range alone rather than the whole value.
+		resolve(0, nil)
+		return t.rangeBacking(key, offset, length, alloc)
+	}
+	if ranged {
+		// Should the value have changed size since Exist, the slot does
+		// not take it, and the caller's allocator (sized for the range)
+		// must not be asked for the whole value either.
+		sa.user = heapAlloc{}
+	}
 	t.backingReads.Add(1)
 	data, stored, err := t.backing.Get(key, 0, 0, sa)
 	if err != nil {
@@ -192,6 +212,9 @@ func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, alloc engine.Alloc
 		}
 		s.mu.Unlock()
 		resolve(stored, err)
+		if ranged && err == nil {
+			return copyOut(data, stored, offset, length, alloc)
+		}
 		return data, stored, err
 	}
 	// The value is in the reserved slot.
@@ -212,7 +235,7 @@ func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, alloc engine.Alloc
 		s.alloc.Abort(r) // our pin keeps the bytes until the copy below
 	}
 	s.mu.Unlock()
-	out, _, cerr := copyOut(data, stored, 0, 0, alloc)
+	out, _, cerr := copyOut(data, stored, offset, length, alloc)
 	s.mu.Lock()
 	if !f.published && f.waiters > 0 {
 		f.data = append([]byte(nil), data...)

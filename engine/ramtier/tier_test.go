@@ -3,6 +3,8 @@ package ramtier
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -349,16 +351,98 @@ func TestCoalescedColdReadsCountOneBackingRead(t *testing.T) {
 	if s := tr.RAM(); s.Objects != 1 || s.Hits < 1 {
 		t.Fatalf("after the fill: %+v", s)
 	}
-	// A partial miss reads the backing and fills nothing.
+	// A partial miss fills RAM with the whole value; the next range of it
+	// is a RAM hit.
 	k2 := key(7)
 	m.vals[k2] = val(7, 9000)
 	data, stored, err := tr.Get(k2, 100, 50, heapAlloc{})
 	if err != nil || stored != 9000 || !bytes.Equal(data, val(7, 9000)[100:150]) {
 		t.Fatalf("partial Get: %v stored %d", err, stored)
 	}
-	if s := tr.RAM(); s.Objects != 1 {
-		t.Fatalf("a partial read filled RAM: %d objects", s.Objects)
+	if s := tr.RAM(); s.Objects != 2 {
+		t.Fatalf("a partial miss left %d objects in RAM, want 2", s.Objects)
 	}
+	reads := m.ranges.Load()
+	data, stored, err = tr.Get(k2, 8000, 0, heapAlloc{})
+	if err != nil || stored != 9000 || !bytes.Equal(data, val(7, 9000)[8000:]) || m.ranges.Load() != reads {
+		t.Fatalf("range after a partial fill: %v stored %d, backing reads %d -> %d", err, stored, reads, m.ranges.Load())
+	}
+}
+
+// TestConcurrentRangeMissesShareOneFill: the layers of a block asked for
+// at once, each a range, read the backing once; every range gets its own
+// bytes, and the next load of the block is served from RAM.
+func TestConcurrentRangeMissesShareOneFill(t *testing.T) {
+	m := newMem()
+	const size, layers = 48 << 10, 12
+	k, v := key(8), val(8, size)
+	m.vals[k] = v
+	tr := openTier(t, smallOpts(m))
+	defer tr.Close()
+	open := m.gateRange()
+	var wg sync.WaitGroup
+	errs := make([]error, layers)
+	layer := uint64(size / layers)
+	for l := range uint64(layers) {
+		wg.Go(func() {
+			data, stored, err := tr.Get(k, l*layer, layer, heapAlloc{})
+			if err == nil && (stored != size || !bytes.Equal(data, v[l*layer:(l+1)*layer])) {
+				err = fmt.Errorf("layer %d: %d bytes of %d stored, wrong bytes", l, len(data), stored)
+			}
+			errs[l] = err
+		})
+	}
+	eventually(t, "every layer waiting on one fill", func() bool {
+		sh := tr.shardOf(&k)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		f := sh.fills[k]
+		return f != nil && f.waiters == layers-1 && m.ranges.Load() == 1
+	})
+	open()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for l := range uint64(layers) {
+		data, _, err := tr.Get(k, l*layer, layer, heapAlloc{})
+		if err != nil || !bytes.Equal(data, v[l*layer:(l+1)*layer]) {
+			t.Fatalf("second load, layer %d: %v", l, err)
+		}
+	}
+	if r := m.ranges.Load(); r != 1 {
+		t.Fatalf("two loads of %d layers read the backing %d times, want 1", layers, r)
+	}
+}
+
+// TestRangeMissWithoutASlotReadsItsRange: a range of a value no arena slot
+// can hold (larger than an extent, no large reserve) is read from the
+// backing as a range, never as the whole value, and fills nothing.
+func TestRangeMissWithoutASlotReadsItsRange(t *testing.T) {
+	m := newMem()
+	k, v := key(9), val(9, 200<<10) // extents are 64 KiB
+	m.vals[k] = v
+	tr := openTier(t, smallOpts(m))
+	defer tr.Close()
+	a := &countAlloc{}
+	data, stored, err := tr.Get(k, 1000, 100, a)
+	if err != nil || stored != 200<<10 || !bytes.Equal(data, v[1000:1100]) {
+		t.Fatalf("range of a large value: %v stored %d", err, stored)
+	}
+	if a.largest > 100 {
+		t.Fatalf("a 100-byte range asked its caller for %d bytes", a.largest)
+	}
+	if s := tr.RAM(); s.Objects != 0 {
+		t.Fatalf("%d objects in RAM after a range of a value no slot holds", s.Objects)
+	}
+}
+
+// countAlloc records the largest buffer asked of it.
+type countAlloc struct{ largest int }
+
+func (a *countAlloc) Alloc(n int) []byte {
+	a.largest = max(a.largest, n)
+	return heapAlloc{}.Alloc(n)
 }
 
 // TestLargeValuesUseDedicatedBudget: values larger than one extent live in
@@ -540,14 +624,10 @@ func TestWriteAroundFillsOnWholeValueRead(t *testing.T) {
 	if _, _, err := tr.Get(k, 10, 10, heapAlloc{}); err != nil {
 		t.Fatal(err)
 	}
-	if s := tr.RAM(); s.Objects != 0 {
-		t.Fatal("a partial read filled RAM")
-	}
-	mustGet(t, tr, k, v)
 	reads := m.ranges.Load()
 	mustGet(t, tr, k, v)
 	if s := tr.RAM(); s.Objects != 1 || m.ranges.Load() != reads {
-		t.Fatalf("whole-value read did not fill RAM: %+v, backing reads %d -> %d", s, reads, m.ranges.Load())
+		t.Fatalf("a read did not fill RAM: %+v, backing reads %d -> %d", s, reads, m.ranges.Load())
 	}
 	// An overwrite drops the stale RAM copy.
 	v2 := val(13, 500)

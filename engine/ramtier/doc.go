@@ -64,8 +64,8 @@
 // write leaves the key at the acknowledged value. A flush failing every
 // retry drops the value (and removes the key's older disk value, so the
 // key reads as a miss, not as what the dropped PUT replaced) and turns the
-// tier unhealthy. Write-around: PUTs go to the backing, a later
-// whole-value GET fills RAM.
+// tier unhealthy. Write-around: PUTs go to the backing, a later GET
+// (whole or a range) fills RAM.
 //
 // Every engine's Put replaces (the conformance suite pins it), so a
 // new RAM generation of a key the disk already holds replaces the disk

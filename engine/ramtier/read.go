@@ -123,7 +123,9 @@ func (t *Tier) rangeBacking(key wire.BlockKey, offset, length uint64, alloc engi
 // heapAlloc allocates each buffer anew, aligned for O_DIRECT.
 type heapAlloc struct{}
 
-func (heapAlloc) Alloc(n int) []byte { return iobuf.AlignedSlice(n)[:n] }
+func (heapAlloc) Alloc(n int) []byte {
+	return iobuf.AlignedSlice((n + engine.IOAlign - 1) &^ (engine.IOAlign - 1))[:n]
+}
 
 // slotAlloc hands the backing the reserved arena slot when it asks for
 // the expected length (or that length rounded up for O_DIRECT, which the
@@ -172,6 +174,12 @@ func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, offset, length uin
 	sa := &slotAlloc{user: alloc}
 	var r slab.SlotRef
 	reserved := false
+	if _, ok := wire.RangeLen(n, offset, length); ranged && !ok {
+		// An offset past the value: nothing to fill RAM for (the backing
+		// answers INVALID with the stored length).
+		resolve(0, nil)
+		return t.rangeBacking(key, offset, length, alloc)
+	}
 	if n > 0 && n <= t.extent {
 		s.mu.Lock()
 		if !f.fenced {

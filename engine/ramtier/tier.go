@@ -124,9 +124,9 @@ type Options struct {
 	// spread over every online node, so no node's memory bandwidth is the
 	// ceiling) or NUMAOff (the kernel's default, local allocation).
 	NUMA string
-	// ReadCoalesce makes identical concurrent whole-value misses share
-	// one backing read (the followers wait for the leader's fill). Off,
-	// every miss reads the backing on its own.
+	// ReadCoalesce makes concurrent misses of one key (whole values or
+	// ranges) share one backing read (the followers wait for the leader's
+	// fill). Off, every miss reads the backing on its own.
 	ReadCoalesce bool
 	// DiskOf, when set, names the disk index (0 ≤ i < Disks) that holds a
 	// key; the tier then keeps one flush queue per disk, so a slow disk
@@ -263,7 +263,7 @@ type entry struct {
 	qi       int       // its index in q.items while queued (guarded by q.mu)
 }
 
-// fill is a cold whole-value read in flight: followers of the same key
+// fill is a cold read of a whole value into RAM in flight: followers of the same key
 // wait on done instead of reading the backing again. fenced is set by any
 // mutation of the key (PUT, REMOVE): the fill then must not publish what it
 // read.

@@ -437,6 +437,24 @@ func TestRangeMissWithoutASlotReadsItsRange(t *testing.T) {
 	}
 }
 
+// TestRangePastTheEndFillsNothing: a range whose offset is past the value
+// is INVALID, with the stored length, and brings nothing into RAM (it must
+// not evict anything either).
+func TestRangePastTheEndFillsNothing(t *testing.T) {
+	m := newMem()
+	k := key(10)
+	m.vals[k] = val(10, 5000)
+	tr := openTier(t, smallOpts(m))
+	defer tr.Close()
+	_, stored, err := tr.Get(k, 6000, 10, heapAlloc{})
+	if wire.StatusOf(err) != wire.StatusInvalid || stored != 5000 {
+		t.Fatalf("range past the end: %v, stored %d; want INVALID and 5000", err, stored)
+	}
+	if s := tr.RAM(); s.Objects != 0 {
+		t.Fatalf("a range past the end left %d objects in RAM", s.Objects)
+	}
+}
+
 // countAlloc records the largest buffer asked of it.
 type countAlloc struct{ largest int }
 
@@ -603,9 +621,9 @@ func TestRemoveDuringColdReadDoesNotPublish(t *testing.T) {
 	}
 }
 
-// TestWriteAroundFillsOnWholeValueRead: write-around PUTs go to the
-// backing before they return, and only a later whole-value GET fills RAM.
-func TestWriteAroundFillsOnWholeValueRead(t *testing.T) {
+// TestWriteAroundFillsOnRead: write-around PUTs go to the backing before
+// they return, and only a later GET (a range, here) fills RAM.
+func TestWriteAroundFillsOnRead(t *testing.T) {
 	m := newMem()
 	o := smallOpts(m)
 	o.Mode = ModeWriteAround

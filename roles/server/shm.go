@@ -260,8 +260,8 @@ func (c *conn) leaseOp(h *wire.RequestHeader) error {
 			continue
 		}
 		if h.Key.Tenant&wire.LeaseFlagPromote != 0 && !c.onLoan && c.tryLease(k, off, length) {
-			// The read filled RAM (a whole-value miss is read into an
-			// arena slot): that slot is leased instead of the bytes sent.
+			// The read filled RAM (a miss is read whole into an arena
+			// slot): that slot is leased instead of the bytes sent.
 			c.release()
 			continue
 		}

@@ -56,7 +56,10 @@ func TestEtcdPauseDoesNotShrinkTheRing(t *testing.T) {
 	if err := etcd.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Second) // past the 2 s TTL, and seen by the MDS's 2 s probe
+	time.Sleep(5 * time.Second) // past the 2 s TTL
+	// The MDS's probe (every 2 s, giving up after 3 s) must have seen the
+	// outage before etcd comes back, however late it ran under load.
+	waitFor(t, "the MDS to see etcd gone", 30*time.Second, func() bool { return strings.Contains(mds.logs.String(), "etcd unreachable") })
 	if err := etcd.Resume(); err != nil {
 		t.Fatal(err)
 	}

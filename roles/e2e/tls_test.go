@@ -34,9 +34,11 @@ func TestTLSClusterProcesses(t *testing.T) {
 		"--disks", filepath.Join(dir, "d0"), "--disk-capacity-bytes", "1GiB", "--id", "n1",
 		"--tls-cert", srv.Cert, "--tls-key", srv.Key, "--tls-client-ca", ca.File, "--http-tls",
 		"--mds", mdsAddr, "--mds-tls-ca", ca.File)
-	if !strings.Contains(node.logs.String(), `tls="on, TLS 1.3+, client certificates required, HTTP too"`) {
-		t.Fatalf("the start does not say how it serves TLS:\n%s", node.logs.String())
-	}
+	// The HTTP listener (and so /readyz) is up before the node logs its
+	// start line, and the log reaches us through a pipe: wait for it.
+	waitFor(t, "the start line saying how the node serves TLS", 10*time.Second, func() bool {
+		return strings.Contains(node.logs.String(), `tls="on, TLS 1.3+, client certificates required, HTTP too"`)
+	})
 	tlsFlags := []string{"--tls", "--tls-ca", ca.File, "--tls-cert", ops.Cert, "--tls-key", ops.Key}
 	waitFor(t, "the node registered over TLS", 30*time.Second, func() bool {
 		code, out, _ := dfkv(t, nil, append(append([]string{"ctl", "--mds", mdsAddr}, tlsFlags...), "members")...)

@@ -121,6 +121,8 @@ func TestServerProcessSIGKILLUnderLoad(t *testing.T) {
 		}
 		for n.Load() < 1500 || time.Since(start) < 2*time.Second {
 			if time.Since(start) > 2*time.Minute {
+				cancel()
+				wg.Wait()
 				t.Fatalf("only %d blocks acknowledged in %v: the node stalled under load", n.Load(), time.Since(start).Round(time.Second))
 			}
 			time.Sleep(20 * time.Millisecond)

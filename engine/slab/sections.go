@@ -26,7 +26,8 @@ import (
 // ranged read of the value reads only the sections its range touches and
 // checks each against its remembered sum. Concurrent first reads of one
 // value (a layer-by-layer load asks for every layer at once) share the
-// leader's whole read: the others wait for its table.
+// leader's whole read: the others wait for it and copy their ranges from
+// its checked bytes.
 //
 // A table is a hint, never the authority. It is used only while the slot
 // holds a value of the same length and payload checksum as the one it was

@@ -173,7 +173,7 @@ func TestSecuredClusterProcesses(t *testing.T) {
 	}
 	mdsAddr, mdsHTTP := freePort(t), freePort(t)
 	mds := startChild(t, "mds", "http://"+mdsHTTP+"/readyz", "mds", "--listen", mdsAddr, "--http-listen", mdsHTTP,
-		"--db-path", filepath.Join(dir, "mds.db"), "--heartbeat-ttl-ms", "3000",
+		"--db-path", filepath.Join(dir, "mds.db"), "--heartbeat-ttl-ms", "10000",
 		"--node-credentials-file", nodeCreds, "--members-need-token")
 	addrs := map[string]string{}
 	for id, tok := range map[string]string{"a-1": hostA, "b-1": hostB} {

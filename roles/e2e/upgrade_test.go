@@ -32,7 +32,7 @@ func TestRollingUpgrade(t *testing.T) {
 	dir := t.TempDir()
 	mdsAddr, mdsHTTP := freePort(t), freePort(t)
 	startChild(t, "mds", "http://"+mdsHTTP+"/readyz", "mds", "--listen", mdsAddr, "--http-listen", mdsHTTP,
-		"--etcd-endpoints", etcd.Endpoint, "--heartbeat-ttl-ms", "3000")
+		"--etcd-endpoints", etcd.Endpoint, "--heartbeat-ttl-ms", "10000")
 	type node struct {
 		args []string
 		http string

@@ -108,6 +108,27 @@ class Server:
                 raise RuntimeError(f"dfkv {role} at {self.addr} not listening after 30s: {logs}")
             time.sleep(0.02)
 
+    def stop_process(self):
+        """SIGSTOPs the process and returns once the kernel shows every
+        thread of it stopped (a thread in an uninterruptible wait, a disk
+        read say, stops only when that wait ends)."""
+        self.proc.send_signal(signal.SIGSTOP)
+        tasks = f"/proc/{self.proc.pid}/task"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            states = []
+            for tid in os.listdir(tasks):
+                try:
+                    with open(f"{tasks}/{tid}/stat") as f:
+                        # The state follows the command name, in parentheses.
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+                except FileNotFoundError:
+                    pass  # a thread that exited meanwhile
+            if states and all(st == "T" for st in states):
+                return
+            time.sleep(0.005)
+        raise RuntimeError(f"dfkv process {self.proc.pid} not stopped 10 s after SIGSTOP")
+
     def logs(self):
         self.log.flush()
         with open(os.path.join(self.dir.name, "server.log"), "rb") as f:

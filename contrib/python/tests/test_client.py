@@ -596,8 +596,8 @@ class StalledNodeTest(unittest.TestCase):
         keys = [f"stall/{i}".encode() for i in range(32)]
         on_a = [ring.get(dfkv.block_key(c.namespace, k).route_hash) == 0 for k in keys]
         self.assertEqual(c.batch_put(keys, keys), [Status.OK] * len(keys))
-        self.a.proc.send_signal(signal.SIGSTOP)
         self.addCleanup(lambda: self.a.proc.poll() is None and self.a.proc.send_signal(signal.SIGCONT))
+        self.a.stop_process()
         t0 = time.monotonic()
         st, _ = c.batch_get_into(keys, [bytearray(64) for _ in keys])
         took = time.monotonic() - t0

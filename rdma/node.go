@@ -452,7 +452,7 @@ func (c *nodeConn) leaseOp(h *wire.RequestHeader) error {
 		if c.tryLease(k, off, length) {
 			continue
 		}
-		data, stored, err := c.n.opts.Engine.Get(k, off, length, alignedAlloc{})
+		data, stored, err := c.n.opts.Engine.Get(k, off, length, iobuf.Heap{})
 		switch {
 		case err != nil:
 			c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOf(err), stored, wire.LeaseNone, 0, 0, 0)
@@ -543,12 +543,4 @@ func (c *nodeConn) leasePut(items []byte, cnt int) {
 	clear(c.vals)
 	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: uint64(cnt)})
 	c.wbuf = append(c.wbuf, st...)
-}
-
-// alignedAlloc is the engine.Allocator of inline reads.
-type alignedAlloc struct{}
-
-func (alignedAlloc) Alloc(n int) []byte {
-	size := (max(n, 1) + engine.IOAlign - 1) &^ (engine.IOAlign - 1)
-	return iobuf.AlignedSlice(size)[:n]
 }

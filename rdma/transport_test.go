@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dfkv/dfkv/engine/iobuf"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -119,7 +120,7 @@ func TestPutThroughStaging(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("put %d: %v", i, errs[i])
 		}
-		got, _, err := r.tier.Get(k, 0, 0, alignedAlloc{})
+		got, _, err := r.tier.Get(k, 0, 0, iobuf.Heap{})
 		if err != nil || !bytes.Equal(got, vals[i]) {
 			t.Fatalf("stored value %d: %v, equal %v", i, err, bytes.Equal(got, vals[i]))
 		}

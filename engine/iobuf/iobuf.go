@@ -92,6 +92,18 @@ func alignedSlice(size int) []byte {
 // for callers that keep one buffer for a long time.
 func AlignedSlice(size int) []byte { return alignedSlice(size) }
 
+// Heap is an engine.Allocator that allocates every buffer anew: Alloc(n)
+// returns n bytes starting at an Align boundary, with a capacity rounded
+// up to a multiple of Align, as O_DIRECT reads need. For reads whose
+// buffer outlives any pool's reach (RDMA inline reads) or that are rare.
+type Heap struct{}
+
+// Alloc implements engine.Allocator.
+func (Heap) Alloc(n int) []byte {
+	size := (max(n, 1) + Align - 1) &^ (Align - 1)
+	return alignedSlice(size)[:n]
+}
+
 // SizeFor is the size of the buffer a Pool's Get(n) returns (len(B) is n):
 // n rounded up to its size class, what holding it costs in memory.
 func SizeFor(n int) int { return 1 << (minShift + classOf(n)) }

@@ -176,3 +176,17 @@ func TestSizeForIsWhatGetHandsOut(t *testing.T) {
 		p.Put(b)
 	}
 }
+
+// Heap's buffers are what an O_DIRECT read needs: the length asked for,
+// the first byte on an Align boundary, a capacity of whole Align blocks.
+func TestHeapBuffersFitDirectIO(t *testing.T) {
+	for _, n := range []int{0, 1, Align - 1, Align, Align + 1, 1 << 20} {
+		b := Heap{}.Alloc(n)
+		if len(b) != n || cap(b)%Align != 0 || cap(b) < max(n, 1) {
+			t.Fatalf("Alloc(%d): len %d cap %d", n, len(b), cap(b))
+		}
+		if p := uintptr(unsafe.Pointer(unsafe.SliceData(b[:cap(b)]))); p%Align != 0 {
+			t.Fatalf("Alloc(%d) starts at %#x, not on a %d-byte boundary", n, p, Align)
+		}
+	}
+}

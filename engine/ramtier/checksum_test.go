@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dfkv/dfkv/engine/enginetest"
+	"github.com/dfkv/dfkv/engine/iobuf"
 	"github.com/dfkv/dfkv/engine/slab"
 	"github.com/dfkv/dfkv/wire"
 )
@@ -54,7 +55,7 @@ func TestCorruptDiskValueNotPromoted(t *testing.T) {
 		s = openSlab(t, dir, capacity)
 		tr := openTier(t, Options{Backing: s, Bytes: 4 << 20, ExtentBytes: 64 << 10, LargeReserveBytes: NoLargeReserve, ReadCoalesce: coalesce})
 		for i := range 2 {
-			data, _, err := tr.Get(k, 0, 0, heapAlloc{})
+			data, _, err := tr.Get(k, 0, 0, iobuf.Heap{})
 			enginetest.WantStatus(t, err, wire.StatusNotFound, "cold read of a corrupted value")
 			if len(data) != 0 {
 				t.Fatalf("read %d served %d bytes", i, len(data))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dfkv/dfkv/engine/enginetest"
+	"github.com/dfkv/dfkv/engine/iobuf"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -56,7 +57,7 @@ func TestColdReadDuringPutNeverPublishesOlderValue(t *testing.T) {
 	tr.beforePublish = func() {
 		open = m.gateRange()
 		go func() {
-			_, _, err := tr.Get(k, 0, 0, heapAlloc{})
+			_, _, err := tr.Get(k, 0, 0, iobuf.Heap{})
 			coldDone <- err
 		}()
 		eventually(t, "the cold read at the backing", func() bool { return m.ranges.Load() == 1 })

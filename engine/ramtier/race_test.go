@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dfkv/dfkv/engine/iobuf"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -162,7 +163,7 @@ func stateMachine(t *testing.T, ack string, sharded bool, delay time.Duration) {
 				return
 			}
 		}
-		data, stored, err := tr.Get(key(k), off, length, heapAlloc{})
+		data, stored, err := tr.Get(key(k), off, length, iobuf.Heap{})
 		switch wire.StatusOf(err) {
 		case wire.StatusOK:
 			check(k, off, data, stored)

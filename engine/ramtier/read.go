@@ -120,13 +120,6 @@ func (t *Tier) rangeBacking(key wire.BlockKey, offset, length uint64, alloc engi
 	return data, stored, nil
 }
 
-// heapAlloc allocates each buffer anew, aligned for O_DIRECT.
-type heapAlloc struct{}
-
-func (heapAlloc) Alloc(n int) []byte {
-	return iobuf.AlignedSlice((n + engine.IOAlign - 1) &^ (engine.IOAlign - 1))[:n]
-}
-
 // slotAlloc hands the backing the reserved arena slot when it asks for
 // the expected length (or that length rounded up for O_DIRECT, which the
 // slot's 4 KiB-multiple capacity holds), and the caller's allocator
@@ -201,7 +194,7 @@ func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, offset, length uin
 		// Should the value have changed size since Exist, the slot does
 		// not take it, and the caller's allocator (sized for the range)
 		// must not be asked for the whole value either.
-		sa.user = heapAlloc{}
+		sa.user = iobuf.Heap{}
 	}
 	t.backingReads.Add(1)
 	data, stored, err := t.backing.Get(key, 0, 0, sa)

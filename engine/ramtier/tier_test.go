@@ -10,6 +10,7 @@ import (
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/enginetest"
+	"github.com/dfkv/dfkv/engine/iobuf"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -43,7 +44,7 @@ func smallOpts(b *memBacking) Options {
 
 func get(t *testing.T, tr *Tier, k wire.BlockKey) ([]byte, error) {
 	t.Helper()
-	data, stored, err := tr.Get(k, 0, 0, heapAlloc{})
+	data, stored, err := tr.Get(k, 0, 0, iobuf.Heap{})
 	if err == nil && uint64(len(data)) != stored {
 		t.Fatalf("Get(%s): %d bytes of %d stored", k, len(data), stored)
 	}
@@ -355,7 +356,7 @@ func TestCoalescedColdReadsCountOneBackingRead(t *testing.T) {
 	// is a RAM hit.
 	k2 := key(7)
 	m.vals[k2] = val(7, 9000)
-	data, stored, err := tr.Get(k2, 100, 50, heapAlloc{})
+	data, stored, err := tr.Get(k2, 100, 50, iobuf.Heap{})
 	if err != nil || stored != 9000 || !bytes.Equal(data, val(7, 9000)[100:150]) {
 		t.Fatalf("partial Get: %v stored %d", err, stored)
 	}
@@ -363,7 +364,7 @@ func TestCoalescedColdReadsCountOneBackingRead(t *testing.T) {
 		t.Fatalf("a partial miss left %d objects in RAM, want 2", s.Objects)
 	}
 	reads := m.ranges.Load()
-	data, stored, err = tr.Get(k2, 8000, 0, heapAlloc{})
+	data, stored, err = tr.Get(k2, 8000, 0, iobuf.Heap{})
 	if err != nil || stored != 9000 || !bytes.Equal(data, val(7, 9000)[8000:]) || m.ranges.Load() != reads {
 		t.Fatalf("range after a partial fill: %v stored %d, backing reads %d -> %d", err, stored, reads, m.ranges.Load())
 	}
@@ -385,7 +386,7 @@ func TestConcurrentRangeMissesShareOneFill(t *testing.T) {
 	layer := uint64(size / layers)
 	for l := range uint64(layers) {
 		wg.Go(func() {
-			data, stored, err := tr.Get(k, l*layer, layer, heapAlloc{})
+			data, stored, err := tr.Get(k, l*layer, layer, iobuf.Heap{})
 			if err == nil && (stored != size || !bytes.Equal(data, v[l*layer:(l+1)*layer])) {
 				err = fmt.Errorf("layer %d: %d bytes of %d stored, wrong bytes", l, len(data), stored)
 			}
@@ -405,7 +406,7 @@ func TestConcurrentRangeMissesShareOneFill(t *testing.T) {
 		t.Fatal(err)
 	}
 	for l := range uint64(layers) {
-		data, _, err := tr.Get(k, l*layer, layer, heapAlloc{})
+		data, _, err := tr.Get(k, l*layer, layer, iobuf.Heap{})
 		if err != nil || !bytes.Equal(data, v[l*layer:(l+1)*layer]) {
 			t.Fatalf("second load, layer %d: %v", l, err)
 		}
@@ -446,7 +447,7 @@ func TestRangePastTheEndFillsNothing(t *testing.T) {
 	m.vals[k] = val(10, 5000)
 	tr := openTier(t, smallOpts(m))
 	defer tr.Close()
-	_, stored, err := tr.Get(k, 6000, 10, heapAlloc{})
+	_, stored, err := tr.Get(k, 6000, 10, iobuf.Heap{})
 	if wire.StatusOf(err) != wire.StatusInvalid || stored != 5000 {
 		t.Fatalf("range past the end: %v, stored %d; want INVALID and 5000", err, stored)
 	}
@@ -460,7 +461,7 @@ type countAlloc struct{ largest int }
 
 func (a *countAlloc) Alloc(n int) []byte {
 	a.largest = max(a.largest, n)
-	return heapAlloc{}.Alloc(n)
+	return iobuf.Heap{}.Alloc(n)
 }
 
 // TestLargeValuesUseDedicatedBudget: values larger than one extent live in
@@ -639,7 +640,7 @@ func TestWriteAroundFillsOnRead(t *testing.T) {
 	if s := tr.RAM(); s.Objects != 0 {
 		t.Fatalf("write-around admitted to RAM: %+v", s)
 	}
-	if _, _, err := tr.Get(k, 10, 10, heapAlloc{}); err != nil {
+	if _, _, err := tr.Get(k, 10, 10, iobuf.Heap{}); err != nil {
 		t.Fatal(err)
 	}
 	reads := m.ranges.Load()

@@ -186,6 +186,14 @@ type Stats struct {
 	// engine). Values it finds corrupt count in ChecksumFailures.
 	ScrubbedBytes uint64 `json:"scrubbed_bytes"`
 	ScrubPasses   uint64 `json:"scrub_passes"`
+	// Ranged reads (one layer of a block) in the slab engine: a value's
+	// first range reads it whole and keeps the checksums of its sections
+	// (SectionTables); later ranges read and check only the sections they
+	// touch (SectionReads); a range whose sections fail goes back to the
+	// whole-value check (SectionMisses: a stale table or a corrupt value).
+	SectionTables uint64 `json:"section_tables"`
+	SectionReads  uint64 `json:"section_reads"`
+	SectionMisses uint64 `json:"section_misses"`
 	DirectIO      bool   `json:"direct_io"` // payload I/O uses O_DIRECT (false after a fallback)
 	Healthy       bool   `json:"healthy"`   // false once the engine failed closed
 	// DiskFull is true while the disk's filesystem refuses writes even
@@ -210,6 +218,9 @@ func (s *Stats) Add(o Stats) {
 	s.ChecksumFailures += o.ChecksumFailures
 	s.ScrubbedBytes += o.ScrubbedBytes
 	s.ScrubPasses += o.ScrubPasses
+	s.SectionTables += o.SectionTables
+	s.SectionReads += o.SectionReads
+	s.SectionMisses += o.SectionMisses
 	s.DirectIO = s.DirectIO && o.DirectIO
 	s.Healthy = s.Healthy && o.Healthy
 	s.DiskFull = s.DiskFull || o.DiskFull

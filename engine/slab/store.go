@@ -682,6 +682,9 @@ func (s *Store) Stats() engine.Stats {
 		ChecksumFailures: s.checksumFailures.Load(),
 		ScrubbedBytes:    s.scrubbed.Load(),
 		ScrubPasses:      s.scrubPasses.Load(),
+		SectionTables:    s.sectionBuilds.Load(),
+		SectionReads:     s.sectionReads.Load(),
+		SectionMisses:    s.sectionMisses.Load(),
 		DirectIO:         s.direct,
 		Healthy:          !s.failed.Load() && !s.closed.Load(),
 	}

@@ -71,6 +71,9 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 	if e.ScrubbedBytes > 0 {
 		fmt.Fprintf(w, "  scrub        %s verified, %d full passes\n", config.HumanSize(e.ScrubbedBytes), e.ScrubPasses)
 	}
+	if e.SectionTables > 0 {
+		fmt.Fprintf(w, "  ranges       %d read by their sections, %d read whole first, %d sent back to the whole-value check\n", e.SectionReads, e.SectionTables, e.SectionMisses)
+	}
 	if e.ExtentMoves > 0 {
 		fmt.Fprintf(w, "  extents      %d moved to another value size (each evicts what it held)\n", e.ExtentMoves)
 	}

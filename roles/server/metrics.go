@@ -117,6 +117,9 @@ var (
 	descChecksum   = prometheus.NewDesc("dfkv_disk_checksum_failures_total", "Values read from a disk whose bytes failed their payload checksum (flipped bits, extent files swapped or overwritten); each was dropped and answered as a miss, never served. Any increase means the disk, or something writing to its files, corrupts data.", diskLabels, nil)
 	descScrubbed   = prometheus.NewDesc("dfkv_disk_scrub_bytes_total", "Slot bytes the background scrub read and verified against their payload checksums (corrupt values it found count in dfkv_disk_checksum_failures_total).", diskLabels, nil)
 	descScrubPass  = prometheus.NewDesc("dfkv_disk_scrub_passes_total", "Full scrub passes completed over a disk.", diskLabels, nil)
+	descSecTables  = prometheus.NewDesc("dfkv_disk_section_tables_total", "Ranged reads (one layer of a block) that read their value whole and kept its section checksums for the ranges after it: a value's first range since it was written or the node started. About one per block is expected; many per dfkv_disk_section_reads_total means ranges rarely repeat before the table cache (16,384 values per disk) forgets them.", diskLabels, nil)
+	descSecReads   = prometheus.NewDesc("dfkv_disk_section_reads_total", "Ranged reads served by reading and checking only the sections of the value they touch.", diskLabels, nil)
+	descSecMisses  = prometheus.NewDesc("dfkv_disk_section_misses_total", "Ranged reads whose sections failed their checksums and went back to the whole-value check (a stale table after an overwrite, or a corrupt value, which then counts in dfkv_disk_checksum_failures_total).", diskLabels, nil)
 	descHits       = prometheus.NewDesc("dfkv_engine_hits_total", "Reads that found their block.", diskLabels, nil)
 	descMisses     = prometheus.NewDesc("dfkv_engine_misses_total", "Reads that did not find their block.", diskLabels, nil)
 	descHealthy    = prometheus.NewDesc("dfkv_disk_healthy", "1 while a disk's engine serves; 0 once it failed closed.", diskLabels, nil)
@@ -127,7 +130,7 @@ var (
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descServing, descAccepted, descRefused, descIdleClosed, descStalledCut, descAcceptErrs, descBudget, descBudgetUsed, descBudgetWaits, descBudgetBusy, descFirstReq, descFirstReqMS, descFrameErrors,
-		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descMoves, descIOErrors, descChecksum, descScrubbed, descScrubPass, descHits, descMisses,
+		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descMoves, descIOErrors, descChecksum, descScrubbed, descScrubPass, descSecTables, descSecReads, descSecMisses, descHits, descMisses,
 		descHealthy, descDirectIO, descTenant, descTenantQuot} {
 		ch <- d
 	}
@@ -176,6 +179,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descChecksum, float64(st.ChecksumFailures), l...)
 		counter(descScrubbed, float64(st.ScrubbedBytes), l...)
 		counter(descScrubPass, float64(st.ScrubPasses), l...)
+		counter(descSecTables, float64(st.SectionTables), l...)
+		counter(descSecReads, float64(st.SectionReads), l...)
+		counter(descSecMisses, float64(st.SectionMisses), l...)
 		counter(descHits, float64(st.Hits), l...)
 		counter(descMisses, float64(st.Misses), l...)
 		gauge(descHealthy, b2f(st.Healthy), l...)

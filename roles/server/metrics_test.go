@@ -97,6 +97,9 @@ func TestMetricsScrapeLiveNode(t *testing.T) {
 		"dfkv_disk_extent_moves_total":      dto.MetricType_COUNTER,
 		"dfkv_disk_io_errors_total":         dto.MetricType_COUNTER,
 		"dfkv_disk_checksum_failures_total": dto.MetricType_COUNTER,
+		"dfkv_disk_section_tables_total":    dto.MetricType_COUNTER,
+		"dfkv_disk_section_reads_total":     dto.MetricType_COUNTER,
+		"dfkv_disk_section_misses_total":    dto.MetricType_COUNTER,
 		"dfkv_engine_hits_total":            dto.MetricType_COUNTER,
 		"dfkv_engine_misses_total":          dto.MetricType_COUNTER,
 		"dfkv_build_info":                   dto.MetricType_GAUGE,
@@ -270,4 +273,40 @@ func TestReadyzReasons(t *testing.T) {
 	eng.full, eng.unhealthy = false, true
 	eng.mu.Unlock()
 	check(503, "failed closed")
+}
+
+// TestMetricsSectionReads checks that a node's ranged reads from disk
+// show in the section counters: the first range of a block reads it whole
+// and keeps its section sums, the next is served by its sections alone.
+func TestMetricsSectionReads(t *testing.T) {
+	dir := t.TempDir()
+	addr, haddr, _ := runNode(t, map[string][]string{"disk": {dir + "/d0"}, "disk-capacity": {"64MiB"}})
+	cl, err := client.Open(client.Options{Namespace: []byte("acme"), Members: []string{addr}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	bg := context.Background()
+	val := make([]byte, 256<<10)
+	for i := range val {
+		val[i] = byte(i * 7)
+	}
+	if err := cl.Put(bg, []byte("block"), val); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, 32<<10)
+	for _, off := range []uint64{0, 96 << 10} {
+		n, _, err := cl.GetRange(bg, []byte("block"), off, uint64(len(dst)), dst)
+		if err != nil || n != len(dst) || string(dst) != string(val[off:off+uint64(len(dst))]) {
+			t.Fatalf("range at %d: %d bytes, %v, or wrong bytes", off, n, err)
+		}
+	}
+	mf := scrape(t, haddr)
+	for name, want := range map[string]float64{
+		"dfkv_disk_section_tables_total": 1, "dfkv_disk_section_reads_total": 1, "dfkv_disk_section_misses_total": 0,
+	} {
+		if got := value(t, mf, name, nil); got != want {
+			t.Fatalf("%s = %v after two ranges of one block, want %v", name, got, want)
+		}
+	}
 }

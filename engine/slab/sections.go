@@ -324,7 +324,10 @@ func (s *Store) readSections(t *sectionTable, e uint32, slotOff, off, n uint64, 
 	start, end := first<<t.shift, min(t.stored, (last+1)<<t.shift)
 	into := alloc
 	var staged *poolAlloc
-	if span := alignUp(end-start, pageAlign); span > n+sectionSlack && span <= chunkBytes {
+	if span := alignUp(end-start, pageAlign); span > n+sectionSlack {
+		if span > chunkBytes {
+			return s.readEachSection(t, e, slotOff, off, n, seed, alloc)
+		}
 		staged = &poolAlloc{pool: s.pool}
 		into = staged
 		defer staged.release()
@@ -347,6 +350,35 @@ func (s *Store) readSections(t *sectionTable, e uint32, slotOff, off, n uint64, 
 		data = dst
 	}
 	return data, true, nil
+}
+
+// readEachSection is readSections for a range whose sections together
+// are larger than a pooled buffer (a small range across two sections of a
+// value of more than 512 MiB, whose sections are 4 MiB): it reads one
+// touched section at a time into a pooled buffer, checks it and copies
+// its overlap with the range out, so the caller is asked only for the
+// range.
+func (s *Store) readEachSection(t *sectionTable, e uint32, slotOff, off, n uint64, seed uint32, alloc engine.Allocator) ([]byte, bool, error) {
+	staged := &poolAlloc{pool: s.pool}
+	defer staged.release()
+	var dst []byte
+	for i := off >> t.shift; i <= (off+n-1)>>t.shift; i++ {
+		lo, hi := i<<t.shift, min(t.stored, (i+1)<<t.shift)
+		data, err := s.readPayload(e, slotOff, lo, hi-lo, staged)
+		if err != nil {
+			return nil, false, err
+		}
+		if crc32.Update(seed, castagnoli, data) != t.sums[i] {
+			return nil, false, nil
+		}
+		if dst == nil {
+			dst = alloc.Alloc(int(n))[:n:n]
+		}
+		a, b := max(off, lo), min(off+n, hi)
+		copy(dst[a-off:], data[a-lo:b-lo])
+	}
+	s.sectionReads.Add(1)
+	return dst, true, nil
 }
 
 // poolAlloc is an engine.Allocator of one buffer from a pool, given back

@@ -316,3 +316,42 @@ func TestSmallRangeOfLargeSectionsAsksForTheRange(t *testing.T) {
 		t.Fatalf("%d ranges read by sections, want 2", s.sectionReads.Load())
 	}
 }
+
+// Sections larger than a pooled buffer (a value over 512 MiB has 4 MiB
+// sections): a small range across two of them still asks its caller for
+// the range alone, and a byte flipped in the second is caught. tmpfs
+// holds the value, so the test writes no 520 MiB to a real disk.
+func TestSmallRangeOfSectionsLargerThanAChunk(t *testing.T) {
+	dir, err := os.MkdirTemp("/dev/shm", "dfkv-sections-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	defer os.RemoveAll(dir)
+	s := openT(t, Options{Dir: dir, CapacityBytes: 1 << 30, ExtentBytes: 1 << 30, MaxValueBytes: 1 << 30})
+	defer mustClose(t, s)
+	const size = 520 << 20
+	if shift := sectionShift(size); 1<<shift <= chunkBytes/2 {
+		t.Fatalf("sectionShift(%d) = %d, the test wants two sections to span more than %d bytes", size, shift, chunkBytes)
+	}
+	key, value := enginetest.Key(5), enginetest.Value(5, size)
+	mustCache(t, s, key, value)
+	across := uint64(4<<20 - 1)                     // the last byte of section 0, the first of section 1
+	for i, off := range []uint64{1 << 20, across} { // the first read takes the table
+		a := &sizeAlloc{inner: enginetest.NewAlloc(nil)}
+		got, _, err := s.Get(key, off, 2, a)
+		if err != nil || !bytes.Equal(got, value[off:off+2]) {
+			t.Fatalf("range [%d, %d): wrong bytes or %v", off, off+2, err)
+		}
+		a.inner.Release()
+		if a.largest > 4096+sectionSlack {
+			t.Fatalf("read %d: a 2-byte range asked its caller for %d bytes", i, a.largest)
+		}
+	}
+	if s.sectionReads.Load() != 1 {
+		t.Fatalf("%d ranges read by sections, want 1", s.sectionReads.Load())
+	}
+	path, off := payloadPath(t, s, key)
+	flipByte(t, path, off+int64(across)+1000)
+	data, err := getRange(t, s, key, across, 2)
+	wantCorruptMiss(t, data, err, "a range across a section with a flipped byte")
+}

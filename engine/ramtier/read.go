@@ -43,6 +43,19 @@ func (t *Tier) Get(key wire.BlockKey, offset, length uint64, alloc engine.Alloca
 				s.mu.Unlock()
 				return t.rangeBacking(key, offset, length, alloc)
 			}
+			if (offset != 0 || length != 0) && !f.isDecided {
+				s.mu.Unlock()
+				<-f.decided
+				s.mu.Lock()
+			}
+			if (offset != 0 || length != 0) && !f.slotted {
+				// The fill reads the value into no slot: this range
+				// reads its own bytes rather than wait for all of them.
+				s.mu.Unlock()
+				return t.rangeBacking(key, offset, length, alloc)
+			}
+			// Joined after the fill was resolved, this read finds no
+			// copy and goes round again, as a fenced fill's followers do.
 			f.waiters++
 			s.mu.Unlock()
 			<-f.done
@@ -60,7 +73,7 @@ func (t *Tier) Get(key wire.BlockKey, offset, length uint64, alloc engine.Alloca
 			join = f.published
 			continue
 		}
-		f := &fill{done: make(chan struct{})}
+		f := newFill()
 		s.fills[key] = f
 		s.mu.Unlock()
 		return t.coldRead(s, key, f, offset, length, alloc)
@@ -151,6 +164,7 @@ func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, offset, length uin
 		if s.fills[key] == f {
 			delete(s.fills, key)
 		}
+		f.decide(false) // no-op when a slot was decided on
 		f.stored, f.err = stored, err
 		s.mu.Unlock()
 		close(f.done)
@@ -173,17 +187,16 @@ func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, offset, length uin
 		resolve(0, nil)
 		return t.rangeBacking(key, offset, length, alloc)
 	}
-	if n > 0 && n <= t.extent {
-		s.mu.Lock()
-		if !f.fenced {
-			if rr, rerr := s.alloc.Reserve(n); rerr == nil {
-				r, reserved = rr, true
-				t.evictions.Add(uint64(len(s.alloc.Victims())))
-				sa.slot = t.slotBytes(s, r, n)
-			}
+	s.mu.Lock()
+	if n > 0 && n <= t.extent && !f.fenced {
+		if rr, rerr := s.alloc.Reserve(n); rerr == nil {
+			r, reserved = rr, true
+			t.evictions.Add(uint64(len(s.alloc.Victims())))
+			sa.slot = t.slotBytes(s, r, n)
 		}
-		s.mu.Unlock()
 	}
+	f.decide(reserved)
+	s.mu.Unlock()
 	if ranged && !reserved {
 		// No slot to fill: the waiting reads go on their own, and this
 		// one reads its range alone rather than the whole value.

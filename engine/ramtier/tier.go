@@ -266,15 +266,33 @@ type entry struct {
 // fill is a cold read of a whole value into RAM in flight: followers of the same key
 // wait on done instead of reading the backing again. fenced is set by any
 // mutation of the key (PUT, REMOVE): the fill then must not publish what it
-// read.
+// read. A range miss joins a fill only once decided says the value lands
+// in an arena slot (slotted): a whole read that no slot takes would hand
+// its followers a heap copy of the whole value, where a range needs only
+// its own bytes from the backing.
 type fill struct {
 	done      chan struct{}
+	decided   chan struct{} // closed by decide
+	slotted   bool          // set before decided closes
+	isDecided bool          // guarded by the shard's mu
 	fenced    bool
 	published bool
 	waiters   int
 	data      []byte // staging copy for followers when not published
 	stored    uint64
 	err       error
+}
+
+func newFill() *fill { return &fill{done: make(chan struct{}), decided: make(chan struct{})} }
+
+// decide records, once, whether the fill's value lands in an arena slot
+// and wakes the range misses waiting to know. The caller holds the
+// shard's mu.
+func (f *fill) decide(slotted bool) {
+	if !f.isDecided {
+		f.slotted, f.isDecided = slotted, true
+		close(f.decided)
+	}
 }
 
 // removal is a Remove between hiding its key and the backing's Remove.

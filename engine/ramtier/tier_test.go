@@ -438,6 +438,41 @@ func TestRangeMissWithoutASlotReadsItsRange(t *testing.T) {
 	}
 }
 
+// TestRangesDoNotWaitForAWholeReadThatFillsNothing: while a whole-value
+// miss of a value no slot holds reads the backing, range misses of the
+// same key read their own ranges rather than wait for it (which would
+// cost the leader a heap copy of the whole value for them).
+func TestRangesDoNotWaitForAWholeReadThatFillsNothing(t *testing.T) {
+	m := newMem()
+	k, v := key(11), val(11, 200<<10) // extents are 64 KiB
+	m.vals[k] = v
+	tr := openTier(t, smallOpts(m))
+	defer tr.Close()
+	open := m.gateRange()
+	defer open() // a failed wait below must not leave reads at the gate
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if d, _, err := tr.Get(k, 0, 0, iobuf.Heap{}); err != nil || !bytes.Equal(d, v) {
+			t.Errorf("whole read: %v", err)
+		}
+	})
+	eventually(t, "the whole read at the backing", func() bool { return m.ranges.Load() == 1 })
+	const layers = 8
+	for l := range uint64(layers) {
+		wg.Go(func() {
+			a := &countAlloc{}
+			d, _, err := tr.Get(k, l*1000, 100, a)
+			if err != nil || !bytes.Equal(d, v[l*1000:l*1000+100]) || a.largest > 100 {
+				t.Errorf("range %d: %v, or wrong bytes, or asked for %d bytes", l, err, a.largest)
+			}
+		})
+	}
+	// Held at the gate, each range is at the backing beside the whole read.
+	eventually(t, "every range at the backing", func() bool { return m.ranges.Load() == 1+layers })
+	open()
+	wg.Wait()
+}
+
 // TestRangePastTheEndFillsNothing: a range whose offset is past the value
 // is INVALID, with the stored length, and brings nothing into RAM (it must
 // not evict anything either).

@@ -41,7 +41,11 @@
  * Processes
  *   libdfkv.so contains a Go runtime with its own threads; like any such
  *   library it does not survive fork() without exec. Open clients in the
- *   process that uses them.
+ *   process that uses them. A child forked from a process with an embedded
+ *   store does not keep that store's disks locked: the library closes the
+ *   child's copies of the lock descriptors right after fork, so another
+ *   process may open a disk once its owner closed it, whatever children
+ *   that owner forked.
  *
  * Memory ownership
  *   The library never retains a caller pointer after a call returns and never

@@ -755,7 +755,10 @@ func existPrefix(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.u
 		}
 	}
 	count, err := s.existPrefix(ks, pin)
-	if err == nil && len(ks) < int(n) {
+	if err == nil && len(ks) < int(n) && int(count) == len(ks) {
+		// Every key before the bad one is stored: the prefix ends at
+		// the bad key, which is the error. A miss before it ends the
+		// prefix with no error, as if the bad key were not there.
 		err = local[len(ks)]
 	}
 	*hits = C.uint64_t(count)

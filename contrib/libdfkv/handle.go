@@ -343,7 +343,10 @@ func openEmbedded(o openOptions, membership bool) (uintptr, error) {
 	}
 	node, release, err := embed.Shared(*o.embedded, os.LookupEnv)
 	if err != nil {
-		return 0, fmt.Errorf("dfkv_open_v2: %w: %w", err, wire.StatusInvalid)
+		if _, ok := errors.AsType[wire.Status](err); !ok {
+			err = fmt.Errorf("%w: %w", err, wire.StatusInvalid) // a configuration the store refused
+		}
+		return 0, fmt.Errorf("dfkv_open_v2: %w", err)
 	}
 	c, err := node.Client(client.Options{
 		Namespace:        append([]byte(nil), o.namespace...),
@@ -359,7 +362,7 @@ func openEmbedded(o openOptions, membership bool) (uintptr, error) {
 	}
 	maxBlock := o.maxBlockBytes
 	if maxBlock == 0 {
-		maxBlock = 64 << 20
+		maxBlock = node.MaxBlockBytes() // as the client took it
 	}
 	return uintptr(cgo.NewHandle(&state{c: c, release: release, maxBlock: maxBlock, tokenFrom: o.tokenFrom})), nil
 }

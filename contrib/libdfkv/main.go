@@ -12,8 +12,9 @@
 // calls a plain Go function in ops.go that returns an error wrapping a
 // wire.Status; handle.go maps the
 // opaque dfkv_client tokens to client state with runtime/cgo.Handle, so no
-// Go pointer ever reaches C. status.c holds the one function written in C
-// (dfkv_status_name, which returns static strings).
+// Go pointer ever reaches C. Two files are C: status.c holds
+// dfkv_status_name (it returns static strings), and fork.c closes the
+// embedded store's disk locks in a child forked from the host process.
 //
 // C memory (keys, values, destination buffers) is viewed through
 // unsafe.Slice only for the duration of a call; wire/client finishes every

@@ -187,7 +187,7 @@ func (n *Node) Client(copts client.Options) (*client.Client, error) {
 	// every write) go through the connection, to the same node.
 	copts.Local = n.srv.LocalRead
 	if copts.MaxBlockBytes == 0 {
-		copts.MaxBlockBytes = n.cfg.Server.MaxBlockBytes
+		copts.MaxBlockBytes = n.MaxBlockBytes()
 	}
 	cl, err := client.Open(copts)
 	if err != nil {
@@ -195,6 +195,10 @@ func (n *Node) Client(copts client.Options) (*client.Client, error) {
 	}
 	return cl, nil
 }
+
+// MaxBlockBytes is the largest value the node takes
+// (server.max_block_bytes), what its clients default to.
+func (n *Node) MaxBlockBytes() uint64 { return n.cfg.Server.MaxBlockBytes }
 
 // Close stops the node: it drains, flushes its RAM tier to disk, uploads
 // what it queued for the object store (up to
@@ -236,11 +240,13 @@ func (s *Store) Close() error {
 	return s.err
 }
 
-// The process's shared nodes, by configuration text: every handle an
-// engine opens with the same configuration (a connector per namespace,
-// a scheduler and a worker in one process) reaches the same cache, as
+// The process's shared nodes, by configuration: every handle an engine
+// opens with the same configuration (a connector per namespace, a
+// scheduler and a worker in one process) reaches the same cache, as
 // handles to one cluster would, rather than each getting a cache of its
-// own, or failing on the disk the first one holds.
+// own, or failing on the disk the first one holds. Configurations are
+// compared as resolved (defaults, environment and all), so texts that
+// differ only in spelling, order or an explicit default share a node.
 var shared struct {
 	mu    sync.Mutex
 	nodes map[string]*sharedNode
@@ -249,6 +255,11 @@ var shared struct {
 type sharedNode struct {
 	node *Node
 	refs int
+	// closed is made when the last user releases the node and closed
+	// once its Close returned: a user arriving meanwhile waits for it,
+	// rather than start a second node that the first still holds the
+	// disk from.
+	closed chan struct{}
 }
 
 // Shared returns the process's node for configuration text (Config's
@@ -256,18 +267,28 @@ type sharedNode struct {
 // stops it when the last user releases it. Each user opens its own
 // client with Node.Client.
 func Shared(text string, lookup func(string) (string, bool)) (*Node, func() error, error) {
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if sn := shared.nodes[text]; sn != nil {
-		sn.refs++
-		return sn.node, releaser(text, sn), nil
-	}
 	cfg, err := Config(text, lookup)
 	if err != nil {
 		return nil, nil, err
 	}
-	// Started under the lock: a second user of the same text waits for
-	// this start rather than racing it for the disk.
+	key := fmt.Sprintf("%#v", *cfg)
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	for {
+		sn := shared.nodes[key]
+		if sn == nil {
+			break
+		}
+		if sn.closed == nil {
+			sn.refs++
+			return sn.node, releaser(key, sn), nil
+		}
+		shared.mu.Unlock()
+		<-sn.closed
+		shared.mu.Lock()
+	}
+	// Started under the lock: a second user of the same configuration
+	// waits for this start rather than racing it for the disk.
 	n, err := StartNode(cfg, rolekit.NewLogger(cfg.Log, os.Stderr))
 	if err != nil {
 		return nil, nil, err
@@ -276,11 +297,11 @@ func Shared(text string, lookup func(string) (string, bool)) (*Node, func() erro
 		shared.nodes = map[string]*sharedNode{}
 	}
 	sn := &sharedNode{node: n, refs: 1}
-	shared.nodes[text] = sn
-	return n, releaser(text, sn), nil
+	shared.nodes[key] = sn
+	return n, releaser(key, sn), nil
 }
 
-func releaser(text string, sn *sharedNode) func() error {
+func releaser(key string, sn *sharedNode) func() error {
 	var once sync.Once
 	var err error
 	return func() error {
@@ -289,12 +310,17 @@ func releaser(text string, sn *sharedNode) func() error {
 			sn.refs--
 			last := sn.refs == 0
 			if last {
-				delete(shared.nodes, text)
+				sn.closed = make(chan struct{})
 			}
 			shared.mu.Unlock()
-			if last {
-				err = sn.node.Close()
+			if !last {
+				return
 			}
+			err = sn.node.Close()
+			shared.mu.Lock()
+			delete(shared.nodes, key)
+			shared.mu.Unlock()
+			close(sn.closed)
 		})
 		return err
 	}

@@ -208,6 +208,67 @@ func TestSharedNode(t *testing.T) {
 	}
 }
 
+// Configurations that resolve alike share a node however they are
+// written: an empty text, an empty section, a default spelled out, keys
+// in another order.
+func TestSharedNodeByResolvedConfiguration(t *testing.T) {
+	texts := []string{
+		"",
+		"[server]\n",
+		"[server]\nram_tier_bytes = \"1GiB\"\n",
+		"[server]\nram_tier = 1\n  ram_tier_bytes = \"1024MiB\"\n",
+	}
+	var first *embed.Node
+	for i, text := range texts {
+		n, release, err := embed.Shared(text, nil)
+		if err != nil {
+			t.Fatalf("text %d: %v", i, err)
+		}
+		defer release()
+		if first == nil {
+			first = n
+		} else if n != first {
+			t.Fatalf("text %d (%q) got a node of its own", i, text)
+		}
+	}
+	n, release, err := embed.Shared("[server]\nram_tier_bytes = \"512MiB\"\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if n == first {
+		t.Fatal("a configuration of another RAM size shares the default's node")
+	}
+}
+
+// A user arriving while the last one closes the node (which holds the
+// disk until its Close returns) waits for that close and starts the node
+// anew, rather than be refused the disk the closing node still holds.
+func TestSharedNodeReopenedWhileItCloses(t *testing.T) {
+	text := fmt.Sprintf("[server]\nram_tier_bytes = \"64MiB\"\ndisks = [%q]\ndisk_capacity_bytes = \"256MiB\"\n", filepath.Join(t.TempDir(), "disk"))
+	for round := range 10 {
+		_, release, err := embed.Shared(text, nil)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		var wg sync.WaitGroup
+		var again error
+		wg.Go(func() {
+			var rel func() error
+			if _, rel, again = embed.Shared(text, nil); again == nil {
+				again = rel()
+			}
+		})
+		if err := release(); err != nil {
+			t.Fatalf("round %d: release: %v", round, err)
+		}
+		wg.Wait()
+		if again != nil {
+			t.Fatalf("round %d: opened while the last user closed it: %v", round, again)
+		}
+	}
+}
+
 // GetBatch into caller buffers reads resident values straight from the
 // node's RAM and sends the rest over the connection, with the same
 // answers either way.

@@ -11,6 +11,7 @@ import textwrap
 import time
 import unittest
 import uuid
+import warnings
 
 import dfkv
 from dfkv import Status
@@ -55,6 +56,40 @@ class EmbeddedStore(unittest.TestCase):
         a.close()
         self.assertEqual(bytes(b.get(b"shared")), b"value")
         b.close()
+
+    def test_equivalent_configurations_share_the_store(self):
+        # Compared as resolved: no text, an empty section and the default
+        # spelled out are one configuration, so one store.
+        old = os.environ.pop("DFKV_EMBEDDED_CONFIG", None)
+        try:
+            n = ns()
+            with dfkv.Client(None, n, embedded={}) as a, dfkv.Client(dfkv.EMBEDDED, n) as b, \
+                    dfkv.Client(None, n, embedded={"ram_tier_bytes": "1GiB"}) as c:
+                a.put(b"k", b"v")
+                self.assertEqual(bytes(b.get(b"k")), b"v")
+                self.assertEqual(bytes(c.get(b"k")), b"v")
+        finally:
+            if old is not None:
+                os.environ["DFKV_EMBEDDED_CONFIG"] = old
+
+    def test_values_up_to_the_stores_max_block_bytes(self):
+        # A handle that names no max_block_bytes takes the store's, not
+        # the 64 MiB a connected client defaults to.
+        with dfkv.Client(None, ns(), embedded={"ram_tier_bytes": "512MiB", "max_block_bytes": "128MiB"}) as c:
+            v = os.urandom(80 << 20)
+            c.put(b"big", v)
+            self.assertEqual(bytes(c.get(b"big")), v)
+            with self.assertRaises(dfkv.TooLarge):
+                c.put(b"bigger", bytes(129 << 20))
+
+    def test_exist_prefix_names_the_bad_key_only_when_it_ends_the_prefix(self):
+        with dfkv.Client(None, ns(), embedded=RAM) as c:
+            c.put_batch([b"a", b"x"], [b"1", b"2"])
+            # A miss ends the prefix before the bad key: no error.
+            self.assertEqual(c.exist_prefix([b"a", b"missing", b"x", b""], raise_on_error=True), 1)
+            with self.assertRaises(dfkv.InvalidArgument) as cm:
+                c.exist_prefix([b"a", b"x", b""], raise_on_error=True)
+            self.assertIn("item 2", str(cm.exception))
 
     def test_members_embedded_reads_the_environment(self):
         old = os.environ.get("DFKV_EMBEDDED_CONFIG")
@@ -109,6 +144,37 @@ class EmbeddedStore(unittest.TestCase):
             with dfkv.Client(None, n, embedded=cfg) as c:
                 for i in range(20):
                     self.assertEqual(bytes(c.get(f"k{i}".encode())), bytes([i]) * (4096 + i))
+
+    def test_forked_child_does_not_keep_the_disk(self):
+        # Engines fork workers without exec. A child shares the parent's
+        # open files, and a flock with them; the library closes the
+        # child's copies of the disk locks right after fork, so the disk
+        # is free for another process once the parent closes its store.
+        with tempfile.TemporaryDirectory(prefix="dfkv-embedded-") as d:
+            cfg = {"ram_tier_bytes": "64MiB", "disks": [os.path.join(d, "disk")], "disk_capacity_bytes": "256MiB"}
+            n = ns()
+            c = dfkv.Client(None, n, embedded=cfg)
+            c.put(b"k", b"kept")
+            r, w = os.pipe()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded process"
+                pid = os.fork()
+            if pid == 0:  # the worker: lives on, never touches dfkv
+                os.close(w)
+                os.read(r, 1)
+                os._exit(0)
+            os.close(r)
+            try:
+                c.close()
+                other = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+                    import dfkv
+                    with dfkv.Client(None, {n!r}, embedded={cfg!r}) as c:
+                        assert bytes(c.get(b"k")) == b"kept"
+                    """)], capture_output=True, text=True, timeout=120, env=os.environ.copy())
+                self.assertEqual(other.returncode, 0, other.stderr[-800:])
+            finally:
+                os.close(w)  # the worker exits
+                os.waitpid(pid, 0)
 
 
 class Connectors(unittest.TestCase):

@@ -418,7 +418,7 @@ var settings = []setting{
 	{
 		key: "server.s3_write", roles: roleServer,
 		def:   "async",
-		help:  "async: upload after the disk stored a value, from a bounded queue (a full queue drops the upload, never the PUT); sync: acknowledge a PUT only once its object is stored; off: never write or delete objects (read a bucket others fill)",
+		help:  "async: upload after the disk stored a value, from a bounded queue (a full queue drops the upload, never the PUT); sync: acknowledge a PUT only once its object is stored; off: never write or delete objects (read a bucket others fill; PUT and REMOVE change this node's disks alone, and a later miss reads the bucket's copy)",
 		value: stringValue{field: func(c *Config) *string { return &c.Server.S3Write }, ok: oneOf("async", "sync", "off"), text: "async, sync, off"},
 	},
 	{

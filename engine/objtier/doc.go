@@ -20,7 +20,11 @@
 // WriteAsync (the default) uploads after the backing stored the value,
 // from a per-key queue bounded in bytes (queue.go): a newer PUT replaces
 // a queued object, uploads of one key never overlap, and a full queue
-// drops the upload rather than block the PUT. WriteSync acknowledges a
+// drops the upload rather than block the PUT. A dropped upload also drops
+// the key's older object waiting in the queue, and makes one in flight no
+// longer the key's current object when it lands; until then a miss of the
+// key is served the newest object queued or in flight, which the bucket
+// may not hold yet. WriteSync acknowledges a
 // PUT only once the object is stored. REMOVE deletes the object; eviction
 // never does (expiry is the bucket's lifecycle rule).
 //
@@ -47,5 +51,7 @@
 // Every bucket call has its own timeout. A failed call opens a back-off
 // window (health.go) in which calls are skipped: misses stay misses,
 // uploads wait in their queue, and the node serves from RAM and disk,
-// logging the outage once and its end once.
+// logging the outage once and its end once. When the window ends one call
+// probes the bucket while the others go on being skipped, so a bucket
+// that hangs holds up one call per window, not every miss.
 package objtier

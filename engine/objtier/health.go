@@ -12,8 +12,11 @@ import (
 // health is the tier's view of whether the bucket answers. After a failed
 // call the bucket is down: calls are skipped (a miss, an upload that
 // waits) until a backed-off retry time, so an outage costs the serving
-// path nothing but a clock read. The first success after that ends the
-// outage. Each outage is logged once when it starts and once when it ends.
+// path nothing but a clock read. At that time one call goes through as a
+// probe, and the others go on being skipped until it ends (a bucket that
+// hangs would otherwise hold every miss arriving then for the whole call
+// timeout). The first success ends the outage. Each outage is logged once
+// when it starts and once when it ends.
 type health struct {
 	log    *slog.Logger
 	bucket string
@@ -23,26 +26,40 @@ type health struct {
 	// for as long as the step. Calls before it are skipped while down.
 	retryAt atomic.Pointer[time.Time]
 
+	// probeFor is how long a probe holds the others off: the call
+	// timeout, after which its failure (or success) has said so.
+	probeFor time.Duration
+
 	mu      sync.Mutex
 	since   time.Time
 	bo      *backoff.ExponentialBackOff
 	outages atomic.Uint64
 }
 
-func newHealth(log *slog.Logger, bucket string) *health {
+func newHealth(log *slog.Logger, bucket string, callTimeout time.Duration) *health {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 200 * time.Millisecond
 	bo.MaxInterval = 10 * time.Second
-	return &health{log: log, bucket: bucket, bo: bo}
+	return &health{log: log, bucket: bucket, bo: bo, probeFor: callTimeout}
 }
 
-// allow reports whether a call may go to the bucket now.
+// allow reports whether a call may go to the bucket now. While the bucket
+// is down, the first caller at or after the retry time is the probe: it
+// moves the retry time past its own call, so the callers after it are
+// skipped until it has ended the outage or backed off again.
 func (h *health) allow(now time.Time) bool {
 	if !h.down.Load() {
 		return true
 	}
 	at := h.retryAt.Load()
-	return at == nil || !now.Before(*at)
+	if at == nil {
+		return true
+	}
+	if now.Before(*at) {
+		return false
+	}
+	next := now.Add(h.probeFor)
+	return h.retryAt.CompareAndSwap(at, &next)
 }
 
 // wait is how long until the next call is allowed; zero when up.

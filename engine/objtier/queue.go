@@ -29,8 +29,12 @@ type uploadQueue struct {
 
 type upload struct {
 	body     *iobuf.Buf // the next object to upload; nil when none
+	sending  *iobuf.Buf // the object in flight, still the newest while body is nil
 	inflight bool
-	canceled bool          // a REMOVE came while in flight: do not retry
+	// canceled: the object in flight is no longer the key's newest (a
+	// REMOVE came, or a newer PUT the full queue refused): it is not
+	// retried, served or taken as current when it lands.
+	canceled bool
 	done     chan struct{} // closed when the upload in flight ends
 	tries    int
 }
@@ -43,40 +47,52 @@ func newUploadQueue(maxBytes int64, pool *iobuf.Pool) *uploadQueue {
 }
 
 // add queues body as key's next upload. false: the queue is full and the
-// caller still owns body.
+// caller still owns body. An older object of the key, queued or in
+// flight, is then no longer the key's newest: it is dropped, or (in
+// flight) canceled, so it is neither served from the queue nor taken as
+// current when it lands (the caller marks the key instead).
 func (q *uploadQueue) add(key wire.BlockKey, body *iobuf.Buf) bool {
 	n := int64(len(body.B))
 	q.mu.Lock()
 	u := q.items[key]
 	var old *iobuf.Buf
-	if u != nil && u.body != nil {
+	if u != nil {
 		old = u.body
-		if q.bytes-int64(len(old.B))+n > q.maxBytes {
-			q.drops++
-			q.mu.Unlock()
-			return false
-		}
-		q.bytes += n - int64(len(old.B))
-		u.body, u.tries = body, 0
-		q.mu.Unlock()
-		q.pool.Put(old)
-		return true
 	}
-	if q.bytes+n > q.maxBytes {
+	queued := int64(0)
+	if old != nil {
+		queued = int64(len(old.B))
+	}
+	if q.bytes-queued+n > q.maxBytes {
 		q.drops++
+		if u != nil {
+			u.body = nil
+			q.bytes -= queued
+			if u.inflight {
+				u.canceled = true
+			} else {
+				delete(q.items, key)
+			}
+		}
 		q.mu.Unlock()
+		if old != nil {
+			q.pool.Put(old)
+		}
 		return false
 	}
-	q.bytes += n
+	q.bytes += n - queued
 	if u == nil {
 		u = &upload{}
 		q.items[key] = u
 	}
 	u.body, u.tries, u.canceled = body, 0, false
-	if !u.inflight {
+	if old == nil && !u.inflight {
 		q.push(key)
 	}
 	q.mu.Unlock()
+	if old != nil {
+		q.pool.Put(old)
+	}
 	return true
 }
 
@@ -105,7 +121,7 @@ func (q *uploadQueue) take() (key wire.BlockKey, body *iobuf.Buf, ok bool) {
 			continue
 		}
 		body, u.body = u.body, nil
-		u.inflight, u.done = true, make(chan struct{})
+		u.sending, u.inflight, u.done = body, true, make(chan struct{})
 		u.tries++
 		if q.head < len(q.order) {
 			select { // more to do: let another worker in
@@ -129,7 +145,7 @@ func (q *uploadQueue) finish(key wire.BlockKey, body *iobuf.Buf, ok, tried bool)
 	if !tried {
 		u.tries--
 	}
-	u.inflight = false
+	u.sending, u.inflight = nil, false
 	close(u.done)
 	u.done = nil
 	switch {
@@ -177,17 +193,25 @@ func (q *uploadQueue) cancel(key wire.BlockKey) {
 	<-done
 }
 
-// copyOf returns a pooled copy of key's newest queued object (the
-// newest value of the key, which the bucket may not hold yet), or nil.
+// copyOf returns a pooled copy of key's newest object waiting for, or in,
+// its upload (the newest value of the key, which the bucket may not hold
+// yet), or nil.
 func (q *uploadQueue) copyOf(key wire.BlockKey, pool *iobuf.Pool) *iobuf.Buf {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	u := q.items[key]
-	if u == nil || u.body == nil {
+	if u == nil {
 		return nil
 	}
-	c := pool.Get(len(u.body.B))
-	copy(c.B, u.body.B)
+	src := u.body
+	if src == nil && !u.canceled {
+		src = u.sending // read-only while in flight; returned under mu
+	}
+	if src == nil {
+		return nil
+	}
+	c := pool.Get(len(src.B))
+	copy(c.B, src.B)
 	return c
 }
 
@@ -246,7 +270,9 @@ func (t *Tier) uploadOne(ctx context.Context, key wire.BlockKey, body *iobuf.Buf
 	}
 }
 
-// drain uploads what is queued until the queue is empty or ctx ends.
+// drain uploads what is queued until the queue is empty or ctx ends,
+// waiting out the bucket's back-off as the workers do (a skipped upload
+// goes back to the queue, and taking it again at once would spin).
 func (t *Tier) drain(ctx context.Context) {
 	var wg sync.WaitGroup
 	for range t.opts.Workers {
@@ -254,6 +280,13 @@ func (t *Tier) drain(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
+				if d := t.health.wait(t.clock.Now()); d > 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(d):
+					}
+				}
 				key, body, ok := t.queue.take()
 				if !ok {
 					return

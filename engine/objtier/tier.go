@@ -23,7 +23,10 @@ const (
 	WriteAsync WriteMode = iota
 	// WriteSync acknowledges a PUT only once the object is stored.
 	WriteSync
-	// WriteOff never writes or deletes objects: the bucket is read only.
+	// WriteOff never writes or deletes objects: the bucket is read only,
+	// filled by others. PUT and REMOVE change the backing alone, so a
+	// later miss of the key reads the bucket's copy, whatever this node
+	// wrote or removed since.
 	WriteOff
 )
 
@@ -196,7 +199,7 @@ func Open(opts Options) (*Tier, error) {
 	t := &Tier{
 		opts: opts, backing: opts.Backing, bucket: opts.Bucket, log: opts.Logger, clock: opts.Clock,
 		pool:      iobuf.NewPool(int(opts.MaxValueBytes) + valueSkew + HeaderLen),
-		health:    newHealth(opts.Logger, opts.Bucket.String()),
+		health:    newHealth(opts.Logger, opts.Bucket.String(), opts.Timeout),
 		stop:      make(chan struct{}),
 		promoting: make(chan struct{}, opts.Workers),
 	}
@@ -730,7 +733,7 @@ func (t *Tier) deleteRetries() {
 			return
 		case <-tick.C:
 		}
-		if t.tombs.Load() == 0 || !t.health.allow(t.clock.Now()) {
+		if t.tombs.Load() == 0 || t.health.wait(t.clock.Now()) > 0 {
 			continue
 		}
 		for i := range t.stripes {
@@ -742,6 +745,11 @@ func (t *Tier) deleteRetries() {
 			}
 			s.mu.Unlock()
 			for _, m := range keys {
+				select {
+				case <-t.stop: // Close waits for this goroutine
+					return
+				default:
+				}
 				if t.queue.pending(m.key) {
 					continue // its upload replaces the object and ends a stale mark
 				}

@@ -682,6 +682,39 @@ func TestCancelledProbeHandsOver(t *testing.T) {
 	}
 }
 
+// A call whose deadline passed before its node was asked (a batch chunk
+// that waited for a slot behind a slow node) is a TIMEOUT that sends
+// nothing and counts nothing against the node: it was never contacted.
+func TestDeadlinePassedBeforeSendingSparesTheNode(t *testing.T) {
+	var asked atomic.Int32
+	addr := fakeNode(t, func(c net.Conn) {
+		for {
+			if _, err := readRequest(c); err != nil {
+				return
+			}
+			asked.Add(1)
+			reply(c, wire.ResponseHeader{Status: wire.StatusOK}, nil)
+		}
+	})
+	cl, err := Open(Options{Namespace: []byte("ns"), Members: []string{addr}, Timeout: time.Second, SharedMemory: ShmOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	p := peerOf(t, cl, addr)
+	ran := false
+	err = cl.exchange(context.Background(), p, time.Now().Add(-time.Millisecond), true, func(*cconn) error { ran = true; return nil })
+	if wire.StatusOf(err) != wire.StatusTimeout || errors.Is(err, wire.StatusNotFound) {
+		t.Fatalf("an expired call: %v, want TIMEOUT and not a miss", err)
+	}
+	if ran || asked.Load() != 0 || p.isDown(time.Now()) {
+		t.Fatalf("an expired call ran %v, asked the node %d times, backed it off %v", ran, asked.Load(), p.isDown(time.Now()))
+	}
+	if err := cl.Ping(context.Background(), addr); err != nil {
+		t.Fatalf("the node after an expired call: %v", err)
+	}
+}
+
 // peerOf is the client's peer for addr.
 func peerOf(t *testing.T, cl *Client, addr string) *peer {
 	t.Helper()

@@ -64,6 +64,12 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 		return errNoMembers
 	}
 	now := time.Now()
+	if !deadline.IsZero() && !now.Before(deadline) {
+		// The call's time ran out before this node was asked (a batch
+		// chunk that waited for a slot behind a slow node): TIMEOUT, and
+		// nothing against the node, which was never contacted.
+		return connError(p.addr, fmt.Errorf("the call's deadline passed before the request was sent: %w", context.DeadlineExceeded))
+	}
 	if silent, yes := p.stalled(now); yes {
 		return &peerError{addr: p.addr, miss: read, cause: fmt.Errorf("dfkv node %s: has not answered the calls in flight for %s: %w", p.addr, silent.Round(time.Millisecond), wire.StatusUnavailable)}
 	}
@@ -80,8 +86,9 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 		}
 		cc, reused, err := p.get(ctx, deadline)
 		if err != nil {
-			if errors.Is(err, ErrAuth) {
-				// The node is up and refused the token: not a miss to
+			if errors.Is(err, ErrAuth) || errors.Is(err, errShmRequired) {
+				// The node is up and refused the token, or cannot give
+				// the shared memory this client demands: not a miss to
 				// recompute around, nor a reason to back it off.
 				return err
 			}

@@ -199,6 +199,12 @@ func (s *shmPeer) settle(state int, path string, instance uint64, why string) {
 	}
 }
 
+// errShmRequired is wrapped by shmRefused's error: a client that demands
+// shared memory of a node that cannot give it is misconfigured for that
+// node, which is up; the call fails without counting against the node or
+// reading as a miss.
+var errShmRequired = errors.New("shared memory required")
+
 // shmRefused is nil in ShmAuto (TCP serves) and the reason in ShmOn.
 func (p *peer) shmRefused() error {
 	if p.opts.SharedMemory != ShmOn {
@@ -207,7 +213,7 @@ func (p *peer) shmRefused() error {
 	p.shm.mu.Lock()
 	why := p.shm.why
 	p.shm.mu.Unlock()
-	return fmt.Errorf("dfkv node %s: shared memory is required (client shm = on) but cannot be used: %s: %w", p.addr, why, wire.StatusUnavailable)
+	return fmt.Errorf("dfkv node %s: shared memory is required (client shm = on) but cannot be used: %s: %w: %w", p.addr, why, errShmRequired, wire.StatusUnavailable)
 }
 
 // shmInfo asks the node, over tcp, for its shared-memory socket.

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -95,6 +96,14 @@ func TestShmModesAgainstNodesWithout(t *testing.T) {
 			_, err = on.Exist(context.Background(), []byte("k"))
 			if err == nil || !strings.Contains(err.Error(), "shared memory is required") {
 				t.Fatalf("on mode: %v, want a refusal naming shared memory", err)
+			}
+			// A misconfigured client, not a node gone: neither a miss
+			// nor a reason to back the node off.
+			if errors.Is(err, wire.StatusNotFound) || peerOf(t, on, addr).isDown(time.Now()) {
+				t.Fatalf("on mode: the refusal read as a miss (%v) or backed the node off", err)
+			}
+			if n, err := on.ExistPrefix(context.Background(), [][]byte{[]byte("k")}); err == nil {
+				t.Fatalf("on mode: a prefix count of %d with no error", n)
 			}
 		})
 	}

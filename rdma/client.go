@@ -242,8 +242,9 @@ func (c *Conn) fail(err error) error {
 	return err
 }
 
-// begin starts a call of n items: its one deadline.
-func (c *Conn) begin(n int) (time.Time, error) {
+// begin starts a call of n items: its one deadline, the operation
+// timeout or the caller's by (when set), whichever comes first.
+func (c *Conn) begin(n int, by time.Time) (time.Time, error) {
 	if c.broken != nil {
 		return time.Time{}, c.broken
 	}
@@ -252,6 +253,9 @@ func (c *Conn) begin(n int) (time.Time, error) {
 		t = c.opts.BatchOpTimeout
 	}
 	deadline := time.Now().Add(t)
+	if !by.IsZero() && by.Before(deadline) {
+		deadline = by
+	}
 	_ = c.nc.SetDeadline(deadline)
 	return deadline, nil
 }
@@ -262,12 +266,18 @@ func (c *Conn) begin(n int) (time.Time, error) {
 // holds its lease. The error is the transport's: then the connection is
 // broken and res is incomplete.
 func (c *Conn) GetBatch(items []GetItem, dst [][]byte, res []GetResult) error {
+	return c.GetBatchBy(time.Time{}, items, dst, res)
+}
+
+// GetBatchBy is GetBatch that ends by the caller's deadline by (zero:
+// none) when that comes before the operation timeout.
+func (c *Conn) GetBatchBy(by time.Time, items []GetItem, dst [][]byte, res []GetResult) error {
 	if len(dst) != len(items) || len(res) != len(items) {
 		return fmt.Errorf("rdma: GetBatch of %d items with %d destinations and %d results: %w", len(items), len(dst), len(res), wire.StatusInvalid)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	deadline, err := c.begin(len(items))
+	deadline, err := c.begin(len(items), by)
 	if err != nil {
 		return err
 	}
@@ -406,12 +416,18 @@ func (c *Conn) readGroup(group []leased, dst [][]byte, res []GetResult, deadline
 // staging region or the buffer is TOO_LARGE. The error is the
 // transport's: then the connection is broken and errs is incomplete.
 func (c *Conn) PutBatch(keys []wire.BlockKey, vals [][]byte, errs []error) error {
+	return c.PutBatchBy(time.Time{}, keys, vals, errs)
+}
+
+// PutBatchBy is PutBatch that ends by the caller's deadline by (zero:
+// none) when that comes before the operation timeout.
+func (c *Conn) PutBatchBy(by time.Time, keys []wire.BlockKey, vals [][]byte, errs []error) error {
 	if len(vals) != len(keys) || len(errs) != len(keys) {
 		return fmt.Errorf("rdma: PutBatch of %d keys with %d values and %d results: %w", len(keys), len(vals), len(errs), wire.StatusInvalid)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	deadline, err := c.begin(len(keys))
+	deadline, err := c.begin(len(keys), by)
 	if err != nil {
 		return err
 	}
@@ -495,7 +511,7 @@ func (c *Conn) putGroup(group []int, keys []wire.BlockKey, vals [][]byte, errs [
 func (c *Conn) Ping() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, err := c.begin(1); err != nil {
+	if _, err := c.begin(1, time.Time{}); err != nil {
 		return err
 	}
 	c.wbuf = wire.AppendRequest(c.wbuf[:0], &wire.RequestHeader{Op: wire.OpPing})

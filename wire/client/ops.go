@@ -18,13 +18,14 @@ func (c *Client) Put(ctx context.Context, key, value []byte) error {
 		return err
 	}
 	p := c.route(k)
+	deadline := c.deadline(ctx) // one for both ways, RDMA and TCP
 	if c.opts.RDMA != nil {
 		var errs [1]error
-		if c.rdmaPut(p, singleIdx, []wire.BlockKey{k}, errs[:], func(int) []byte { return value }) {
+		if c.rdmaPut(p, deadline, singleIdx, []wire.BlockKey{k}, errs[:], func(int) []byte { return value }) {
 			return errs[0]
 		}
 	}
-	return c.exchange(ctx, p, c.deadline(ctx), false, func(cc *cconn) error {
+	return c.exchange(ctx, p, deadline, false, func(cc *cconn) error {
 		if cc.lease != nil && len(value) <= len(cc.lease.staging) {
 			var errs [1]error
 			ks := [1]wire.BlockKey{k}
@@ -89,10 +90,11 @@ func (c *Client) GetRange(ctx context.Context, key []byte, offset, length uint64
 		}
 	}
 	p := c.route(k)
-	if n, stored, err, ok := c.rdmaGetRange(p, k, offset, length, dst); ok {
+	deadline := c.deadline(ctx) // one for both ways, RDMA and TCP
+	if n, stored, err, ok := c.rdmaGetRange(p, deadline, k, offset, length, dst); ok {
 		return n, stored, err
 	}
-	err = c.exchange(ctx, p, c.deadline(ctx), true, func(cc *cconn) error {
+	err = c.exchange(ctx, p, deadline, true, func(cc *cconn) error {
 		if cc.lease != nil {
 			var res [1]GetResult
 			ks := [1]wire.BlockKey{k}

@@ -20,23 +20,28 @@ type rdmaPeer struct {
 	done    bool
 }
 
-// getRDMA returns an RDMA connection to p, or nil: RDMA is off, or the
-// node failed it lately (the call goes over TCP).
+// getRDMA returns an RDMA connection to p, or nil: RDMA is off, the node
+// failed it lately, or the node is backed off or stalled over TCP (the
+// call goes the TCP way, which answers for such a node at once).
 func (c *Client) getRDMA(p *peer) *rdma.Conn {
 	if c.opts.RDMA == nil || p == nil {
 		return nil
 	}
+	now := time.Now()
+	if _, stalled := p.stalled(now); stalled || p.brk.refuses(now) {
+		return nil
+	}
 	r := &p.rdma
 	r.mu.Lock()
+	if r.done || now.Before(r.retryAt) {
+		r.mu.Unlock()
+		return nil
+	}
 	if n := len(r.idle); n > 0 {
 		rc := r.idle[n-1]
 		r.idle = r.idle[:n-1]
 		r.mu.Unlock()
 		return rc
-	}
-	if r.done || time.Now().Before(r.retryAt) {
-		r.mu.Unlock()
-		return nil
 	}
 	r.mu.Unlock()
 	rc, err := rdma.Dial(p.addr, *c.opts.RDMA)
@@ -61,7 +66,8 @@ func (c *Client) putRDMA(p *peer, rc *rdma.Conn) {
 }
 
 // rdmaFailed closes a broken connection (rc may be nil: the dial failed)
-// and serves the node over TCP for rdmaRetry.
+// and the idle ones, which most likely broke with it, and serves the
+// node over TCP for rdmaRetry.
 func (c *Client) rdmaFailed(p *peer, rc *rdma.Conn, err error) {
 	if rc != nil {
 		_ = rc.Close()
@@ -70,7 +76,12 @@ func (c *Client) rdmaFailed(p *peer, rc *rdma.Conn, err error) {
 	r.mu.Lock()
 	first := !time.Now().Before(r.retryAt)
 	r.retryAt = time.Now().Add(rdmaRetry)
+	idle := r.idle
+	r.idle = nil
 	r.mu.Unlock()
+	for _, ic := range idle {
+		_ = ic.Close()
+	}
 	if first {
 		c.opts.Logger.Warn("client: RDMA to a node failed; using TCP for it", "node", p.addr, "retry_in", rdmaRetry.String(), "err", err)
 	}
@@ -91,7 +102,7 @@ func (r *rdmaPeer) close() {
 // have destination buffers over RDMA; false: the group goes over TCP
 // (RDMA off, failed, or an item without a buffer). A value longer than
 // its buffer fills it and fails with ErrBufferTooSmall, as over TCP.
-func (c *Client) rdmaGet(p *peer, idx []int, ks []wire.BlockKey, res []GetResult, dstOf func(i int) []byte) bool {
+func (c *Client) rdmaGet(p *peer, deadline time.Time, idx []int, ks []wire.BlockKey, res []GetResult, dstOf func(i int) []byte) bool {
 	if c.opts.RDMA == nil {
 		return false
 	}
@@ -108,7 +119,7 @@ func (c *Client) rdmaGet(p *peer, idx []int, ks []wire.BlockKey, res []GetResult
 		return false
 	}
 	out := make([]rdma.GetResult, len(idx))
-	if err := rc.GetBatch(items, dst, out); err != nil {
+	if err := rc.GetBatchBy(deadline, items, dst, out); err != nil {
 		c.rdmaFailed(p, rc, err)
 		return false
 	}
@@ -127,7 +138,7 @@ func (c *Client) rdmaGet(p *peer, idx []int, ks []wire.BlockKey, res []GetResult
 }
 
 // rdmaGetRange is GetRange over RDMA; ok false: it goes over TCP.
-func (c *Client) rdmaGetRange(p *peer, k wire.BlockKey, offset, length uint64, dst []byte) (n int, stored uint64, err error, ok bool) {
+func (c *Client) rdmaGetRange(p *peer, deadline time.Time, k wire.BlockKey, offset, length uint64, dst []byte) (n int, stored uint64, err error, ok bool) {
 	if c.opts.RDMA == nil {
 		return 0, 0, nil, false
 	}
@@ -135,18 +146,18 @@ func (c *Client) rdmaGetRange(p *peer, k wire.BlockKey, offset, length uint64, d
 	if rc == nil {
 		return 0, 0, nil, false
 	}
-	r, terr := rc.Get(k, offset, length, dst)
-	if terr != nil {
+	var r [1]rdma.GetResult
+	if terr := rc.GetBatchBy(deadline, []rdma.GetItem{{Key: k, Offset: offset, Length: length}}, [][]byte{dst}, r[:]); terr != nil {
 		c.rdmaFailed(p, rc, terr)
 		return 0, 0, nil, false
 	}
 	c.putRDMA(p, rc)
-	return r.N, r.Stored, r.Err, true
+	return r[0].N, r[0].Stored, r[0].Err, true
 }
 
 // rdmaPut stores a group of putBatch over RDMA; false: the group goes
 // over TCP.
-func (c *Client) rdmaPut(p *peer, idx []int, ks []wire.BlockKey, errs []error, value func(i int) []byte) bool {
+func (c *Client) rdmaPut(p *peer, deadline time.Time, idx []int, ks []wire.BlockKey, errs []error, value func(i int) []byte) bool {
 	if c.opts.RDMA == nil {
 		return false
 	}
@@ -161,7 +172,7 @@ func (c *Client) rdmaPut(p *peer, idx []int, ks []wire.BlockKey, errs []error, v
 		return false
 	}
 	out := make([]error, len(idx))
-	if err := rc.PutBatch(ks, vals, out); err != nil {
+	if err := rc.PutBatchBy(deadline, ks, vals, out); err != nil {
 		c.rdmaFailed(p, rc, err)
 		return false
 	}

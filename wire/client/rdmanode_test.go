@@ -64,3 +64,35 @@ func TestClientOverRDMA(t *testing.T) {
 	}
 	fake.SetHook(nil)
 }
+
+// A call over RDMA ends by its context's deadline, not the RDMA
+// operation timeout: while a node's RDMA stalls (the fake's hook holds
+// the operation for 3 s; not a hardware test), a GET whose context allows
+// 200 ms is a TIMEOUT, though the operation timeout is an hour and the
+// operation would have succeeded after the stall.
+func TestRDMACallEndsByItsDeadline(t *testing.T) {
+	fake := rdma.NewFake("fk0")
+	addr := runNode(t, server.Deps{RDMAProvider: fake}, nil)
+	cl, err := client.Open(client.Options{Namespace: []byte("rdma"), Members: []string{addr}, SharedMemory: client.ShmOff,
+		RDMA: &rdma.ClientOptions{Provider: fake, BufferBytes: 8 << 20, OpTimeout: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	bg := context.Background()
+	val := bytes.Repeat([]byte("R"), 1<<20)
+	if err := cl.Put(bg, []byte("a"), val); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, 1<<20)
+	if _, _, err := cl.Get(bg, []byte("a"), dst); err != nil {
+		t.Fatal(err)
+	}
+	fake.SetHook(func(rdma.FakeOp) rdma.FakeFault { time.Sleep(3 * time.Second); return rdma.FaultNone })
+	defer fake.SetHook(nil)
+	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancel()
+	if _, _, err := cl.Get(ctx, []byte("a"), dst); wire.StatusOf(err) != wire.StatusTimeout {
+		t.Fatalf("GET from a node whose RDMA stalls past the call's deadline: %v, want TIMEOUT", err)
+	}
+}

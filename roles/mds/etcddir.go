@@ -58,6 +58,10 @@ type etcdDir struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// deregisterRead, when a test sets it, runs in Deregister between its
+	// read of the member and its delete.
+	deregisterRead func()
 }
 
 const etcdOpTimeout = 3 * time.Second
@@ -319,23 +323,33 @@ func (d *etcdDir) Register(ctx context.Context, group string, m wire.MemberInfo,
 }
 
 func (d *etcdDir) Heartbeat(ctx context.Context, group, id string) (uint64, error) {
+	epoch, _, err := d.HeartbeatTTL(ctx, group, id)
+	return epoch, err
+}
+
+// HeartbeatTTL is Heartbeat that also returns the TTL of the member's
+// lease: the one it was granted at registration, whatever this MDS is
+// configured with (an MDS restarted, or another beside it, with another
+// heartbeat_ttl_ms). A node paces its heartbeats by it.
+func (d *etcdDir) HeartbeatTTL(ctx context.Context, group, id string) (uint64, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
 	defer cancel()
 	resp, err := d.cli.Get(ctx, d.memberKey(group, id))
 	if err != nil {
-		return 0, backendErr("heartbeat", err)
+		return 0, 0, backendErr("heartbeat", err)
 	}
 	epoch := d.epoch(group)
 	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
-		return epoch, ErrUnknownMember
+		return epoch, 0, ErrUnknownMember
 	}
-	if _, err := d.cli.KeepAliveOnce(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+	ka, err := d.cli.KeepAliveOnce(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	if err != nil {
 		if isLeaseNotFound(err) {
-			return epoch, ErrUnknownMember
+			return epoch, 0, ErrUnknownMember
 		}
-		return 0, backendErr("heartbeat", err)
+		return 0, 0, backendErr("heartbeat", err)
 	}
-	return epoch, nil
+	return epoch, time.Duration(ka.TTL) * time.Second, nil
 }
 
 // isLeaseNotFound reports etcd's answer for a lease it does not hold (it
@@ -353,9 +367,19 @@ func (d *etcdDir) Deregister(ctx context.Context, group, id string) (uint64, err
 	if len(prev.Kvs) == 0 {
 		return d.epoch(group), ErrUnknownMember
 	}
-	resp, err := d.cli.Delete(ctx, key)
+	if d.deregisterRead != nil {
+		d.deregisterRead()
+	}
+	// Only the registration read above: one the node made since (through
+	// another MDS, while this request ran late) stays.
+	resp, err := d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", prev.Kvs[0].ModRevision)).
+		Then(clientv3.OpDelete(key)).Commit()
 	if err != nil {
 		return 0, backendErr("deregister", err)
+	}
+	if !resp.Succeeded {
+		return d.epoch(group), ErrUnknownMember
 	}
 	if l := prev.Kvs[0].Lease; l != 0 {
 		_, _ = d.cli.Revoke(ctx, clientv3.LeaseID(l))

@@ -215,3 +215,52 @@ func TestEtcdLeaseNotFoundIsTyped(t *testing.T) {
 		t.Fatal("an error that only reads like lease-not-found is taken for it")
 	}
 }
+
+// A heartbeat on etcd answers the TTL of the node's lease, the one it was
+// granted at registration, not this MDS's heartbeat_ttl_ms: a node
+// registered through an MDS of 2 s, heartbeating through one of 9 s,
+// must go on pacing itself for 2 s or its lease lapses.
+func TestHeartbeatAnswersTheLeaseTTL(t *testing.T) {
+	etcd := testetcd.Start(t)
+	ctrlA, _, stopA := runMDS(t, map[string][]string{"etcd": {etcd.Endpoint}, "heartbeat-ttl-ms": {"2000"}, "http-listen": {""}})
+	ctx := context.Background()
+	if _, err := mdsClient(t, "default", ctrlA).Register(ctx, member(1)); err != nil {
+		t.Fatal(err)
+	}
+	stopA()
+	ctrlB, _, _ := runMDS(t, map[string][]string{"etcd": {etcd.Endpoint}, "heartbeat-ttl-ms": {"9000"}, "http-listen": {""}})
+	rep, err := mdsClient(t, "default", ctrlB).Heartbeat(ctx, "node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.HeartbeatTTLMS != 2000 {
+		t.Fatalf("a heartbeat of a node with a 2 s lease answered a TTL of %d ms", rep.HeartbeatTTLMS)
+	}
+}
+
+// A DEREGISTER removes only the registration it read: one the node made
+// meanwhile (through another MDS, while this request ran late) stays.
+func TestDeregisterSparesANewerRegistration(t *testing.T) {
+	etcd := testetcd.Start(t)
+	d, err := openEtcdDir([]string{etcd.Endpoint}, "/dfkv-test", 10*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	if _, err := d.Register(ctx, "g", member(1), nil); err != nil {
+		t.Fatal(err)
+	}
+	d.deregisterRead = func() {
+		d.deregisterRead = nil
+		if _, err := d.Register(ctx, "g", member(1), nil); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := d.Deregister(ctx, "g", "node-1"); !errors.Is(err, ErrUnknownMember) {
+		t.Fatalf("a DEREGISTER overtaken by a new registration: %v, want ErrUnknownMember", err)
+	}
+	if _, ms, err := d.Members(ctx, "g"); err != nil || len(ms) != 1 || ms[0].ID != "node-1" {
+		t.Fatalf("members after a late DEREGISTER: %v, %v; want node-1 still registered", ms, err)
+	}
+}

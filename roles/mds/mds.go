@@ -62,6 +62,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/engine"
@@ -203,7 +204,10 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	}
 	probe := &probeCache{dir: dir, ttl: mc.ProbeCache}
 	cs := &controlServer{dir: dir, ln: ln, log: log, ttl: mc.HeartbeatTTL, firstReq: mc.FirstRequest, backendDown: probe.down,
-		creds: nodeCreds, membersNeedToken: mc.MembersNeedToken == 1}
+		creds: nodeCreds, membersNeedToken: mc.MembersNeedToken == 1, maxConns: controlConnCap()}
+	if backend == "etcd" {
+		probe.recovered = cs.backendReturned // before any probe can run
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), &mdsCollector{cs: cs, dir: dir, group: cfg.Group, probe: probe, expiries: &expiries, backend: backend})
@@ -245,10 +249,10 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 			tlsMode += ", client certificates required"
 		}
 	}
-	log.Info("dfkv mds listening", append([]any{"listen", ln.Addr().String(), "http", mc.HTTPListen, "backend", backend, "auth", auth, "tls", tlsMode},
+	log.Info("dfkv mds listening", append([]any{"listen", ln.Addr().String(), "http", mc.HTTPListen, "backend", backend, "auth", auth, "tls", tlsMode, "max_control_conns", cs.maxConns},
 		append(store, "heartbeat_ttl", mc.HeartbeatTTL.String(), "group", cfg.Group)...)...)
 	if backend == "etcd" {
-		go watchBackend(ctx, probe, backendCheckEvery, log, cs.backendReturned)
+		go watchBackend(ctx, probe, backendCheckEvery, log)
 	}
 	if deps.Ready != nil {
 		deps.Ready()
@@ -263,6 +267,17 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	return nil
 }
 
+// controlConnCap is the control port's connection cap: three quarters of
+// the process's descriptor limit, leaving the rest to the backend, the
+// HTTP listener and the database; 0 (no cap) where the limit is unknown.
+func controlConnCap() int {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY {
+		return 0
+	}
+	return int(max(16, min(lim.Cur, 1<<20)*3/4))
+}
+
 // backendCheckEvery is how often an MDS on etcd probes it, so that losing
 // etcd and getting it back are logged (and dfkv_mds_backend_up kept
 // fresh) even when nothing scrapes /readyz.
@@ -272,7 +287,7 @@ const backendCheckEvery = 2 * time.Second
 // each change of reachability: one WARN when it is lost, with what the
 // MDS does meanwhile, and one INFO when it returns, with how long it was
 // gone.
-func watchBackend(ctx context.Context, probe *probeCache, every time.Duration, log *slog.Logger, returned func()) {
+func watchBackend(ctx context.Context, probe *probeCache, every time.Duration, log *slog.Logger) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var downSince time.Time
@@ -296,9 +311,6 @@ func watchBackend(ctx context.Context, probe *probeCache, every time.Duration, l
 		case err == nil && !downSince.IsZero():
 			log.Info("MDS: etcd reachable again", "down_for", time.Since(downSince).Round(time.Second).String())
 			downSince = time.Time{}
-			if returned != nil {
-				returned()
-			}
 		}
 	}
 }
@@ -319,6 +331,12 @@ type probeCache struct {
 	last   error
 	flight *probeFlight // the probe out now; nil when none is
 	failed atomic.Bool  // the last probe failed; false before the first
+	// recovered, when set (before the first probe), runs when a probe
+	// finds the backend back after a failed one, before down says so:
+	// whichever probe sees it first (the watcher's, /readyz, a metrics
+	// scrape), the settle window is open before MEMBERS reads the
+	// backend again.
+	recovered func()
 }
 
 // probeFlight is one probe of the backend and the callers sharing it.
@@ -369,6 +387,9 @@ func (p *probeCache) run(f *probeFlight) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	f.err = p.dir.Probe(ctx)
 	cancel()
+	if f.err == nil && p.failed.Load() && p.recovered != nil {
+		p.recovered() // one probe runs at a time: once per recovery
+	}
 	p.mu.Lock()
 	p.last, p.at, p.flight = f.err, time.Now(), nil
 	p.failed.Store(f.err != nil)
@@ -439,11 +460,12 @@ var (
 	descForbid   = prometheus.NewDesc("dfkv_mds_forbidden_total", "Control requests refused because the token's credential does not cover the node id, or MEMBERS.", nil, nil)
 	descDupIDs   = prometheus.NewDesc("dfkv_mds_duplicate_id_total", "REGISTERs refused because a live member holds the id at another address (two nodes share a server.id, or a node moved before its old registration lapsed).", nil, nil)
 	descSettled  = prometheus.NewDesc("dfkv_mds_settled_member_replies_total", "MEMBERS answered with the list of before an etcd outage because fewer members were registered again yet (leases that ran out during the outage).", nil, nil)
+	descShed     = prometheus.NewDesc("dfkv_mds_connections_shed_total", "Control connections closed at the connection cap (three quarters of the descriptor limit) to admit a new one: the longest idle, or the new one when none was idle. Growth means clients hold connections open without requests.", nil, nil)
 	descAcceptEr = prometheus.NewDesc("dfkv_mds_accept_errors_total", "Accept failures the MDS waited out and retried (out of file descriptors or kernel memory, or a handshake that failed).", nil, nil)
 )
 
 func (c *mdsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMembers, descEpoch, descRegs, descDeregs, descExpiries, descBackend, descFirstReq, descAcceptEr, descStale, descUnauth, descForbid, descDupIDs, descSettled} {
+	for _, d := range []*prometheus.Desc{descMembers, descEpoch, descRegs, descDeregs, descExpiries, descBackend, descFirstReq, descAcceptEr, descShed, descStale, descUnauth, descForbid, descDupIDs, descSettled} {
 		ch <- d
 	}
 }
@@ -465,6 +487,7 @@ func (c *mdsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descExpiries, prometheus.CounterValue, float64(c.expiries.Load()))
 	ch <- prometheus.MustNewConstMetric(descFirstReq, prometheus.CounterValue, float64(c.cs.firstReqTimeouts.Load()))
 	ch <- prometheus.MustNewConstMetric(descAcceptEr, prometheus.CounterValue, float64(c.cs.acceptErrors.Load()))
+	ch <- prometheus.MustNewConstMetric(descShed, prometheus.CounterValue, float64(c.cs.shedConns.Load()))
 	ch <- prometheus.MustNewConstMetric(descStale, prometheus.CounterValue, float64(c.cs.staleReplies.Load()))
 	ch <- prometheus.MustNewConstMetric(descUnauth, prometheus.CounterValue, float64(c.cs.unauthenticated.Load()))
 	ch <- prometheus.MustNewConstMetric(descForbid, prometheus.CounterValue, float64(c.cs.forbidden.Load()))

@@ -40,9 +40,16 @@ type controlServer struct {
 	creds            *creds.Watch[creds.Nodes]
 	membersNeedToken bool
 
+	// maxConns caps the open control connections (0: no cap); at the
+	// cap the longest idle one is closed to admit a new one (clients
+	// open a connection per call, so an idle one is a client that went
+	// quiet), so that connections held open, by a fault or on purpose,
+	// never take the descriptors heartbeats and the backend need.
+	maxConns int
+
 	wg    sync.WaitGroup
 	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	conns map[net.Conn]*controlConn
 	done  bool
 
 	// replies caches the encoded MEMBERS reply per group at an epoch, for
@@ -67,12 +74,38 @@ type controlServer struct {
 	unauthenticated  atomic.Uint64 // requests without an accepted token, with credentials on
 	forbidden        atomic.Uint64 // requests whose credential does not cover the node id or MEMBERS
 	duplicateIDs     atomic.Uint64 // REGISTERs refused: a live member holds the id at another address
+	shedConns        atomic.Uint64 // connections closed at maxConns: the longest idle, or the new one when none was
+}
+
+// controlConn is what the server knows of an open control connection.
+type controlConn struct {
+	// idleSince is when it began waiting for its next request (Unix
+	// nanoseconds); 0 while a request is read or served.
+	idleSince atomic.Int64
+}
+
+// shedLocked makes room for one more connection at maxConns: it takes
+// the connection idle the longest out of conns and returns it, for the
+// caller to close once it released mu (a TLS close may wait to send its
+// alert), or returns nil when none is idle. The caller holds mu.
+func (s *controlServer) shedLocked() net.Conn {
+	var oldest net.Conn
+	var since int64
+	for c, cc := range s.conns {
+		if t := cc.idleSince.Load(); t != 0 && (oldest == nil || t < since) {
+			oldest, since = c, t
+		}
+	}
+	if oldest != nil {
+		delete(s.conns, oldest)
+	}
+	return oldest
 }
 
 // serve accepts until ctx ends, then closes every connection (control
 // requests are short and idempotent; a client retries elsewhere).
 func (s *controlServer) serve(ctx context.Context) {
-	s.conns = map[net.Conn]struct{}{}
+	s.conns = map[net.Conn]*controlConn{}
 	stop := context.AfterFunc(ctx, func() {
 		// Closed outside the lock: a TLS close may wait to send its
 		// alert, and exiting handlers need s.mu.
@@ -130,18 +163,34 @@ func (s *controlServer) serve(ctx context.Context) {
 			_ = c.Close()
 			break
 		}
-		s.conns[c] = struct{}{}
+		var shed net.Conn
+		if s.maxConns > 0 && len(s.conns) >= s.maxConns {
+			s.shedConns.Add(1)
+			if shed = s.shedLocked(); shed == nil {
+				s.mu.Unlock()
+				_ = c.Close()
+				continue
+			}
+		}
+		cc := &controlConn{}
+		cc.idleSince.Store(time.Now().UnixNano())
+		s.conns[c] = cc
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.handle(ctx, c)
+		if shed != nil {
+			_ = shed.Close()
+		}
+		go s.handle(ctx, c, cc)
 	}
 	s.wg.Wait()
 }
 
-func (s *controlServer) handle(ctx context.Context, c net.Conn) {
+func (s *controlServer) handle(ctx context.Context, c net.Conn, cc *controlConn) {
 	defer func() {
 		s.mu.Lock()
-		delete(s.conns, c)
+		if s.conns[c] == cc {
+			delete(s.conns, c)
+		}
 		s.mu.Unlock()
 		_ = c.Close()
 		s.wg.Done()
@@ -160,7 +209,11 @@ func (s *controlServer) handle(ctx context.Context, c net.Conn) {
 		// The first byte alone says whether the request is of this
 		// epoch: one of another generation is refused now, not when the
 		// prefix it will never complete times out.
+		if !first {
+			cc.idleSince.Store(time.Now().UnixNano())
+		}
 		peeked, err := br.Peek(1)
+		cc.idleSince.Store(0)
 		if first && err != nil && s.tlsRefused(c, err) {
 			return
 		}
@@ -205,6 +258,11 @@ func (s *controlServer) handle(ctx context.Context, c net.Conn) {
 		}
 		st, epoch, out := s.do(ctx, op, known, body)
 		if err := s.reply(c, st, epoch, out); err != nil {
+			return
+		}
+		if st == wire.StatusUnauthenticated || st == wire.StatusForbidden {
+			// A refused client gets its answer and nothing more: it may
+			// not keep a connection (a descriptor) it has no right to use.
 			return
 		}
 	}
@@ -311,15 +369,33 @@ func (s *controlServer) heartbeat(ctx context.Context, req wire.MDSRequest) (wir
 	if err := wire.ValidateMemberID(req.ID); err != nil {
 		return failed(0, err)
 	}
-	epoch, err := s.dir.Heartbeat(ctx, req.Group, req.ID)
+	// The TTL in force, so a node registered under another one (this MDS
+	// restarted with a new heartbeat_ttl_ms) paces itself anew rather
+	// than lapsing; older nodes read past the body. With etcd that is the
+	// TTL of the node's lease, granted at its registration; bbolt's sweep
+	// goes by this MDS's own.
+	ttl := s.ttl
+	var epoch uint64
+	var err error
+	if lt, ok := s.dir.(leaseTTLs); ok {
+		var leaseTTL time.Duration
+		if epoch, leaseTTL, err = lt.HeartbeatTTL(ctx, req.Group, req.ID); leaseTTL > 0 {
+			ttl = leaseTTL
+		}
+	} else {
+		epoch, err = s.dir.Heartbeat(ctx, req.Group, req.ID)
+	}
 	if err != nil {
 		return failed(epoch, err)
 	}
-	// The TTL in force, so a node registered under another one (this MDS
-	// restarted with a new heartbeat_ttl_ms) paces itself anew rather
-	// than lapsing; older nodes read past the body.
-	out, _ := json.Marshal(wire.MDSReply{Epoch: epoch, HeartbeatTTLMS: s.ttl.Milliseconds()})
+	out, _ := json.Marshal(wire.MDSReply{Epoch: epoch, HeartbeatTTLMS: ttl.Milliseconds()})
 	return wire.StatusOK, epoch, out
+}
+
+// leaseTTLs is a Directory whose members live by leases, each with the
+// TTL it was granted (etcd).
+type leaseTTLs interface {
+	HeartbeatTTL(ctx context.Context, group, id string) (uint64, time.Duration, error)
 }
 
 func (s *controlServer) deregister(ctx context.Context, req wire.MDSRequest) (wire.Status, uint64, []byte) {

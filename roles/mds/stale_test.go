@@ -225,3 +225,47 @@ func TestMassExpirySettles(t *testing.T) {
 		t.Fatalf("after the window: %d %v", epoch, ms)
 	}
 }
+
+// probeDir is a downDir whose Probe answers as the rest of it does.
+type probeDir struct{ downDir }
+
+func (d *probeDir) Probe(context.Context) error {
+	if d.down.Load() {
+		return errBackendDown
+	}
+	return nil
+}
+
+// Whichever probe finds the backend back first (here /readyz's, before
+// the 2 s watcher's), the settle window is open before MEMBERS reads the
+// backend again: a client holding the list of before the outage is not
+// handed the one the outage shrank.
+func TestSettleWindowOpensOnAnyProbe(t *testing.T) {
+	d := &probeDir{downDir{members: []wire.MemberInfo{member(1), member(2), member(3)}, epoch: 7}}
+	probe := &probeCache{dir: d}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &controlServer{dir: d, ln: ln, log: slog.New(slog.DiscardHandler), ttl: 10 * time.Second, backendDown: probe.down}
+	probe.recovered = cs.backendReturned
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go cs.serve(ctx)
+	c := mdsClient(t, "default", ln.Addr().String())
+	if epoch, ms, _, err := c.Members(ctx, 0); err != nil || epoch != 7 || len(ms) != 3 {
+		t.Fatalf("before the outage: %d %v %v", epoch, ms, err)
+	}
+	d.down.Store(true)
+	if err := probe.checkNow(ctx); err == nil || !probe.down() {
+		t.Fatalf("the probe during the outage: %v, down %v", err, probe.down())
+	}
+	d.members, d.epoch = []wire.MemberInfo{member(2)}, 9 // the leases ran out meanwhile
+	d.down.Store(false)
+	if err := probe.check(ctx); err != nil { // a /readyz, not the watcher
+		t.Fatal(err)
+	}
+	if epoch, ms, changed, err := c.Members(ctx, 7); err != nil || changed {
+		t.Fatalf("a client holding 3 members got %d at epoch %d (%v) right after the backend returned", len(ms), epoch, err)
+	}
+}

@@ -672,7 +672,7 @@ var settings = []setting{
 	{
 		key: "mds.node_credentials_file", roles: roleMDS,
 		def:   "",
-		help:  "TOML file of [[credential]] tables (token_sha256, nodes = node id patterns, members) without which no node may register, heartbeat or deregister; reread on SIGHUP and when it changes; empty: any client may register, replace or remove any node",
+		help:  "TOML file of [[credential]] tables (token_sha256, nodes = node id patterns, groups = group patterns (unset: all), members) without which no node may register, heartbeat or deregister; reread on SIGHUP and when it changes; empty: any client may register, replace or remove any node",
 		value: stringValue{field: func(c *Config) *string { return &c.MDS.NodeCredentialsFile }, ok: func(string) error { return nil }, text: "a file path, or empty"},
 	},
 	{

@@ -13,7 +13,8 @@ import (
 // carry a token (MDSRequest.Token) whose credential must list the node id
 // the request names, so a host can register only itself: not a rogue
 // node that takes over key ranges, not a replacement of another node's
-// id, and no removal of another node. MEMBERS needs a token whose
+// id, and no removal of another node; a credential that lists groups
+// acts only in them. MEMBERS needs a token whose
 // credential has members = true when mds.members_need_token is set. The
 // token is hashed per request; control requests are a handful a second.
 
@@ -36,6 +37,12 @@ func (s *controlServer) authorize(op wire.Op, req *wire.MDSRequest) (wire.Status
 		s.unauthenticated.Add(1)
 		s.log.Warn("MDS: request refused: token not accepted", "op", wire.MDSOpName(op), "group", req.Group)
 		return wire.StatusUnauthenticated, "token not accepted by this MDS's node credentials file"
+	}
+	if !g.InGroup(req.Group) {
+		s.forbidden.Add(1)
+		s.log.Warn("MDS: request refused: the credential does not cover this group",
+			"op", wire.MDSOpName(op), "group", req.Group, "credential", g.Name)
+		return wire.StatusForbidden, fmt.Sprintf("credential %q may not act in group %q: its groups patterns do not match it", g.Name, req.Group)
 	}
 	if op == wire.OpMDSMembers {
 		if !g.Members {

@@ -48,6 +48,7 @@ nodes = ["node-1", "node-2"]
 name = "rack-b"
 token_sha256 = %q
 nodes = ["node-3*"]
+groups = ["default", "staging-*"]
 
 [[credential]]
 name = "engines"
@@ -66,6 +67,37 @@ members = true
 }
 
 func status(err error) wire.Status { return wire.StatusOf(err) }
+
+// A credential that lists groups acts only in them: a host trusted in
+// one group's ring cannot register itself into another's (groups that
+// never mix, one per tenant or cluster), nor heartbeat or leave there.
+func TestMDSNodeCredentialsBoundToGroups(t *testing.T) {
+	ctrl := credMDS(t, false)
+	ctx := context.Background()
+	in := func(group string) *client.MDSClient {
+		c := mdsClient(t, group, ctrl)
+		c.SetToken(rackBToken)
+		return c
+	}
+	for _, group := range []string{"default", "staging-eu"} {
+		if _, err := in(group).Register(ctx, member(3)); err != nil {
+			t.Fatalf("rack-b registering its node into %s: %v", group, err)
+		}
+	}
+	other := in("tenant-b")
+	if _, err := other.Register(ctx, member(3)); status(err) != wire.StatusForbidden {
+		t.Fatalf("rack-b registering into a group it does not list: %v, want FORBIDDEN", err)
+	}
+	if _, err := other.Heartbeat(ctx, "node-3"); status(err) != wire.StatusForbidden {
+		t.Fatalf("rack-b heartbeating in a group it does not list: %v, want FORBIDDEN", err)
+	}
+	// rack-a lists no groups: all of them, as before groups existed.
+	a := mdsClient(t, "tenant-b", ctrl)
+	a.SetToken(rackAToken)
+	if _, err := a.Register(ctx, member(1)); err != nil {
+		t.Fatalf("a credential without groups registering into any group: %v", err)
+	}
+}
 
 // TestMDSNodeCredentials: a rogue REGISTER, a REGISTER reusing a live
 // node's id, and a DEREGISTER of another node are all refused; each node

@@ -180,6 +180,9 @@ members = true
 	if a.Members {
 		t.Error("members granted without being listed")
 	}
+	if !a.InGroup("any-group") {
+		t.Error("a credential without groups refused a group")
+	}
 	e := ns.Lookup(SumOf([]byte("engine-token-000002")))
 	if !e.Members || e.MayRegister("rack-a-1") {
 		t.Error("a members-only credential")
@@ -188,6 +191,8 @@ members = true
 		"[[credential]]\ntoken_sha256 = \"" + sumHex("x-token-00000001") + "\"\n",
 		"[[credential]]\ntoken_sha256 = \"" + sumHex("x-token-00000001") + "\"\nnodes = [\"\"]\n",
 		"[[credential]]\ntoken_sha256 = \"" + sumHex("x-token-00000001") + "\"\nnodes = [\"a\"]\ntenants = [\"b\"]\n",
+		"[[credential]]\ntoken_sha256 = \"" + sumHex("x-token-00000001") + "\"\nnodes = [\"a\"]\ngroups = []\n",
+		"[[credential]]\ntoken_sha256 = \"" + sumHex("x-token-00000001") + "\"\nnodes = [\"a\"]\ngroups = [\"\"]\n",
 	} {
 		if _, err := LoadNodes(writeFile(t, t.TempDir(), body)); err == nil {
 			t.Errorf("accepted %q", body)

@@ -5,11 +5,28 @@ import (
 )
 
 // NodeGrant is what one MDS credential may do: register, heartbeat and
-// deregister the node ids its patterns match, and read the member list.
+// deregister the node ids its patterns match, and read the member list,
+// in the groups its group patterns match (all when it lists none).
 type NodeGrant struct {
 	Name    string
 	nodes   []string // patterns; '*' matches any run of bytes
+	groups  []string // patterns; none: every group
 	Members bool
+}
+
+// InGroup reports whether g may act in group (server.group): groups
+// that never mix (one per tenant or cluster) can be kept apart, so a
+// host trusted in one cannot register itself into another's ring.
+func (g *NodeGrant) InGroup(group string) bool {
+	if len(g.groups) == 0 {
+		return true
+	}
+	for _, p := range g.groups {
+		if globMatch(p, group) {
+			return true
+		}
+	}
+	return false
 }
 
 // MayRegister reports whether g may register, renew or remove node id.
@@ -59,6 +76,7 @@ type nodesFile struct {
 		Name        string   `toml:"name"`
 		TokenSHA256 *Sum     `toml:"token_sha256"`
 		Nodes       []string `toml:"nodes"`
+		Groups      []string `toml:"groups"`
 		Members     bool     `toml:"members"`
 	} `toml:"credential"`
 }
@@ -70,10 +88,11 @@ type nodesFile struct {
 //	name = "rack-a"
 //	token_sha256 = "…"          # printf %s "$TOKEN" | sha256sum
 //	nodes = ["rack-a-*"]        # node ids it may register; "*" any
+//	groups = ["prod"]           # groups (server.group) it may act in; unset: all
 //	members = true              # may read the member list
 func LoadNodes(path string) (*Nodes, error) {
 	var doc nodesFile
-	bad, err := decodeFile(path, "node credentials file", &doc, "name, token_sha256, nodes and members")
+	bad, err := decodeFile(path, "node credentials file", &doc, "name, token_sha256, nodes, groups and members")
 	if err != nil {
 		return nil, err
 	}
@@ -95,10 +114,18 @@ func LoadNodes(path string) (*Nodes, error) {
 				return nil, bad("%s: node pattern %q is empty or holds a space", label, p)
 			}
 		}
+		if c.Groups != nil && len(c.Groups) == 0 {
+			return nil, bad("%s: groups = [] would allow no group; leave groups out for all of them", label)
+		}
+		for _, p := range c.Groups {
+			if p == "" || strings.ContainsAny(p, " \t\n") {
+				return nil, bad("%s: group pattern %q is empty or holds a space", label, p)
+			}
+		}
 		if prev, dup := n.grants[*c.TokenSHA256]; dup {
 			return nil, bad("%s has the same token_sha256 as %q: one token, one credential", label, prev.Name)
 		}
-		n.grants[*c.TokenSHA256] = &NodeGrant{Name: c.Name, nodes: c.Nodes, Members: c.Members}
+		n.grants[*c.TokenSHA256] = &NodeGrant{Name: c.Name, nodes: c.Nodes, groups: c.Groups, Members: c.Members}
 	}
 	return n, nil
 }

@@ -265,11 +265,14 @@
 // it is reused only when its last reader unpins. Concurrent PUTs of one key
 // have one leader; followers wait and return its result. REMOVE unpublishes
 // at once, clears the record before returning, and fences a PUT of the key
-// still in flight, which then does not publish (nor survive a restart).
+// still in flight, which then does not publish and clears the record it
+// wrote (a SIGKILL before that clear may bring the fenced value back: it
+// was in flight and never acknowledged: as if it landed after the REMOVE).
 // An evicted value's record stays in slots.tbl until the PUT that evicted
-// it writes over its slot or wipes its extent, after the lock; a REMOVE of
-// that key waits for that before it answers, so a SIGKILL right after the
-// REMOVE cannot bring the evicted value back. A
+// it writes over its slot or wipes its extent, after the lock, and a
+// replaced value's until the overwrite clears it, after the lock too; a
+// REMOVE of that key waits for those before it answers, so a SIGKILL right
+// after the REMOVE cannot bring either value back. A
 // record write or clear that fails means slots.tbl no longer describes the
 // extents: the store fails closed (every operation IO_ERROR, Stats.Healthy
 // false, one error log) and marks its state failed, so the next start is

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,4 +181,83 @@ func TestRemoveOfClockVictimSurvivesSIGKILL(t *testing.T) {
 	go func() { stored <- s.Put(enginetest.Key(1000), bytes.Repeat([]byte{200}, 4096)) }()
 	<-fs.entered
 	removeEvictedThenKill(t, s, opts, func() { close(fs.open) }, stored)
+}
+
+// heldTableFS holds the hold-th write to slots.tbl after it is armed,
+// until open is closed, saying on entered that it got there.
+type heldTableFS struct {
+	vfs.FS
+	armed         atomic.Bool
+	count         atomic.Int32
+	hold          int32
+	entered, open chan struct{}
+}
+
+func (h *heldTableFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := h.FS.OpenFile(name, flag, perm)
+	if err != nil || filepath.Base(name) != tableName {
+		return f, err
+	}
+	return &heldTableFile{File: f, fs: h}, nil
+}
+
+type heldTableFile struct {
+	vfs.File
+	fs *heldTableFS
+}
+
+func (f *heldTableFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.fs.armed.Load() && f.fs.count.Add(1) == f.fs.hold {
+		f.fs.entered <- struct{}{}
+		<-f.fs.open
+	}
+	return f.File.WriteAt(p, off)
+}
+
+// An overwrite clears the replaced value's record after it published the
+// new one; a REMOVE in between waits for that clear, so a SIGKILL right
+// after the REMOVE does not bring the replaced value back.
+func TestRemoveDuringAnOverwriteSurvivesSIGKILL(t *testing.T) {
+	fs := &heldTableFS{FS: vfs.OS{}, hold: 2, entered: make(chan struct{}, 1), open: make(chan struct{})}
+	opts := Options{Dir: t.TempDir(), CapacityBytes: 8 * 64 << 10, ExtentBytes: 64 << 10, FS: fs}
+	s, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, v1 := enginetest.Key(1), bytes.Repeat([]byte{1}, 4096)
+	mustCache(t, s, k, v1)
+	fs.armed.Store(true) // table write 1: the new value's record; 2: the clear of v1's (held)
+	stored := make(chan error, 1)
+	go func() { stored <- s.Put(k, bytes.Repeat([]byte{2}, 4096)) }()
+	<-fs.entered
+	killed, removed := t.TempDir(), make(chan error, 1)
+	go func() {
+		err := s.Remove(k)
+		copyDir(t, opts.Dir, killed) // what a SIGKILL the instant REMOVE returned leaves
+		removed <- err
+	}()
+	var rerr error
+	select {
+	case rerr = <-removed: // returned with the clear still held: the fault
+		close(fs.open)
+	case <-time.After(200 * time.Millisecond): // waiting for the clear, as it should
+		close(fs.open)
+		rerr = <-removed
+	}
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err := <-stored; err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, s)
+	opts.Dir, opts.FS = killed, nil
+	s2, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustClose(t, s2)
+	if got, err := get(t, s2, k); wire.StatusOf(err) != wire.StatusNotFound {
+		t.Fatalf("a removed key served after a SIGKILL: %d bytes (the replaced value: %v), %v", len(got), bytes.Equal(got, v1), err)
+	}
 }

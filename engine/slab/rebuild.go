@@ -26,7 +26,8 @@ type rebuildStats struct {
 
 // rebuild restores the allocator from slots.tbl, after a clean shutdown or
 // not (an unclean one may leave records whose payloads were never written
-// or were overwritten since; their checksums catch them when read). It
+// or were overwritten since; their checksums catch them when read), and
+// syncs the table as it read it. It
 // visits only the allocated ranges of the sparse table (SEEK_DATA /
 // SEEK_HOLE; the whole table in scanChunk pieces where the filesystem
 // cannot say), reads them scanChunk bytes per syscall, and validates every
@@ -101,15 +102,20 @@ func (s *Store) rebuild() (rebuildStats, error) {
 	s.alloc.FinishRestore()
 	s.reconcileSpans(&bad)
 
+	for _, off := range bad {
+		if _, err := s.table.WriteAt(zeroRecord[:], off); err != nil {
+			return st, fmt.Errorf("clear invalid slot record at %s offset %d: %w", s.table.Name(), off, err)
+		}
+	}
+	// The table as read is made durable before any new record goes in:
+	// after a SIGKILL the page cache may hold clears not yet on disk, and
+	// the generations issued from here on (above the highest read) must
+	// not fall at or below a record a power cut could bring back. After a
+	// clean stop nothing is dirty and this costs one system call.
+	if err := vfs.Datasync(s.table); err != nil {
+		return st, err
+	}
 	if len(bad) > 0 {
-		for _, off := range bad {
-			if _, err := s.table.WriteAt(zeroRecord[:], off); err != nil {
-				return st, fmt.Errorf("clear invalid slot record at %s offset %d: %w", s.table.Name(), off, err)
-			}
-		}
-		if err := vfs.Datasync(s.table); err != nil {
-			return st, err
-		}
 		s.log.Warn("slab engine: dropped invalid or duplicate slot records and cleared them",
 			"dir", s.dir, "table", s.table.Name(), "count", len(bad), "first_offset", bad[0])
 	}

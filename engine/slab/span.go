@@ -164,10 +164,14 @@ func (s *Store) removeSpanned(key wire.BlockKey, nonce uint32) {
 	}
 	r, n, live := s.alloc.Remove(&key)
 	delete(s.spans, key)
+	if live {
+		s.evicted[key]++ // a Remove of key waits for the clear below
+	}
 	s.mu.Unlock()
 	if live {
 		s.acct.Committed(key.Tenant, -int64(n))
 		s.clearAndRelease(r)
+		s.recordCleared(key)
 	}
 	s.removePieces(key, sp)
 }

@@ -142,11 +142,13 @@ type Store struct {
 	// they changed class; a record of such an extent is written only once
 	// its wipe is done.
 	wipes map[uint32]*wipe
-	// evicted counts, per key, the evictions of it whose records are
-	// still on disk: the PUT that evicted writes over or wipes them only
-	// after the lock is let go. A Remove of such a key waits for them
-	// (evictedGone) before it answers, or a SIGKILL meanwhile would
-	// bring the evicted value back after the Remove.
+	// evicted counts, per key, the values of it unpublished under the
+	// lock whose records are still on disk: evicted ones (the PUT that
+	// evicted writes over or wipes them only after the lock is let go)
+	// and replaced ones (an overwrite clears the old record after it). A
+	// Remove of such a key waits for them (evictedGone) before it
+	// answers, or a SIGKILL meanwhile would bring that value back after
+	// the Remove.
 	evicted     map[wire.BlockKey]int
 	evictedGone sync.Cond
 	// spans holds, for each live value larger than an extent, its
@@ -437,6 +439,13 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span, head *wire.Bl
 		s.sums.set(rec.extent, rec.slot, s.alloc.Lattice().Slots(int(rec.class)), rec.sum)
 		s.evictionsCleared(victims) // our record is over the victim's; a wipe is done
 		old, oldLen, replaced := s.alloc.Publish(r, &key)
+		if replaced {
+			// The replaced value's record stays on disk until
+			// clearAndRelease below: a Remove of the key meanwhile
+			// waits for it (waitEvictedGone), or a SIGKILL right after
+			// the Remove would bring that value back.
+			s.evicted[key]++
+		}
 		oldSpan, hadSpan := s.spans[key]
 		switch {
 		case sp.head():
@@ -454,6 +463,7 @@ func (s *Store) cacheOne(key wire.BlockKey, value []byte, sp span, head *wire.Bl
 		if replaced {
 			s.acct.Committed(key.Tenant, -int64(oldLen))
 			s.clearAndRelease(old)
+			s.recordCleared(key)
 		}
 		if hadSpan {
 			s.removePieces(key, oldSpan)
@@ -501,6 +511,17 @@ func (s *Store) evictionsCleared(victims []Victim) {
 		}
 	}
 	s.evictedGone.Broadcast()
+}
+
+// recordCleared ends the wait of a Remove of key for a record of key
+// that was unpublished under the lock and cleared after it (evicted).
+func (s *Store) recordCleared(key wire.BlockKey) {
+	s.mu.Lock()
+	if s.evicted[key]--; s.evicted[key] <= 0 {
+		delete(s.evicted, key)
+	}
+	s.evictedGone.Broadcast()
+	s.mu.Unlock()
 }
 
 func (s *Store) account(victims []Victim) {
@@ -647,8 +668,8 @@ func (s *Store) remove(key wire.BlockKey) bool {
 	return ok || f != nil
 }
 
-// waitEvictedGone waits until no evicted value of key has its record
-// left on disk (evicted). Only Remove waits: the removals a PUT makes
+// waitEvictedGone waits until no evicted or replaced value of key has
+// its record left on disk (evicted). Only Remove waits: the removals a PUT makes
 // itself (the pieces of a value it evicted) must not wait for that PUT.
 // A piece's record needs no wait: without its head's record, the next
 // Open drops it.

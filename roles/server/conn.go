@@ -99,6 +99,11 @@ type conn struct {
 	inPrefix  bool
 	waitSince time.Time // when it last began waiting on its client (idle, or in a prefix)
 	cut       bool      // closed by closeIdlest (under the server's mu)
+	// rdma: the connection is an RDMA session's control channel, served
+	// by the RDMA transport for the session's life. Its requests do not
+	// pass begin and end, so it never counts as waiting on its client:
+	// max_conns must not close a session in use as the longest idle.
+	rdma bool
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -374,7 +379,7 @@ func (c *conn) waitingFor(now time.Time) (time.Duration, bool) {
 
 // waitedLocked is waitingFor with c.mu held.
 func (c *conn) waitedLocked(now time.Time) (time.Duration, bool) {
-	if c.stopped || (c.busy && !c.inPrefix) {
+	if c.stopped || c.rdma || (c.busy && !c.inPrefix) {
 		return 0, false
 	}
 	return now.Sub(c.waitSince), true

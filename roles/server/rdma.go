@@ -20,6 +20,9 @@ func (c *conn) serveRDMA() {
 		return
 	}
 	c.returnScratch()
+	c.mu.Lock()
+	c.rdma = true
+	c.mu.Unlock()
 	c.s.opts.RDMA.ServeConn(c.nc, c.br)
 }
 

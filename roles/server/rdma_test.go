@@ -96,3 +96,55 @@ func TestRDMARefusedByNodeWithout(t *testing.T) {
 		t.Fatalf("PING after the refusal: %s", h.Status)
 	}
 }
+
+// An RDMA session keeps its data-port connection as its control channel
+// for its whole life, and its requests do not pass the connection's
+// begin and end. At max_conns the node closes the connection that has
+// waited longest on its client to admit a new one; a session in use must
+// not be taken for it. (The fake verbs provider; not a hardware test.)
+func TestRDMASessionIsNotClosedAsIdle(t *testing.T) {
+	fake := rdma.NewFake("fk0")
+	dir := t.TempDir()
+	cfg, _, err := config.LoadFrom("server", "", nil, withRAMTier(map[string][]string{
+		"disk": {filepath.Join(dir, "d0")}, "disk-capacity": {"256MiB"}, "http-listen": {""}, "max-conns": {"2"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, Deps{Listener: ln, RDMAProvider: fake, Ready: func(*Server) { close(ready) }}) }()
+	defer func() { cancel(); <-done }()
+	<-ready
+	addr := ln.Addr().String()
+	rc, err := rdma.Dial(addr, rdma.ClientOptions{Provider: fake, BufferBytes: 4 << 20, OpTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	keys := []wire.BlockKey{{Tenant: 1, ID: [16]byte{1}}}
+	vals, errs := [][]byte{[]byte("value")}, make([]error, 1)
+	put := func(when string) {
+		t.Helper()
+		if err := rc.PutBatch(keys, vals, errs); err != nil || errs[0] != nil {
+			t.Fatalf("PUT over RDMA %s: %v %v", when, err, errs)
+		}
+	}
+	// In use for longer than a connection must wait to be cut as idle.
+	for end := time.Now().Add(idleCutAfter + idleCutAfter/2); time.Now().Before(end); {
+		put("in use")
+		time.Sleep(20 * time.Millisecond)
+	}
+	c1 := dial(t, addr) // the second connection: max_conns
+	defer c1.Close()
+	writeReq(t, c1, wire.RequestHeader{Op: wire.OpPing}, nil)
+	readResp(t, c1)
+	c2 := dial(t, addr) // a third: one must go, and it is not the session
+	defer c2.Close()
+	writeReq(t, c2, wire.RequestHeader{Op: wire.OpPing}, nil)
+	readResp(t, c2)
+	put("after the node made room for a new connection")
+}

@@ -138,10 +138,14 @@ func TestRemoveOfKeyInMovedExtentSurvivesSIGKILL(t *testing.T) {
 	removeEvictedThenKill(t, s, opts, func() { close(fs.open) }, stored)
 }
 
-// heldWriteFS holds the first write to an extent file after it is armed.
+// heldWriteFS holds the first write to an extent file after it is armed,
+// until open is closed; it waits for the test to hear of it on entered
+// (a send that gave up when the test was not listening yet let the write
+// through un-held, and the test then waited for good).
 type heldWriteFS struct {
 	vfs.FS
 	armed, entered, open chan struct{}
+	held                 atomic.Bool
 }
 
 func (h *heldWriteFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
@@ -160,10 +164,9 @@ type heldWriteFile struct {
 func (f *heldWriteFile) WriteAt(p []byte, off int64) (int, error) {
 	select {
 	case <-f.fs.armed:
-		select {
-		case f.fs.entered <- struct{}{}:
+		if f.fs.held.CompareAndSwap(false, true) {
+			f.fs.entered <- struct{}{}
 			<-f.fs.open
-		default:
 		}
 	default:
 	}

@@ -100,7 +100,7 @@ func (t *Tier) rangeRAM(s *shard, key *wire.BlockKey, offset, length uint64, all
 	}
 	if err != nil {
 		s.mu.Unlock()
-		return nil, 0, fmt.Errorf("ram tier: range %s: %w: %w", *key, err, wire.StatusUnavailable), true
+		return nil, 0, fmt.Errorf("ram tier: get %s: %w: %w", *key, err, wire.StatusUnavailable), true
 	}
 	src := t.slotBytes(s, r, uint64(n))
 	s.mu.Unlock()
@@ -128,7 +128,7 @@ func (t *Tier) rangeBacking(key wire.BlockKey, offset, length uint64, alloc engi
 	t.backingReads.Add(1)
 	data, stored, err := t.backing.Get(key, offset, length, alloc)
 	if err != nil {
-		return nil, stored, fmt.Errorf("ram tier: range %s: backing: %w", key, err)
+		return nil, stored, fmt.Errorf("ram tier: get %s: backing: %w", key, err)
 	}
 	return data, stored, nil
 }
@@ -174,7 +174,7 @@ func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, offset, length uin
 		if wire.StatusOf(err) == wire.StatusNotFound {
 			t.nfMisses.Add(1)
 		}
-		err = fmt.Errorf("ram tier: range %s: backing: %w", key, err)
+		err = fmt.Errorf("ram tier: get %s: backing: %w", key, err)
 		resolve(0, err)
 		return nil, 0, err
 	}
@@ -212,7 +212,7 @@ func (t *Tier) coldRead(s *shard, key wire.BlockKey, f *fill, offset, length uin
 	t.backingReads.Add(1)
 	data, stored, err := t.backing.Get(key, 0, 0, sa)
 	if err != nil {
-		err = fmt.Errorf("ram tier: range %s: backing: %w", key, err)
+		err = fmt.Errorf("ram tier: get %s: backing: %w", key, err)
 	}
 	if !sa.inRAM || err != nil {
 		// Nothing of ours holds the value: give the slot back.

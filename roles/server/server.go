@@ -533,6 +533,13 @@ func (s *Server) drain() {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
+		if c.batch != nil {
+			// The socket under TLS, without a close_notify: the alert
+			// would go through the record batcher, which the
+			// connection's own goroutine may be flushing right now.
+			_ = c.batch.Conn.Close()
+			continue
+		}
 		_ = c.nc.Close()
 	}
 	s.log.Warn("shutdown timeout: closed connections with requests still in flight", "connections", len(conns), "timeout", s.opts.ShutdownTimeout.String())

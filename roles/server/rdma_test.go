@@ -116,7 +116,9 @@ func TestRDMASessionIsNotClosedAsIdle(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, Deps{Listener: ln, RDMAProvider: fake, Ready: func(*Server) { close(ready) }}) }()
+	go func() {
+		done <- Run(ctx, cfg, Deps{Listener: ln, RDMAProvider: fake, Ready: func(*Server) { close(ready) }})
+	}()
 	defer func() { cancel(); <-done }()
 	<-ready
 	addr := ln.Addr().String()

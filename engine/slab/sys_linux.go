@@ -43,7 +43,8 @@ func allocated(fi os.FileInfo) uint64 {
 // where the filesystem can (ext4 and xfs: FALLOC_FL_ZERO_RANGE turns the
 // range back into unwritten, still allocated blocks), its disk space, so
 // the slot table never has to allocate again. Where it cannot, it punches
-// a hole, and where it cannot punch, it writes zeros. A File that zeroes
+// a hole and allocates it again, and where it cannot punch, it writes
+// zeros. A File that zeroes
 // ranges itself (a simulated disk, which must be able to undo it on a
 // power cut) is asked instead.
 func zeroRange(f vfs.File, off, n int64) error {
@@ -59,6 +60,10 @@ func zeroRange(f vfs.File, off, n int64) error {
 	}
 	err = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
 	if err == nil {
+		// Allocate the hole again (it still reads as zeros), so a later
+		// record write there need not allocate on a full filesystem.
+		// Best effort: the range reads as zeros either way.
+		_ = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
 		return nil
 	}
 	if !unsupported(err) {

@@ -79,10 +79,18 @@ type controlServer struct {
 
 // controlConn is what the server knows of an open control connection.
 type controlConn struct {
-	// idleSince is when it began waiting for its next request (Unix
-	// nanoseconds); 0 while a request is read or served.
+	// idleSince is when it began waiting for its next request, as
+	// monoNow reads it; 0 while a request is read or served.
 	idleSince atomic.Int64
 }
+
+// monoStart anchors monoNow.
+var monoStart = time.Now()
+
+// monoNow is the monotonic clock in nanoseconds since monoStart, plus one
+// (never 0): kept in an atomic and compared, it stays immune to steps of
+// the wall clock, as Unix time would not.
+func monoNow() int64 { return int64(time.Since(monoStart)) + 1 }
 
 // shedLocked makes room for one more connection at maxConns: it takes
 // the connection idle the longest out of conns and returns it, for the
@@ -105,7 +113,9 @@ func (s *controlServer) shedLocked() net.Conn {
 // serve accepts until ctx ends, then closes every connection (control
 // requests are short and idempotent; a client retries elsewhere).
 func (s *controlServer) serve(ctx context.Context) {
+	s.mu.Lock()
 	s.conns = map[net.Conn]*controlConn{}
+	s.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() {
 		// Closed outside the lock: a TLS close may wait to send its
 		// alert, and exiting handlers need s.mu.
@@ -173,7 +183,7 @@ func (s *controlServer) serve(ctx context.Context) {
 			}
 		}
 		cc := &controlConn{}
-		cc.idleSince.Store(time.Now().UnixNano())
+		cc.idleSince.Store(monoNow())
 		s.conns[c] = cc
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -210,7 +220,7 @@ func (s *controlServer) handle(ctx context.Context, c net.Conn, cc *controlConn)
 		// epoch: one of another generation is refused now, not when the
 		// prefix it will never complete times out.
 		if !first {
-			cc.idleSince.Store(time.Now().UnixNano())
+			cc.idleSince.Store(monoNow())
 		}
 		peeked, err := br.Peek(1)
 		cc.idleSince.Store(0)

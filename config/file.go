@@ -45,6 +45,11 @@ func decodeFile(data, path string) (map[string]any, error) {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
+			if key, ok := secretOnLine(data, pe.Position.Line); ok {
+				// The parser's message quotes what it found, which here
+				// is (part of) a secret.
+				return nil, fmt.Errorf("config file %s: line %d: the value of %s is not valid TOML (not shown: it is a secret); write it as a quoted string", path, pe.Position.Line, key)
+			}
 			return nil, fmt.Errorf("config file %s: line %d: %s; fix the TOML syntax", path, pe.Position.Line, pe.Message)
 		}
 		return nil, fmt.Errorf("cannot decode config file %s: %w", path, err)
@@ -180,6 +185,27 @@ func topLevelKeys() string {
 		keys = append(keys, "["+sec+"]")
 	}
 	return strings.Join(keys, ", ")
+}
+
+// secretOnLine reports whether line (1-based) of a TOML text assigns a
+// secret setting, and which: a syntax error there must not be echoed.
+func secretOnLine(text string, line int) (string, bool) {
+	lines := strings.Split(text, "\n")
+	if line < 1 || line > len(lines) {
+		return "", false
+	}
+	key, _, ok := strings.Cut(lines[line-1], "=")
+	if !ok {
+		return "", false
+	}
+	key = strings.Trim(strings.TrimSpace(key), `"'`)
+	for i := range settings {
+		s := &settings[i]
+		if _, name, _ := strings.Cut(s.key, "."); s.secret() && name == key {
+			return s.key, true
+		}
+	}
+	return "", false
 }
 
 // fromTOML turns a file value into set's input, and a display of it for

@@ -504,6 +504,9 @@ func unspecifiedHost(addr string) bool {
 // A problem that already ends with what is allowed ("is not a workload;
 // valid workloads are put, get, …") is not followed by it a second time.
 func (s *setting) errorf(src source, raw string, problem error) error {
+	if s.secret() {
+		raw = "the value (a secret, not shown)"
+	}
 	msg := fmt.Sprintf("%s (%s) from %s: %s %v", s.key, s.env, src, raw, problem)
 	if allowed := s.value.allowed(); !strings.HasSuffix(problem.Error(), allowed) {
 		msg += "; allowed " + allowed

@@ -698,3 +698,30 @@ func TestSameListener(t *testing.T) {
 		}
 	}
 }
+
+// A secret written wrongly in a file (an array, a bare word, a number
+// too large, a float) is refused with the setting named and its value
+// not shown: the error goes to stderr and the journal.
+func TestFileSecretsAreNeverEchoed(t *testing.T) {
+	const secret = "SECRETabcdefghijklmnop"
+	for _, c := range []struct{ role, text string }{
+		{"bench", "[client]\ntoken = [\"" + secret + "\"]\n"},
+		{"bench", "[client]\ntoken = " + secret + "\n"},
+		{"server", "[server]\nmds_token = 1234567890123456789012345\n"},
+		{"bench", "[client]\n\"token\" = 3.5e7\n"},
+	} {
+		_, _, err := LoadText(c.role, "test configuration", c.text, nil, nil)
+		if err == nil {
+			t.Fatalf("%q: accepted", c.text)
+		}
+		msg := err.Error()
+		for _, leak := range []string{secret, "SECRETabc", "1234567890123456789012345", "3.5e", "35000000"} {
+			if strings.Contains(msg, leak) {
+				t.Fatalf("%q: the error shows the secret: %s", c.text, msg)
+			}
+		}
+		if !strings.Contains(msg, "token") {
+			t.Fatalf("%q: the error does not name the setting: %s", c.text, msg)
+		}
+	}
+}

@@ -28,10 +28,15 @@ import (
 var aliases = map[string]string{
 	"dfkv-server": "server", "dfkv_server": "server",
 	"dfkv-mds": "mds", "dfkv_mds": "mds",
-	"dfkv-bench": "bench",
-	"dfkv-smoke": "smoke",
-	"dfkv-ctl":   "ctl", "dfkvctl": "ctl",
+	"dfkv-bench": "bench", "dfkv_bench": "bench",
+	"dfkv-smoke": "smoke", "dfkv_smoke": "smoke",
+	"dfkv-ctl": "ctl", "dfkv_ctl": "ctl", "dfkvctl": "ctl",
+	"dfkv-version": "version", "dfkv_version": "version",
 }
+
+// roleNames are the roles a first argument may name.
+var roleNames = map[string]bool{"server": true, "mds": true, "smoke": true, "bench": true, "ctl": true, "version": true,
+	"help": true, "--help": true, "-h": true, "--version": true, "-v": true}
 
 func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
 
@@ -45,6 +50,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	status := 0
+	unknown := app.CommandNotFound
+	app.CommandNotFound = func(c *cli.Context, name string) {
+		unknown(c, name)
+		status = 2 // cli.Exit from here is not seen (dfkv help nosuch)
+	}
 	app.ExitErrHandler = func(c *cli.Context, err error) {
 		if err == nil {
 			return
@@ -77,6 +87,11 @@ func dispatch(args []string) ([]string, error) {
 	name := filepath.Base(args[0])
 	if role, ok := aliases[name]; ok {
 		return append([]string{"dfkv", role}, args[1:]...), nil
+	}
+	if len(args) > 1 && roleNames[args[1]] {
+		// A binary named otherwise (dfkv-linux-amd64, dfkv-1.4) run
+		// as `NAME server …`: the subcommand form.
+		return append([]string{"dfkv"}, args[1:]...), nil
 	}
 	if strings.HasPrefix(name, "dfkv-") || strings.HasPrefix(name, "dfkv_") {
 		return nil, fmt.Errorf("dfkv: unknown role name %q; invoke dfkv as one of: dfkv, %s",
@@ -138,7 +153,6 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ErrWriter: stderr,
 		CommandNotFound: func(c *cli.Context, name string) {
 			fmt.Fprintf(c.App.ErrWriter, "dfkv: unknown role %q; valid roles: %s\n", name, strings.Join(roles, ", "))
-			_ = cli.Exit("", 2)
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

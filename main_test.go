@@ -38,6 +38,12 @@ func TestDispatchInProcess(t *testing.T) {
 	// the start would.
 	f([]string{"dfkv", "server", "--tenant-quotas-file", filepath.Join(t.TempDir(), "missing.toml"), "--print-config"}, 2, "server.tenant_quotas_file")
 	f([]string{"dfkv", "--help"}, 0, "smoke")
+	f([]string{"dfkv", "help", "nosuch"}, 2, "unknown role")
+	// A binary renamed for a release still takes its role as the first
+	// argument; a mistyped symlink is still named in the error.
+	f([]string{"/tmp/dfkv-linux-amd64", "mds", "--print-config"}, 0, "mds.listen = ")
+	f([]string{"/tmp/dfkv-linux-amd64", "--version"}, 0, "dfkv ")
+	f([]string{"/usr/bin/dfkv-sever", "--listen", ":1"}, 2, "unknown role name \"dfkv-sever\"")
 
 	for alias, role := range aliases {
 		got, err := dispatch([]string{"/some/dir/" + alias, "--x"})

@@ -211,7 +211,7 @@ func secretOnLine(text string, line int) (string, bool) {
 // fromTOML turns a file value into set's input, and a display of it for
 // errors. Scalars may be TOML strings or integers ("64MiB" or 67108864),
 // and also floats where the setting is a number with a fraction, and
-// booleans where it is a switch; lists must be arrays of strings.
+// booleans where it is a switch or 0/1; lists must be arrays of strings.
 func fromTOML(s *setting, v any) (vals []string, raw string, err error) {
 	if s.value.list() {
 		arr, ok := v.([]any)
@@ -240,7 +240,8 @@ func fromTOML(s *setting, v any) (vals []string, raw string, err error) {
 			return []string{f}, f, nil
 		}
 	case bool:
-		if _, ok := s.value.(switchValue); ok {
+		switch s.value.(type) {
+		case switchValue, onOffValue:
 			b := strconv.FormatBool(x)
 			return []string{b}, b, nil
 		}

@@ -725,3 +725,15 @@ func TestFileSecretsAreNeverEchoed(t *testing.T) {
 		}
 	}
 }
+
+// A 0/1 setting takes a TOML boolean in a file, as its help says.
+func TestFileBooleansForOnOffSettings(t *testing.T) {
+	cfg, _, err := LoadText("bench", "test configuration", "[client]\ntls = true\n", nil, nil)
+	if err != nil || cfg.Client.TLS != 1 {
+		t.Fatalf("tls = true: %v, %+v", err, cfg)
+	}
+	cfg, _, err = LoadText("mds", "test configuration", "[mds]\nmembers_need_token = false\n", nil, nil)
+	if err != nil || cfg.MDS.MembersNeedToken != 0 {
+		t.Fatalf("members_need_token = false: %v", err)
+	}
+}

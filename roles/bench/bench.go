@@ -148,8 +148,8 @@ func action(c *cli.Context) error {
 func report(c *cli.Context, res *Result) error {
 	table := c.App.Writer
 	jsonPath, htmlPath := c.String("json"), c.String("html")
-	if jsonPath == "-" {
-		table = c.App.ErrWriter
+	if jsonPath == "-" || htmlPath == "-" {
+		table = c.App.ErrWriter // stdout carries the document alone
 	}
 	if err := res.WriteTable(table); err != nil {
 		return cli.Exit("dfkv bench: writing the table: "+err.Error(), exitErrors)
@@ -276,6 +276,9 @@ func targetOf(cfg *config.Config) (string, error) {
 	if size > cfg.Server.MaxBlockBytes {
 		return "", fmt.Errorf("%s %s exceeds server.max_block_bytes %s (DFKV_SERVER_MAX_BLOCK_BYTES, --max-block-bytes)",
 			what, config.FormatSize(size), config.FormatSize(cfg.Server.MaxBlockBytes))
+	}
+	if cfg.Client.Embedded == 1 {
+		return "an embedded store in this process", nil
 	}
 	if len(cfg.Client.MDS) > 0 {
 		return "members from MDS " + strings.Join(cfg.Client.MDS, ","), nil

@@ -147,6 +147,11 @@ func TestBenchAgainstServer(t *testing.T) {
 		!strings.HasSuffix(stderr, "dfkv bench: HTML report written to "+htmlPath+"\n") {
 		t.Fatalf("--json -: exit %d, %v\nstdout:\n%s\nstderr:\n%s", code, err, stdout, stderr)
 	}
+	// With --html -, stdout is the HTML alone, from its first byte.
+	code, stdout, stderr = runBench(t, append(common, "--workload", "get", "--ops", "8", "--html", "-")...)
+	if code != 0 || !strings.HasPrefix(stdout, "<!DOCTYPE html>") || !strings.Contains(stderr, "op ") {
+		t.Fatalf("--html -: exit %d\nstdout begins %.80q\nstderr:\n%s", code, stdout, stderr)
+	}
 	if n := bytes.Count(page, []byte("<svg")); n != 3 {
 		t.Fatalf("HTML report has %d <svg> plots, want 3", n)
 	}

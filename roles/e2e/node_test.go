@@ -281,6 +281,12 @@ func TestToolsEmbedded(t *testing.T) {
 		"--keys", "32", "-c", "2", "--ops", "500", "--warmup", "0"); code != 0 || !bytes.Contains(out, []byte("get")) {
 		t.Fatalf("bench --embedded exited %d:\n%s\n%s", code, out, errOut)
 	}
+	// The tool's --max-block-bytes is the store's too: values larger than
+	// the default 64 MiB are stored, and the report names what it measured.
+	if code, out, errOut := dfkv(t, nil, "bench", "--embedded", "--config", cfgPath, "--max-block-bytes", "96MiB", "--workload", "get",
+		"--value-size", "80MiB", "--keys", "2", "-c", "1", "--ops", "2", "--warmup", "0"); code != 0 || !bytes.Contains(out, []byte("an embedded store")) {
+		t.Fatalf("bench --embedded of 80 MiB values with --max-block-bytes 96MiB exited %d:\n%s\n%s", code, out, errOut)
+	}
 	if code, _, errOut := dfkv(t, []byte("on the disk"), "ctl", "--embedded", "--config", cfgPath, "put", "k"); code != 0 {
 		t.Fatalf("ctl --embedded put exited %d: %s", code, errOut)
 	}

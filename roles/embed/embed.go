@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 
 	"github.com/dfkv/dfkv/config"
@@ -55,9 +56,10 @@ type Store struct {
 // ServerConfig loads an embedded store's configuration for a tool run
 // with client.embedded: the [server] table of the tool's config file
 // (file as --config gives it; "" consults DFKV_CONFIG) and DFKV_SERVER_*
-// through lookup, with the embedded store's defaults (see Config).
-func ServerConfig(file string, lookup func(string) (string, bool)) (*config.Config, error) {
-	cfg, res, err := config.LoadFrom("server", file, lookup, nil)
+// through lookup, then the server flags the tool passes on (flags), with
+// the embedded store's defaults (see Config).
+func ServerConfig(file string, lookup func(string) (string, bool), flags map[string][]string) (*config.Config, error) {
+	cfg, res, err := config.LoadFrom("server", file, lookup, flags)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +74,10 @@ func ToolClient(cfg *config.Config, configFile string, log *slog.Logger) (*clien
 	if cfg.Client.Embedded != 1 {
 		return rolekit.OpenClient(cfg, log)
 	}
-	scfg, err := ServerConfig(configFile, os.LookupEnv)
+	// The tool's max_block_bytes (its --max-block-bytes too, which sized
+	// its own checks) is the store's.
+	scfg, err := ServerConfig(configFile, os.LookupEnv,
+		map[string][]string{"max-block-bytes": {strconv.FormatUint(cfg.Server.MaxBlockBytes, 10)}})
 	if err != nil {
 		return nil, err
 	}

@@ -118,7 +118,7 @@ func TestBenchSettingErrors(t *testing.T) {
 	f("fill of a wrong TOML type", nil, "[bench]\nfill = 1.5\n", `bench.fill (DFKV_BENCH_FILL) from file PATH: 1.5 is a TOML float; want a boolean or "auto"`)
 	f("ratio of a wrong TOML type", nil, "[bench]\nshared_prefix = true\n", `true is a TOML boolean; want a number or a string`)
 	f("value size", env("DFKV_BENCH_VALUE_SIZE", "0"), "", `bench.value_size (DFKV_BENCH_VALUE_SIZE) from env: "0" is out of range; allowed 1..1GiB`)
-	f("keys", env("DFKV_BENCH_KEYS", "0"), "", `"0" is out of range; allowed 1..1000000000`)
+	f("keys", env("DFKV_BENCH_KEYS", "0"), "", `"0" is out of range; allowed 1..100000000`)
 	f("concurrency", env("DFKV_BENCH_CONCURRENCY", "4097"), "", `"4097" is out of range; allowed 1..4096`)
 	f("pages", env("DFKV_BENCH_PAGES_PER_SEQ", "0"), "", `"0" is out of range; allowed 1..4096`)
 	f("negative seed", env("DFKV_BENCH_SEED", "-1"), "", `bench.seed (DFKV_BENCH_SEED) from env: "-1" is negative`)

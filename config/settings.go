@@ -751,8 +751,8 @@ var settings = []setting{
 	{
 		key: "bench.keys", roles: roleBench,
 		def:   "1024",
-		help:  "distinct keys, chosen uniformly at random",
-		value: intValue{field: func(c *Config) *int { return &c.Bench.Keys }, min: 1, max: 1000000000},
+		help:  "distinct keys, chosen uniformly at random (built before the run: about 50 bytes of the tool's memory each)",
+		value: intValue{field: func(c *Config) *int { return &c.Bench.Keys }, min: 1, max: 100000000},
 	},
 	{
 		key: "bench.concurrency", oldFlag: "c", roles: roleBench,

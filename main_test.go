@@ -70,6 +70,7 @@ func TestArgumentMistakes(t *testing.T) {
 	f(2, `dfkv server: unexpected argument "stray"`, "server", "--print-config", "stray", "--listen", "1.2.3.4:5")
 	f(2, `dfkv mds: unexpected argument "version"`, "mds", "version")
 	f(2, `dfkv smoke: unexpected argument "x"`, "smoke", "x")
+	f(2, `dfkv version: unexpected argument "extra"`, "version", "extra")
 	f(2, `dfkv bench: unexpected argument "x"`, "bench", "x", "--print-config")
 	f(2, `dfkv ctl get: unexpected argument "c"`, "ctl", "get", "a", "b", "c")
 	f(2, `dfkv ctl exist: unexpected argument "b"`, "ctl", "exist", "a", "b")

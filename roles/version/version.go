@@ -46,6 +46,9 @@ func Command() *cli.Command {
 		Name:  "version",
 		Usage: "print the build version",
 		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return cli.Exit(fmt.Sprintf("dfkv version: unexpected argument %q", c.Args().First()), 2)
+			}
 			_, err := fmt.Fprintln(c.App.Writer, String())
 			return err
 		},

@@ -189,7 +189,9 @@ func OpenClient(cfg *config.Config, log *slog.Logger) (*client.Client, error) {
 	cc := cfg.Client
 	rdmaOpts, why := rdma.ClientFromEnv(os.LookupEnv)
 	if why != "" {
-		log.Warn(why)
+		// At ERROR: the operator asked for RDMA and does not get it,
+		// and smoke and ctl show only errors by default.
+		log.Error(why)
 	}
 	var tlsCfg *tls.Config
 	if cc.TLS == 1 {

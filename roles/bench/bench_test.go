@@ -343,7 +343,7 @@ func TestBenchUsageErrors(t *testing.T) {
 	f("--value-size 128MiB exceeds server.max_block_bytes 64MiB", "--value-size", "128MiB")
 	f(`bench.mixed_get_ratio (DFKV_BENCH_MIXED_GET_RATIO) from flag --mixed-get-ratio: "2" is out of range; allowed 0..1`, "--mixed-get-ratio", "2")
 	f(`bench.concurrency (DFKV_BENCH_CONCURRENCY) from flag --concurrency: "0" is out of range; allowed 1..4096`, "-c", "0")
-	f(`from flag --keys: "0" is out of range; allowed 1..1000000000`, "--keys", "0")
+	f(`from flag --keys: "0" is out of range; allowed 1..100000000`, "--keys", "0")
 	f(`from flag --duration: "0" is out of range; allowed 1ms..720h`, "--duration", "0")
 	f(`from flag --duration: "10" is not a duration such as 10s`, "--duration", "10")
 	f(`from flag --warmup: "-1s" is out of range; allowed 0s..720h`, "--warmup", "-1s")

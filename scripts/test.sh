@@ -126,7 +126,10 @@ setsid go test -race -count=1 -timeout 15m -v "$e2e_pkg" > "$out/e2e.log" 2>&1 &
 e2e_pid=$!
 # A check below that fails stops this script; the e2e tests (go test, the
 # test binary and the nodes it started, one process group) go with it.
-trap 'kill -- "-$e2e_pid" 2>/dev/null || true' EXIT
+# CONT too: a test may have stopped a process (a paused etcd), which
+# would otherwise hold the TERM and stay behind.
+stop_group() { kill -- "-$1" 2>/dev/null || true; kill -CONT -- "-$1" 2>/dev/null || true; }
+trap 'stop_group "$e2e_pid"' EXIT
 
 # shellcheck disable=SC2086
 go_test $late_pkgs
@@ -160,7 +163,7 @@ setsid go test -count=1 -run 'TestSim' -v ./roles/internal/sim > "$out/sim.log" 
 sim_pid=$!
 # A check below that fails stops this script; the simulation (go test and
 # the test binary it runs, one process group) goes with it.
-trap 'kill -- "-$sim_pid" 2>/dev/null || true; kill -- "-$e2e_pid" 2>/dev/null || true' EXIT
+trap 'stop_group "$sim_pid"; stop_group "$e2e_pid"' EXIT
 
 echo "== scripts/bench-vs-peers.sh --quick: the comparison script end to end against real redis and memcached"
 # A smoke run (1 s per cell, small key spaces, no figure asserted): the

@@ -129,8 +129,9 @@
 // the node instance it expects or 0); the node answers with a 48-byte
 // welcome (LeaseWelcome: lease time, node instance, arena size, staging
 // size, lease-word count) and three memory files as SCM_RIGHTS: the
-// arena (read-only), the lease words (read-only) and the connection's
-// own staging region (read-write). A hello of another epoch, a TCP frame,
+// arena (read-only), the lease words (read-only; both sealed against new
+// writers, so reopening the descriptor for writing gives no writable
+// mapping either) and the connection's own staging region (read-write). A hello of another epoch, a TCP frame,
 // or an instance that is not the node's (the node restarted) gets a
 // welcome with that status, a u16 message length and the message, and
 // the connection closes. After the welcome the connection carries the

@@ -35,10 +35,15 @@ func newArena(size uint64, numa string, shared bool) (a *arena, applied string, 
 	}
 	a = &arena{}
 	if shared {
-		if a.file, err = shm.Memfd("dfkv-arena", size); err != nil {
+		if a.file, err = shm.MemfdForReaders("dfkv-arena", size); err != nil {
 			return nil, "", fmt.Errorf("ram tier: shared arena: %w", err)
 		}
-		a.mem, err = shm.Map(a.file, size, true)
+		if a.mem, err = shm.Map(a.file, size, true); err == nil {
+			// Clients read it; only this mapping writes. A kernel
+			// without the seal (before 5.1) leaves it unsealed, which
+			// the shared-memory transport says when it starts.
+			_ = shm.SealWrites(a.file)
+		}
 	} else {
 		a.mem, err = unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	}

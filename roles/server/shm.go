@@ -91,12 +91,13 @@ func newShmNode(o *ShmOptions) (_ *shmNode, err error) {
 		o.LeaseMax = 1
 	}
 	size := (uint64(o.LeaseMax)*8 + 4095) &^ 4095
-	if n.words, err = shm.Memfd("dfkv-lease-words", size); err != nil {
+	if n.words, err = shm.MemfdForReaders("dfkv-lease-words", size); err != nil {
 		return nil, err
 	}
 	if n.wordsMem, err = shm.Map(n.words, size, true); err != nil {
 		return nil, err
 	}
+	_ = shm.SealWrites(n.words) // checked with the arena's seal below
 	if n.wordsRO, err = shm.ReadOnly(n.words); err != nil {
 		return nil, err
 	}
@@ -405,6 +406,9 @@ func (n *node) shmOptions() *ShmOptions {
 	o := &ShmOptions{Listener: n.shmLn, Path: n.sc.ShmSocket, LeaseTTL: n.sc.Lease, LeaseMax: n.sc.LeaseMax, StagingBytes: n.sc.ShmStagingBytes}
 	if n.tier != nil {
 		o.Arena = n.tier
+		if f := n.tier.ArenaFile(); f != nil && !shm.WritesSealed(f) {
+			n.log.Warn("this kernel cannot seal the shared RAM arena against writes (F_SEAL_FUTURE_WRITE, Linux 5.1): a process on the socket could write values and lease words in place; keep server.shm_socket_mode tight")
+		}
 	} else {
 		n.log.Warn("server.shm_socket without the RAM tier: clients on this host use the socket, but nothing is leased; values travel on it as on TCP")
 	}

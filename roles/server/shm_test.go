@@ -12,12 +12,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/wire"
@@ -704,5 +707,68 @@ func TestShmPutKeepsQuotas(t *testing.T) {
 	}
 	if over < 2 {
 		t.Fatalf("4 × 400 KiB under a 1 MiB quota: %d refused, want at least 2 (%v)", over, errs)
+	}
+}
+
+// A client on the socket is handed the arena and the lease words to read
+// only, and cannot get around it: reopening either descriptor for writing
+// through /proc (which a memfd's inode allows) gives neither a writable
+// mapping nor write(2). A client that could would rewrite other tenants'
+// values in place, or put back a lease word to defeat another client's
+// check after its copy.
+func TestShmArenaAndWordsCannotBeWritten(t *testing.T) {
+	probe, err := shm.MemfdForReaders("dfkv-seal-probe", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealable := shm.SealWrites(probe) == nil
+	probe.Close()
+	if !sealable {
+		t.Skip("this kernel cannot seal a memfd against writes (Linux 5.1)")
+	}
+	flags, sock := shmNodeFlags(t, nil)
+	addr, _, _ := runNode(t, flags)
+	putResident(t, addr, "mine", []byte("value of a"))
+	nc, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := nc.Write(wire.AppendLeaseHello(nil, wire.LeaseHello{})); err != nil {
+		t.Fatal(err)
+	}
+	w, files, err := shm.ReceiveWelcome(nc.(*net.UnixConn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, c := range []struct {
+		name string
+		f    *os.File
+		size uint64
+	}{{"arena", files[shm.FileArena], w.ArenaBytes}, {"lease words", files[shm.FileWords], w.LeaseWords * 8}} {
+		rw, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(c.f.Fd())), os.O_RDWR, 0)
+		if err != nil {
+			continue // not even reopened: nothing to write with
+		}
+		size := (c.size + 4095) &^ 4095
+		if m, err := unix.Mmap(int(rw.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err == nil {
+			unix.Munmap(m)
+			rw.Close()
+			t.Fatalf("a client mapped the %s writable", c.name)
+		}
+		if _, err := rw.WriteAt([]byte("EVIL"), 0); err == nil {
+			rw.Close()
+			t.Fatalf("a client wrote the %s", c.name)
+		}
+		rw.Close()
+	}
+	got, err := shmClient(t, addr, client.ShmOff).GetAuto(context.Background(), []byte("mine"))
+	if err != nil || string(got) != "value of a" {
+		t.Fatalf("the value after the attempts: %q, %v", got, err)
 	}
 }

@@ -6,9 +6,12 @@
 //
 // Every file is a memfd sealed against growing and shrinking, so a
 // client cannot truncate memory the node has mapped (which would fault
-// the node with SIGBUS on its next access); the read-only ones are
-// passed as descriptors opened read-only, so a client can map them only
-// for reading.
+// the node with SIGBUS on its next access). The read-only ones are
+// sealed against writes too once the node has mapped them
+// (F_SEAL_FUTURE_WRITE: the node's mapping stays writable, no new
+// writable mapping or write(2) is allowed), and passed as descriptors
+// opened read-only. The descriptor alone would not do: a memfd's inode
+// lets anyone holding it reopen /proc/self/fd/N for writing.
 package shm
 
 import (
@@ -27,6 +30,10 @@ import (
 // Memfd creates an anonymous memory file of size bytes named name, sealed
 // against resizing. size 0 makes an empty file (nothing to map).
 func Memfd(name string, size uint64) (*os.File, error) {
+	return memfd(name, size, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
+}
+
+func memfd(name string, size uint64, seals int) (*os.File, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create %s: %w", name, err)
@@ -36,11 +43,34 @@ func Memfd(name string, size uint64) (*os.File, error) {
 		f.Close()
 		return nil, fmt.Errorf("sizing memfd %s to %d bytes: %w", name, size, err)
 	}
-	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("sealing memfd %s: %w", name, err)
 	}
 	return f, nil
+}
+
+// MemfdForReaders is Memfd for a file that clients are to read only: it
+// is left open to one more seal, which SealWrites adds once the node has
+// mapped it writable.
+func MemfdForReaders(name string, size uint64) (*os.File, error) {
+	return memfd(name, size, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW)
+}
+
+// SealWrites forbids new writable mappings of f and writes to it, from
+// any process, keeping the mappings that exist (the node's), and seals f
+// for good. It fails on kernels before Linux 5.1, which lack the seal.
+func SealWrites(f *os.File) error {
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_FUTURE_WRITE|unix.F_SEAL_SEAL); err != nil {
+		return fmt.Errorf("sealing %s against writes (F_SEAL_FUTURE_WRITE, Linux 5.1): %w", f.Name(), err)
+	}
+	return nil
+}
+
+// WritesSealed reports whether f is sealed against new writes.
+func WritesSealed(f *os.File) bool {
+	seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0)
+	return err == nil && seals&unix.F_SEAL_FUTURE_WRITE != 0
 }
 
 // ReadOnly opens f again for reading only: a process given the new

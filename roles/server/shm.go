@@ -71,6 +71,9 @@ func newShmNode(o *ShmOptions) (_ *shmNode, err error) {
 	if o.StagingBytes == 0 || o.StagingBytes > 1<<40 {
 		return nil, fmt.Errorf("server: staging region of %d bytes: want 1 byte to 1 TiB", o.StagingBytes)
 	}
+	if o.LeaseMax <= 0 {
+		o.LeaseMax = 1 // before the copy: the welcome announces n.opts.LeaseMax words
+	}
 	n := &shmNode{opts: *o}
 	defer func() {
 		if err != nil {
@@ -86,9 +89,6 @@ func newShmNode(o *ShmOptions) (_ *shmNode, err error) {
 		}
 	} else if n.arenaRO, err = shm.Memfd("dfkv-arena", 0); err != nil {
 		return nil, err
-	}
-	if o.LeaseMax <= 0 {
-		o.LeaseMax = 1
 	}
 	size := (uint64(o.LeaseMax)*8 + 4095) &^ 4095
 	if n.words, err = shm.MemfdForReaders("dfkv-lease-words", size); err != nil {

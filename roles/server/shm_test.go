@@ -772,3 +772,17 @@ func TestShmArenaAndWordsCannotBeWritten(t *testing.T) {
 		t.Fatalf("the value after the attempts: %q, %v", got, err)
 	}
 }
+
+// A node made with no lease count leases one at a time and says so in
+// its welcome: announcing no lease words would make every arena lease
+// read as lapsed (a miss) on the client.
+func TestShmDefaultLeaseCountIsAnnounced(t *testing.T) {
+	n, err := newShmNode(&ShmOptions{StagingBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.close()
+	if n.opts.LeaseMax != 1 {
+		t.Fatalf("the welcome would announce %d lease words, want the default 1", n.opts.LeaseMax)
+	}
+}

@@ -506,20 +506,24 @@ func (s *Store) evictionsCleared(victims []Victim) {
 		return
 	}
 	for _, v := range victims {
-		if s.evicted[v.Key]--; s.evicted[v.Key] <= 0 {
-			delete(s.evicted, v.Key)
-		}
+		s.recordGoneLocked(v.Key)
 	}
 	s.evictedGone.Broadcast()
+}
+
+// recordGoneLocked counts off one record of key in evicted. The caller
+// holds s.mu and broadcasts evictedGone.
+func (s *Store) recordGoneLocked(key wire.BlockKey) {
+	if s.evicted[key]--; s.evicted[key] <= 0 {
+		delete(s.evicted, key)
+	}
 }
 
 // recordCleared ends the wait of a Remove of key for a record of key
 // that was unpublished under the lock and cleared after it (evicted).
 func (s *Store) recordCleared(key wire.BlockKey) {
 	s.mu.Lock()
-	if s.evicted[key]--; s.evicted[key] <= 0 {
-		delete(s.evicted, key)
-	}
+	s.recordGoneLocked(key)
 	s.evictedGone.Broadcast()
 	s.mu.Unlock()
 }

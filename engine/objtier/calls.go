@@ -193,9 +193,19 @@ func (t *Tier) Close() error {
 		if items, bytes, _ := t.queue.depth(); items > 0 {
 			t.log.Warn("object store: uploads still queued at close were not made; those blocks stay on disk only",
 				"bucket", t.bucket.String(), "items", items, "bytes", bytes, "drain_timeout", t.opts.DrainTimeout)
+			// The bucket may hold older values of these keys: after a
+			// restart they must not be read from it.
+			for _, k := range t.queue.keys() {
+				t.markStale(k)
+			}
 		}
 	}
 	err := t.backing.Close()
+	if t.marks != nil {
+		if merr := t.marks.close(); err == nil && merr != nil {
+			err = merr
+		}
+	}
 	_ = t.bucket.Close()
 	return err
 }

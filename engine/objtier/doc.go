@@ -31,7 +31,17 @@
 // A key whose object must not be read is marked (a tomb): while a REMOVE's
 // delete is pending or failed (retried in the background), and after an
 // upload was dropped or failed, since the bucket may then hold an older
-// value than the disk. Reads never read a marked key's object.
+// value than the disk. Reads never read a marked key's object. A PUT
+// turns a REMOVE's mark into the second kind: its upload, not the
+// REMOVE's delete, then decides what the bucket holds. A key's deletes
+// and uploads reach the bucket one at a time, in order (they share the
+// key's slot in the upload queue).
+//
+// Marks outlive the process in Options.MarksFile (a bbolt file beside the
+// node's first disk; marks.go): a REMOVE whose delete failed returns only
+// once its mark is on disk, so neither a restart nor a SIGKILL lets the
+// removed value be read back from the bucket; the delete is retried after
+// the restart. A REMOVE the bucket answers writes nothing there.
 //
 // # Reads
 //

@@ -193,6 +193,50 @@ func (q *uploadQueue) cancel(key wire.BlockKey) {
 	<-done
 }
 
+// claim holds key's slot in the queue as if an upload of it were in
+// flight, so that a delete or a synchronous upload of key and its async
+// uploads reach the bucket one at a time, in the order they took the
+// slot: an async upload queued meanwhile waits for unclaim. It waits for
+// a write of key in flight to end first. With ifIdle it claims only a key
+// with nothing queued or in flight (false otherwise): a delete retry
+// leaves a key with an upload to that upload.
+func (q *uploadQueue) claim(key wire.BlockKey, ifIdle bool) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for {
+		u := q.items[key]
+		switch {
+		case u == nil:
+			q.items[key] = &upload{inflight: true, done: make(chan struct{})}
+			return true
+		case ifIdle:
+			return false
+		case !u.inflight:
+			u.inflight, u.done = true, make(chan struct{})
+			return true
+		}
+		done := u.done
+		q.mu.Unlock()
+		<-done
+		q.mu.Lock()
+	}
+}
+
+// unclaim ends a claim, starting the upload queued meanwhile, if any.
+func (q *uploadQueue) unclaim(key wire.BlockKey) {
+	q.mu.Lock()
+	u := q.items[key]
+	u.inflight, u.canceled = false, false
+	close(u.done)
+	u.done = nil
+	if u.body != nil {
+		q.push(key)
+	} else {
+		delete(q.items, key)
+	}
+	q.mu.Unlock()
+}
+
 // copyOf returns a pooled copy of key's newest object waiting for, or in,
 // its upload (the newest value of the key, which the bucket may not hold
 // yet), or nil.
@@ -215,11 +259,15 @@ func (q *uploadQueue) copyOf(key wire.BlockKey, pool *iobuf.Pool) *iobuf.Buf {
 	return c
 }
 
-// pending reports whether key has an upload queued or in flight.
-func (q *uploadQueue) pending(key wire.BlockKey) bool {
+// keys lists the keys with an upload queued or in flight.
+func (q *uploadQueue) keys() []wire.BlockKey {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.items[key] != nil
+	keys := make([]wire.BlockKey, 0, len(q.items))
+	for k := range q.items {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // depth is the number of keys and bytes waiting or in flight.

@@ -86,8 +86,12 @@ type Options struct {
 	MaxValueBytes uint64
 	// DrainTimeout is how long Close waits for queued uploads (default 10s).
 	DrainTimeout time.Duration
-	Logger       *slog.Logger
-	Clock        engine.Clock
+	// MarksFile, when set, keeps the keys whose objects must not be read
+	// (a REMOVE whose delete failed, a dropped upload) on disk, so they
+	// stay unread across a restart. Empty: in memory only.
+	MarksFile string
+	Logger    *slog.Logger
+	Clock     engine.Clock
 	// Observe, when set, is told the duration of every bucket call.
 	Observe func(op Op, status CallStatus, d time.Duration)
 }
@@ -105,6 +109,7 @@ type Tier struct {
 	queue   *uploadQueue
 	stripes [stripeCount]stripe
 	tombs   atomic.Int64 // keys with a pending delete, over all stripes
+	marks   *marksFile   // nil without Options.MarksFile
 
 	stop    chan struct{}
 	workers sync.WaitGroup
@@ -162,6 +167,8 @@ type stripe struct {
 type tomb struct {
 	gen     uint64
 	removed bool
+	// noted: the mark is in the marks file (or on its way there).
+	noted bool
 }
 
 // maxTombs bounds the keys waiting for a delete. Past it the tier stops
@@ -204,6 +211,26 @@ func Open(opts Options) (*Tier, error) {
 		promoting: make(chan struct{}, opts.Workers),
 	}
 	t.queue = newUploadQueue(opts.QueueBytes, t.pool)
+	if opts.MarksFile != "" && opts.Write != WriteOff {
+		marks, keys, err := openMarks(opts.MarksFile, opts.Logger)
+		if err != nil {
+			return nil, err
+		}
+		t.marks = marks
+		for _, k := range keys {
+			// Whether it was a REMOVE's is not kept: as a REMOVE's, the
+			// mark ends only with a delete, which is right for both.
+			s := t.stripe(k)
+			t.markLocked(s, k, true, false)
+			tb := s.tombs[k]
+			tb.noted = true
+			s.tombs[k] = tb
+		}
+		if len(keys) > 0 {
+			opts.Logger.Info("object store tier: keys kept from reading the bucket until their objects are deleted",
+				"file", opts.MarksFile, "keys", len(keys))
+		}
+	}
 	if opts.Write == WriteAsync {
 		for range opts.Workers {
 			t.workers.Add(1)
@@ -248,6 +275,21 @@ func (t *Tier) beginWrite(key wire.BlockKey) *stripe {
 	return s
 }
 
+// beginPut is beginWrite for a PUT, which supersedes a REMOVE of key
+// made before it: the REMOVE's mark, if its delete has not been made,
+// becomes a stale mark (the bucket may hold the removed value, older than
+// the one being put), which the upload of this or a newer value ends.
+// Left a REMOVE's, the mark would outlive that upload and its delete
+// would then take the newer object out of the bucket.
+func (t *Tier) beginPut(key wire.BlockKey) *stripe {
+	s := t.beginWrite(key)
+	if tb, ok := s.tombs[key]; ok && tb.removed {
+		tb.removed = false
+		s.tombs[key] = tb
+	}
+	return s
+}
+
 // endWrite ends a write beginWrite started.
 func (t *Tier) endWrite(s *stripe, key wire.BlockKey) {
 	s.mu.Lock()
@@ -260,7 +302,7 @@ func (t *Tier) endWrite(s *stripe, key wire.BlockKey) {
 
 // Put stores value in the backing, then in the bucket as the write mode says.
 func (t *Tier) Put(key wire.BlockKey, value []byte) error {
-	s := t.beginWrite(key)
+	s := t.beginPut(key)
 	s.mu.Unlock()
 	err := t.backing.Put(key, value)
 	t.endWrite(s, key)
@@ -280,7 +322,7 @@ func (t *Tier) Put(key wire.BlockKey, value []byte) error {
 // write in progress meanwhile, then uploads the items it stored.
 func (t *Tier) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 	for _, k := range keys {
-		t.beginWrite(k).mu.Unlock()
+		t.beginPut(k).mu.Unlock()
 	}
 	t.backing.PutBatch(keys, values, errs)
 	for _, k := range keys {
@@ -303,14 +345,16 @@ func (t *Tier) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 // leaves no copy that a later read could prefer to the bucket's older one.
 func (t *Tier) putSync(key wire.BlockKey, value []byte) error {
 	buf := t.object(key, value)
+	t.queue.claim(key, false) // ordered with the key's deletes
 	err := t.call(OpPut, func(ctx context.Context) error { return t.bucket.Put(ctx, t.name(key), buf.B) })
+	t.queue.unclaim(key)
 	t.pool.Put(buf)
 	if err == nil {
 		t.clearStale(key)
 		return nil
 	}
 	s := t.beginWrite(key)
-	t.markLocked(s, key, false)
+	t.markLocked(s, key, false, true)
 	s.mu.Unlock()
 	_ = t.backing.Remove(key)
 	t.endWrite(s, key)
@@ -643,7 +687,7 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 		return t.backing.Remove(key)
 	}
 	s := t.beginWrite(key)
-	gen := t.markLocked(s, key, true)
+	gen := t.markLocked(s, key, true, false)
 	s.mu.Unlock()
 	err := t.backing.Remove(key)
 	t.endWrite(s, key)
@@ -659,8 +703,15 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 			err = nil
 		}
 	}
-	if t.deleteObject(key) == nil {
+	t.queue.claim(key, false) // a PUT's upload queued since waits for the delete
+	derr := t.deleteObject(key)
+	t.queue.unclaim(key)
+	if derr == nil {
 		t.clear(key, gen)
+		return err
+	}
+	if perr := t.persistMark(key); perr != nil {
+		return fmt.Errorf("remove: the object store's copy could not be deleted (%v) nor its removal recorded (%w); the value may be read back after a restart: %w", derr, perr, wire.StatusIOError)
 	}
 	return err
 }
@@ -673,19 +724,26 @@ func (t *Tier) deleteObject(key wire.BlockKey) error {
 func (t *Tier) markStale(key wire.BlockKey) {
 	s := t.stripe(key)
 	s.mu.Lock()
-	t.markLocked(s, key, false)
+	t.markLocked(s, key, false, true)
 	s.mu.Unlock()
 }
 
 // markLocked marks key (a REMOVE's mark when removed) and returns the
-// mark's generation.
-func (t *Tier) markLocked(s *stripe, key wire.BlockKey, removed bool) uint64 {
+// mark's generation. persist notes the mark in the marks file; a REMOVE
+// does that only if its delete fails (persistMark), so a REMOVE the
+// bucket answers costs no disk write.
+func (t *Tier) markLocked(s *stripe, key wire.BlockKey, removed, persist bool) uint64 {
 	if s.tombs == nil {
 		s.tombs = make(map[wire.BlockKey]tomb)
 	}
 	old, had := s.tombs[key]
 	gen := t.tombGen.Add(1)
-	s.tombs[key] = tomb{gen: gen, removed: removed || old.removed}
+	tb := tomb{gen: gen, removed: removed || old.removed, noted: old.noted}
+	if persist && !tb.noted && t.marks != nil {
+		t.marks.note(key, true)
+		tb.noted = true
+	}
+	s.tombs[key] = tb
 	if !had && t.tombs.Add(1) == maxTombs {
 		t.tombOverflow.Add(1)
 		t.log.Warn("object store: too many deletes pending; reading through is off until they drain", "pending", maxTombs)
@@ -698,10 +756,41 @@ func (t *Tier) clear(key wire.BlockKey, gen uint64) {
 	s := t.stripe(key)
 	s.mu.Lock()
 	if tb, ok := s.tombs[key]; ok && tb.gen == gen {
-		delete(s.tombs, key)
-		t.tombs.Add(-1)
+		t.unmarkLocked(s, key, tb)
 	}
 	s.mu.Unlock()
+}
+
+// unmarkLocked ends key's mark tb.
+func (t *Tier) unmarkLocked(s *stripe, key wire.BlockKey, tb tomb) {
+	delete(s.tombs, key)
+	t.tombs.Add(-1)
+	if tb.noted {
+		t.marks.note(key, false)
+	}
+}
+
+// persistMark waits until key's mark, if it still has one, is on disk:
+// a REMOVE whose delete failed returns only then, so a restart cannot
+// read the removed value back from the bucket. Without a marks file it
+// returns nil at once.
+func (t *Tier) persistMark(key wire.BlockKey) error {
+	if t.marks == nil {
+		return nil
+	}
+	s := t.stripe(key)
+	s.mu.Lock()
+	tb, ok := s.tombs[key]
+	if ok && !tb.noted {
+		t.marks.note(key, true)
+		tb.noted = true
+		s.tombs[key] = tb
+	}
+	s.mu.Unlock()
+	if !ok {
+		return nil // its delete was retried and made meanwhile
+	}
+	return t.marks.sync()
 }
 
 // clearStale ends a stale mark of key: an upload of its newest value
@@ -710,8 +799,7 @@ func (t *Tier) clearStale(key wire.BlockKey) {
 	s := t.stripe(key)
 	s.mu.Lock()
 	if tb, ok := s.tombs[key]; ok && !tb.removed {
-		delete(s.tombs, key)
-		t.tombs.Add(-1)
+		t.unmarkLocked(s, key, tb)
 	}
 	s.mu.Unlock()
 }
@@ -750,11 +838,13 @@ func (t *Tier) deleteRetries() {
 					return
 				default:
 				}
-				if t.queue.pending(m.key) {
+				if !t.queue.claim(m.key, true) {
 					continue // its upload replaces the object and ends a stale mark
 				}
 				t.retriedDeletes.Add(1)
-				if t.deleteObject(m.key) != nil {
+				err := t.deleteObject(m.key)
+				t.queue.unclaim(m.key)
+				if err != nil {
 					break
 				}
 				t.clear(m.key, m.gen)

@@ -358,6 +358,9 @@ func (s *Store) checkDir(want geometry) (fresh, missing bool, damaged string, er
 			// who last held the lock; says nothing about the contents
 		case "lost+found":
 			// the root of a fresh ext4 filesystem used as the disk dir
+		case "s3_marks.db":
+			// the node's object store tier keeps its pending deletes
+			// beside the first disk (objtier.MarksFileName)
 		case stateName, tableName, extentsDir:
 			ours = append(ours, e.Name())
 		default:

@@ -700,3 +700,25 @@ func TestExtentMovesCounted(t *testing.T) {
 		t.Fatalf("an 8 KiB value in a disk of 40 KiB slots: %d extent moves, %d evictions; want 1 and the extent's 25", st.ExtentMoves, st.Evictions)
 	}
 }
+
+// TestObjectStoreMarksBesideTheStore: the node keeps the object store
+// tier's marks file in its first disk's directory. The file neither makes
+// an empty directory foreign nor goes with a damaged store's files.
+func TestObjectStoreMarksBesideTheStore(t *testing.T) {
+	dir := t.TempDir()
+	marks := filepath.Join(dir, "s3_marks.db")
+	if err := os.WriteFile(marks, []byte("marks"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := openT(t, smallOpts(dir)) // a directory holding only the marks is new
+	mustCache(t, s, enginetest.Key(1), enginetest.Value(1, 9000))
+	mustClose(t, s)
+	if err := os.Remove(filepath.Join(dir, metaName)); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, smallOpts(dir)) // damaged: formatted anew
+	defer mustClose(t, s)
+	if b, err := os.ReadFile(marks); err != nil || string(b) != "marks" {
+		t.Fatalf("the marks file did not survive the damaged store's removal: %q, %v", b, err)
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+
 	"github.com/dfkv/dfkv/engine/objtier/s3test"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
@@ -82,6 +84,69 @@ func TestServerProcessObjectStoreAfterSIGKILL(t *testing.T) {
 			t.Fatalf("pass %d: %s read-through hits, want %d (the first pass from the bucket, the second from disk)", pass, hits, n)
 		}
 	}
+}
+
+// A REMOVE acknowledged while the object store was unreachable stays
+// done across a SIGKILL: the restarted node does not read the removed
+// blocks back from the bucket, and deletes them once it answers.
+func TestServerProcessRemoveDuringOutageSurvivesSIGKILL(t *testing.T) {
+	s3 := s3test.Start(t)
+	addr, httpAddr := freePort(t), freePort(t)
+	disk := filepath.Join(t.TempDir(), "d0")
+	srv := startS3Server(t, s3, addr, httpAddr, disk)
+	cl, err := client.Open(client.Options{Namespace: []byte("s3-removed"), Members: []string{addr}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	const n = 20
+	key := func(i int) []byte { return []byte(fmt.Sprint("removed-", i)) }
+	for i := range n {
+		if err := cl.Put(ctx, key(i), s3TestValue(i)); err != nil {
+			t.Fatalf("PUT %d: %v", i, err)
+		}
+	}
+	waitFor(t, "uploads of every block", time.Minute, func() bool {
+		return scrapeSample(t, httpAddr, "dfkv_s3_uploads_total ") == fmt.Sprint(n) &&
+			scrapeGauge(t, httpAddr, "dfkv_s3_upload_queue_items") == 0
+	})
+	s3.Stop()
+	for i := range n {
+		if err := cl.Remove(ctx, key(i)); err != nil {
+			t.Fatalf("REMOVE %d during the outage: %v", i, err)
+		}
+	}
+	srv.signal(t, syscall.SIGKILL)
+	s3.Restart(t)
+	if objects := s3.Client(t).ListObjects(ctx, s3.Bucket, minio.ListObjectsOptions{Recursive: true}); len(drain(t, objects)) != n {
+		t.Fatal("test premise: the bucket should still hold every removed block's object")
+	}
+
+	srv = startS3Server(t, s3, addr, httpAddr, disk)
+	defer srv.stop(t)
+	dst := make([]byte, 64<<10)
+	for i := range n {
+		if _, _, err := cl.Get(ctx, key(i), dst); wire.StatusOf(err) != wire.StatusNotFound {
+			t.Fatalf("GET %d after the restart: %v, want NOT_FOUND (removed while the store was down)", i, err)
+		}
+	}
+	waitFor(t, "the removed blocks' objects deleted", time.Minute, func() bool {
+		return len(drain(t, s3.Client(t).ListObjects(ctx, s3.Bucket, minio.ListObjectsOptions{Recursive: true}))) == 0
+	})
+}
+
+// drain lists what a listing channel yields, failing on an error.
+func drain(t *testing.T, ch <-chan minio.ObjectInfo) []string {
+	t.Helper()
+	var names []string
+	for o := range ch {
+		if o.Err != nil {
+			t.Fatalf("list the bucket: %v", o.Err)
+		}
+		names = append(names, o.Key)
+	}
+	return names
 }
 
 // After a ring change a block written through another node is found in

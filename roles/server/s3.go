@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,10 +34,16 @@ func openObjectTier(sc config.Server, backing engine.StoreEngine, clock engine.C
 	if err != nil {
 		return nil, fmt.Errorf("%w (server.s3_endpoint, server.s3_bucket)", err)
 	}
+	marks := ""
+	if len(sc.Disks) > 0 {
+		marks = filepath.Join(sc.Disks[0], objtier.MarksFileName)
+	} else if write != objtier.WriteOff {
+		log.Warn("object store tier: no disk to keep its pending deletes on; a block removed while the object store is unreachable can be read back from it after a restart")
+	}
 	t, err := objtier.Open(objtier.Options{
 		Backing: backing, Bucket: b, Prefix: sc.S3Prefix, Write: write, Exist: exist, Timeout: sc.S3Timeout,
 		Workers: sc.S3UploadWorkers, QueueBytes: int64(sc.S3UploadQueueBytes), MaxValueBytes: sc.MaxBlockBytes,
-		DrainTimeout: sc.ShutdownTimeout, Logger: log, Clock: clock, Observe: m.observe,
+		DrainTimeout: sc.ShutdownTimeout, Logger: log, Clock: clock, Observe: m.observe, MarksFile: marks,
 	})
 	if err != nil {
 		return nil, err

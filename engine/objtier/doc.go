@@ -20,7 +20,10 @@
 // WriteAsync (the default) uploads after the backing stored the value,
 // from a per-key queue bounded in bytes (queue.go): a newer PUT replaces
 // a queued object, uploads of one key never overlap, and a full queue
-// drops the upload rather than block the PUT. A dropped upload also drops
+// drops the upload rather than block the PUT. Writes of one key take
+// turns (Put, PutBatch and Remove hold the key from the backing write to
+// the queueing or the sync upload), so the disk and the bucket end with
+// the same value when two PUTs of a key race. A dropped upload also drops
 // the key's older object waiting in the queue, and makes one in flight no
 // longer the key's current object when it lands; until then a miss of the
 // key is served the newest object queued or in flight, which the bucket

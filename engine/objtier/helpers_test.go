@@ -131,6 +131,9 @@ type memEngine struct {
 	putGate   chan struct{}
 	gateOnce  bool // only the next Put waits at putGate
 	afterMiss func()
+	// afterPut, when set, runs once after the next Put stored its value,
+	// before it returns.
+	afterPut func()
 	// misaligned counts Puts of values not 4 KiB-aligned in memory,
 	// which a disk engine's O_DIRECT write would copy.
 	misaligned atomic.Int64
@@ -155,11 +158,17 @@ func (m *memEngine) Put(key wire.BlockKey, value []byte) error {
 		<-gate
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		return wire.StatusUnavailable
 	}
 	m.values[key] = bytes.Clone(value)
+	hook := m.afterPut
+	m.afterPut = nil
+	m.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	return nil
 }
 

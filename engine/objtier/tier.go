@@ -1,10 +1,13 @@
 package objtier
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,8 +149,16 @@ type stripe struct {
 	// epoch counts the starts and ends of writes (Put, Remove) of the
 	// stripe's keys; a read-through promotes its object only if none came
 	// since it began.
-	epoch   uint64
-	writing map[wire.BlockKey]int
+	epoch uint64
+	// writing holds the keys with a write (Put, Remove) in progress.
+	// Writes of one key take turns, so the order their values reach the
+	// backing is the order their uploads are queued (or, in sync mode,
+	// made) in: the disk and the bucket end with the same value. A write
+	// that waits for another leaves a channel in writeWaits, closed when
+	// that write ends (made only then: a write nobody waits for
+	// allocates nothing).
+	writing    map[wire.BlockKey]struct{}
+	writeWaits map[wire.BlockKey]chan struct{}
 	// promoting holds, for a key whose promotion is writing, a channel
 	// closed when it is done.
 	promoting map[wire.BlockKey]chan struct{}
@@ -251,15 +262,25 @@ func (t *Tier) stripe(key wire.BlockKey) *stripe {
 func (t *Tier) name(key wire.BlockKey) string { return ObjectName(t.opts.Prefix, key) }
 
 // beginWrite starts a write of key in its stripe: it waits for a
-// promotion of key that is writing, then counts the write, so a promotion
-// whose read began earlier is skipped. It returns the stripe locked (the
-// caller may mark the key) for the caller to unlock; endWrite ends the
-// write.
+// promotion of key that is writing and for another write of key, then
+// announces the write, so a promotion whose read began earlier is
+// skipped. It returns the stripe locked (the caller may mark the key) for
+// the caller to unlock; endWrite ends the write. No lock is held between
+// the two; a write of the same key waits meanwhile.
 func (t *Tier) beginWrite(key wire.BlockKey) *stripe {
 	s := t.stripe(key)
 	s.mu.Lock()
 	for {
 		ch := s.promoting[key]
+		if _, busy := s.writing[key]; ch == nil && busy {
+			if ch = s.writeWaits[key]; ch == nil {
+				if s.writeWaits == nil {
+					s.writeWaits = make(map[wire.BlockKey]chan struct{})
+				}
+				ch = make(chan struct{})
+				s.writeWaits[key] = ch
+			}
+		}
 		if ch == nil {
 			break
 		}
@@ -269,9 +290,9 @@ func (t *Tier) beginWrite(key wire.BlockKey) *stripe {
 	}
 	s.epoch++
 	if s.writing == nil {
-		s.writing = make(map[wire.BlockKey]int)
+		s.writing = make(map[wire.BlockKey]struct{})
 	}
-	s.writing[key]++
+	s.writing[key] = struct{}{}
 	return s
 }
 
@@ -293,8 +314,10 @@ func (t *Tier) beginPut(key wire.BlockKey) *stripe {
 // endWrite ends a write beginWrite started.
 func (t *Tier) endWrite(s *stripe, key wire.BlockKey) {
 	s.mu.Lock()
-	if s.writing[key]--; s.writing[key] <= 0 {
-		delete(s.writing, key)
+	delete(s.writing, key)
+	if ch := s.writeWaits[key]; ch != nil {
+		close(ch)
+		delete(s.writeWaits, key)
 	}
 	s.epoch++
 	s.mu.Unlock()
@@ -304,9 +327,8 @@ func (t *Tier) endWrite(s *stripe, key wire.BlockKey) {
 func (t *Tier) Put(key wire.BlockKey, value []byte) error {
 	s := t.beginPut(key)
 	s.mu.Unlock()
-	err := t.backing.Put(key, value)
-	t.endWrite(s, key)
-	if err != nil {
+	defer t.endWrite(s, key)
+	if err := t.backing.Put(key, value); err != nil {
 		return err
 	}
 	switch t.opts.Write {
@@ -321,13 +343,23 @@ func (t *Tier) Put(key wire.BlockKey, value []byte) error {
 // PutBatch stores the batch in the backing with one PutBatch, each key a
 // write in progress meanwhile, then uploads the items it stored.
 func (t *Tier) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
-	for _, k := range keys {
-		t.beginPut(k).mu.Unlock()
+	// Each distinct key once, in key order: two batches sharing keys
+	// then never wait for each other in a cycle.
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
 	}
+	slices.SortStableFunc(order, func(a, b int) int { return compareKeys(keys[a], keys[b]) })
+	order = slices.CompactFunc(order, func(a, b int) bool { return keys[a] == keys[b] })
+	for _, i := range order {
+		t.beginPut(keys[i]).mu.Unlock()
+	}
+	defer func() {
+		for _, i := range order {
+			t.endWrite(t.stripe(keys[i]), keys[i])
+		}
+	}()
 	t.backing.PutBatch(keys, values, errs)
-	for _, k := range keys {
-		t.endWrite(t.stripe(k), k)
-	}
 	switch t.opts.Write {
 	case WriteAsync:
 		for i, k := range keys {
@@ -340,9 +372,10 @@ func (t *Tier) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 	}
 }
 
-// putSync uploads one value; on failure it takes the value out of the
-// backing too and marks the key for a delete, so the PUT that failed
-// leaves no copy that a later read could prefer to the bucket's older one.
+// putSync uploads one value, within the caller's write of key; on
+// failure it takes the value out of the backing too and marks the key for
+// a delete, so the PUT that failed leaves no copy that a later read could
+// prefer to the bucket's older one.
 func (t *Tier) putSync(key wire.BlockKey, value []byte) error {
 	buf := t.object(key, value)
 	t.queue.claim(key, false) // ordered with the key's deletes
@@ -353,12 +386,22 @@ func (t *Tier) putSync(key wire.BlockKey, value []byte) error {
 		t.clearStale(key)
 		return nil
 	}
-	s := t.beginWrite(key)
+	// The caller's write of key is still in progress: no other write of
+	// it comes between this PUT and its undoing.
+	s := t.stripe(key)
+	s.mu.Lock()
 	t.markLocked(s, key, false, true)
 	s.mu.Unlock()
 	_ = t.backing.Remove(key)
-	t.endWrite(s, key)
 	return fmt.Errorf("object store put of %s: %w: %w", t.bucket, err, wire.StatusIOError)
+}
+
+// compareKeys orders keys by tenant, then object id.
+func compareKeys(a, b wire.BlockKey) int {
+	if c := cmp.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c
+	}
+	return bytes.Compare(a.ID[:], b.ID[:])
 }
 
 func (t *Tier) putSyncBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
@@ -546,7 +589,8 @@ func (t *Tier) promoteNow(key wire.BlockKey, f *flight) {
 	s := t.stripe(key)
 	s.mu.Lock()
 	_, dead := s.tombs[key]
-	if s.epoch != f.epoch || dead || s.writing[key] > 0 {
+	_, writing := s.writing[key]
+	if s.epoch != f.epoch || dead || writing {
 		s.mu.Unlock()
 		t.promoteSkips.Add(1)
 	} else {
@@ -690,8 +734,8 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 	gen := t.markLocked(s, key, true, false)
 	s.mu.Unlock()
 	err := t.backing.Remove(key)
-	t.endWrite(s, key)
 	t.queue.cancel(key) // waits for an upload of key in flight
+	t.endWrite(s, key)
 	if wire.StatusOf(err) == wire.StatusNotFound {
 		// The node held no copy; the bucket may (written by another node
 		// before the ring changed, or evicted here).

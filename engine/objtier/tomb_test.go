@@ -5,6 +5,7 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -182,4 +183,69 @@ func TestRemoveFailsWhenItsMarkCannotBeWritten(t *testing.T) {
 	if _, err := get(t, f.tier, k); wire.StatusOf(err) != wire.StatusNotFound {
 		t.Fatalf("the removed key was read from the bucket: %v", err)
 	}
+}
+
+// Two PUTs of one key at once leave the disk and the bucket the same
+// value: the later write to the backing is the later upload.
+func TestConcurrentPutsOfAKeyAgree(t *testing.T) {
+	for _, mode := range []WriteMode{WriteAsync, WriteSync} {
+		t.Run(mode.String(), func(t *testing.T) {
+			f := open(t, func(o *Options) { o.Write = mode })
+			k := enginetest.Key(31)
+			first, second := enginetest.Value(31, 5000), enginetest.Value(32, 6000)
+			held, release := make(chan struct{}), make(chan struct{})
+			f.backing.mu.Lock()
+			f.backing.afterPut = func() { close(held); <-release }
+			f.backing.mu.Unlock()
+			done := make(chan error, 2)
+			go func() { done <- f.tier.Put(k, first) }()
+			<-held // the first PUT has written the backing, not yet the bucket
+			go func() { done <- f.tier.Put(k, second) }()
+			// Give the second PUT the time to overtake (it must not).
+			time.Sleep(100 * time.Millisecond)
+			close(release)
+			for range 2 {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.settle(t)
+			disk, _ := f.backing.has(k)
+			obj, ok := f.bucket.object(ObjectName("p", k))
+			if !ok || !bytes.Equal(obj[HeaderLen:], disk) {
+				t.Fatalf("disk holds %d bytes, the bucket %d (held %v): they differ", len(disk), len(obj)-HeaderLen, ok)
+			}
+		})
+	}
+}
+
+// Batches sharing keys in opposite orders, and a batch naming a key
+// twice, finish.
+func TestBatchesSharingKeysFinish(t *testing.T) {
+	f := open(t, nil)
+	a, b := enginetest.Key(41), enginetest.Key(42)
+	v := enginetest.Value(41, 3000)
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			keys := []wire.BlockKey{a, b, a}
+			if i%2 == 1 {
+				keys = []wire.BlockKey{b, a}
+			}
+			values := make([][]byte, len(keys))
+			for j := range values {
+				values[j] = v
+			}
+			errs := make([]error, len(keys))
+			f.tier.PutBatch(keys, values, errs)
+			for _, err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -180,22 +180,8 @@ func (s *Store) clearRecord(r SlotRef) error {
 func (s *Store) wipeExtentRecords(e uint32) error {
 	off := int64(e) * int64(s.geo.maxSlots) * RecordSize
 	n := int64(s.geo.maxSlots) * RecordSize
-	if err := zeroRange(s.table, off, n); err != nil {
+	if err := vfs.ZeroRange(s.table, off, n); err != nil {
 		return fmt.Errorf("wipe records of extent %d at %s offset %d: %w", e, s.table.Name(), off, err)
-	}
-	return nil
-}
-
-// writeZeros writes n zero bytes at off of f, 1 MiB per call.
-func writeZeros(f vfs.File, off, n int64) error {
-	zero := make([]byte, min(n, 1<<20))
-	for n > 0 {
-		c := min(n, int64(len(zero)))
-		if _, err := f.WriteAt(zero[:c], off); err != nil {
-			return err
-		}
-		off += c
-		n -= c
 	}
 	return nil
 }

@@ -39,44 +39,6 @@ func allocated(fi os.FileInfo) uint64 {
 	return 0
 }
 
-// zeroRange makes [off, off+n) of f read as zeros, keeping its size and,
-// where the filesystem can (ext4 and xfs: FALLOC_FL_ZERO_RANGE turns the
-// range back into unwritten, still allocated blocks), its disk space, so
-// the slot table never has to allocate again. Where it cannot, it punches
-// a hole and allocates it again, and where it cannot punch, it writes
-// zeros. A File that zeroes
-// ranges itself (a simulated disk, which must be able to undo it on a
-// power cut) is asked instead.
-func zeroRange(f vfs.File, off, n int64) error {
-	if z, ok := f.(interface{ ZeroRange(off, n int64) error }); ok {
-		return z.ZeroRange(off, n)
-	}
-	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
-	if err == nil {
-		return nil
-	}
-	if !unsupported(err) {
-		return &os.PathError{Op: "fallocate zero range", Path: f.Name(), Err: err}
-	}
-	err = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
-	if err == nil {
-		// Allocate the hole again (it still reads as zeros), so a later
-		// record write there need not allocate on a full filesystem.
-		// Best effort: the range reads as zeros either way.
-		_ = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
-		return nil
-	}
-	if !unsupported(err) {
-		return &os.PathError{Op: "fallocate punch", Path: f.Name(), Err: err}
-	}
-	return writeZeros(f, off, n)
-}
-
-// unsupported reports an fallocate mode the filesystem does not have.
-func unsupported(err error) bool {
-	return errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS)
-}
-
 // seekData returns the start of the next allocated range at or after off,
 // and the start of the hole after it. ok=false with a nil error means no
 // data is left. errNoSeekData means the filesystem cannot tell (the caller

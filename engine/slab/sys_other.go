@@ -17,13 +17,6 @@ func fallocate(f vfs.File, size int64) error {
 
 func allocated(os.FileInfo) uint64 { return 0 }
 
-func zeroRange(f vfs.File, off, n int64) error {
-	if z, ok := f.(interface{ ZeroRange(off, n int64) error }); ok {
-		return z.ZeroRange(off, n)
-	}
-	return writeZeros(f, off, n)
-}
-
 func seekData(f vfs.File, off, size int64) (int64, int64, bool, error) {
 	return 0, 0, false, errNoSeekData
 }

@@ -39,7 +39,7 @@ func (f *heldWipeFile) ZeroRange(off, n int64) error {
 		<-f.fs.open
 	default:
 	}
-	return zeroRange(f.File, off, n)
+	return vfs.ZeroRange(f.File, off, n)
 }
 
 // TestExtentWipeHoldsNoLock: while an extent that changed class has its

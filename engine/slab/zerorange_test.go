@@ -5,9 +5,11 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dfkv/dfkv/engine/vfs"
 )
 
-// On a filesystem without FALLOC_FL_ZERO_RANGE (tmpfs), zeroRange punches
+// On a filesystem without FALLOC_FL_ZERO_RANGE (tmpfs), vfs.ZeroRange punches
 // a hole and allocates it again: the range reads as zeros and keeps its
 // space, so a record written there later need not allocate on a full
 // filesystem.
@@ -36,7 +38,7 @@ func TestZeroRangeKeepsSpaceWherePunching(t *testing.T) {
 		return st.Blocks
 	}
 	before := blocks()
-	if err := zeroRange(f, 0, 64<<10); err != nil {
+	if err := vfs.ZeroRange(f, 0, 64<<10); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]byte, 64<<10)

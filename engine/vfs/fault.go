@@ -21,6 +21,10 @@ const (
 	OpReadDir  Op = "readdir"
 	OpSyncDir  Op = "syncdir"
 	OpUsage    Op = "usage"
+	// OpZeroRange is ZeroRange on a file (the package's ZeroRange), kept
+	// apart from OpWrite so a test counting a file's writes does not count
+	// the wipes of its ranges.
+	OpZeroRange Op = "zerorange"
 )
 
 // FaultFS wraps an FS and asks Inject before every operation, so a test can
@@ -39,6 +43,13 @@ type FaultFS struct {
 	// the operation is then not performed. Inject may be called from many
 	// goroutines at once. A nil Inject injects nothing.
 	Inject func(op Op, path string, flag int) error
+	// InjectRange, when set, is asked after Inject before each operation
+	// on a byte range of a file (OpRead, OpWrite, OpZeroRange), with the
+	// file's name and the range [off, off+n), and fails it the same way:
+	// Inject cannot tell one part of a file from another, and a bad
+	// sector fails the reads of its part only. A failed call fails whole
+	// (no bytes moved), as a pread does whose first page is unreadable.
+	InjectRange func(op Op, path string, off, n int64) error
 }
 
 var _ FS = (*FaultFS)(nil)
@@ -54,16 +65,34 @@ func (f *FaultFS) inject(op Op, path string, flag int) error {
 	if f.Inject == nil {
 		return nil
 	}
-	if err := f.Inject(op, path, flag); err != nil {
-		if _, ok := err.(*os.PathError); ok {
-			return err
-		}
-		if _, ok := err.(*os.LinkError); ok {
-			return err
-		}
-		return &os.PathError{Op: string(op), Path: path, Err: err}
+	return wrapFault(op, path, f.Inject(op, path, flag))
+}
+
+// injectRange asks both hooks about an operation on [off, off+n) of the
+// file at path.
+func (f *FaultFS) injectRange(op Op, path string, off, n int64) error {
+	if err := f.inject(op, path, 0); err != nil {
+		return err
 	}
-	return nil
+	if f.InjectRange == nil {
+		return nil
+	}
+	return wrapFault(op, path, f.InjectRange(op, path, off, n))
+}
+
+// wrapFault returns a hook's error as the kernel's would come back: a
+// bare errno inside an *os.PathError naming the operation and path.
+func wrapFault(op Op, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(*os.PathError); ok {
+		return err
+	}
+	if _, ok := err.(*os.LinkError); ok {
+		return err
+	}
+	return &os.PathError{Op: string(op), Path: path, Err: err}
 }
 
 func (f *FaultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
@@ -140,17 +169,28 @@ type faultFile struct {
 }
 
 func (f *faultFile) ReadAt(p []byte, off int64) (int, error) {
-	if err := f.fs.inject(OpRead, f.Name(), 0); err != nil {
+	if err := f.fs.injectRange(OpRead, f.Name(), off, int64(len(p))); err != nil {
 		return 0, err
 	}
 	return f.File.ReadAt(p, off)
 }
 
 func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
-	if err := f.fs.inject(OpWrite, f.Name(), 0); err != nil {
+	if err := f.fs.injectRange(OpWrite, f.Name(), off, int64(len(p))); err != nil {
 		return 0, err
 	}
 	return f.File.WriteAt(p, off)
+}
+
+// ZeroRange lets the hooks fail the zeroing of a range, then zeroes it in
+// the file underneath (through that file's own ZeroRange, if it has one).
+// Without it the embedded File would hide both: the engines would zero
+// through the descriptor, past the hooks and past a simulated disk.
+func (f *faultFile) ZeroRange(off, n int64) error {
+	if err := f.fs.injectRange(OpZeroRange, f.Name(), off, n); err != nil {
+		return err
+	}
+	return ZeroRange(f.File, off, n)
 }
 
 func (f *faultFile) Truncate(size int64) error {

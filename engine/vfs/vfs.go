@@ -106,3 +106,18 @@ func ExistingAncestor(fsys FS, dir string) string {
 		d = filepath.Dir(d)
 	}
 }
+
+// writeZeros writes n zero bytes at off of f, 1 MiB per call: ZeroRange
+// where the filesystem can neither zero nor punch a range.
+func writeZeros(f File, off, n int64) error {
+	zero := make([]byte, min(n, 1<<20))
+	for n > 0 {
+		c := min(n, int64(len(zero)))
+		if _, err := f.WriteAt(zero[:c], off); err != nil {
+			return err
+		}
+		off += c
+		n -= c
+	}
+	return nil
+}

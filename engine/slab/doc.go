@@ -142,6 +142,14 @@
 // values it no longer holds are dropped (one warning names the files); a
 // slots.tbl of the wrong size keeps the records it still has; a missing
 // slots.tbl is made anew, empty (the values cannot be found without it).
+// A part of slots.tbl that cannot be read (EIO: a bad sector) is read
+// again a 4 KiB page at a time (after 256 pages that failed, a failing
+// 1 MiB read is given up whole); the slots recorded in the pages that still
+// fail are empty (their values are misses, never served), those pages are
+// rewritten with zeros, so records can be written there again and the old
+// ones never come back, and one ERROR names the file, the byte ranges and
+// the slots dropped; the rest of the disk serves. If the zeroing fails
+// too, the store fails closed (see Concurrency): the next start is cold.
 //
 // # Payload verification
 //

@@ -91,10 +91,16 @@ func open(opts Options) (*Store, error) {
 	s.noteHolder()
 	s.made = nil
 	s.chargeRestored()
+	if stats.unzeroed != nil {
+		// Only now: the epoch has its number and slab_state is open, so
+		// the failed mark lands and is not overwritten by the dirty one.
+		s.failClosed("the slot table's unreadable part could not be rewritten with zeros, so records this run dropped could come back at a later start", stats.unzeroed)
+	}
 	s.log.Info("slab engine: opened", "dir", s.dir, "epoch", s.epoch, "cold", tableCold, "after_unclean_stop", !clean && !fresh,
 		"objects", s.alloc.Objects(), "used_bytes", s.alloc.Used(), "capacity_bytes", s.usable(), "configured_bytes", s.capacity,
 		"extents", s.geo.extents, "extent_bytes", s.geo.extentBytes, "classes", s.geo.classes,
-		"direct_io", s.direct, "io_uring", s.ring != nil, "dropped_records", stats.dropped, "rebuild", stats.took.String())
+		"direct_io", s.direct, "io_uring", s.ring != nil, "dropped_records", stats.dropped, "unreadable_slots", stats.unreadable,
+		"rebuild", stats.took.String())
 	s.startScrub(opts.Scrub, !clean && !tableCold)
 	s.warnFewExtents()
 	return s, nil

@@ -39,6 +39,14 @@ func allocated(fi os.FileInfo) uint64 {
 	return 0
 }
 
+// mediaError reports a read error of the device's media (a bad sector, a
+// checksum the filesystem found wrong), which costs the bytes read, as
+// opposed to one of the descriptor or the call (EBADF, EFAULT), which says
+// nothing about them.
+func mediaError(err error) bool {
+	return errors.Is(err, unix.EIO) || errors.Is(err, unix.EBADMSG) || errors.Is(err, unix.EUCLEAN)
+}
+
 // seekData returns the start of the next allocated range at or after off,
 // and the start of the hole after it. ok=false with a nil error means no
 // data is left. errNoSeekData means the filesystem cannot tell (the caller

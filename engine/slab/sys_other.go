@@ -5,6 +5,7 @@ package slab
 import (
 	"errors"
 	"os"
+	"syscall"
 
 	"github.com/dfkv/dfkv/engine/vfs"
 )
@@ -16,6 +17,8 @@ func fallocate(f vfs.File, size int64) error {
 }
 
 func allocated(os.FileInfo) uint64 { return 0 }
+
+func mediaError(err error) bool { return errors.Is(err, syscall.EIO) }
 
 func seekData(f vfs.File, off, size int64) (int64, int64, bool, error) {
 	return 0, 0, false, errNoSeekData

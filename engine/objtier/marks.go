@@ -30,9 +30,12 @@ var marksBucket = []byte("marks/v1")
 // whose delete failed waits for the transaction holding its mark
 // (durable, one fsync shared by every REMOVE waiting then); other
 // changes (a dropped upload's mark, the end of a mark) are written with
-// the next transaction, without making their caller wait, because losing
-// them in a crash costs at most a delete of an object that was not stale
-// (a lost cache copy), never a wrong value.
+// the next transaction, without making their caller wait: a PUT is not
+// held up by a disk sync. A crash can lose such a change, as it loses an
+// upload still queued: the lost end of a mark costs a cache copy (the
+// object is deleted again); a lost mark of a dropped upload lets the
+// bucket's older value of that key be read once the disk no longer holds
+// the newer one, the exposure an async upload has until it lands.
 type marksFile struct {
 	path string
 	db   *bolt.DB

@@ -28,9 +28,13 @@ type uploadQueue struct {
 }
 
 type upload struct {
-	body     *iobuf.Buf // the next object to upload; nil when none
-	sending  *iobuf.Buf // the object in flight, still the newest while body is nil
-	inflight bool
+	body    *iobuf.Buf // the next object to upload; nil when none
+	sending *iobuf.Buf // the object in flight, still the newest while body is nil
+	// bodyGen and sendingGen are the tier's mark generation when body
+	// (and the object in flight) was queued: its landing ends only marks
+	// of the key made before that (clearStale).
+	bodyGen, sendingGen uint64
+	inflight            bool
 	// canceled: the object in flight is no longer the key's newest (a
 	// REMOVE came, or a newer PUT the full queue refused): it is not
 	// retried, served or taken as current when it lands.
@@ -51,7 +55,7 @@ func newUploadQueue(maxBytes int64, pool *iobuf.Pool) *uploadQueue {
 // flight, is then no longer the key's newest: it is dropped, or (in
 // flight) canceled, so it is neither served from the queue nor taken as
 // current when it lands (the caller marks the key instead).
-func (q *uploadQueue) add(key wire.BlockKey, body *iobuf.Buf) bool {
+func (q *uploadQueue) add(key wire.BlockKey, body *iobuf.Buf, gen uint64) bool {
 	n := int64(len(body.B))
 	q.mu.Lock()
 	u := q.items[key]
@@ -85,7 +89,7 @@ func (q *uploadQueue) add(key wire.BlockKey, body *iobuf.Buf) bool {
 		u = &upload{}
 		q.items[key] = u
 	}
-	u.body, u.tries, u.canceled = body, 0, false
+	u.body, u.bodyGen, u.tries, u.canceled = body, gen, 0, false
 	if old == nil && !u.inflight {
 		q.push(key)
 	}
@@ -121,7 +125,7 @@ func (q *uploadQueue) take() (key wire.BlockKey, body *iobuf.Buf, ok bool) {
 			continue
 		}
 		body, u.body = u.body, nil
-		u.sending, u.inflight, u.done = body, true, make(chan struct{})
+		u.sending, u.sendingGen, u.inflight, u.done = body, u.bodyGen, true, make(chan struct{})
 		u.tries++
 		if q.head < len(q.order) {
 			select { // more to do: let another worker in
@@ -135,13 +139,15 @@ func (q *uploadQueue) take() (key wire.BlockKey, body *iobuf.Buf, ok bool) {
 }
 
 // finish ends key's upload of body. ok: the upload succeeded. It returns
-// whether body was the key's newest object (so a stale mark may end), and
-// whether the upload was dropped after its last try.
+// whether body was the key's newest object (so a stale mark made before
+// gen, body's generation, may end), and whether the upload was dropped
+// after its last try.
 // tried is false for a call the tier skipped while the bucket was down,
 // which does not count as a try.
-func (q *uploadQueue) finish(key wire.BlockKey, body *iobuf.Buf, ok, tried bool) (newest, dropped bool) {
+func (q *uploadQueue) finish(key wire.BlockKey, body *iobuf.Buf, ok, tried bool) (newest, dropped bool, gen uint64) {
 	q.mu.Lock()
 	u := q.items[key]
+	gen = u.sendingGen
 	if !tried {
 		u.tries--
 	}
@@ -154,7 +160,7 @@ func (q *uploadQueue) finish(key wire.BlockKey, body *iobuf.Buf, ok, tried bool)
 		q.pool.Put(body)
 		q.push(key)
 	case !ok && !u.canceled && u.tries < maxTries:
-		u.body = body // try again, after the others
+		u.body, u.bodyGen = body, gen // try again, after the others
 		q.push(key)
 	default:
 		q.bytes -= int64(len(body.B))
@@ -164,7 +170,7 @@ func (q *uploadQueue) finish(key wire.BlockKey, body *iobuf.Buf, ok, tried bool)
 		dropped = !ok && !u.canceled
 	}
 	q.mu.Unlock()
-	return newest, dropped
+	return newest, dropped, gen
 }
 
 // cancel forgets key's queued object and waits for an upload of it in
@@ -308,10 +314,10 @@ func (t *Tier) uploadOne(ctx context.Context, key wire.BlockKey, body *iobuf.Buf
 		t.bytesOut.Add(uint64(len(body.B)))
 		t.uploaded.Add(1)
 	}
-	newest, dropped := t.queue.finish(key, body, err == nil, !errors.Is(err, errSkipped))
+	newest, dropped, gen := t.queue.finish(key, body, err == nil, !errors.Is(err, errSkipped))
 	switch {
 	case newest:
-		t.clearStale(key)
+		t.clearStale(key, gen)
 	case dropped:
 		t.uploadFails.Add(1)
 		t.markStale(key)

@@ -368,7 +368,7 @@ func (t *Tier) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 			}
 		}
 	case WriteSync:
-		t.putSyncBatch(keys, values, errs)
+		t.putSyncBatch(keys, values, errs, len(order) < len(keys))
 	}
 }
 
@@ -378,12 +378,13 @@ func (t *Tier) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 // prefer to the bucket's older one.
 func (t *Tier) putSync(key wire.BlockKey, value []byte) error {
 	buf := t.object(key, value)
+	since := t.tombGen.Load()
 	t.queue.claim(key, false) // ordered with the key's deletes
 	err := t.call(OpPut, func(ctx context.Context) error { return t.bucket.Put(ctx, t.name(key), buf.B) })
 	t.queue.unclaim(key)
 	t.pool.Put(buf)
 	if err == nil {
-		t.clearStale(key)
+		t.clearStale(key, since)
 		return nil
 	}
 	// The caller's write of key is still in progress: no other write of
@@ -404,11 +405,33 @@ func compareKeys(a, b wire.BlockKey) int {
 	return bytes.Compare(a.ID[:], b.ID[:])
 }
 
-func (t *Tier) putSyncBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
+// putSyncBatch uploads the batch's stored items in parallel. A key named
+// more than once is uploaded once, with its last stored value (the one
+// the backing keeps), and its earlier items share that upload's result.
+func (t *Tier) putSyncBatch(keys []wire.BlockKey, values [][]byte, errs []error, repeats bool) {
+	var last map[wire.BlockKey]int // only for a batch that repeats a key
+	if repeats {
+		last = make(map[wire.BlockKey]int, len(keys))
+		for i, k := range keys {
+			if errs[i] == nil {
+				last[k] = i
+			}
+		}
+		defer func() {
+			for i, k := range keys {
+				if j, ok := last[k]; ok && j != i && errs[i] == nil {
+					errs[i] = errs[j]
+				}
+			}
+		}()
+	}
 	sem := make(chan struct{}, t.opts.Workers)
 	var wg sync.WaitGroup
 	for i := range keys {
 		if errs[i] != nil {
+			continue
+		}
+		if j, ok := last[keys[i]]; ok && j != i {
 			continue
 		}
 		sem <- struct{}{}
@@ -434,10 +457,11 @@ func (t *Tier) object(key wire.BlockKey, value []byte) *iobuf.Buf {
 // bucket, so the key is marked for a delete: a read never prefers it.
 func (t *Tier) enqueue(key wire.BlockKey, value []byte) {
 	if len(value)+HeaderLen > t.pool.Max() {
+		t.markStale(key) // never uploaded: an older object must not be read
 		return
 	}
 	buf := t.object(key, value)
-	if !t.queue.add(key, buf) {
+	if !t.queue.add(key, buf, t.tombGen.Load()) {
 		t.pool.Put(buf)
 		t.markStale(key)
 	}
@@ -735,6 +759,9 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 	s.mu.Unlock()
 	err := t.backing.Remove(key)
 	t.queue.cancel(key) // waits for an upload of key in flight
+	// The key's slot is taken before its write ends: the upload of a PUT
+	// that comes after this REMOVE reaches the bucket after its delete.
+	t.queue.claim(key, false)
 	t.endWrite(s, key)
 	if wire.StatusOf(err) == wire.StatusNotFound {
 		// The node held no copy; the bucket may (written by another node
@@ -747,7 +774,6 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 			err = nil
 		}
 	}
-	t.queue.claim(key, false) // a PUT's upload queued since waits for the delete
 	derr := t.deleteObject(key)
 	t.queue.unclaim(key)
 	if derr == nil {
@@ -837,12 +863,15 @@ func (t *Tier) persistMark(key wire.BlockKey) error {
 	return t.marks.sync()
 }
 
-// clearStale ends a stale mark of key: an upload of its newest value
-// succeeded, so the object is current again.
-func (t *Tier) clearStale(key wire.BlockKey) {
+// clearStale ends a stale mark of key made at or before generation since
+// (read when the upload's value was queued): an upload of its newest value
+// succeeded, so the object is current again. A mark made after since (a
+// newer PUT whose upload the full queue refused while this one landed) is
+// not this upload's to end.
+func (t *Tier) clearStale(key wire.BlockKey, since uint64) {
 	s := t.stripe(key)
 	s.mu.Lock()
-	if tb, ok := s.tombs[key]; ok && !tb.removed {
+	if tb, ok := s.tombs[key]; ok && !tb.removed && tb.gen <= since {
 		t.unmarkLocked(s, key, tb)
 	}
 	s.mu.Unlock()

@@ -249,3 +249,135 @@ func TestBatchesSharingKeysFinish(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// headGateBucket holds each Head until gate is closed, saying on entered
+// that one arrived.
+type headGateBucket struct {
+	*memBucket
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (b *headGateBucket) Head(ctx context.Context, name string) (int64, error) {
+	select {
+	case b.entered <- struct{}{}:
+	default:
+	}
+	<-b.gate
+	return b.memBucket.Head(ctx, name)
+}
+
+// A PUT that comes while a REMOVE asks the bucket about the key (the
+// node held no copy) is uploaded after the REMOVE's delete: the bucket
+// keeps the PUT's value.
+func TestPutDuringRemoveKeepsItsObject(t *testing.T) {
+	f := open(t, func(o *Options) { o.Timeout = 10 * time.Second })
+	k := enginetest.Key(501)
+	old, newer := enginetest.Value(501, 4096), enginetest.Value(502, 4096)
+	if err := f.tier.Put(k, old); err != nil {
+		t.Fatal(err)
+	}
+	f.settle(t)
+	f.backing.evict(k) // the node holds no copy: REMOVE asks the bucket (HEAD)
+	hb := &headGateBucket{memBucket: f.bucket, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	f.tier.bucket = hb
+	done := make(chan error, 1)
+	go func() { done <- f.tier.Remove(k) }()
+	<-hb.entered // the REMOVE has removed from the backing, not yet deleted
+	putDone := make(chan error, 1)
+	go func() { putDone <- f.tier.Put(k, newer) }()
+	if err := <-putDone; err != nil {
+		t.Fatal(err)
+	}
+	close(hb.gate)
+	if err := <-done; err != nil {
+		t.Fatalf("REMOVE: %v", err)
+	}
+	f.settle(t)
+	if obj, ok := f.bucket.object(ObjectName("p", k)); !ok || !bytes.Equal(obj[HeaderLen:], newer) {
+		t.Fatalf("the REMOVE's delete took out the object of the PUT after it (held %v)", ok)
+	}
+	f.backing.evict(k)
+	if got, err := get(t, f.tier, k); err != nil || !bytes.Equal(got, newer) {
+		t.Fatalf("a miss of the PUT's value after eviction: err %v", err)
+	}
+}
+
+// failBodyBucket fails the Put of the object holding body.
+type failBodyBucket struct {
+	*memBucket
+	body atomic.Pointer[[]byte]
+}
+
+func (b *failBodyBucket) Put(ctx context.Context, name string, obj []byte) error {
+	if p := b.body.Load(); p != nil && bytes.Equal(obj[HeaderLen:], *p) {
+		return errDown
+	}
+	return b.memBucket.Put(ctx, name, obj)
+}
+
+// A sync batch naming a key twice uploads the value the disk keeps (the
+// last), whatever becomes of the earlier one's upload.
+func TestSyncBatchWithARepeatedKey(t *testing.T) {
+	f := open(t, func(o *Options) { o.Write = WriteSync; o.Workers = 4 })
+	fb := &failBodyBucket{memBucket: f.bucket}
+	f.tier.bucket = fb
+	for i := range 50 {
+		k := enginetest.Key(2000 + i)
+		first, last := enginetest.Value(uint64(3*i+1), 4096), enginetest.Value(uint64(3*i+2), 4096)
+		if i%2 == 1 {
+			fb.body.Store(&first) // an upload of the superseded value would fail
+		} else {
+			fb.body.Store(nil)
+		}
+		errs := make([]error, 2)
+		f.tier.PutBatch([]wire.BlockKey{k, k}, [][]byte{first, last}, errs)
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatalf("batch %d: %v", i, errs)
+		}
+		disk, _ := f.backing.has(k)
+		obj, ok := f.bucket.object(ObjectName("p", k))
+		if !bytes.Equal(disk, last) || !ok || !bytes.Equal(obj[HeaderLen:], last) {
+			t.Fatalf("batch %d: the disk (last value: %v) and the bucket (held %v) disagree", i, bytes.Equal(disk, last), ok)
+		}
+	}
+}
+
+// An upload that lands as the key's newest does not end a mark made
+// after its value was queued: a newer PUT whose upload the full queue
+// refused meanwhile. (The worker's steps are taken by hand: the window
+// is between the queue's answer and the mark's end.)
+func TestLandingUploadLeavesANewerMark(t *testing.T) {
+	f := open(t, func(o *Options) { o.QueueBytes = 16 << 10; o.Workers = 1 })
+	far := time.Now().Add(time.Hour)
+	f.tier.health.retryAt.Store(&far)
+	f.tier.health.down.Store(true) // the worker waits rather than take
+	k := enginetest.Key(601)
+	older, newer := enginetest.Value(601, 8000), enginetest.Value(602, 20000) // newer: larger than the queue
+	if err := f.tier.Put(k, older); err != nil {
+		t.Fatal(err)
+	}
+	key, body, ok := f.tier.queue.take()
+	if !ok || key != k {
+		t.Fatal("test premise: the older object should be queued")
+	}
+	if err := f.bucket.Put(context.Background(), f.tier.name(k), body.B); err != nil {
+		t.Fatal(err)
+	}
+	newest, _, gen := f.tier.queue.finish(k, body, true, true)
+	if !newest {
+		t.Fatal("test premise: the older object was the newest when it landed")
+	}
+	if err := f.tier.Put(k, newer); err != nil { // the queue refuses its upload
+		t.Fatal(err)
+	}
+	if n := f.tier.TierStats().PendingDeletes; n != 1 {
+		t.Fatalf("test premise: the refused upload should mark the key (pending %d)", n)
+	}
+	f.tier.clearStale(k, gen) // the worker goes on
+	f.tier.health.down.Store(false)
+	f.backing.evict(k)
+	if got, err := get(t, f.tier, k); err == nil && bytes.Equal(got, older) {
+		t.Fatal("after eviction a miss served the value the acknowledged PUT replaced")
+	}
+}

@@ -46,6 +46,7 @@ func openObjectTier(sc config.Server, backing engine.StoreEngine, clock engine.C
 		DrainTimeout: sc.ShutdownTimeout, Logger: log, Clock: clock, Observe: m.observe, MarksFile: marks,
 	})
 	if err != nil {
+		_ = b.Close()
 		return nil, err
 	}
 	log.Info("object store tier on", "bucket", b.String(), "prefix", sc.S3Prefix, "write", write.String(), "exist", exist.String())

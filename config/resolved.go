@@ -42,6 +42,68 @@ func (r *Resolved) FromDefault(key string) bool {
 	return false
 }
 
+// Layer is where a setting's value came from. The layers apply in this
+// order, each overriding the ones before it.
+type Layer int
+
+const (
+	LayerDefault Layer = iota // no file, variable or flag set it
+	LayerFile                 // the TOML file
+	LayerEnv                  // a DFKV_* variable
+	LayerFlag                 // a flag on the command line
+)
+
+// Origin is where one setting got its value. A role whose checks involve
+// more than one setting reads it to tell what the user gave, and where,
+// from what was left alone: a flag typed for this run is a choice about
+// it, a variable or a file shared by every tool may not be.
+type Origin struct {
+	Key   string // TOML key, "client.tls"
+	Env   string // its environment variable, for messages
+	Flag  string // its flag, without dashes
+	Layer Layer
+	From  string // the layer as messages name it: "flag --tls", "env", "env DFKV_TOKEN" (an earlier name), "file PATH", "default"
+	// Default: the value is the default, whatever the layer: a file that
+	// spells out every default (as dfkv.example.toml does) chose nothing.
+	Default bool
+}
+
+// Origin returns where key got its value; ok is false when the role
+// does not take key.
+func (r *Resolved) Origin(key string) (o Origin, ok bool) {
+	for _, v := range r.values {
+		if v.s.key == key {
+			return r.origin(v, defaultConfig()), true
+		}
+	}
+	return Origin{}, false
+}
+
+// Origins returns where each of the role's settings got its value, in
+// the order --print-config shows them.
+func (r *Resolved) Origins() []Origin {
+	def := defaultConfig()
+	out := make([]Origin, len(r.values))
+	for i, v := range r.values {
+		out[i] = r.origin(v, def)
+	}
+	return out
+}
+
+func (r *Resolved) origin(v resolvedValue, def *Config) Origin {
+	o := Origin{Key: v.s.key, Env: v.s.env, Flag: v.s.flag, From: v.src.String(),
+		Default: v.s.value.format(r.cfg) == v.s.value.format(def)}
+	switch v.src.kind {
+	case fromFile:
+		o.Layer = LayerFile
+	case fromEnv:
+		o.Layer = LayerEnv
+	case fromFlag:
+		o.Layer = LayerFlag
+	}
+	return o
+}
+
 type resolvedValue struct {
 	s   *setting
 	src source

@@ -155,3 +155,45 @@ func TestPrintConfigShowsAutoValues(t *testing.T) {
 		t.Errorf("a value set by a flag was annotated as automatic:\n%s", out)
 	}
 }
+
+// TestOrigins: a role can tell which layer set each setting, under which
+// name, and whether the value is the default anyway (a file spelling it
+// out), so it can refuse what the user typed without refusing what a
+// shared file or environment holds.
+func TestOrigins(t *testing.T) {
+	path := writeTOML(t, "[client]\nmembers = [\"127.0.0.1:7600\"]\ntls = 1\n[bench]\nduration = \"5s\"\n")
+	env := envOf(map[string]string{"DFKV_TOKEN": "0123456789abcdef0123", "DFKV_BENCH_OPS": "7"})
+	_, r, err := LoadFrom("bench", path, env, map[string][]string{"c": {"3"}, "workload": {"put"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []Origin{
+		{Key: "client.members", Env: "DFKV_CLIENT_MEMBERS", Flag: "members", Layer: LayerFile, From: "file " + path, Default: true},
+		{Key: "client.tls", Env: "DFKV_CLIENT_TLS", Flag: "tls", Layer: LayerFile, From: "file " + path},
+		{Key: "bench.duration", Env: "DFKV_BENCH_DURATION", Flag: "duration", Layer: LayerFile, From: "file " + path},
+		{Key: "client.token", Env: "DFKV_CLIENT_TOKEN", Flag: "token", Layer: LayerEnv, From: "env DFKV_TOKEN"},
+		{Key: "bench.ops", Env: "DFKV_BENCH_OPS", Flag: "ops", Layer: LayerEnv, From: "env"},
+		{Key: "bench.concurrency", Env: "DFKV_BENCH_CONCURRENCY", Flag: "concurrency", Layer: LayerFlag, From: "flag --concurrency"},
+		{Key: "bench.workload", Env: "DFKV_BENCH_WORKLOAD", Flag: "workload", Layer: LayerFlag, From: "flag --workload", Default: true},
+		{Key: "bench.keys", Env: "DFKV_BENCH_KEYS", Flag: "keys", Layer: LayerDefault, From: "default", Default: true},
+	} {
+		if got, ok := r.Origin(want.Key); !ok || got != want {
+			t.Errorf("Origin(%s) = %+v, %v\nwant %+v", want.Key, got, ok, want)
+		}
+	}
+	if _, ok := r.Origin("server.listen"); ok {
+		t.Error("bench has an origin for server.listen, a setting it does not take")
+	}
+	all := r.Origins()
+	if len(all) != len(r.values) {
+		t.Fatalf("Origins lists %d settings; the role takes %d", len(all), len(r.values))
+	}
+	for i, o := range all {
+		if o.Key != r.values[i].s.key {
+			t.Fatalf("Origins[%d] is %s; want %s, in table order", i, o.Key, r.values[i].s.key)
+		}
+	}
+	if !(LayerDefault < LayerFile && LayerFile < LayerEnv && LayerEnv < LayerFlag) {
+		t.Error("the layers are not in the order they apply")
+	}
+}

@@ -27,6 +27,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -82,7 +83,10 @@ func Command() *cli.Command {
 			"A percentile p from fewer than 10/(1-p) samples is starred as an estimate.\n" +
 			"--compare A.json B.json prints two earlier --json results side by side with ratios B/A (and\n" +
 			"writes them as HTML with --html); it runs nothing, and refuses results of different workloads.\n" +
-			"--protocol redis|memcache --addr host:port measures a peer cache with the same workers.\n" +
+			"--protocol redis|memcache --addr host:port measures a peer cache with the same workers, over\n" +
+			"plain TCP; of the dfkv client's settings only --timeout-ms and --dial-timeout-ms apply to it,\n" +
+			"and the others are refused as flags; from the config file or the environment they go unused,\n" +
+			"with a warning for those that change what a dfkv run measures (TLS, a token, shm, embedded).\n" +
 			"Every option but --json, --html and --compare is a [bench] setting: it may also come from the\n" +
 			"config file or the DFKV_BENCH_* environment, and --print-config shows where each came from.",
 		Flags:  append(config.Flags("bench"), outputFlags()...),
@@ -97,13 +101,16 @@ func action(c *cli.Context) error {
 	if err := fillValueApart(c); err != nil {
 		return err
 	}
-	cfg, log, done, err := rolekit.Load(c, "bench")
+	cfg, resolved, log, done, err := rolekit.LoadResolved(c, "bench")
 	if err != nil || done {
 		return err
 	}
-	o, err := optionsFrom(cfg, c.String("json"), c.String("html"))
+	o, warns, err := optionsFrom(cfg, resolved, c.String("json"), c.String("html"))
 	if err != nil {
 		return cli.Exit("dfkv bench: "+err.Error(), exitUsage)
+	}
+	for _, w := range warns {
+		log.Warn(w)
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -221,9 +228,11 @@ func fillValueApart(c *cli.Context) error {
 }
 
 // optionsFrom turns the [bench] settings into Options, with the checks
-// that involve more than one setting (each alone was checked by Load)
-// and the two output files.
-func optionsFrom(cfg *config.Config, jsonPath, htmlPath string) (Options, error) {
+// that involve more than one setting (each alone was checked by Load;
+// res tells where each came from) and the two output files. The
+// warnings are for settings the run does not use but that came from a
+// file or the environment, not from its command line.
+func optionsFrom(cfg *config.Config, res *config.Resolved, jsonPath, htmlPath string) (Options, []string, error) {
 	b := &cfg.Bench
 	o := Options{
 		Workload:     b.Workload,
@@ -246,44 +255,101 @@ func optionsFrom(cfg *config.Config, jsonPath, htmlPath string) (Options, error)
 		Fill: b.Workload == wPrefix || b.Fill.Or(b.Workload == wGet || b.Workload == wExist || b.Workload == wMixed),
 	}
 	if b.Ops > 0 && b.Duration != config.Defaults().Bench.Duration {
-		return o, fmt.Errorf("--ops %d and --duration %s both given (bench.ops, bench.duration): a run measures a number of operations or a length of time; give one", b.Ops, b.Duration)
+		return o, nil, fmt.Errorf("--ops %d and --duration %s both given (bench.ops, bench.duration): a run measures a number of operations or a length of time; give one", b.Ops, b.Duration)
 	}
 	if jsonPath == "-" && htmlPath == "-" {
-		return o, fmt.Errorf("--json - and --html - would both write to stdout; send one of them to a file")
+		return o, nil, fmt.Errorf("--json - and --html - would both write to stdout; send one of them to a file")
 	}
+	var warns []string
 	var err error
-	o.Target, err = targetOf(cfg)
-	return o, err
+	o.Target, warns, err = targetOf(cfg, res)
+	return o, warns, err
 }
 
 // targetOf checks the protocol's own settings and names what the run
 // measures, for the report.
-func targetOf(cfg *config.Config) (string, error) {
+func targetOf(cfg *config.Config, res *config.Resolved) (string, []string, error) {
 	b := &cfg.Bench
 	if b.Protocol != "dfkv" {
 		if b.Addr == "" {
-			return "", fmt.Errorf("--protocol %s needs --addr host:port of the server (bench.addr, DFKV_BENCH_ADDR)", b.Protocol)
+			return "", nil, fmt.Errorf("--protocol %s needs --addr host:port of the server (bench.addr, DFKV_BENCH_ADDR)", b.Protocol)
 		}
-		return b.Addr, nil
+		warns, err := peerIgnores(cfg, res)
+		return b.Addr, warns, err
 	}
 	if b.Addr != "" {
-		return "", fmt.Errorf("--addr is for --protocol redis|memcache (bench.addr is %q); give dfkv nodes with --members", b.Addr)
+		return "", nil, fmt.Errorf("--addr is for --protocol redis|memcache (bench.addr is %q); give dfkv nodes with --members", b.Addr)
 	}
 	what, size := "--value-size", b.ValueSize
 	if sw := b.Sweep; sw.Dimension == config.SweepValueSize {
 		what, size = "--sweep value size", sw.Values[len(sw.Values)-1]
 	}
 	if size > cfg.Server.MaxBlockBytes {
-		return "", fmt.Errorf("%s %s exceeds server.max_block_bytes %s (DFKV_SERVER_MAX_BLOCK_BYTES, --max-block-bytes)",
+		return "", nil, fmt.Errorf("%s %s exceeds server.max_block_bytes %s (DFKV_SERVER_MAX_BLOCK_BYTES, --max-block-bytes)",
 			what, config.FormatSize(size), config.FormatSize(cfg.Server.MaxBlockBytes))
 	}
 	if cfg.Client.Embedded == 1 {
-		return "an embedded store in this process", nil
+		return "an embedded store in this process", nil, nil
 	}
 	if len(cfg.Client.MDS) > 0 {
-		return "members from MDS " + strings.Join(cfg.Client.MDS, ","), nil
+		return "members from MDS " + strings.Join(cfg.Client.MDS, ","), nil, nil
 	}
-	return strings.Join(cfg.Client.Members, ","), nil
+	return strings.Join(cfg.Client.Members, ","), nil, nil
+}
+
+// peerHonours are the settings outside [bench] and [log] that a peer
+// run's own clients read: the timeouts of their connections. Every other
+// setting bench takes is for the dfkv client and its cluster.
+var peerHonours = map[string]bool{"client.timeout_ms": true, "client.dial_timeout_ms": true}
+
+// peerIgnores refuses the dfkv client settings given as flags to a peer
+// run: typed for this run, they would be ignored, and the figures taken
+// for what they asked (over TLS, with credentials, against those
+// members). The same settings from the file or the environment are
+// shared with every tool, so they only draw a warning, and only those
+// that change what a dfkv run measures (TLS, a token, shared memory, an
+// embedded store): members, an MDS or a namespace name the cluster,
+// which --addr replaces, and the report names the server measured.
+func peerIgnores(cfg *config.Config, res *config.Resolved) (warns []string, err error) {
+	proto := cfg.Bench.Protocol
+	var errs []error
+	for _, og := range res.Origins() {
+		if og.Layer == config.LayerDefault || peerHonours[og.Key] || strings.HasPrefix(og.Key, "bench.") || strings.HasPrefix(og.Key, "log.") {
+			continue
+		}
+		why, asks := peerWhy(cfg, og.Key, proto)
+		if og.Layer == config.LayerFlag {
+			errs = append(errs, fmt.Errorf("--%s (%s) is for --protocol dfkv, not %s: %s; drop it", og.Flag, og.Key, proto, why))
+		} else if asks {
+			warns = append(warns, fmt.Sprintf("%s (%s) from %s is not used by --protocol %s: %s", og.Key, og.Env, og.From, proto, why))
+		}
+	}
+	return warns, errors.Join(errs...)
+}
+
+// peerWhy says why the dfkv client setting key does nothing in a run
+// against proto, and whether its value asks for something the peer's
+// client does not do.
+func peerWhy(cfg *config.Config, key, proto string) (why string, asks bool) {
+	cc := &cfg.Client
+	switch key {
+	case "client.tls":
+		return fmt.Sprintf("bench's %s client speaks plain TCP", proto), cc.TLS == 1
+	case "client.tls_ca", "client.tls_cert", "client.tls_key", "client.tls_server_name":
+		// Only with client.tls on, which is warned about.
+		return fmt.Sprintf("bench's %s client speaks plain TCP", proto), false
+	case "client.token":
+		return fmt.Sprintf("bench's %s client sends no credentials", proto), cc.Token != ""
+	case "client.shm":
+		return fmt.Sprintf("bench's %s client reaches the server over TCP only", proto), cc.Shm == "on"
+	case "client.embedded":
+		return "the run measures the server at --addr, not an embedded store", cc.Embedded == 1
+	case "client.members", "client.mds":
+		return "the run measures the one server at --addr", false
+	case "server.max_block_bytes":
+		return "it bounds the values of dfkv nodes", false
+	}
+	return "only the dfkv client reads it", false
 }
 
 // execute runs o against t: fill, warm-up, measured stage, or the steps

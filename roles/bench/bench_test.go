@@ -377,16 +377,79 @@ func TestBenchUsageErrors(t *testing.T) {
 	}
 }
 
+// TestBenchPeerRefusesDFKVSettings: a peer run (redis, memcached) has
+// clients of its own that reach --addr over plain TCP, so a dfkv client
+// setting typed on its command line would be ignored: it is refused,
+// naming the setting and why. The same settings from a file or the
+// environment (shared with every tool) do not stop the run; those that
+// would make it measure something else than a dfkv run with them (TLS,
+// credentials, shared memory, an embedded store) are warned about.
+func TestBenchPeerRefusesDFKVSettings(t *testing.T) {
+	addr := freeAddr(t) // nothing listens: a run that starts fails with exit 1, not 2
+	f := func(want string, args ...string) {
+		t.Helper()
+		for _, proto := range []string{"redis", "memcache"} {
+			args := append([]string{"--protocol", proto, "--addr", addr, "--ops", "1", "--warmup", "0", "-c", "1"}, args...)
+			code, out, errs := runBench(t, args...)
+			want := strings.ReplaceAll(want, "PROTO", proto)
+			if code != exitUsage || !strings.Contains(errs, want) {
+				t.Fatalf("bench %v: exit %d (want %d), stderr %q (want %q)\nstdout %s", args, code, exitUsage, errs, want, out)
+			}
+		}
+	}
+	f("--tls (client.tls) is for --protocol dfkv, not PROTO: bench's PROTO client speaks plain TCP", "--tls")
+	f("--tls (client.tls) is for --protocol dfkv", "--tls=1")
+	f("--tls-server-name (client.tls_server_name) is for --protocol dfkv", "--tls", "--tls-server-name", "x")
+	f("--token (client.token) is for --protocol dfkv, not PROTO: bench's PROTO client sends no credentials", "--token", "0123456789abcdef0123")
+	// The default list, typed, is still a list typed for a dfkv run.
+	f("--members (client.members) is for --protocol dfkv, not PROTO: the run measures the one server at --addr", "--members", "127.0.0.1:7600")
+	f("--mds (client.mds) is for --protocol dfkv", "--mds", "127.0.0.1:7700")
+	f("--embedded (client.embedded) is for --protocol dfkv", "--embedded")
+	f("--shm (client.shm) is for --protocol dfkv", "--shm", "on")
+	f("--namespace (client.namespace) is for --protocol dfkv", "--namespace", "n")
+	f("--max-block-bytes (server.max_block_bytes) is for --protocol dfkv", "--max-block-bytes", "1MiB")
+	// Every one is named, not just the first.
+	code, _, errs := runBench(t, "--protocol", "redis", "--addr", addr, "--ops", "1", "--tls", "--members", "a:1")
+	if code != exitUsage || !strings.Contains(errs, "--members (client.members)") || !strings.Contains(errs, "--tls (client.tls)") {
+		t.Fatalf("two dfkv settings: exit %d, stderr %q", code, errs)
+	}
+
+	// What the peer's clients honour is not refused: their timeouts.
+	peer := startFakePeer(t, "redis")
+	common := []string{"--protocol", "redis", "--addr", peer, "--ops", "4", "--warmup", "0", "-c", "1", "--value-size", "1KiB"}
+	code, out, errs := runBench(t, append(common, "--timeout-ms", "5000", "--dial-timeout-ms", "1000")...)
+	if code != 0 || strings.Contains(errs, "WARN") {
+		t.Fatalf("--timeout-ms, --dial-timeout-ms with redis: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+
+	// From a shared file and environment: the run goes on. A file
+	// spelling out the default members, or real members (they name the
+	// cluster, which --addr replaces), is silent; TLS and a token, which
+	// the dfkv run being compared with used, are warned about.
+	path := filepath.Join(t.TempDir(), "dfkv.toml")
+	if err := os.WriteFile(path, []byte("[client]\nmembers = [\"127.0.0.1:7600\"]\nnamespace = \"ns\"\ntls = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DFKV_TOKEN", "0123456789abcdef0123")
+	t.Setenv("DFKV_CLIENT_MDS", "127.0.0.1:7700")
+	code, out, errs = runBench(t, append(common, "--config", path)...)
+	if code != 0 || !strings.Contains(errs, "client.tls (DFKV_CLIENT_TLS) from file "+path+" is not used by --protocol redis: bench's redis client speaks plain TCP") ||
+		!strings.Contains(errs, "client.token (DFKV_CLIENT_TOKEN) from env DFKV_TOKEN is not used by --protocol redis: bench's redis client sends no credentials") ||
+		strings.Contains(errs, "client.members") || strings.Contains(errs, "client.mds") || strings.Contains(errs, "client.namespace") {
+		t.Fatalf("dfkv settings from a file and the environment: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+}
+
 // TestBenchOptions: the settings become the run's options; fill follows
 // the workload unless given, and the prefix workload always fills.
 func TestBenchOptions(t *testing.T) {
 	opts := func(flags map[string][]string) Options {
 		t.Helper()
-		cfg, _, err := config.LoadFrom("bench", "", nil, flags)
+		cfg, res, err := config.LoadFrom("bench", "", nil, flags)
 		if err != nil {
 			t.Fatal(err)
 		}
-		o, err := optionsFrom(cfg, "", "")
+		o, _, err := optionsFrom(cfg, res, "", "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,13 +42,25 @@ func Load(c *cli.Context, role string) (cfg *config.Config, log *slog.Logger, do
 // machine: explain, if not nil, records on the Resolved what they would
 // resolve to (config.Resolved.SetAuto) before --print-config prints it.
 func LoadExplained(c *cli.Context, role string, explain func(*config.Config, *config.Resolved)) (cfg *config.Config, log *slog.Logger, done bool, err error) {
+	cfg, _, log, done, err = load(c, role, explain)
+	return cfg, log, done, err
+}
+
+// LoadResolved is Load for a role whose checks depend on where a setting
+// came from (config.Resolved.Origin): a flag typed for this run, or a
+// file or variable shared with every tool.
+func LoadResolved(c *cli.Context, role string) (cfg *config.Config, res *config.Resolved, log *slog.Logger, done bool, err error) {
+	return load(c, role, nil)
+}
+
+func load(c *cli.Context, role string, explain func(*config.Config, *config.Resolved)) (cfg *config.Config, res *config.Resolved, log *slog.Logger, done bool, err error) {
 	if role != "ctl" && c.NArg() > 0 {
-		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv %s: unexpected argument %q (it and everything after it, flags included, would be ignored); see dfkv %s --help",
+		return nil, nil, nil, false, cli.Exit(fmt.Sprintf("dfkv %s: unexpected argument %q (it and everything after it, flags included, would be ignored); see dfkv %s --help",
 			role, c.Args().First(), role), ExitConfig)
 	}
-	cfg, res, err := config.Load(c, role, os.LookupEnv)
+	cfg, res, err = config.Load(c, role, os.LookupEnv)
 	if err != nil {
-		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv %s: configuration: %v", role, err), ExitConfig)
+		return nil, nil, nil, false, cli.Exit(fmt.Sprintf("dfkv %s: configuration: %v", role, err), ExitConfig)
 	}
 	if c.Bool("print-config") {
 		if explain != nil {
@@ -60,15 +72,15 @@ func LoadExplained(c *cli.Context, role string, explain func(*config.Config, *co
 			fmt.Fprintf(c.App.ErrWriter, "dfkv %s: warning: %s\n", role, w)
 		}
 		if _, err := res.WriteTo(c.App.Writer); err != nil {
-			return nil, nil, false, err
+			return nil, nil, nil, false, err
 		}
-		return cfg, nil, true, nil
+		return cfg, res, nil, true, nil
 	}
 	log = NewLogger(cfg.Log, c.App.ErrWriter).With("role", role)
 	for _, w := range res.Warnings() {
 		log.Warn(w)
 	}
-	return cfg, log, false, nil
+	return cfg, res, log, false, nil
 }
 
 // SignalContext is c's context, cancelled by SIGINT or SIGTERM, for a

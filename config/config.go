@@ -169,7 +169,7 @@ type Bench struct {
 	ValueSize     uint64        // bytes per value (page size of the prefix workload)
 	Keys          int           // distinct keys
 	Concurrency   int           // workers, one connection each
-	Duration      time.Duration // measured stage; ignored when Ops > 0
+	Duration      time.Duration // measured stage; ignored when Ops > 0 (bench settles the two by layer)
 	Ops           int           // measured operations; 0 = measure for Duration
 	Warmup        time.Duration // unmeasured warm-up; 0 = none
 	Sweep         Sweep         // one setting varied, a measured stage per value; empty = one stage

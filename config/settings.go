@@ -763,7 +763,7 @@ var settings = []setting{
 	{
 		key: "bench.duration", roles: roleBench,
 		def:   "10s",
-		help:  "length of the measured stage, such as 10s or 2m; ignored when ops is set",
+		help:  "length of the measured stage, such as 10s or 2m; of it and ops, the one given in the later layer counts (flags over env over the file), and both in one layer are refused",
 		value: durationValue{field: func(c *Config) *time.Duration { return &c.Bench.Duration }, min: time.Millisecond, max: 720 * time.Hour},
 	},
 	{

@@ -254,8 +254,8 @@ func optionsFrom(cfg *config.Config, res *config.Resolved, jsonPath, htmlPath st
 		// premise. Otherwise auto fills where the workload reads keys.
 		Fill: b.Workload == wPrefix || b.Fill.Or(b.Workload == wGet || b.Workload == wExist || b.Workload == wMixed),
 	}
-	if b.Ops > 0 && b.Duration != config.Defaults().Bench.Duration {
-		return o, nil, fmt.Errorf("--ops %d and --duration %s both given (bench.ops, bench.duration): a run measures a number of operations or a length of time; give one", b.Ops, b.Duration)
+	if err := opsOrDuration(&o, res); err != nil {
+		return o, nil, err
 	}
 	if jsonPath == "-" && htmlPath == "-" {
 		return o, nil, fmt.Errorf("--json - and --html - would both write to stdout; send one of them to a file")
@@ -264,6 +264,29 @@ func optionsFrom(cfg *config.Config, res *config.Resolved, jsonPath, htmlPath st
 	var err error
 	o.Target, warns, err = targetOf(cfg, res)
 	return o, warns, err
+}
+
+// opsOrDuration settles a run given both a number of operations and a
+// length of time. As with any setting, the later layer wins: a flag
+// over the file and the environment (a file or variable holding one of
+// them is no reason to refuse the other typed for this run), the
+// environment over the file. Both in one layer is a contradiction of the
+// user's own, refused. A duration equal to the default is no choice (a
+// file spelling out every default has one).
+func opsOrDuration(o *Options, res *config.Resolved) error {
+	ops, _ := res.Origin("bench.ops")
+	dur, _ := res.Origin("bench.duration")
+	if o.Ops == 0 || dur.Default {
+		return nil
+	}
+	switch {
+	case ops.Layer == dur.Layer:
+		return fmt.Errorf("--ops %d and --duration %s both given (bench.ops from %s, bench.duration from %s): a run measures a number of operations or a length of time; give one",
+			o.Ops, o.Duration, ops.From, dur.From)
+	case dur.Layer > ops.Layer:
+		o.Ops = 0 // measure for the duration
+	}
+	return nil
 }
 
 // targetOf checks the protocol's own settings and names what the run

@@ -356,7 +356,7 @@ func TestBenchUsageErrors(t *testing.T) {
 	f("would both write to stdout", "--json", "-", "--html", "-")
 	f("--sweep value size 128MiB exceeds server.max_block_bytes 64MiB", "--sweep", "value_size=1MiB,128MiB")
 	f(`bench.sweep (DFKV_BENCH_SWEEP) from flag --sweep: "concurrency=4,1" has 1 after 4; give the values in increasing order`, "--sweep", "concurrency=4,1")
-	f("--ops 5 and --duration 1s both given", "--ops", "5", "--duration", "1s")
+	f("--ops 5 and --duration 1s both given (bench.ops from flag --ops, bench.duration from flag --duration)", "--ops", "5", "--duration", "1s")
 	f(`unexpected argument "false" after --fill: give its value after "=", as --fill=false`, "--fill", "false", "--ops", "1")
 	f(`bench.fill (DFKV_BENCH_FILL) from flag --fill: "maybe" is not auto or a boolean`, "--fill=maybe")
 
@@ -365,7 +365,9 @@ func TestBenchUsageErrors(t *testing.T) {
 	f(`bench.workload (DFKV_BENCH_WORKLOAD) from env: "scan" is not a workload`)
 	t.Setenv("DFKV_BENCH_WORKLOAD", "get")
 	t.Setenv("DFKV_BENCH_OPS", "10")
-	f("--ops 10 and --duration 2s both given", "--duration", "2s")
+	t.Setenv("DFKV_BENCH_DURATION", "2s")
+	f("--ops 10 and --duration 2s both given (bench.ops from env, bench.duration from env)")
+	os.Unsetenv("DFKV_BENCH_DURATION") // t.Setenv puts back what was there before the test
 
 	code, out, _ := runBench(t, "--print-config", "--fill", "-c", "3", "--warmup", "0s")
 	for _, line := range []string{"client.members = ", `bench.workload = "get"  # env (DFKV_BENCH_WORKLOAD)`, "bench.ops = 10  # env (DFKV_BENCH_OPS)",
@@ -485,6 +487,52 @@ func TestBenchOptions(t *testing.T) {
 	if o := opts(map[string][]string{"ops": {"3"}, "duration": {"10s"}}); o.Ops != 3 {
 		t.Fatalf("--ops 3 with the default duration: %+v", o)
 	}
+}
+
+// TestBenchOpsOrDuration: a run measures a number of operations or a
+// length of time. Given in two layers, the later one wins, as any setting
+// does (a flag over the file and the environment, the environment over
+// the file); given twice in one layer, it is refused. A duration equal to
+// the default, as a file spelling out every default has, is no choice.
+func TestBenchOpsOrDuration(t *testing.T) {
+	load := func(file string, env map[string]string, flags map[string][]string) (Options, error) {
+		t.Helper()
+		lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+		cfg, res, err := config.LoadText("bench", "dfkv.toml", file, lookup, flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _, err := optionsFrom(cfg, res, "", "")
+		return o, err
+	}
+	ok := func(what string, ops int64, d time.Duration, file string, env map[string]string, flags map[string][]string) {
+		t.Helper()
+		o, err := load(file, env, flags)
+		if err != nil || o.Ops != ops || (ops == 0 && o.Duration != d) {
+			t.Errorf("%s: ops %d duration %s, %v; want ops %d duration %s", what, o.Ops, o.Duration, err, ops, d)
+		}
+	}
+	refused := func(what, want string, file string, env map[string]string, flags map[string][]string) {
+		t.Helper()
+		if _, err := load(file, env, flags); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want an error with %q", what, err, want)
+		}
+	}
+	ok("--ops over the file's duration", 3, 0, "[bench]\nduration = \"5s\"\n", nil, map[string][]string{"ops": {"3"}})
+	ok("--duration over the file's ops", 0, 2*time.Second, "[bench]\nops = 100\n", nil, map[string][]string{"duration": {"2s"}})
+	ok("--duration over DFKV_BENCH_OPS", 0, 2*time.Second, "", map[string]string{"DFKV_BENCH_OPS": "10"}, map[string][]string{"duration": {"2s"}})
+	ok("--ops over DFKV_BENCH_DURATION", 4, 0, "", map[string]string{"DFKV_BENCH_DURATION": "1m"}, map[string][]string{"ops": {"4"}})
+	ok("DFKV_BENCH_DURATION over the file's ops", 0, time.Minute, "[bench]\nops = 100\n", map[string]string{"DFKV_BENCH_DURATION": "1m"}, nil)
+	ok("DFKV_BENCH_OPS over the file's duration", 9, 0, "[bench]\nduration = \"5s\"\n", map[string]string{"DFKV_BENCH_OPS": "9"}, nil)
+	ok("the default duration spelled out beside ops", 6, 0, "[bench]\nduration = \"10s\"\nops = 6\n", nil, nil)
+	refused("both in the file", "--ops 100 and --duration 5s both given (bench.ops from file dfkv.toml, bench.duration from file dfkv.toml)",
+		"[bench]\nduration = \"5s\"\nops = 100\n", nil, nil)
+	refused("both in the environment", "--ops 10 and --duration 1m0s both given (bench.ops from env, bench.duration from env)",
+		"", map[string]string{"DFKV_BENCH_OPS": "10", "DFKV_BENCH_DURATION": "1m"}, nil)
+	refused("both flags", "--ops 3 and --duration 2s both given (bench.ops from flag --ops, bench.duration from flag --duration)",
+		"[bench]\nops = 100\n", nil, map[string][]string{"ops": {"3"}, "duration": {"2s"}})
+	// --ops 0 measures for the duration: it clashes with nothing.
+	ok("--ops 0 beside a duration", 0, 5*time.Second, "[bench]\nduration = \"5s\"\nops = 100\n", nil, map[string][]string{"ops": {"0"}})
 }
 
 func TestIsTerminal(t *testing.T) {

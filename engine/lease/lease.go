@@ -75,6 +75,12 @@ type Table struct {
 	free  []uint32 // free slot indexes (a stack)
 	order []grant  // grants in expiry order (all share one TTL); head first
 	head  int
+	// owners holds each owner's list of live slots, from its first grant
+	// to its ReleaseOwner (or Close), so ReleaseOwner visits the owner's
+	// leases and no other slot: it runs under mu whenever a connection
+	// closes, and every grant on the node waits for it.
+	owners map[uint64]*owned
+	spare  []*owned // lists of owners gone, for new owners
 
 	granted, released, expired, refused, full atomic.Uint64
 
@@ -84,10 +90,23 @@ type Table struct {
 
 type slot struct {
 	id     wire.LeaseID // 0: free
-	owner  uint64
 	loan   engine.Loan
 	expiry time.Time
 	seq    uint32
+	// prev and next link the live slots of one owner (slot indexes, -1 at
+	// either end): a list through the slots themselves, so a grant adds
+	// no allocation and an end unlinks in place.
+	prev, next int32
+	by         *owned // the owner's list while live; nil when free
+}
+
+// owned heads one owner's list of live slots. It stays in Table.owners
+// while the owner has no lease (between a connection's requests), so a
+// grant looks its owner up but does not insert it again.
+type owned struct {
+	owner uint64
+	head  int32 // -1: no live lease
+	n     int   // live leases
 }
 
 // grant is one entry of the expiry queue; stale once its slot's id moved
@@ -127,6 +146,7 @@ func New(opts Options) (*Table, error) {
 		words:  unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&opts.Words[0])), opts.Capacity),
 		slots:  make([]slot, opts.Capacity),
 		free:   make([]uint32, opts.Capacity),
+		owners: map[uint64]*owned{},
 		stop:   make(chan struct{}),
 	}
 	for i := range t.free {
@@ -147,7 +167,9 @@ func (t *Table) Capacity() int { return len(t.slots) }
 // Grant leases the bytes of loan to owner until it releases them or the
 // TTL passes, and returns the lease's ID and its expiry. ok is false when
 // every slot is live: the caller keeps the loan (and serves the bytes
-// another way).
+// another way). The table keeps a few bytes for each owner from its
+// first grant until ReleaseOwner: an owner is a connection, which calls
+// it when it ends.
 func (t *Table) Grant(owner uint64, loan engine.Loan) (id wire.LeaseID, expiry time.Time, ok bool) {
 	now := t.now()
 	t.mu.Lock()
@@ -164,7 +186,8 @@ func (t *Table) Grant(owner uint64, loan engine.Loan) (id wire.LeaseID, expiry t
 		s.seq = 1 // an ID is never 0
 	}
 	id = wire.LeaseID(uint64(i)<<32 | uint64(s.seq))
-	s.id, s.owner, s.loan, s.expiry = id, owner, loan, now.Add(t.ttl)
+	s.id, s.loan, s.expiry = id, loan, now.Add(t.ttl)
+	t.link(i, owner)
 	t.words[i].Store(uint64(id))
 	t.order = append(t.order, grant{id: id, expiry: s.expiry})
 	t.granted.Add(1)
@@ -198,7 +221,7 @@ func (t *Table) endLocked(owner uint64, id wire.LeaseID, check bool) (engine.Loa
 	if s.id != id || id == 0 {
 		return engine.Loan{}, ErrUnknown
 	}
-	if check && s.owner != owner {
+	if check && s.by.owner != owner {
 		t.refused.Add(1)
 		return engine.Loan{}, ErrNotOwner
 	}
@@ -207,21 +230,66 @@ func (t *Table) endLocked(owner uint64, id wire.LeaseID, check bool) (engine.Loa
 	t.words[i].Store(0)
 	loan := s.loan
 	s.id, s.loan = 0, engine.Loan{}
+	t.unlink(i)
 	t.free = append(t.free, i)
 	return loan, nil
 }
 
+// link puts live slot i at the head of owner's list, starting the list
+// at the owner's first grant.
+func (t *Table) link(i uint32, owner uint64) {
+	o := t.owners[owner]
+	if o == nil {
+		if n := len(t.spare); n > 0 {
+			o = t.spare[n-1]
+			t.spare = t.spare[:n-1]
+		} else {
+			o = new(owned)
+		}
+		*o = owned{owner: owner, head: -1}
+		t.owners[owner] = o
+	}
+	s := &t.slots[i]
+	s.by, s.prev, s.next = o, -1, o.head
+	if o.head >= 0 {
+		t.slots[o.head].prev = int32(i)
+	}
+	o.head = int32(i)
+	o.n++
+}
+
+// unlink takes slot i, ending, out of its owner's list.
+func (t *Table) unlink(i uint32) {
+	s := &t.slots[i]
+	o := s.by
+	if s.prev >= 0 {
+		t.slots[s.prev].next = s.next
+	} else {
+		o.head = s.next
+	}
+	if s.next >= 0 {
+		t.slots[s.next].prev = s.prev
+	}
+	o.n--
+	s.by, s.prev, s.next = nil, -1, -1
+}
+
 // ReleaseOwner ends every lease of owner (its connection closed) and
-// reports how many.
+// reports how many. It visits the owner's leases alone, whatever the
+// table's size, and forgets the owner.
 func (t *Table) ReleaseOwner(owner uint64) int {
 	var loans []engine.Loan
 	t.mu.Lock()
-	for i := range t.slots {
-		s := &t.slots[i]
-		if s.id != 0 && s.owner == owner {
-			loan, _ := t.endLocked(owner, s.id, false)
+	if o := t.owners[owner]; o != nil {
+		if o.n > 0 {
+			loans = make([]engine.Loan, 0, o.n)
+		}
+		for o.head >= 0 {
+			loan, _ := t.endLocked(owner, t.slots[o.head].id, false) // unlinks the head
 			loans = append(loans, loan)
 		}
+		delete(t.owners, owner)
+		t.spare = append(t.spare, o)
 	}
 	t.mu.Unlock()
 	for _, l := range loans {
@@ -295,6 +363,7 @@ func (t *Table) Close() {
 		}
 	}
 	t.order, t.head = nil, 0
+	clear(t.owners)
 	t.mu.Unlock()
 	for _, l := range loans {
 		t.lender.Return(l)

@@ -75,10 +75,15 @@ var maxArgs = map[string]int{"put": 2, "get": 2, "exist": 1, "rm": 1, "stats": 0
 // options stand before the verb: the flag parser stops at the verb) and
 // opens a client. done reports a --print-config run.
 func open(c *cli.Context) (*client.Client, *config.Config, bool, error) {
-	for _, a := range c.Args().Slice() {
-		// A ctl option after the verb reached us as an argument (the flag
-		// parser stops at the verb); a key that merely starts with "-" is
-		// a key.
+	for i, a := range c.Args().Slice() {
+		// A ctl option after the key reached us as an argument (the flag
+		// parser stops at the first argument); a key that merely starts
+		// with "-" is a key. The first argument is always the key: an
+		// option there is refused by the flag parser, so it got here only
+		// after "--" (put -- --config).
+		if i == 0 {
+			continue
+		}
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		if strings.HasPrefix(a, "-") && optionNames[name] {
 			return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv ctl %s: %q after the verb: ctl's options go before it (dfkv ctl %s … %s); usage: %s",
@@ -89,16 +94,13 @@ func open(c *cli.Context) (*client.Client, *config.Config, bool, error) {
 		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv ctl %s: unexpected argument %q; usage: %s",
 			c.Command.Name, c.Args().Get(n), c.Command.UsageText), exitFailure)
 	}
-	cfg, log, done, err := rolekit.Load(c, "ctl")
+	cfg, res, log, done, err := rolekit.LoadResolved(c, "ctl")
 	if err != nil || done {
 		return nil, cfg, done, err
 	}
 	// One command, one answer: a node the client cannot reach is in the
-	// verb's own error, so the client's WARN about backing off from it
-	// would say it twice. --log-level warn or debug keeps it.
-	if strings.EqualFold(cfg.Log.Level, "info") { // the default; warn and debug are kept as asked
-		log = rolekit.NewLogger(config.Log{Level: "error", Format: cfg.Log.Format}, c.App.ErrWriter).With("role", "ctl")
-	}
+	// verb's own error. A log.level given keeps the client's warnings.
+	log = rolekit.ToolLogger(c, "ctl", cfg, res, log)
 	cl, err := embed.ToolClient(cfg, c.String("config"), log)
 	if err != nil {
 		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv ctl: %v", err), exitFailure)

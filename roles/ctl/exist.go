@@ -25,8 +25,9 @@ func existCommand() *cli.Command {
 			if err != nil {
 				return fail(c, cfg, key, err)
 			}
-			_, err = fmt.Fprintf(c.App.Writer, "%d\n", stored)
-			return err
+			out := newOutput(c)
+			fmt.Fprintf(out, "%d\n", stored)
+			return out.check(c)
 		},
 	}
 }

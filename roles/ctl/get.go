@@ -3,7 +3,7 @@ package ctl
 import (
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -30,35 +30,69 @@ func getCommand() *cli.Command {
 			if err != nil {
 				return fail(c, cfg, key, err)
 			}
-			var w io.Writer = c.App.Writer
 			if dst := c.Args().Get(1); dst != "" && dst != "-" {
-				// Write next to the target and rename, so a failed get
-				// never leaves a truncated file under the asked name.
-				tmp, err := createBeside(dst)
-				if err != nil {
-					return cli.Exit(fmt.Sprintf("dfkv ctl get: write %s: cannot create a file in %s: %v",
-						dst, filepath.Dir(dst), errors.Unwrap(err)), exitFailure)
-				}
-				_, werr := tmp.Write(value)
-				cerr := tmp.Close()
-				if werr == nil {
-					werr = cerr
-				}
-				if werr == nil {
-					werr = os.Rename(tmp.Name(), dst)
-				}
-				if werr != nil {
-					_ = os.Remove(tmp.Name())
-					return cli.Exit(fmt.Sprintf("dfkv ctl get: write %s: %v", dst, werr), exitFailure)
+				if err := writeValue(dst, value); err != nil {
+					return cli.Exit(fmt.Sprintf("dfkv ctl get: write %s: %v", dst, err), exitFailure)
 				}
 				return nil
 			}
-			if _, err := w.Write(value); err != nil {
+			if _, err := c.App.Writer.Write(value); err != nil {
 				return cli.Exit(fmt.Sprintf("dfkv ctl get: write stdout: %v", err), exitFailure)
 			}
 			return nil
 		},
 	}
+}
+
+// writeValue writes value to dst as an operator means it. Something that
+// is not a regular file (a named pipe, a device such as /dev/null,
+// /dev/fd/N from a shell's process substitution) is written into, as a
+// shell redirection would. A regular file, or a symlink to one, is
+// replaced through the link by a file written next to the target and
+// renamed over it, with the target's permissions, so a failed get never
+// leaves a truncated file under the asked name. A new file gets 0666
+// less the umask.
+func writeValue(dst string, value []byte) error {
+	fi, err := os.Stat(dst)
+	switch {
+	case err == nil && !fi.Mode().IsRegular():
+		f, err := os.OpenFile(dst, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		_, werr := f.Write(value)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		return werr
+	case err == nil:
+		if dst, err = filepath.EvalSymlinks(dst); err != nil {
+			return err
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	tmp, err := createBeside(dst)
+	if err != nil {
+		return fmt.Errorf("cannot create a file in %s: %w", filepath.Dir(dst), errors.Unwrap(err))
+	}
+	var werr error
+	if fi != nil {
+		werr = tmp.Chmod(fi.Mode().Perm())
+	}
+	if werr == nil {
+		_, werr = tmp.Write(value)
+	}
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), dst)
+	}
+	if werr != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return werr
 }
 
 // createBeside creates a new temporary file in dst's directory with mode

@@ -19,13 +19,19 @@ type nodeStats = server.StatsReply
 // fetchStats asks every member for STATS and hands each decoded reply to
 // fn; it returns how many members failed.
 func fetchStats(c *cli.Context, fn func(addr string, raw []byte, st *nodeStats)) (int, error) {
-	cl, _, done, err := open(c)
+	cl, cfg, done, err := open(c)
 	if err != nil || done {
 		return 0, err
 	}
 	defer cl.Close()
+	members := cl.Members()
+	if len(members) == 0 {
+		// As for members: an empty group (a mistyped --group, or every
+		// node gone) is not a healthy cluster with nothing to report.
+		return 0, cli.Exit(fmt.Sprintf("dfkv ctl %s: no members: no node is registered with the MDS in group %q (check the nodes' server.mds and group)", c.Command.Name, cfg.Group), exitFailure)
+	}
 	failed := 0
-	for _, addr := range cl.Members() {
+	for _, addr := range members {
 		raw, err := cl.Stats(c.Context, addr)
 		if err != nil {
 			failed++
@@ -49,8 +55,12 @@ func infoCommand() *cli.Command {
 		Usage:     "print each member's build, CPU, engine, disks, capacity and configuration sources",
 		UsageText: "dfkv ctl [options] info",
 		Action: func(c *cli.Context) error {
-			failed, err := fetchStats(c, func(addr string, _ []byte, st *nodeStats) { writeInfo(c.App.Writer, addr, st) })
+			w := newOutput(c)
+			failed, err := fetchStats(c, func(addr string, _ []byte, st *nodeStats) { writeInfo(w, addr, st) })
 			if err != nil {
+				return err
+			}
+			if err := w.check(c); err != nil {
 				return err
 			}
 			if failed > 0 {

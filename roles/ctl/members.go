@@ -26,7 +26,8 @@ func membersCommand() *cli.Command {
 			if len(cfg.Client.MDS) > 0 {
 				src = fmt.Sprintf("MDS %s, group %s, epoch %d", strings.Join(cfg.Client.MDS, ","), cfg.Group, cl.Epoch())
 			}
-			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			out := newOutput(c)
+			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "# %s\n", src)
 			fmt.Fprintln(w, "ID\tADDRESS\tWEIGHT\tCAPACITY\tLAST HEARTBEAT\tPING")
 			members := cl.MemberList()
@@ -51,9 +52,12 @@ func membersCommand() *cli.Command {
 			_ = w.Flush()
 			for _, m := range members {
 				if m.LastHeartbeatUnixMS <= 0 && m.LeaseLive {
-					fmt.Fprintln(c.App.Writer, "# lease live: the directory (etcd) keeps no heartbeat times; the node's lease, which its heartbeats through any MDS renew, has not run out")
+					fmt.Fprintln(out, "# lease live: the directory (etcd) keeps no heartbeat times; the node's lease, which its heartbeats through any MDS renew, has not run out")
 					break
 				}
+			}
+			if err := out.check(c); err != nil {
+				return err
 			}
 			if down > 0 {
 				return cli.Exit(fmt.Sprintf("dfkv ctl members: %d member(s) did not answer", down), exitFailure)

@@ -26,12 +26,13 @@ func statsCommand() *cli.Command {
 				Stats json.RawMessage `json:"stats"`
 			}
 			docs := []nodeDoc{}
+			w := newOutput(c)
 			failed, err := fetchStats(c, func(addr string, raw []byte, st *nodeStats) {
 				if asJSON {
 					docs = append(docs, nodeDoc{Node: addr, Stats: bytes.Clone(raw)})
 					return
 				}
-				writeStats(c.App.Writer, addr, st)
+				writeStats(w, addr, st)
 			})
 			if err != nil {
 				return err
@@ -41,7 +42,10 @@ func statsCommand() *cli.Command {
 				if err != nil {
 					return cli.Exit(fmt.Sprintf("dfkv ctl stats: a node's STATS document is not JSON: %v", err), exitFailure)
 				}
-				fmt.Fprintf(c.App.Writer, "%s\n", out)
+				fmt.Fprintf(w, "%s\n", out)
+			}
+			if err := w.check(c); err != nil {
+				return err
 			}
 			if failed > 0 {
 				return cli.Exit("", exitFailure)

@@ -425,6 +425,9 @@ class Client:
         """Read length bytes at offset into buf; returns (bytes_read,
         stored_length). Raises NotFound on a miss, Unavailable or Timeout
         when the node cannot be reached."""
+        if offset < 0 or length < 0:
+            # ctypes would wrap them around to 2**64 - n silently.
+            raise InvalidArgument(f"get_range {key!r}: offset {offset} and length {length} must not be negative")
         h, k = self._handle(), key_bytes(key)
         nread, stored = c_uint64(), c_uint64()
         with Pinned() as p:

@@ -34,7 +34,8 @@ extra_config or in the environment (DFKV_CLIENT_MDS, DFKV_CLIENT_MEMBERS,
 DFKV_GROUP, DFKV_LIBRARY); ``remote_storage_plugin.dfkv.url:
 dfkv://host:port,host:port?tenant=t`` is also read. Names: ``mds``,
 ``members``, ``group``, ``tenant`` ("default"), ``model_revision`` (""),
-``library``, ``timeout_ms``, ``token`` (for nodes that require credentials;
+``library``, ``timeout_ms``, ``reopen_interval_s`` (2: how long after a
+failed open calls are misses before one opens again), ``token`` (for nodes that require credentials;
 else DFKV_CLIENT_TOKEN, else DFKV_TOKEN from the environment, which keeps
 it out of the configuration LMCache prints; never in a ``dfkv://`` URL,
 which is refused with one), ``tls`` (1 for nodes serving TLS; else
@@ -93,6 +94,7 @@ import inspect
 import logging
 import struct
 import threading
+import time
 import zlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import parse_qs
@@ -469,7 +471,12 @@ def _release(objs: Any) -> None:
 # ---------------------------------------------------------------- connector
 
 _NAMES = ("mds", "members", "group", "tenant", "model_revision", "library", "timeout_ms", "url", "embedded_config",
-          "token", "tls", "tls_ca", "tls_cert", "tls_key", "tls_server_name")
+          "token", "tls", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "reopen_interval_s")
+
+
+class _NotConnected(DfkvError):
+    """No client: another thread is opening one, or an open failed less
+    than reopen_interval_s ago."""
 
 
 class DfkvConnector(_RemoteConnectorBase):
@@ -521,6 +528,9 @@ class DfkvConnector(_RemoteConnectorBase):
         self._pool_lock = threading.Lock()
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._closed = False
+        self._opening = False
+        self._open_failed_at = 0.0
+        self._reopen_s = float(setting(eff, "dfkv_reopen_interval_s", None, 2.0) or 2.0)
 
     def _settings(self, config: Any, plugin_name: Optional[str], url: Optional[str]) -> Dict[str, Any]:
         """extra_config with remote_storage_plugin.<plugin>.<name> and URL
@@ -584,7 +594,15 @@ class DfkvConnector(_RemoteConnectorBase):
     def client(self) -> Client:
         """The client for the engine's current layout. LMCache fills in
         the KV-layer groups after building the connector, so the namespace
-        is computed on first use and again if the layout changed since."""
+        is computed on first use and again if the layout changed since.
+
+        One thread opens, outside the lock (with an MDS, open is network
+        I/O: up to the timeout per MDS address); every other caller,
+        meanwhile and for reopen_interval_s after a failed open (counted
+        from when it failed), gets an UNAVAILABLE error at once, which the
+        I/O calls turn into misses. LMCache asks batched_contains on its
+        lookup path, so an MDS that does not answer must not cost every
+        lookup an open, nor queue them behind each other's."""
         layout = self._layout()
         c = self._client
         if c is not None and layout == self._client_layout:
@@ -594,13 +612,34 @@ class DfkvConnector(_RemoteConnectorBase):
                 # A read still running when LMCache closed the connector
                 # must not open a client nobody will close.
                 raise InvalidArgument("dfkv LMCache connector is closed")
-            if self._client is None or layout != self._client_layout:
-                old, self._client = self._client, None
-                if old is not None:
-                    old.close()
-                self._client = self._open(self.namespace())
-                self._client_layout = layout
-            return self._client
+            if self._client is not None and layout == self._client_layout:
+                return self._client
+            if self._opening or (self._open_failed_at and
+                                 time.monotonic() - self._open_failed_at < self._reopen_s):
+                raise _NotConnected("dfkv LMCache connector: not connected (an open is in progress or recently "
+                                    "failed; retrying soon)", Status.UNAVAILABLE)
+            self._opening = True
+            old, self._client = self._client, None
+        if old is not None:
+            old.close()
+        opened: Optional[Client] = None
+        try:
+            opened = self._open(self.namespace())
+        except Exception:
+            with self._lock:
+                self._open_failed_at = time.monotonic()
+            raise
+        finally:
+            with self._lock:
+                self._opening = False
+                if opened is not None and not self._closed:
+                    self._client, self._client_layout, opened = opened, layout, None
+                    self._open_failed_at = 0.0
+                current = self._client
+        if opened is not None:  # closed while it opened
+            opened.close()
+            raise InvalidArgument("dfkv LMCache connector is closed")
+        return current
 
     def object_key(self, key: Any) -> bytes:
         m = self.metadata
@@ -626,9 +665,14 @@ class DfkvConnector(_RemoteConnectorBase):
 
     # -- plumbing ---------------------------------------------------------
 
-    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+    def _pool(self) -> Optional[concurrent.futures.ThreadPoolExecutor]:
+        """The connector's threads; None once it is closed, so a call after
+        close starts no threads that no close would end (the call then runs
+        on the caller's thread, where it fails at once: a miss)."""
         if self._executor is None:
             with self._pool_lock:
+                if self._closed:
+                    return None
                 if self._executor is None:
                     self._executor = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="dfkv-lmcache")
         return self._executor
@@ -637,7 +681,10 @@ class DfkvConnector(_RemoteConnectorBase):
         """fn(*args) on the connector's threads. LMCache cancels a get that
         outlives its blocking timeout; the read still finishes on its
         thread, and then its MemoryObjs are released rather than lost."""
-        fut = asyncio.get_running_loop().run_in_executor(self._pool(), fn, *args)
+        pool = self._pool()
+        if pool is None:
+            return fn(*args)
+        fut = asyncio.get_running_loop().run_in_executor(pool, fn, *args)
         try:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -649,6 +696,11 @@ class DfkvConnector(_RemoteConnectorBase):
             raise
 
     def _warn(self, what: str, e: BaseException) -> None:
+        if isinstance(e, _NotConnected):
+            # The failed open said why, once; each miss meanwhile would
+            # say it again.
+            logger.debug("dfkv LMCache connector: %s skipped: %s", what, e)
+            return
         logger.warning("dfkv LMCache connector: %s failed: %s: %s", what, type(e).__name__, e)
 
     # -- writes -----------------------------------------------------------
@@ -705,8 +757,12 @@ class DfkvConnector(_RemoteConnectorBase):
         allocator could hand the buffer to another chunk mid-send and the
         store would keep that chunk's bytes under this key."""
         held = _hold(objs)
+        pool = self._pool()
+        if pool is None:
+            self._put_held(keys, objs, held)
+            return
         try:
-            fut = asyncio.get_running_loop().run_in_executor(self._pool(), self._put_held, keys, objs, held)
+            fut = asyncio.get_running_loop().run_in_executor(pool, self._put_held, keys, objs, held)
         except BaseException:
             _release(held)
             raise

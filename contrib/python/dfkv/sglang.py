@@ -268,7 +268,9 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
             pp=(int(getattr(c, "pp_size", 1) or 1), int(getattr(c, "pp_rank", 0) or 0)),
         )
         self._metrics_on = bool(getattr(c, "enable_storage_metrics", False))
-        if not int(self.extra.get("interface_v1", 0) or 0):
+        # SGLang decides with bool(extra_config.get("interface_v1", 0)):
+        # read it as it does, or "true" would fail here while SGLang used it.
+        if not bool(self.extra.get("interface_v1", 0)):
             logger.warning("dfkv HiCache backend: extra_config lacks \"interface_v1\": 1, so SGLang moves pages "
                            "through its generic path (an extra copy per page) instead of batch_get_v1/batch_set_v1")
         self._reopen_s = float(self.extra.get("dfkv_reopen_interval_s", 2.0))
@@ -277,6 +279,7 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
         self._open_failed_at = 0.0
         self._opening = False
         self._generation = 0  # bumped when the namespace may change (pool registered, close)
+        self._closed = False
         self.mem_pool_host = None
         self._plans: Dict[str, _Plan] = {}
         self._stats_lock = threading.Lock()
@@ -382,6 +385,9 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
         turn into misses. So an MDS that does not answer costs the
         controller's threads one open at a time, never a queue of them."""
         with self._lock:
+            if self._closed:
+                # A call after close() must not open a client nobody closes.
+                raise DfkvError("dfkv HiCache backend: closed", Status.UNAVAILABLE)
             if self._client is not None:
                 return self._client
             if self._opening or (self._open_failed_at and
@@ -821,20 +827,38 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
             keys = list(self._written)
             self._written.clear()
             dropped, self._written_dropped = self._written_dropped, 0
-        failed = 0
+        kept: List[bytes] = []  # pages still stored: the next clear() tries them again
+        done = 0
         try:
-            for i in range(0, len(keys), 1024):
-                st = self.client.batch_remove(keys[i:i + 1024])
-                failed += sum(s not in (Status.OK, Status.NOT_FOUND) for s in st)
+            while done < len(keys):
+                chunk = keys[done:done + 1024]
+                st = self.client.batch_remove(chunk)
+                kept += [k for k, s in zip(chunk, st) if s not in (Status.OK, Status.NOT_FOUND)]
+                done += len(chunk)
         except Exception as err:  # noqa: BLE001 - an admin call; report, do not raise
+            self._track_again(kept + keys[done:])
             logger.warning("dfkv HiCache backend: clear() failed: %s", err)
             return False
+        self._track_again(kept)
+        failed = len(kept)
         if failed or dropped:
             logger.warning("dfkv HiCache backend: clear() removed %d pages; %d could not be removed, %d written "
                            "ones were no longer tracked (they stay until evicted)", len(keys) - failed, failed, dropped)
             return False
         logger.info("dfkv HiCache backend: clear() removed the %d pages this backend wrote", len(keys))
         return True
+
+    def _track_again(self, keys: List[bytes]) -> None:
+        """Remember keys clear() could not remove, so a later clear() does
+        not report done while they are still stored."""
+        if not keys:
+            return
+        with self._stats_lock:
+            for k in keys:
+                self._written[k] = None
+            while len(self._written) > self._track_max:
+                self._written.pop(next(iter(self._written)))
+                self._written_dropped += 1
 
     def get_stats(self) -> DfkvStorageMetrics:
         """SGLang's StorageMetrics (its per-batch lists, handed over and
@@ -848,6 +872,7 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._generation += 1
             if self._client is not None:
                 self._client.close()

@@ -94,7 +94,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ._common import Endpoints, dtype_name, escape_key_part, setting
+from ._common import Endpoints, dtype_name, escape_key_part, setting, switch
 from .client import Client
 from .errors import Status
 from .identity import LAYOUT_VLLM, LayerGeometry, NamespaceDescriptor, ObjectKey, TopologySizes, layout_fingerprint
@@ -439,7 +439,10 @@ class DfkvConnector(_Base, SupportsHMA):
         # the first of them writes it, the others would only repeat the
         # same bytes over the network.
         self.writes = (not self.use_mla) or self.tp_rank == self.dcp_rank
-        self.load_async = str(setting(self.extra, "dfkv_load_async", None, "1")).lower() not in ("0", "false", "no")
+        # On/off settings take every spelling the dfkv binary takes (an
+        # unknown word is refused, not read as its opposite).
+        on = switch(setting(self.extra, "dfkv_load_async", None, None), "dfkv_load_async", "dfkv vLLM connector")
+        self.load_async = True if on is None else on
         if self.num_groups > 1:
             # vLLM finishes an asynchronous load with one block table
             # (a single KV-cache group); hybrid models load in the step.
@@ -448,7 +451,8 @@ class DfkvConnector(_Base, SupportsHMA):
         # for one KV-cache group only: with several, one failed load stops
         # the engine (its block table does not unpack). So hybrid models
         # only save unless this is set, accepting that risk.
-        self.hybrid_loads = str(setting(self.extra, "dfkv_hybrid_loads", None, "0")).lower() in ("1", "true", "yes")
+        self.hybrid_loads = bool(switch(setting(self.extra, "dfkv_hybrid_loads", None, None), "dfkv_hybrid_loads",
+                                        "dfkv vLLM connector"))
         self.lookup_wait = float(setting(self.extra, "dfkv_lookup_wait_ms", None, 0)) / 1000
         self.lookup_timeout = float(setting(self.extra, "dfkv_lookup_timeout_ms", None, 2000)) / 1000
         self.lookup_ttl = float(setting(self.extra, "dfkv_lookup_ttl_ms", None, 1000)) / 1000

@@ -22,6 +22,8 @@ Load it with
 Nodes come from an MDS (dfkv_mds / $DFKV_CLIENT_MDS, optionally
 dfkv_group) or a static list (dfkv_members / $DFKV_CLIENT_MEMBERS); with both
 set, a failed open through the MDS falls back to the static list. Nodes
+or an MDS that do not answer at start do not stop vLLM: blocks miss, and
+the open is retried every dfkv_reopen_interval_s (2). Nodes
 that require credentials take a token: dfkv_token, else $DFKV_CLIENT_TOKEN
 (or $DFKV_TOKEN). vLLM prints its configuration, extra config included,
 when it starts, so set the token in the environment. Nodes serving TLS
@@ -96,7 +98,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ._common import Endpoints, dtype_name, escape_key_part, setting, switch
 from .client import Client
-from .errors import Status
+from .errors import DfkvError, Status
 from .identity import LAYOUT_VLLM, LayerGeometry, NamespaceDescriptor, ObjectKey, TopologySizes, layout_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -182,6 +184,12 @@ _COUNTERS = ("loads", "load_blocks", "load_bytes", "load_failed_blocks",
              "saves", "save_blocks", "save_bytes", "save_failed_blocks",
              "lookups", "lookup_blocks", "lookup_hit_blocks")
 _SERIES = ("load_seconds", "save_seconds", "lookup_seconds")
+
+
+class _NotConnected(DfkvError):
+    """No client: another thread is opening one, an open failed less than
+    dfkv_reopen_interval_s ago, or the connector was shut down. The open
+    that failed said why, once."""
 
 
 @dataclass
@@ -456,7 +464,23 @@ class DfkvConnector(_Base, SupportsHMA):
         self.lookup_wait = float(setting(self.extra, "dfkv_lookup_wait_ms", None, 0)) / 1000
         self.lookup_timeout = float(setting(self.extra, "dfkv_lookup_timeout_ms", None, 2000)) / 1000
         self.lookup_ttl = float(setting(self.extra, "dfkv_lookup_ttl_ms", None, 1000)) / 1000
-        self.client = self._open_client()
+        # The client opens here, so a setting libdfkv refuses stops vLLM at
+        # start; nodes or an MDS that do not answer yet only make misses
+        # (the client property retries), so a cache outage at start is not
+        # an inference outage.
+        self._client: Optional[Client] = None
+        self._client_lock = threading.Lock()
+        self._client_shut = False
+        self._opening = False
+        self._open_failed_at = 0.0
+        self._reopen_s = float(setting(self.extra, "dfkv_reopen_interval_s", None, 2.0) or 2.0)
+        try:
+            self.client
+        except DfkvError as e:
+            if e.status == Status.INVALID:
+                raise
+            logger.warning("dfkv vLLM connector: cannot reach the dfkv nodes yet (%s); blocks miss until they "
+                           "answer (retried every %.0f s)", e, self._reopen_s)
         self._stats = DfkvConnectorStats()
         self._stats_lock = threading.Lock()
         # scheduler side
@@ -517,6 +541,45 @@ class DfkvConnector(_Base, SupportsHMA):
                 self._frees_while_running = True
             for name in getattr(grp, "layer_names", ()) or ():
                 self._layer_group[name] = g
+
+    @property
+    def client(self) -> Client:
+        """The open client, opening it if needed. One thread opens, outside
+        the lock (with an MDS, open is network I/O); every other caller,
+        meanwhile and for dfkv_reopen_interval_s after a failed open, gets
+        an UNAVAILABLE error at once, which lookups, loads and saves turn
+        into misses and failed blocks."""
+        c = self._client
+        if c is not None:
+            return c
+        with self._client_lock:
+            if self._client_shut:
+                raise _NotConnected("dfkv vLLM connector: shut down", Status.UNAVAILABLE)
+            if self._client is not None:
+                return self._client
+            if self._opening or (self._open_failed_at and
+                                 time.monotonic() - self._open_failed_at < self._reopen_s):
+                raise _NotConnected("dfkv vLLM connector: not connected (an open is in progress or recently "
+                                    "failed; retrying soon)", Status.UNAVAILABLE)
+            self._opening = True
+        opened: Optional[Client] = None
+        try:
+            opened = self._open_client()
+        except Exception:
+            with self._client_lock:
+                self._open_failed_at = time.monotonic()
+            raise
+        finally:
+            with self._client_lock:
+                self._opening = False
+                if opened is not None and not self._client_shut:
+                    self._client, opened = opened, None
+                    self._open_failed_at = 0.0
+                current = self._client
+        if opened is not None:  # shut down while it opened
+            opened.close()
+            raise _NotConnected("dfkv vLLM connector: shut down", Status.UNAVAILABLE)
+        return current
 
     def _open_client(self) -> Client:
         ep = self.endpoints
@@ -618,7 +681,8 @@ class DfkvConnector(_Base, SupportsHMA):
                 st, _ = self.client.batch_exist(list(uniq), pin=True)
                 ok = [s == Status.OK for s in st]
             except Exception as e:  # a closed client or a library fault: no hits
-                logger.warning("dfkv vLLM connector: lookup of %d keys failed: %s", len(uniq), e)
+                log = logger.debug if isinstance(e, _NotConnected) else logger.warning
+                log("dfkv vLLM connector: lookup of %d keys failed: %s", len(uniq), e)
                 ok = [False] * len(uniq)
             now = time.monotonic()
             for lk in batch:
@@ -1063,7 +1127,8 @@ class DfkvConnector(_Base, SupportsHMA):
             nbytes = sum(sum(int(p.numel()) * p.element_size() for p in it)
                          for it, s in zip(items, st) if s == Status.OK)
         except Exception as e:
-            logger.warning("dfkv vLLM connector: save for request %s failed: %s", tr.req_id, e)
+            log = logger.debug if isinstance(e, _NotConnected) else logger.warning
+            log("dfkv vLLM connector: save for request %s failed: %s", tr.req_id, e)
         if bad:
             logger.warning("dfkv vLLM connector: %d of %d block saves failed for request %s",
                            bad, len(tr.hashes), tr.req_id)
@@ -1214,4 +1279,8 @@ class DfkvConnector(_Base, SupportsHMA):
             self._layer_io.shutdown(wait=True)
         if self._io is not None:
             self._io.shutdown(wait=True)
-        self.client.close()
+        with self._client_lock:
+            self._client_shut = True
+            c, self._client = self._client, None
+        if c is not None:
+            c.close()

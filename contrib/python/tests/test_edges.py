@@ -108,6 +108,23 @@ class VLLMEdgesTest(StandIn):
         self.addCleanup(c.shutdown)
         return c
 
+    def test_an_mds_down_at_start_does_not_stop_vllm(self):
+        # Nothing listens on port 1: the open at start fails, vLLM starts,
+        # and the open is not tried again within dfkv_reopen_interval_s.
+        with mock.patch.dict(os.environ, {"DFKV_CLIENT_MEMBERS": "", "DFKV_CLIENT_MDS": ""}):
+            cfg, kvc = vup.make_config("test/vllm-" + uuid.uuid4().hex,
+                                       {"dfkv_mds": "127.0.0.1:1", "dfkv_tenant": "pytest",
+                                        "dfkv_reopen_interval_s": 600})
+            c = vup.create_connector(cfg, vup.KVConnectorRole.SCHEDULER, kvc)
+        self.addCleanup(c.shutdown)
+        opens = []
+        real = c._open_client
+        c._open_client = lambda: (opens.append(1), real())[1]
+        for _ in range(3):
+            with self.assertRaises(dfkv.DfkvError):
+                c.client
+        self.assertEqual(opens, [], "opened again within dfkv_reopen_interval_s")
+
     def test_on_off_settings_take_every_spelling_dfkv_takes(self):
         wrong = [f"dfkv_load_async={v}" for v in ("0", "false", "no", "off")
                  if self.connector(dfkv_load_async=v).load_async]

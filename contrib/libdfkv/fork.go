@@ -5,12 +5,12 @@ package main
 */
 import "C"
 
-import "github.com/dfkv/dfkv/engine/slab"
+import "github.com/dfkv/dfkv/engine"
 
-// The embedded store's disk locks are noted where fork.c's handler closes
-// them in a forked child.
+// The embedded store's file locks (its disks, its object store marks) are
+// noted where fork.c's handler closes them in a forked child.
 func init() {
-	slab.LockNotify = func(fd uintptr, held bool) {
+	engine.LockNotify = func(fd uintptr, held bool) {
 		h := C.int(0)
 		if held {
 			h = 1

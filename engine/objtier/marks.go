@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -38,6 +40,7 @@ var marksBucket = []byte("marks/v1")
 // the newer one, the exposure an async upload has until it lands.
 type marksFile struct {
 	path string
+	file *os.File // bbolt's, for engine.NoteLock
 	db   *bolt.DB
 	log  *slog.Logger
 
@@ -63,7 +66,13 @@ func openMarks(path string, log *slog.Logger) (m *marksFile, keys []wire.BlockKe
 			m, keys, err = nil, nil, fmt.Errorf("object store tier: marks file %s is corrupt (%v); %s", path, r, marksAdvice)
 		}
 	}()
-	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	var file *os.File
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second,
+		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, mode)
+			file = f
+			return f, err
+		}})
 	if err != nil {
 		return nil, nil, fmt.Errorf("object store tier: open marks file %s: %w; is another dfkv process using this disk? (%s)", path, err, marksAdvice)
 	}
@@ -85,7 +94,10 @@ func openMarks(path string, log *slog.Logger) (m *marksFile, keys []wire.BlockKe
 		_ = db.Close()
 		return nil, nil, fmt.Errorf("object store tier: marks file %s is unreadable: %w; %s", path, err, marksAdvice)
 	}
-	m = &marksFile{path: path, db: db, log: log, changes: map[wire.BlockKey]bool{},
+	// bbolt holds a flock on the file: a child forked without exec must
+	// not keep it after this process closes the store.
+	engine.NoteLock(file.Fd(), true)
+	m = &marksFile{path: path, file: file, db: db, log: log, changes: map[wire.BlockKey]bool{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go m.writer()
 	return m, keys, nil
@@ -223,6 +235,7 @@ func (m *marksFile) close() error {
 	m.mu.Lock()
 	err := m.broken
 	m.mu.Unlock()
+	engine.NoteLock(m.file.Fd(), false) // before the number can be reused
 	if cerr := m.db.Close(); err == nil {
 		err = cerr
 	}

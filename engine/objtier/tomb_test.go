@@ -3,6 +3,7 @@ package objtier
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/enginetest"
 	"github.com/dfkv/dfkv/wire"
 )
@@ -379,5 +381,29 @@ func TestLandingUploadLeavesANewerMark(t *testing.T) {
 	f.backing.evict(k)
 	if got, err := get(t, f.tier, k); err == nil && bytes.Equal(got, older) {
 		t.Fatal("after eviction a miss served the value the acknowledged PUT replaced")
+	}
+}
+
+// The marks file's lock is reported to engine.LockNotify, which libdfkv
+// uses to close it in a child forked without exec: held at open, given
+// back at close.
+func TestMarksFileLockIsNoted(t *testing.T) {
+	var mu sync.Mutex
+	var notes []string
+	engine.LockNotify = func(fd uintptr, held bool) {
+		mu.Lock()
+		notes = append(notes, fmt.Sprint(fd, held))
+		mu.Unlock()
+	}
+	defer func() { engine.LockNotify = nil }()
+	f := open(t, func(o *Options) { o.MarksFile = filepath.Join(t.TempDir(), MarksFileName) })
+	fd := f.tier.marks.file.Fd()
+	if err := f.tier.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{fmt.Sprint(fd, true), fmt.Sprint(fd, false)}; fmt.Sprint(notes) != fmt.Sprint(want) {
+		t.Fatalf("lock notes %v, want %v", notes, want)
 	}
 }

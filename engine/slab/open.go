@@ -236,20 +236,9 @@ func (s *Store) lockStore() error {
 		}
 		return err
 	}
-	if LockNotify != nil {
-		LockNotify(s.lock.Fd(), true)
-	}
+	engine.NoteLock(s.lock.Fd(), true) // for a fork without exec (engine.LockNotify)
 	return nil
 }
-
-// LockNotify, when set before any store opens, is told the descriptor of
-// each disk lock a store takes (held) and, before closing it, gives back.
-// libdfkv sets it: a process that forks without exec (a Python engine's
-// workers) would otherwise leave each child holding every disk the parent
-// holds, since a flock belongs to the open file, which the child shares,
-// until the last child exits. The library closes these descriptors in the
-// child right after fork.
-var LockNotify func(fd uintptr, held bool)
 
 // noteHolder says who holds the lock, for whoever is refused it next;
 // written once the open succeeded (a failed open leaves the directory as
@@ -749,9 +738,7 @@ func (s *Store) closeFiles() {
 		s.state = nil
 	}
 	if s.lock != nil {
-		if LockNotify != nil {
-			LockNotify(s.lock.Fd(), false) // before the number can be reused
-		}
+		engine.NoteLock(s.lock.Fd(), false) // before the number can be reused
 		_ = s.lock.Close()
 	}
 }

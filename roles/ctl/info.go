@@ -81,7 +81,11 @@ func writeInfo(w io.Writer, addr string, st *nodeStats) {
 	fmt.Fprintf(w, "  cpu        %s, %d CPUs\n", orDash(in.CPU), in.CPUs)
 	fmt.Fprintf(w, "  features   %s\n", strings.Join(in.CPUFeatures, " "))
 	fmt.Fprintf(w, "  group      %s; membership %s\n", in.Group, membership(in.MDS))
-	fmt.Fprintf(w, "  engine     %s; %d objects, %s of %s used\n", in.Engine, st.Engine.Objects, config.HumanSize(st.Engine.UsedBytes), config.HumanSize(st.Engine.CapacityBytes))
+	if st.Scope == "tenants" {
+		fmt.Fprintf(w, "  engine     %s; usage withheld (this credential's stats right names tenants, not \"*\")\n", in.Engine)
+	} else {
+		fmt.Fprintf(w, "  engine     %s; %d objects, %s of %s used\n", in.Engine, st.Engine.Objects, config.HumanSize(st.Engine.UsedBytes), config.HumanSize(st.Engine.CapacityBytes))
+	}
 	for _, d := range st.Disks {
 		health := "healthy"
 		if !d.Healthy {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/roles/server"
 	"github.com/urfave/cli/v2"
 )
 
@@ -58,6 +59,11 @@ func statsCommand() *cli.Command {
 func writeStats(w io.Writer, addr string, st *nodeStats) {
 	e := st.Engine
 	fmt.Fprintf(w, "node %s (%s)\n", orDash(st.Info.ID), addr)
+	if st.Scope == "tenants" {
+		fmt.Fprintln(w, "  scope        the tenants this credential may stats; node-wide figures need stats on \"*\"")
+		writeTenants(w, st.Tenants)
+		return
+	}
 	pct := 0.0
 	if e.CapacityBytes > 0 {
 		pct = 100 * float64(e.UsedBytes) / float64(e.CapacityBytes)
@@ -114,13 +120,7 @@ func writeStats(w io.Writer, addr string, st *nodeStats) {
 			fmt.Fprintln(w, "  WARNING      the RAM tier dropped a value after every flush retry; see the node's log")
 		}
 	}
-	for _, t := range st.Tenants {
-		quota := "no quota"
-		if t.QuotaBytes > 0 {
-			quota = fmt.Sprintf("%.0f%% of its %s quota", 100*float64(t.UsedBytes)/float64(t.QuotaBytes), config.HumanSize(t.QuotaBytes))
-		}
-		fmt.Fprintf(w, "  tenant       %s holds %s (%s)\n", t.Tenant, config.HumanSize(uint64(max(t.UsedBytes, 0))), quota)
-	}
+	writeTenants(w, st.Tenants)
 	if o := st.ObjectStore; o != nil {
 		state := "reachable"
 		if !o.Reachable {
@@ -146,4 +146,14 @@ func sortedCounts(m map[string]uint64) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+func writeTenants(w io.Writer, tenants []server.TenantUsage) {
+	for _, t := range tenants {
+		quota := "no quota"
+		if t.QuotaBytes > 0 {
+			quota = fmt.Sprintf("%.0f%% of its %s quota", 100*float64(t.UsedBytes)/float64(t.QuotaBytes), config.HumanSize(t.QuotaBytes))
+		}
+		fmt.Fprintf(w, "  tenant       %s holds %s (%s)\n", t.Tenant, config.HumanSize(uint64(max(t.UsedBytes, 0))), quota)
+	}
 }

@@ -167,6 +167,19 @@ func (c *conn) blindRemove(tenant uint64, err error) error {
 	return err
 }
 
+// blindQuota is the answer to a PUT of tenant's key that its quota
+// refused: for a credential that may write but not read the tenant's
+// keys, the quota's message, whose bytes "new" are the value's size less
+// the size of the value it would replace, becomes one that says nothing
+// of the key, so refused PUTs cannot tell which keys exist and how long
+// they are.
+func (c *conn) blindQuota(tenant uint64, err error) error {
+	if c.s.opts.Credentials != nil && wire.StatusOf(err) == wire.StatusQuotaExceeded && !c.auth.grant.Allows(tenant, creds.Read) {
+		return fmt.Errorf("tenant 0x%016x: the PUT does not fit its node quota: %w", tenant, wire.StatusQuotaExceeded)
+	}
+	return err
+}
+
 // errForbidden is the message of a refused scalar request. It names the
 // credential, the right and the tenant the client addressed (its own
 // namespace's, which it knows), not the key: whether the key exists is

@@ -764,7 +764,7 @@ func (c *conn) handleOne() error {
 					r.AbortReceive(loan)
 					return err
 				}
-				err := r.CommitReceive(h.Key, dst, loan)
+				err := c.blindQuota(h.Key.Tenant, r.CommitReceive(h.Key, dst, loan))
 				c.respond(wire.StatusOf(err), 0, err)
 				break
 			}
@@ -785,7 +785,7 @@ func (c *conn) handleOne() error {
 			c.dropBudget()
 			return err
 		}
-		err := eng.Put(h.Key, buf.B)
+		err := c.blindQuota(h.Key.Tenant, eng.Put(h.Key, buf.B))
 		c.s.pool.Put(buf)
 		c.dropBudget()
 		c.respond(wire.StatusOf(err), 0, err)
@@ -825,7 +825,11 @@ func (c *conn) handleOne() error {
 			c.respond(wire.StatusForbidden, 0, c.errForbidden(creds.Stats, 0))
 			break
 		}
-		body, _ := json.Marshal(c.s.statsReply())
+		reply := c.s.statsReply()
+		if c.s.opts.Credentials != nil && !c.auth.grant.AllTenants(creds.Stats) {
+			reply = c.s.scopedStats(c.auth.grant)
+		}
+		body, _ := json.Marshal(reply)
 		c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, BodyLen: uint64(len(body))})
 		c.wbuf = append(c.wbuf, body...)
 	case wire.OpBatchPut:

@@ -11,6 +11,7 @@ import (
 	"github.com/dfkv/dfkv/engine/objtier"
 	"github.com/dfkv/dfkv/engine/ramtier"
 	"github.com/dfkv/dfkv/rdma"
+	"github.com/dfkv/dfkv/roles/internal/creds"
 	"github.com/dfkv/dfkv/roles/version"
 )
 
@@ -69,6 +70,10 @@ type StatsReply struct {
 	// Tenants are the tenants holding the most bytes on this node (at most
 	// TopTenants, the same ones /metrics names), with their quotas.
 	Tenants []TenantUsage `json:"tenants,omitempty"`
+	// Scope is "tenants" in the reply to a credential whose stats right
+	// names tenants rather than "*": Info and those tenants' Tenants rows
+	// only, every node-wide figure left out (zero).
+	Scope string `json:"scope,omitempty"`
 }
 
 // TenantUsage is what one tenant has committed on a node against its
@@ -77,6 +82,30 @@ type TenantUsage struct {
 	Tenant     string `json:"tenant"` // as the quotas file names it, else 0x and its hash
 	UsedBytes  int64  `json:"used_bytes"`
 	QuotaBytes uint64 `json:"quota_bytes"`
+}
+
+// scopedStats is STATS for a credential whose stats right names tenants
+// rather than "*": the node's identity and build, and the usage of those
+// tenants, nothing node-wide. On a quiet node the node's totals (bytes and
+// objects stored, traffic, evictions, refusals by tenant) move with
+// another tenant's PUTs and would tell their sizes.
+func (s *Server) scopedStats(g *creds.Grant) StatsReply {
+	r := StatsReply{Info: s.info, Scope: "tenants", Auth: AuthStats{Required: true}}
+	grp := s.group
+	if grp == nil {
+		grp, _ = s.opts.Engine.(*engine.Group)
+	}
+	if grp == nil || grp.Quotas() == nil {
+		return r
+	}
+	q := grp.Quotas()
+	for t, used := range q.Usage() {
+		if g.Allows(t, creds.Stats) {
+			r.Tenants = append(r.Tenants, TenantUsage{Tenant: q.Label(t), UsedBytes: used, QuotaBytes: q.Limit(t)})
+		}
+	}
+	sort.Slice(r.Tenants, func(i, j int) bool { return r.Tenants[i].Tenant < r.Tenants[j].Tenant })
+	return r
 }
 
 // tenantUsage lists the TopTenants tenants holding the most bytes, most

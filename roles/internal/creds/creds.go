@@ -59,7 +59,7 @@ const (
 	Read   Right = 1 << iota // GET, EXIST and their batch forms
 	Write                    // PUT, BATCH_PUT
 	Remove                   // REMOVE, BATCH_REMOVE
-	Stats                    // STATS: the node's own figures, no tenant's data
+	Stats                    // STATS: on "*", the node's figures; on named tenants, only theirs
 )
 
 var rightNames = map[string]Right{"read": Read, "write": Write, "remove": Remove, "stats": Stats}
@@ -116,6 +116,9 @@ func (g *Grant) Allows(tenant uint64, r Right) bool {
 
 // Has reports whether g holds r on some tenant (Stats addresses none).
 func (g *Grant) Has(r Right) bool { return g.any&r != 0 }
+
+// AllTenants reports whether g holds r on every tenant ("*").
+func (g *Grant) AllTenants(r Right) bool { return g.all&r != 0 }
 
 // Tenants is one reading of a node's credentials file.
 type Tenants struct {

@@ -354,8 +354,22 @@ type followState struct {
 func (c *Client) poll(st *followState) bool {
 	cur := c.table.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
+	// Close ends a poll of an MDS that does not answer at once, rather
+	// than wait out its timeout.
+	go func() {
+		select {
+		case <-c.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	epoch, members, changed, err := c.mds.Members(ctx, cur.epoch)
 	cancel()
+	select {
+	case <-c.stop:
+		return false // closing: the poll was cut short, not the MDS gone
+	default:
+	}
 	if err != nil {
 		if !st.failing {
 			c.opts.Logger.Warn("client: MDS unreachable; routing over the last known members", "mds", c.opts.MDS, "error", err.Error())
@@ -371,6 +385,8 @@ func (c *Client) poll(st *followState) bool {
 		return true
 	}
 	if sameMembers(cur.members, members) {
+		// Often the end of a hold: the nodes registered again.
+		st.holding = false
 		nt := *cur
 		nt.epoch = epoch
 		c.table.Store(&nt)

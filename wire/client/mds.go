@@ -113,7 +113,16 @@ func (m *MDSClient) call(ctx context.Context, op wire.Op, known uint64, req wire
 	var errs []error
 	for i := range m.addrs {
 		idx := (start + i) % len(m.addrs)
-		epoch, err, final := m.callOne(ctx, m.addrs[idx], op, known, body, rep)
+		// An address that takes the connection and never answers (a
+		// stopped process, a black-holed host) may use only its share of
+		// what is left of ctx, so the next address is still asked.
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if d, ok := ctx.Deadline(); ok && i < len(m.addrs)-1 {
+			share := time.Until(d) / time.Duration(len(m.addrs)-i)
+			cctx, cancel = context.WithTimeout(ctx, share)
+		}
+		epoch, err, final := m.callOne(cctx, m.addrs[idx], op, known, body, rep)
+		cancel()
 		if err == nil || final {
 			m.mu.Lock()
 			m.next = idx

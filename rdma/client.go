@@ -65,9 +65,12 @@ type Conn struct {
 	remote  regions
 	pending []wire.LeaseID // leases read, released with the next request
 	broken  error
-	cqe     [32]Completion
-	nextID  uint64
-	reads   []leased
+	// ctx is the current call's context while it can end early (nil
+	// otherwise); wait watches it between polls.
+	ctx    context.Context
+	cqe    [32]Completion
+	nextID uint64
+	reads  []leased
 }
 
 // leased is a LEASE_GET item whose bytes are to be READ from the arena.
@@ -234,12 +237,40 @@ func (c *Conn) release() {
 // fail marks the connection broken by err and releases it; every later
 // call fails with it.
 func (c *Conn) fail(err error) error {
+	if c.ctx != nil {
+		// The caller's context ended mid-call: the connection is broken
+		// (work may be in flight, a control frame half read), and the
+		// error says why rather than how the I/O was cut.
+		switch cerr := c.ctx.Err(); {
+		case errors.Is(cerr, context.Canceled):
+			err = fmt.Errorf("the call was cancelled mid-operation (%v): %w: %w", err, context.Canceled, wire.StatusUnavailable)
+		case cerr != nil:
+			err = fmt.Errorf("the call's deadline passed mid-operation (%v): %w", err, wire.StatusTimeout)
+		}
+	}
 	err = timeoutErr(err)
 	if c.broken == nil {
 		c.broken = err
 		c.release()
 	}
 	return err
+}
+
+// watch makes the call under way end when ctx ends: wait sees c.ctx's
+// error, and the control connection's deadline is moved to the past, so
+// a read or write on it returns. The returned func ends the watch. A
+// context that cannot be cancelled costs nothing.
+func (c *Conn) watch(ctx context.Context) func() {
+	if ctx.Done() == nil {
+		return func() {}
+	}
+	c.ctx = ctx
+	nc := c.nc // the callback may run after the call ended and Close cleared c.nc
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	return func() {
+		stop()
+		c.ctx = nil
+	}
 }
 
 // begin starts a call of n items: its one deadline, the operation
@@ -272,6 +303,13 @@ func (c *Conn) GetBatch(items []GetItem, dst [][]byte, res []GetResult) error {
 // GetBatchBy is GetBatch that ends by the caller's deadline by (zero:
 // none) when that comes before the operation timeout.
 func (c *Conn) GetBatchBy(by time.Time, items []GetItem, dst [][]byte, res []GetResult) error {
+	return c.GetBatchCtx(context.Background(), by, items, dst, res)
+}
+
+// GetBatchCtx is GetBatchBy that also ends when ctx is cancelled: the
+// call fails at once (errors.Is(err, context.Canceled)) and the
+// connection is broken, since operations may still be in flight.
+func (c *Conn) GetBatchCtx(ctx context.Context, by time.Time, items []GetItem, dst [][]byte, res []GetResult) error {
 	if len(dst) != len(items) || len(res) != len(items) {
 		return fmt.Errorf("rdma: GetBatch of %d items with %d destinations and %d results: %w", len(items), len(dst), len(res), wire.StatusInvalid)
 	}
@@ -281,6 +319,7 @@ func (c *Conn) GetBatchBy(by time.Time, items []GetItem, dst [][]byte, res []Get
 	if err != nil {
 		return err
 	}
+	defer c.watch(ctx)()
 	for lo := 0; lo < len(items); lo += c.opts.MaxBatchItems {
 		hi := min(lo+c.opts.MaxBatchItems, len(items))
 		if err := c.leaseGet(items[lo:hi], dst[lo:hi], res[lo:hi], deadline); err != nil {
@@ -422,6 +461,12 @@ func (c *Conn) PutBatch(keys []wire.BlockKey, vals [][]byte, errs []error) error
 // PutBatchBy is PutBatch that ends by the caller's deadline by (zero:
 // none) when that comes before the operation timeout.
 func (c *Conn) PutBatchBy(by time.Time, keys []wire.BlockKey, vals [][]byte, errs []error) error {
+	return c.PutBatchCtx(context.Background(), by, keys, vals, errs)
+}
+
+// PutBatchCtx is PutBatchBy that also ends when ctx is cancelled (see
+// GetBatchCtx).
+func (c *Conn) PutBatchCtx(ctx context.Context, by time.Time, keys []wire.BlockKey, vals [][]byte, errs []error) error {
 	if len(vals) != len(keys) || len(errs) != len(keys) {
 		return fmt.Errorf("rdma: PutBatch of %d keys with %d values and %d results: %w", len(keys), len(vals), len(errs), wire.StatusInvalid)
 	}
@@ -431,6 +476,7 @@ func (c *Conn) PutBatchBy(by time.Time, keys []wire.BlockKey, vals [][]byte, err
 	if err != nil {
 		return err
 	}
+	defer c.watch(ctx)()
 	limit := min(c.welcome.StagingBytes, c.opts.BufferBytes)
 	idx := make([]int, 0, len(keys))
 	for i, v := range vals {
@@ -595,6 +641,9 @@ func (c *Conn) wait(n int, deadline time.Time) error {
 		}
 		if !time.Now().Before(deadline) {
 			return fmt.Errorf("%d RDMA operations still in flight at the call's deadline: %w", n, wire.StatusTimeout)
+		}
+		if c.ctx != nil && c.ctx.Err() != nil {
+			return fmt.Errorf("%d RDMA operations still in flight", n) // fail says why
 		}
 		// Poll hot for a while (a completion is microseconds away),
 		// then back off so a slow peer does not cost a core.

@@ -185,7 +185,7 @@ func (c *Client) putBatch(ctx context.Context, keys [][]byte, errs []error, size
 		if len(idx) == 0 {
 			return
 		}
-		if value != nil && c.rdmaPut(g.p, deadline, idx, ks, errs, value) {
+		if value != nil && c.rdmaPut(ctx, g.p, deadline, idx, ks, errs, value) {
 			return
 		}
 		var body uint64
@@ -290,7 +290,7 @@ func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, a
 		if len(idx) == 0 {
 			return
 		}
-		if direct != nil && c.rdmaGet(g.p, deadline, idx, ks, res, direct) {
+		if direct != nil && c.rdmaGet(ctx, g.p, deadline, idx, ks, res, direct) {
 			return
 		}
 		err := c.exchange(ctx, g.p, deadline, true, func(cc *cconn) error {

@@ -21,7 +21,7 @@ func (c *Client) Put(ctx context.Context, key, value []byte) error {
 	deadline := c.deadline(ctx) // one for both ways, RDMA and TCP
 	if c.opts.RDMA != nil {
 		var errs [1]error
-		if c.rdmaPut(p, deadline, singleIdx, []wire.BlockKey{k}, errs[:], func(int) []byte { return value }) {
+		if c.rdmaPut(ctx, p, deadline, singleIdx, []wire.BlockKey{k}, errs[:], func(int) []byte { return value }) {
 			return errs[0]
 		}
 	}
@@ -91,7 +91,7 @@ func (c *Client) GetRange(ctx context.Context, key []byte, offset, length uint64
 	}
 	p := c.route(k)
 	deadline := c.deadline(ctx) // one for both ways, RDMA and TCP
-	if n, stored, err, ok := c.rdmaGetRange(p, deadline, k, offset, length, dst); ok {
+	if n, stored, err, ok := c.rdmaGetRange(ctx, p, deadline, k, offset, length, dst); ok {
 		return n, stored, err
 	}
 	err = c.exchange(ctx, p, deadline, true, func(cc *cconn) error {

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -72,6 +74,11 @@ func (c *Client) rdmaFailed(p *peer, rc *rdma.Conn, err error) {
 	if rc != nil {
 		_ = rc.Close()
 	}
+	if errors.Is(err, context.Canceled) {
+		// The caller gave up; that says nothing about RDMA to the node.
+		// The call goes on to TCP, which answers the cancellation.
+		return
+	}
 	r := &p.rdma
 	r.mu.Lock()
 	first := !time.Now().Before(r.retryAt)
@@ -102,7 +109,7 @@ func (r *rdmaPeer) close() {
 // have destination buffers over RDMA; false: the group goes over TCP
 // (RDMA off, failed, or an item without a buffer). A value longer than
 // its buffer fills it and fails with ErrBufferTooSmall, as over TCP.
-func (c *Client) rdmaGet(p *peer, deadline time.Time, idx []int, ks []wire.BlockKey, res []GetResult, dstOf func(i int) []byte) bool {
+func (c *Client) rdmaGet(ctx context.Context, p *peer, deadline time.Time, idx []int, ks []wire.BlockKey, res []GetResult, dstOf func(i int) []byte) bool {
 	if c.opts.RDMA == nil {
 		return false
 	}
@@ -119,7 +126,7 @@ func (c *Client) rdmaGet(p *peer, deadline time.Time, idx []int, ks []wire.Block
 		return false
 	}
 	out := make([]rdma.GetResult, len(idx))
-	if err := rc.GetBatchBy(deadline, items, dst, out); err != nil {
+	if err := rc.GetBatchCtx(ctx, deadline, items, dst, out); err != nil {
 		c.rdmaFailed(p, rc, err)
 		return false
 	}
@@ -138,7 +145,7 @@ func (c *Client) rdmaGet(p *peer, deadline time.Time, idx []int, ks []wire.Block
 }
 
 // rdmaGetRange is GetRange over RDMA; ok false: it goes over TCP.
-func (c *Client) rdmaGetRange(p *peer, deadline time.Time, k wire.BlockKey, offset, length uint64, dst []byte) (n int, stored uint64, err error, ok bool) {
+func (c *Client) rdmaGetRange(ctx context.Context, p *peer, deadline time.Time, k wire.BlockKey, offset, length uint64, dst []byte) (n int, stored uint64, err error, ok bool) {
 	if c.opts.RDMA == nil {
 		return 0, 0, nil, false
 	}
@@ -147,7 +154,7 @@ func (c *Client) rdmaGetRange(p *peer, deadline time.Time, k wire.BlockKey, offs
 		return 0, 0, nil, false
 	}
 	var r [1]rdma.GetResult
-	if terr := rc.GetBatchBy(deadline, []rdma.GetItem{{Key: k, Offset: offset, Length: length}}, [][]byte{dst}, r[:]); terr != nil {
+	if terr := rc.GetBatchCtx(ctx, deadline, []rdma.GetItem{{Key: k, Offset: offset, Length: length}}, [][]byte{dst}, r[:]); terr != nil {
 		c.rdmaFailed(p, rc, terr)
 		return 0, 0, nil, false
 	}
@@ -157,7 +164,7 @@ func (c *Client) rdmaGetRange(p *peer, deadline time.Time, k wire.BlockKey, offs
 
 // rdmaPut stores a group of putBatch over RDMA; false: the group goes
 // over TCP.
-func (c *Client) rdmaPut(p *peer, deadline time.Time, idx []int, ks []wire.BlockKey, errs []error, value func(i int) []byte) bool {
+func (c *Client) rdmaPut(ctx context.Context, p *peer, deadline time.Time, idx []int, ks []wire.BlockKey, errs []error, value func(i int) []byte) bool {
 	if c.opts.RDMA == nil {
 		return false
 	}
@@ -172,7 +179,7 @@ func (c *Client) rdmaPut(p *peer, deadline time.Time, idx []int, ks []wire.Block
 		return false
 	}
 	out := make([]error, len(idx))
-	if err := rc.PutBatchBy(deadline, ks, vals, out); err != nil {
+	if err := rc.PutBatchCtx(ctx, deadline, ks, vals, out); err != nil {
 		c.rdmaFailed(p, rc, err)
 		return false
 	}

@@ -268,9 +268,23 @@ func (c *Conn) watch(ctx context.Context) func() {
 	nc := c.nc // the callback may run after the call ended and Close cleared c.nc
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
 	return func() {
-		stop()
+		if !stop() && c.broken == nil {
+			// The callback ran, or is about to: it may cut the deadline of
+			// a later call on this connection, so none may come.
+			c.broken = fmt.Errorf("rdma: the connection's last call was cancelled: %w", wire.StatusUnavailable)
+			c.release()
+		}
 		c.ctx = nil
 	}
+}
+
+// Broken reports whether the connection can take no more calls (a call
+// failed on it, it was closed, or its last call's cancellation raced the
+// call's end); a pool drops it rather than keep it.
+func (c *Conn) Broken() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.broken != nil
 }
 
 // begin starts a call of n items: its one deadline, the operation

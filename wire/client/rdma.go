@@ -58,7 +58,7 @@ func (c *Client) getRDMA(p *peer) *rdma.Conn {
 func (c *Client) putRDMA(p *peer, rc *rdma.Conn) {
 	r := &p.rdma
 	r.mu.Lock()
-	if !r.done && len(r.idle) < c.opts.PoolSize {
+	if !r.done && len(r.idle) < c.opts.PoolSize && !rc.Broken() {
 		r.idle = append(r.idle, rc)
 		r.mu.Unlock()
 		return

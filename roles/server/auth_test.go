@@ -219,9 +219,10 @@ func TestHostileClientCannotCrossTenants(t *testing.T) {
 	if err != nil {
 		t.Fatalf("STATS with the stats right: %v", err)
 	}
+	// bob's stats right names his tenant: the reply is scoped to it.
 	var reply StatsReply
-	if err := json.Unmarshal(body, &reply); err != nil || !reply.Auth.Required || reply.Auth.Credentials != 3 {
-		t.Fatalf("STATS auth section: %+v %v", reply.Auth, err)
+	if err := json.Unmarshal(body, &reply); err != nil || reply.Scope != "tenants" || !reply.Auth.Required || reply.Auth.Credentials != 0 {
+		t.Fatalf("STATS of a credential with stats on one tenant: scope %q, auth %+v, %v", reply.Scope, reply.Auth, err)
 	}
 }
 

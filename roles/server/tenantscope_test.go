@@ -174,3 +174,36 @@ func TestPipelinedReAuthHolds(t *testing.T) {
 	}
 	expectClosed(t, c)
 }
+
+// TestStatsOnEveryTenantSeesTheNode: a credential with stats on "*" (an
+// operator's, a monitoring agent's) gets the whole node's STATS.
+func TestStatsOnEveryTenantSeesTheNode(t *testing.T) {
+	const opsToken = "ops-token-0123456789abcdefgh"
+	dir := t.TempDir()
+	cpath := filepath.Join(dir, "credentials.toml")
+	text := credentialsText(aliceToken) + fmt.Sprintf("[[credential]]\ntoken_sha256 = %q\nname = \"ops\"\ntenants = [\"*\"]\nallow = [\"stats\"]\n", sumOf(opsToken))
+	if err := os.WriteFile(cpath, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, _, _ := runNode(t, map[string][]string{
+		"disk": {dir + "/d0"}, "disk-capacity": {"64MiB"}, "tenant-default-quota": {"1GiB"},
+		"credentials-file": {cpath},
+	})
+	ctx := context.Background()
+	alice := openAs(t, addr, "acme", aliceToken)
+	if err := alice.Put(ctx, []byte("k"), bytes.Repeat([]byte("a"), 5000)); err != nil {
+		t.Fatal(err)
+	}
+	ops := openAs(t, addr, "anything", opsToken)
+	body, err := ops.Stats(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st StatsReply
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Scope != "" || st.Engine.Objects != 1 || len(st.Tenants) != 1 || st.Auth.Credentials != 2 {
+		t.Fatalf("the operator's STATS: scope %q, %d objects, tenants %+v, auth %+v; want the whole node", st.Scope, st.Engine.Objects, st.Tenants, st.Auth)
+	}
+}

@@ -266,21 +266,24 @@ func (c *Conn) watch(ctx context.Context) func() {
 	}
 	c.ctx = ctx
 	nc := c.nc // the callback may run after the call ended and Close cleared c.nc
-	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	cut := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cut)
+		_ = nc.SetDeadline(time.Unix(1, 0))
+	})
 	return func() {
-		if !stop() && c.broken == nil {
-			// The callback ran, or is about to: it may cut the deadline of
-			// a later call on this connection, so none may come.
-			c.broken = fmt.Errorf("rdma: the connection's last call was cancelled: %w", wire.StatusUnavailable)
-			c.release()
+		if !stop() {
+			// The callback started: wait for it, so it cannot cut the
+			// deadline of a later call on this connection (begin sets
+			// each call's own).
+			<-cut
 		}
 		c.ctx = nil
 	}
 }
 
 // Broken reports whether the connection can take no more calls (a call
-// failed on it, it was closed, or its last call's cancellation raced the
-// call's end); a pool drops it rather than keep it.
+// failed on it, or it was closed); a pool drops it rather than keep it.
 func (c *Conn) Broken() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -326,6 +329,9 @@ func (c *Conn) GetBatchBy(by time.Time, items []GetItem, dst [][]byte, res []Get
 func (c *Conn) GetBatchCtx(ctx context.Context, by time.Time, items []GetItem, dst [][]byte, res []GetResult) error {
 	if len(dst) != len(items) || len(res) != len(items) {
 		return fmt.Errorf("rdma: GetBatch of %d items with %d destinations and %d results: %w", len(items), len(dst), len(res), wire.StatusInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("rdma: GetBatch: %w", err) // nothing sent: the connection stays good
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -483,6 +489,9 @@ func (c *Conn) PutBatchBy(by time.Time, keys []wire.BlockKey, vals [][]byte, err
 func (c *Conn) PutBatchCtx(ctx context.Context, by time.Time, keys []wire.BlockKey, vals [][]byte, errs []error) error {
 	if len(vals) != len(keys) || len(errs) != len(keys) {
 		return fmt.Errorf("rdma: PutBatch of %d keys with %d values and %d results: %w", len(keys), len(vals), len(errs), wire.StatusInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("rdma: PutBatch: %w", err) // nothing sent: the connection stays good
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

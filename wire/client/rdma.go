@@ -71,13 +71,18 @@ func (c *Client) putRDMA(p *peer, rc *rdma.Conn) {
 // and the idle ones, which most likely broke with it, and serves the
 // node over TCP for rdmaRetry.
 func (c *Client) rdmaFailed(p *peer, rc *rdma.Conn, err error) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// The caller gave up (or had, before anything was sent); that
+		// says nothing about RDMA to the node. The connection goes back
+		// unless the call broke it, and the call goes on to TCP, which
+		// answers the cancellation.
+		if rc != nil {
+			c.putRDMA(p, rc)
+		}
+		return
+	}
 	if rc != nil {
 		_ = rc.Close()
-	}
-	if errors.Is(err, context.Canceled) {
-		// The caller gave up; that says nothing about RDMA to the node.
-		// The call goes on to TCP, which answers the cancellation.
-		return
 	}
 	r := &p.rdma
 	r.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 )
@@ -56,15 +57,7 @@ func writeValue(dst string, value []byte) error {
 	fi, err := os.Stat(dst)
 	switch {
 	case err == nil && !fi.Mode().IsRegular():
-		f, err := os.OpenFile(dst, os.O_WRONLY, 0)
-		if err != nil {
-			return err
-		}
-		_, werr := f.Write(value)
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		return werr
+		return writeInPlace(dst, value, 0)
 	case err == nil:
 		if dst, err = filepath.EvalSymlinks(dst); err != nil {
 			return err
@@ -73,6 +66,12 @@ func writeValue(dst string, value []byte) error {
 		return err
 	}
 	tmp, err := createBeside(dst)
+	if err != nil && fi != nil && (errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS)) {
+		// The file may be written where no file may be created: write it
+		// in place, as a shell's > would (a failed get may then leave it
+		// cut short).
+		return writeInPlace(dst, value, os.O_TRUNC)
+	}
 	if err != nil {
 		return fmt.Errorf("cannot create a file in %s: %w", filepath.Dir(dst), errors.Unwrap(err))
 	}
@@ -91,6 +90,19 @@ func writeValue(dst string, value []byte) error {
 	}
 	if werr != nil {
 		_ = os.Remove(tmp.Name())
+	}
+	return werr
+}
+
+// writeInPlace opens dst for writing (with extra flags) and writes value.
+func writeInPlace(dst string, value []byte, flags int) error {
+	f, err := os.OpenFile(dst, os.O_WRONLY|flags, 0)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(value)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
 	}
 	return werr
 }

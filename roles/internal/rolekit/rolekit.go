@@ -252,12 +252,13 @@ func Sources(c *cli.Context, role string) (file string, lines []string) {
 }
 
 // ToolLogger is the logger of a one-shot tool (ctl, smoke): errors only,
-// unless log.level was set (a file, DFKV_LOG_LEVEL or --log-level, info
-// included), because each failure such a tool reports says why already,
-// and the client's warning about backing off from a node would say it
-// twice.
+// unless log.level was asked for (DFKV_LOG_LEVEL or --log-level, info
+// included, or a file naming a level other than the default: a file that
+// spells out every default, as dfkv.example.toml does, chose nothing),
+// because each failure such a tool reports says why already, and the
+// client's warning about backing off from a node would say it twice.
 func ToolLogger(c *cli.Context, role string, cfg *config.Config, res *config.Resolved, log *slog.Logger) *slog.Logger {
-	if o, ok := res.Origin("log.level"); ok && o.Layer != config.LayerDefault {
+	if o, ok := res.Origin("log.level"); ok && (o.Layer == config.LayerEnv || o.Layer == config.LayerFlag || !o.Default) {
 		return log
 	}
 	return NewLogger(config.Log{Level: "error", Format: cfg.Log.Format}, c.App.ErrWriter).With("role", role)

@@ -102,6 +102,12 @@ func (m *MDSClient) Members(ctx context.Context, known uint64) (epoch uint64, me
 }
 
 // call tries each address once, starting with the last one that worked.
+// An address that takes the connection and never answers (a stopped
+// process, a black-holed host) must not use the whole call: once it has
+// had its share of the time left, the next address is asked too, while
+// the first may still answer (MDS processes sharing a slow etcd answer
+// slowly, all of them), and the first answer wins. An address that fails
+// fast is followed at once.
 func (m *MDSClient) call(ctx context.Context, op wire.Op, known uint64, req wire.MDSRequest, rep *wire.MDSReply) (uint64, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -110,28 +116,68 @@ func (m *MDSClient) call(ctx context.Context, op wire.Op, known uint64, req wire
 	m.mu.Lock()
 	start := m.next
 	m.mu.Unlock()
-	var errs []error
-	for i := range m.addrs {
-		idx := (start + i) % len(m.addrs)
-		// An address that takes the connection and never answers (a
-		// stopped process, a black-holed host) may use only its share of
-		// what is left of ctx, so the next address is still asked.
-		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if d, ok := ctx.Deadline(); ok && i < len(m.addrs)-1 {
-			share := time.Until(d) / time.Duration(len(m.addrs)-i)
-			cctx, cancel = context.WithTimeout(ctx, share)
-		}
-		epoch, err, final := m.callOne(cctx, m.addrs[idx], op, known, body, rep)
+	type result struct {
+		idx   int
+		epoch uint64
+		err   error
+		final bool
+		rep   wire.MDSReply
+	}
+	n := len(m.addrs)
+	results := make(chan result, n)
+	actx, cancel := context.WithCancel(ctx)
+	launched, pending := 0, 0
+	defer func() {
+		// End the attempts still waiting (their connections' deadlines
+		// are cut) and wait for them: a call leaves nothing running.
 		cancel()
-		if err == nil || final {
-			m.mu.Lock()
-			m.next = idx
-			m.mu.Unlock()
-			return epoch, err
+		for ; pending > 0; pending-- {
+			<-results
 		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
+	}()
+	launch := func() {
+		idx := (start + launched) % n
+		launched++
+		go func() {
+			r := result{idx: idx}
+			var rp *wire.MDSReply
+			if rep != nil {
+				rp = &r.rep
+			}
+			r.epoch, r.err, r.final = m.callOne(actx, m.addrs[idx], op, known, body, rp)
+			results <- r
+		}()
+	}
+	launch()
+	pending = 1
+	var errs []error
+	for pending > 0 {
+		var hedge <-chan time.Time
+		if d, ok := ctx.Deadline(); ok && launched < n {
+			t := time.NewTimer(time.Until(d) / time.Duration(n-launched+1))
+			defer t.Stop()
+			hedge = t.C
+		}
+		select {
+		case r := <-results:
+			pending--
+			if r.err == nil || r.final {
+				m.mu.Lock()
+				m.next = r.idx
+				m.mu.Unlock()
+				if rep != nil {
+					*rep = r.rep
+				}
+				return r.epoch, r.err
+			}
+			errs = append(errs, r.err)
+			if launched < n && ctx.Err() == nil {
+				launch()
+				pending++
+			}
+		case <-hedge:
+			launch()
+			pending++
 		}
 	}
 	return 0, fmt.Errorf("no MDS answered (%v): %w", errs, wire.StatusUnavailable)

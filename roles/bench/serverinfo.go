@@ -59,6 +59,12 @@ func nodeInfo(addr string, raw []byte) NodeInfo {
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return NodeInfo{Addr: addr, Error: "unreadable STATS reply: " + err.Error()}
 	}
+	if d.Scope == "tenants" {
+		// The token's stats right names tenants: the reply has no node-wide
+		// figures, and zeros would describe an empty node.
+		return NodeInfo{Addr: addr, ID: d.Info.ID, Version: d.Info.Version, Commit: d.Info.Commit,
+			Error: `this credential's stats right names tenants; node-wide figures take stats on "*"`}
+	}
 	in := d.Info
 	n := NodeInfo{Addr: addr, ID: in.ID, Version: in.Version, Commit: in.Commit, GoVersion: in.GoVersion, OS: in.OS,
 		CPU: in.CPU, CPUs: in.CPUs, Engine: in.Engine, Disks: len(d.Disks),

@@ -530,7 +530,7 @@ class DfkvConnector(_RemoteConnectorBase):
         self._closed = False
         self._opening = False
         self._open_failed_at = 0.0
-        self._reopen_s = float(setting(eff, "dfkv_reopen_interval_s", None, 2.0) or 2.0)
+        self._reopen_s = float(setting(eff, "dfkv_reopen_interval_s", None, 2.0))
 
     def _settings(self, config: Any, plugin_name: Optional[str], url: Optional[str]) -> Dict[str, Any]:
         """extra_config with remote_storage_plugin.<plugin>.<name> and URL

@@ -473,7 +473,7 @@ class DfkvConnector(_Base, SupportsHMA):
         self._client_shut = False
         self._opening = False
         self._open_failed_at = 0.0
-        self._reopen_s = float(setting(self.extra, "dfkv_reopen_interval_s", None, 2.0) or 2.0)
+        self._reopen_s = float(setting(self.extra, "dfkv_reopen_interval_s", None, 2.0))
         try:
             self.client
         except DfkvError as e:
@@ -1126,9 +1126,15 @@ class DfkvConnector(_Base, SupportsHMA):
             bad = sum(s != Status.OK for s in st)
             nbytes = sum(sum(int(p.numel()) * p.element_size() for p in it)
                          for it, s in zip(items, st) if s == Status.OK)
+        except _NotConnected as e:
+            # The failed open said why, once; each save meanwhile is a miss
+            # later, not a warning now.
+            logger.debug("dfkv vLLM connector: save for request %s skipped: %s", tr.req_id, e)
+            with self._stats_lock:
+                self._stats.record("save", len(tr.hashes), 0, time.monotonic() - t0, bad)
+            return bad
         except Exception as e:
-            log = logger.debug if isinstance(e, _NotConnected) else logger.warning
-            log("dfkv vLLM connector: save for request %s failed: %s", tr.req_id, e)
+            logger.warning("dfkv vLLM connector: save for request %s failed: %s", tr.req_id, e)
         if bad:
             logger.warning("dfkv vLLM connector: %d of %d block saves failed for request %s",
                            bad, len(tr.hashes), tr.req_id)

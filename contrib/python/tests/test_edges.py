@@ -3,8 +3,10 @@ an MDS that stops answering, calls after close, a clear() that could not
 remove everything, on/off settings spelled as the engines spell them,
 negative range arguments."""
 
+import logging
 import os
 import threading
+import time
 import types
 import unittest
 import uuid
@@ -133,6 +135,24 @@ class VLLMEdgesTest(StandIn):
         self.assertEqual(wrong, [], "settings read as the opposite of what they say")
         with self.assertRaises(ValueError):
             self.connector(dfkv_load_async="maybe")
+
+
+class VLLMOutageLogTest(unittest.TestCase):
+    def test_a_save_without_a_client_is_not_a_warning(self):
+        # The connector's open failed (an MDS down at start): for
+        # dfkv_reopen_interval_s saves are skipped quietly, the failed open
+        # having said why once. Built by hand: no torch, no vLLM config.
+        from dfkv import vllm as dvl
+        c = object.__new__(dvl.DfkvConnector)
+        c._client, c._client_lock, c._client_shut, c._opening = None, threading.Lock(), False, False
+        c._open_failed_at, c._reopen_s = time.monotonic(), 600.0
+        c._pieces = lambda ids: []
+        c._stats, c._stats_lock = dvl.DfkvConnectorStats(), threading.Lock()
+        tr = dvl.BlockTransfer("r1", ["h0", "h1"], [1, 2])
+        with self.assertLogs("dfkv.vllm", logging.DEBUG) as logs:
+            bad = c._save(tr)
+        self.assertEqual(bad, 2)
+        self.assertEqual([m for m in logs.output if m.startswith("WARNING")], [], logs.output)
 
 
 class ClientEdgesTest(unittest.TestCase):

@@ -325,7 +325,9 @@ func (c *Conn) GetBatchBy(by time.Time, items []GetItem, dst [][]byte, res []Get
 
 // GetBatchCtx is GetBatchBy that also ends when ctx is cancelled: the
 // call fails at once (errors.Is(err, context.Canceled)) and the
-// connection is broken, since operations may still be in flight.
+// connection is broken, since operations may still be in flight. A
+// context that had ended before the call sends nothing and leaves the
+// connection as it was.
 func (c *Conn) GetBatchCtx(ctx context.Context, by time.Time, items []GetItem, dst [][]byte, res []GetResult) error {
 	if len(dst) != len(items) || len(res) != len(items) {
 		return fmt.Errorf("rdma: GetBatch of %d items with %d destinations and %d results: %w", len(items), len(dst), len(res), wire.StatusInvalid)

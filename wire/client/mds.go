@@ -151,9 +151,19 @@ func (m *MDSClient) call(ctx context.Context, op wire.Op, known uint64, req wire
 	launch()
 	pending = 1
 	var errs []error
+	var refusal *result // a final error, held while an earlier attempt may still succeed
+	win := func(r *result) (uint64, error) {
+		m.mu.Lock()
+		m.next = r.idx
+		m.mu.Unlock()
+		if rep != nil {
+			*rep = r.rep
+		}
+		return r.epoch, r.err
+	}
 	for pending > 0 {
 		var hedge <-chan time.Time
-		if d, ok := ctx.Deadline(); ok && launched < n {
+		if d, ok := ctx.Deadline(); ok && launched < n && refusal == nil {
 			t := time.NewTimer(time.Until(d) / time.Duration(n-launched+1))
 			defer t.Stop()
 			hedge = t.C
@@ -161,24 +171,34 @@ func (m *MDSClient) call(ctx context.Context, op wire.Op, known uint64, req wire
 		select {
 		case r := <-results:
 			pending--
-			if r.err == nil || r.final {
-				m.mu.Lock()
-				m.next = r.idx
-				m.mu.Unlock()
-				if rep != nil {
-					*rep = r.rep
+			if r.err == nil {
+				return win(&r)
+			}
+			if r.final {
+				// The MDS's own answer, which another would give too; but
+				// an attempt still running may have done what this one
+				// refuses (a DEREGISTER whose delete landed before its
+				// slow answer: the next MDS says NOT_FOUND), so its
+				// answer is waited for first.
+				if refusal == nil {
+					refusal = &r
 				}
-				return r.epoch, r.err
+				continue
 			}
 			errs = append(errs, r.err)
-			if launched < n && ctx.Err() == nil {
+			if launched < n && ctx.Err() == nil && refusal == nil {
 				launch()
 				pending++
 			}
 		case <-hedge:
-			launch()
-			pending++
+			if ctx.Err() == nil {
+				launch()
+				pending++
+			}
 		}
+	}
+	if refusal != nil {
+		return win(refusal)
 	}
 	return 0, fmt.Errorf("no MDS answered (%v): %w", errs, wire.StatusUnavailable)
 }

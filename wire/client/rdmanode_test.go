@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -65,12 +66,12 @@ func TestClientOverRDMA(t *testing.T) {
 	fake.SetHook(nil)
 }
 
-// A call over RDMA ends by its context's deadline, not the RDMA
-// operation timeout: while a node's RDMA stalls (the fake's hook holds
-// the operation for 3 s; not a hardware test), a GET whose context allows
-// 200 ms is a TIMEOUT, though the operation timeout is an hour and the
-// operation would have succeeded after the stall.
-func TestRDMACallEndsByItsDeadline(t *testing.T) {
+// stalledRDMA starts a node over the fake RDMA provider, stores 1 MiB
+// under "a" through RDMA, then makes every RDMA operation stall for 3 s
+// (the fake's hook; not a hardware test). It returns the client and a
+// destination for "a".
+func stalledRDMA(t *testing.T) (*client.Client, []byte) {
+	t.Helper()
 	fake := rdma.NewFake("fk0")
 	addr := runNode(t, server.Deps{RDMAProvider: fake}, nil)
 	cl, err := client.Open(client.Options{Namespace: []byte("rdma"), Members: []string{addr}, SharedMemory: client.ShmOff,
@@ -78,7 +79,7 @@ func TestRDMACallEndsByItsDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(func() { cl.Close() })
 	bg := context.Background()
 	val := bytes.Repeat([]byte("R"), 1<<20)
 	if err := cl.Put(bg, []byte("a"), val); err != nil {
@@ -89,10 +90,33 @@ func TestRDMACallEndsByItsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake.SetHook(func(rdma.FakeOp) rdma.FakeFault { time.Sleep(3 * time.Second); return rdma.FaultNone })
-	defer fake.SetHook(nil)
-	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	t.Cleanup(func() { fake.SetHook(nil) })
+	return cl, dst
+}
+
+// A call over RDMA ends by its context's deadline, not the RDMA
+// operation timeout: while a node's RDMA stalls, a GET whose context
+// allows 200 ms is a TIMEOUT, though the operation timeout is an hour and
+// the operation would have succeeded after the stall.
+func TestRDMACallEndsByItsDeadline(t *testing.T) {
+	cl, dst := stalledRDMA(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if _, _, err := cl.Get(ctx, []byte("a"), dst); wire.StatusOf(err) != wire.StatusTimeout {
 		t.Fatalf("GET from a node whose RDMA stalls past the call's deadline: %v, want TIMEOUT", err)
+	}
+}
+
+// The same with a cancelled context instead of a deadline: as over TCP,
+// the call ends with context.Canceled, not with what the stalled
+// operation answers when it completes.
+func TestRDMACallHonoursCancel(t *testing.T) {
+	cl, dst := stalledRDMA(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	_, _, err := cl.Get(ctx, []byte("a"), dst)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("GET over a stalled RDMA connection, cancelled after 200 ms: took %v, err %v; want context.Canceled", time.Since(start), err)
 	}
 }

@@ -12,21 +12,30 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
+// quotaCredNode runs a whole node (a 64 MiB disk) that requires
+// the credentials in credentials (TOML) and gives each tenant quota, and
+// returns its address.
+func quotaCredNode(t *testing.T, credentials, quota string) string {
+	t.Helper()
+	dir := t.TempDir()
+	cpath := filepath.Join(dir, "credentials.toml")
+	if err := os.WriteFile(cpath, []byte(credentials), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, _, _ := runNode(t, map[string][]string{
+		"disk": {dir + "/d0"}, "disk-capacity": {"64MiB"}, "tenant-default-quota": {quota},
+		"credentials-file": {cpath},
+	})
+	return addr
+}
+
 // TestStatsCredentialSeesOnlyItsTenants: bob's credential grants read,
 // write, remove and stats on "globex" only. STATS does not tell him what
 // tenant "acme" stores: not its committed bytes, nor the node's totals,
 // which on a quiet node move by the stored length of each block acme
 // writes. He sees his own tenant's row.
 func TestStatsCredentialSeesOnlyItsTenants(t *testing.T) {
-	dir := t.TempDir()
-	cpath := filepath.Join(dir, "credentials.toml")
-	if err := os.WriteFile(cpath, []byte(credentialsText(aliceToken, bobToken)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr, _, _ := runNode(t, map[string][]string{
-		"disk": {dir + "/d0"}, "disk-capacity": {"64MiB"}, "tenant-default-quota": {"1GiB"},
-		"credentials-file": {cpath},
-	})
+	addr := quotaCredNode(t, credentialsText(aliceToken, bobToken), "1GiB")
 	ctx := context.Background()
 	alice := openAs(t, addr, "acme", aliceToken)
 	bob := openAs(t, addr, "globex", bobToken)
@@ -87,16 +96,8 @@ func TestStatsCredentialSeesOnlyItsTenants(t *testing.T) {
 // that does not exist, and stores nothing either way.
 func TestWriteOnlyCredentialCannotProbeKeys(t *testing.T) {
 	const writerToken = "writer-token-0123456789abcd"
-	dir := t.TempDir()
-	cpath := filepath.Join(dir, "credentials.toml")
 	text := credentialsText(aliceToken) + fmt.Sprintf("[[credential]]\ntoken_sha256 = %q\nname = \"writer\"\ntenants = [\"acme\"]\nallow = [\"write\"]\n", sumOf(writerToken))
-	if err := os.WriteFile(cpath, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr, _, _ := runNode(t, map[string][]string{
-		"disk": {dir + "/d0"}, "disk-capacity": {"64MiB"}, "tenant-default-quota": {"100000"},
-		"credentials-file": {cpath},
-	})
+	addr := quotaCredNode(t, text, "100000")
 	ctx := context.Background()
 	alice := openAs(t, addr, "acme", aliceToken)
 	if err := alice.Put(ctx, []byte("secret-prompt"), bytes.Repeat([]byte("s"), 30000)); err != nil {
@@ -179,16 +180,8 @@ func TestPipelinedReAuthHolds(t *testing.T) {
 // operator's, a monitoring agent's) gets the whole node's STATS.
 func TestStatsOnEveryTenantSeesTheNode(t *testing.T) {
 	const opsToken = "ops-token-0123456789abcdefgh"
-	dir := t.TempDir()
-	cpath := filepath.Join(dir, "credentials.toml")
 	text := credentialsText(aliceToken) + fmt.Sprintf("[[credential]]\ntoken_sha256 = %q\nname = \"ops\"\ntenants = [\"*\"]\nallow = [\"stats\"]\n", sumOf(opsToken))
-	if err := os.WriteFile(cpath, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr, _, _ := runNode(t, map[string][]string{
-		"disk": {dir + "/d0"}, "disk-capacity": {"64MiB"}, "tenant-default-quota": {"1GiB"},
-		"credentials-file": {cpath},
-	})
+	addr := quotaCredNode(t, text, "1GiB")
 	ctx := context.Background()
 	alice := openAs(t, addr, "acme", aliceToken)
 	if err := alice.Put(ctx, []byte("k"), bytes.Repeat([]byte("a"), 5000)); err != nil {

@@ -4,9 +4,117 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, Optional
+import threading
+import time
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from .errors import Unavailable
 
 logger = logging.getLogger("dfkv")
+
+
+class NotConnected(Unavailable):
+    """A connector has no client to give: another thread is opening one,
+    an open failed less than the reopen interval ago, or the connector
+    was closed. The open that failed said why, once; callers turn this
+    into misses without saying it again."""
+
+
+class ClientSlot:
+    """A connector's client, opened on first use and again after a failure.
+
+    One thread opens, outside the lock: with an MDS an open is network
+    I/O, up to the dial timeout per MDS address. Every other caller,
+    meanwhile and for reopen_s after a failed open (counted from when it
+    failed), gets NotConnected at once, which the connectors turn into
+    misses. So an MDS that does not answer costs an engine's threads one
+    open at a time, never a queue of them.
+
+    A client belongs to the key it was opened for (what its namespace was
+    computed from, e.g. the engine's layout): asking with another key
+    closes it and opens anew. reset() drops the client because its
+    namespace changed; an open in progress then is thrown away when it
+    returns. close() drops it for good: later calls open nothing.
+    """
+
+    def __init__(self, owner: str, reopen_s: float) -> None:
+        self.owner = owner
+        self.reopen_s = float(reopen_s)
+        self._lock = threading.Lock()
+        self._current: Optional[Tuple[Any, Any]] = None  # (client, key), replaced whole
+        self._generation = 0  # bumped by reset() and close()
+        self._opening = False
+        self._failed_at = 0.0
+        self._closed = False
+
+    @property
+    def current(self) -> Any:
+        """The open client, or None; never opens one."""
+        cur = self._current
+        return None if cur is None else cur[0]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def get(self, open_fn: Callable[[], Any], key: Any = None) -> Any:
+        """The client opened for key, calling open_fn to open one if needed."""
+        cur = self._current
+        if cur is not None and cur[1] == key:
+            return cur[0]
+        with self._lock:
+            if self._closed:
+                # A call still running when the engine closed the connector
+                # must not open a client nobody will close.
+                raise NotConnected(f"{self.owner}: closed")
+            cur = self._current
+            if cur is not None and cur[1] == key:
+                return cur[0]
+            if self._opening or (self._failed_at and time.monotonic() - self._failed_at < self.reopen_s):
+                raise NotConnected(f"{self.owner}: not connected (an open is in progress or recently failed; "
+                                   f"retrying every {self.reopen_s:g} s)")
+            self._opening = True
+            generation = self._generation
+            self._current = None
+        if cur is not None:  # opened for another key
+            cur[0].close()
+        opened = None
+        try:
+            opened = open_fn()
+        except Exception:
+            with self._lock:
+                if generation == self._generation:
+                    self._failed_at = time.monotonic()
+            raise
+        finally:
+            with self._lock:
+                self._opening = False
+                if opened is not None and generation == self._generation:
+                    self._current, opened = (opened, key), None
+                    self._failed_at = 0.0
+                    mine = self._current[0]
+        if opened is not None:
+            opened.close()
+            why = "closed" if self._closed else "not connected (its settings changed during the open)"
+            raise NotConnected(f"{self.owner}: {why}")
+        return mine
+
+    def reset(self) -> None:
+        """Drop the client: the namespace it was opened for changed."""
+        self._drop(closing=False)
+
+    def close(self) -> None:
+        """Drop the client for good."""
+        self._drop(closing=True)
+
+    def _drop(self, closing: bool) -> None:
+        with self._lock:
+            self._closed = self._closed or closing
+            self._generation += 1
+            cur, self._current = self._current, None
+            self._failed_at = 0.0
+        if cur is not None:
+            cur[0].close()
 
 
 class RawBuffer:

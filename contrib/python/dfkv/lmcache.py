@@ -94,14 +94,13 @@ import inspect
 import logging
 import struct
 import threading
-import time
 import zlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import parse_qs
 
-from ._common import Endpoints, dtype_name, escape_key_part, setting
+from ._common import ClientSlot, Endpoints, NotConnected, dtype_name, escape_key_part, setting
 from .client import Client
-from .errors import DfkvError, InvalidArgument, Status
+from .errors import DfkvError, Status
 from .identity import LAYOUT_LMCACHE, LayerGeometry, NamespaceDescriptor, ObjectKey, TopologySizes, layout_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -474,11 +473,6 @@ _NAMES = ("mds", "members", "group", "tenant", "model_revision", "library", "tim
           "token", "tls", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "reopen_interval_s")
 
 
-class _NotConnected(DfkvError):
-    """No client: another thread is opening one, or an open failed less
-    than reopen_interval_s ago."""
-
-
 class DfkvConnector(_RemoteConnectorBase):
     """LMCache RemoteConnector storing chunks in dfkv.
 
@@ -519,18 +513,10 @@ class DfkvConnector(_RemoteConnectorBase):
         self.timeout_ms = int(setting(eff, "dfkv_timeout_ms", None, 0) or 0)
         self.endpoints = Endpoints.from_settings(eff, "dfkv LMCache connector", members=self._url_members)
         self.members = self.endpoints.members
-        self._client: Optional[Client] = None
-        self._client_layout: Any = None
-        # _lock guards the client and is held while one is opened (an MDS
-        # lookup, seconds when it is down); _pool_lock guards only the
-        # executor, so the event-loop thread never waits on an open.
-        self._lock = threading.Lock()
-        self._pool_lock = threading.Lock()
+        self._slot = ClientSlot("dfkv LMCache connector", float(setting(eff, "dfkv_reopen_interval_s", None, 2.0)))
+        self._pool_lock = threading.Lock()  # guards the executor
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._closed = False
-        self._opening = False
-        self._open_failed_at = 0.0
-        self._reopen_s = float(setting(eff, "dfkv_reopen_interval_s", None, 2.0))
 
     def _settings(self, config: Any, plugin_name: Optional[str], url: Optional[str]) -> Dict[str, Any]:
         """extra_config with remote_storage_plugin.<plugin>.<name> and URL
@@ -596,50 +582,13 @@ class DfkvConnector(_RemoteConnectorBase):
         the KV-layer groups after building the connector, so the namespace
         is computed on first use and again if the layout changed since.
 
-        One thread opens, outside the lock (with an MDS, open is network
-        I/O: up to the timeout per MDS address); every other caller,
-        meanwhile and for reopen_interval_s after a failed open (counted
-        from when it failed), gets an UNAVAILABLE error at once, which the
+        One thread opens (see ClientSlot); the others, meanwhile and for
+        reopen_interval_s after a failed open, get NotConnected, which the
         I/O calls turn into misses. LMCache asks batched_contains on its
         lookup path, so an MDS that does not answer must not cost every
         lookup an open, nor queue them behind each other's."""
         layout = self._layout()
-        c = self._client
-        if c is not None and layout == self._client_layout:
-            return c
-        with self._lock:
-            if self._closed:
-                # A read still running when LMCache closed the connector
-                # must not open a client nobody will close.
-                raise InvalidArgument("dfkv LMCache connector is closed")
-            if self._client is not None and layout == self._client_layout:
-                return self._client
-            if self._opening or (self._open_failed_at and
-                                 time.monotonic() - self._open_failed_at < self._reopen_s):
-                raise _NotConnected("dfkv LMCache connector: not connected (an open is in progress or recently "
-                                    "failed; retrying soon)", Status.UNAVAILABLE)
-            self._opening = True
-            old, self._client = self._client, None
-        if old is not None:
-            old.close()
-        opened: Optional[Client] = None
-        try:
-            opened = self._open(self.namespace())
-        except Exception:
-            with self._lock:
-                self._open_failed_at = time.monotonic()
-            raise
-        finally:
-            with self._lock:
-                self._opening = False
-                if opened is not None and not self._closed:
-                    self._client, self._client_layout, opened = opened, layout, None
-                    self._open_failed_at = 0.0
-                current = self._client
-        if opened is not None:  # closed while it opened
-            opened.close()
-            raise InvalidArgument("dfkv LMCache connector is closed")
-        return current
+        return self._slot.get(lambda: self._open(self.namespace()), layout)
 
     def object_key(self, key: Any) -> bytes:
         m = self.metadata
@@ -696,7 +645,7 @@ class DfkvConnector(_RemoteConnectorBase):
             raise
 
     def _warn(self, what: str, e: BaseException) -> None:
-        if isinstance(e, _NotConnected):
+        if isinstance(e, NotConnected):
             # The failed open said why, once; each miss meanwhile would
             # say it again.
             logger.debug("dfkv LMCache connector: %s skipped: %s", what, e)
@@ -1081,9 +1030,8 @@ class DfkvConnector(_RemoteConnectorBase):
         return []
 
     async def close(self) -> None:
-        """Close the client off the event-loop thread: waiting for a
-        client being opened (it holds the lock) and libdfkv's close both
-        block."""
+        """Close the client off the event-loop thread: libdfkv's close
+        blocks (an embedded store flushes its RAM tier to disk)."""
         self._closed = True
         try:
             fut = asyncio.get_running_loop().run_in_executor(None, self._close_sync)
@@ -1093,13 +1041,10 @@ class DfkvConnector(_RemoteConnectorBase):
         await fut
 
     def _close_sync(self) -> None:
-        with self._lock:
-            self._closed = True
-            c, self._client = self._client, None
+        self._slot.close()
         with self._pool_lock:
+            self._closed = True
             ex, self._executor = self._executor, None
-        if c is not None:
-            c.close()
         if ex is not None:
             ex.shutdown(wait=False)
 

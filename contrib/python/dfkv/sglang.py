@@ -69,7 +69,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ._common import Endpoints, RawBuffer, dtype_name, escape_key_part, setting
+from ._common import ClientSlot, Endpoints, RawBuffer, dtype_name, escape_key_part, setting
 from .client import Client
 from .errors import DfkvError, Status, status_name
 from .identity import LAYOUT_SGLANG_HICACHE, LayerGeometry, NamespaceDescriptor, ObjectKey, TopologySizes, layout_fingerprint
@@ -273,13 +273,7 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
         if not bool(self.extra.get("interface_v1", 0)):
             logger.warning("dfkv HiCache backend: extra_config lacks \"interface_v1\": 1, so SGLang moves pages "
                            "through its generic path (an extra copy per page) instead of batch_get_v1/batch_set_v1")
-        self._reopen_s = float(self.extra.get("dfkv_reopen_interval_s", 2.0))
-        self._lock = threading.Lock()
-        self._client: Optional[Client] = None
-        self._open_failed_at = 0.0
-        self._opening = False
-        self._generation = 0  # bumped when the namespace may change (pool registered, close)
-        self._closed = False
+        self._slot = ClientSlot("dfkv HiCache backend", float(self.extra.get("dfkv_reopen_interval_s", 2.0)))
         self.mem_pool_host = None
         self._plans: Dict[str, _Plan] = {}
         self._stats_lock = threading.Lock()
@@ -377,53 +371,14 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
 
     @property
     def client(self) -> Client:
-        """The open client, opening it if needed. One thread opens, outside
-        the lock (with an MDS, open is network I/O: up to the dial timeout
-        per MDS address); every other caller, meanwhile and for
-        dfkv_reopen_interval_s after a failed open (counted from when it
-        failed), gets an UNAVAILABLE DfkvError at once, which the I/O calls
-        turn into misses. So an MDS that does not answer costs the
-        controller's threads one open at a time, never a queue of them."""
-        with self._lock:
-            if self._closed:
-                # A call after close() must not open a client nobody closes.
-                raise DfkvError("dfkv HiCache backend: closed", Status.UNAVAILABLE)
-            if self._client is not None:
-                return self._client
-            if self._opening or (self._open_failed_at and
-                                 time.monotonic() - self._open_failed_at < self._reopen_s):
-                raise DfkvError("dfkv HiCache backend: not connected (an open is in progress or recently "
-                                "failed; retrying soon)", Status.UNAVAILABLE)
-            self._opening = True
-            generation = self._generation
-        opened: Optional[Client] = None
-        try:
-            opened = self._open()
-        except DfkvError:
-            with self._lock:
-                if generation == self._generation:
-                    self._open_failed_at = time.monotonic()
-            raise
-        finally:
-            with self._lock:
-                self._opening = False
-                if opened is not None and generation == self._generation:
-                    self._client, opened = opened, None
-                    self._open_failed_at = 0.0
-                current = self._client
-        if opened is not None:  # the pool was re-registered meanwhile: a stale namespace
-            opened.close()
-            raise DfkvError("dfkv HiCache backend: not connected (the host pool changed during open)",
-                            Status.UNAVAILABLE)
-        return current
+        """The open client, opening it if needed (see ClientSlot: one
+        thread opens; the others, meanwhile and for dfkv_reopen_interval_s
+        after a failed open, get NotConnected, which the I/O calls turn
+        into misses)."""
+        return self._slot.get(self._open)
 
     def _reset_client(self) -> None:
-        with self._lock:
-            self._generation += 1
-            if self._client is not None:
-                self._client.close()
-                self._client = None
-            self._open_failed_at = 0.0
+        self._slot.reset()
         with self._stats_lock:
             # The old keys belong to the old namespace: clear() can no
             # longer name them.
@@ -447,7 +402,7 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
             if err.status == Status.INVALID:
                 raise  # a setting libdfkv refuses: fail at start-up
             logger.warning("dfkv HiCache backend: cannot reach the dfkv nodes yet (%s); pages miss until they "
-                           "answer (retried every %.0f s)", err, self._reopen_s)
+                           "answer (retried every %.0f s)", err, self._slot.reopen_s)
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         """Register one pool of a hybrid model (SGLang passes every entry,
@@ -871,12 +826,7 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
         return out
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._generation += 1
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+        self._slot.close()
 
 
 class _NoPool:

@@ -96,7 +96,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ._common import Endpoints, dtype_name, escape_key_part, setting, switch
+from ._common import ClientSlot, Endpoints, NotConnected, dtype_name, escape_key_part, setting, switch
 from .client import Client
 from .errors import DfkvError, Status
 from .identity import LAYOUT_VLLM, LayerGeometry, NamespaceDescriptor, ObjectKey, TopologySizes, layout_fingerprint
@@ -184,12 +184,6 @@ _COUNTERS = ("loads", "load_blocks", "load_bytes", "load_failed_blocks",
              "saves", "save_blocks", "save_bytes", "save_failed_blocks",
              "lookups", "lookup_blocks", "lookup_hit_blocks")
 _SERIES = ("load_seconds", "save_seconds", "lookup_seconds")
-
-
-class _NotConnected(DfkvError):
-    """No client: another thread is opening one, an open failed less than
-    dfkv_reopen_interval_s ago, or the connector was shut down. The open
-    that failed said why, once."""
 
 
 @dataclass
@@ -468,19 +462,14 @@ class DfkvConnector(_Base, SupportsHMA):
         # start; nodes or an MDS that do not answer yet only make misses
         # (the client property retries), so a cache outage at start is not
         # an inference outage.
-        self._client: Optional[Client] = None
-        self._client_lock = threading.Lock()
-        self._client_shut = False
-        self._opening = False
-        self._open_failed_at = 0.0
-        self._reopen_s = float(setting(self.extra, "dfkv_reopen_interval_s", None, 2.0))
+        self._slot = ClientSlot("dfkv vLLM connector", float(setting(self.extra, "dfkv_reopen_interval_s", None, 2.0)))
         try:
             self.client
         except DfkvError as e:
             if e.status == Status.INVALID:
                 raise
             logger.warning("dfkv vLLM connector: cannot reach the dfkv nodes yet (%s); blocks miss until they "
-                           "answer (retried every %.0f s)", e, self._reopen_s)
+                           "answer (retried every %.0f s)", e, self._slot.reopen_s)
         self._stats = DfkvConnectorStats()
         self._stats_lock = threading.Lock()
         # scheduler side
@@ -547,39 +536,9 @@ class DfkvConnector(_Base, SupportsHMA):
         """The open client, opening it if needed. One thread opens, outside
         the lock (with an MDS, open is network I/O); every other caller,
         meanwhile and for dfkv_reopen_interval_s after a failed open, gets
-        an UNAVAILABLE error at once, which lookups, loads and saves turn
-        into misses and failed blocks."""
-        c = self._client
-        if c is not None:
-            return c
-        with self._client_lock:
-            if self._client_shut:
-                raise _NotConnected("dfkv vLLM connector: shut down", Status.UNAVAILABLE)
-            if self._client is not None:
-                return self._client
-            if self._opening or (self._open_failed_at and
-                                 time.monotonic() - self._open_failed_at < self._reopen_s):
-                raise _NotConnected("dfkv vLLM connector: not connected (an open is in progress or recently "
-                                    "failed; retrying soon)", Status.UNAVAILABLE)
-            self._opening = True
-        opened: Optional[Client] = None
-        try:
-            opened = self._open_client()
-        except Exception:
-            with self._client_lock:
-                self._open_failed_at = time.monotonic()
-            raise
-        finally:
-            with self._client_lock:
-                self._opening = False
-                if opened is not None and not self._client_shut:
-                    self._client, opened = opened, None
-                    self._open_failed_at = 0.0
-                current = self._client
-        if opened is not None:  # shut down while it opened
-            opened.close()
-            raise _NotConnected("dfkv vLLM connector: shut down", Status.UNAVAILABLE)
-        return current
+        NotConnected at once, which lookups, loads and saves turn into
+        misses and failed blocks (see ClientSlot)."""
+        return self._slot.get(self._open_client)
 
     def _open_client(self) -> Client:
         ep = self.endpoints
@@ -681,7 +640,7 @@ class DfkvConnector(_Base, SupportsHMA):
                 st, _ = self.client.batch_exist(list(uniq), pin=True)
                 ok = [s == Status.OK for s in st]
             except Exception as e:  # a closed client or a library fault: no hits
-                log = logger.debug if isinstance(e, _NotConnected) else logger.warning
+                log = logger.debug if isinstance(e, NotConnected) else logger.warning
                 log("dfkv vLLM connector: lookup of %d keys failed: %s", len(uniq), e)
                 ok = [False] * len(uniq)
             now = time.monotonic()
@@ -1126,7 +1085,7 @@ class DfkvConnector(_Base, SupportsHMA):
             bad = sum(s != Status.OK for s in st)
             nbytes = sum(sum(int(p.numel()) * p.element_size() for p in it)
                          for it, s in zip(items, st) if s == Status.OK)
-        except _NotConnected as e:
+        except NotConnected as e:
             # The failed open said why, once; each save meanwhile is a miss
             # later, not a warning now.
             logger.debug("dfkv vLLM connector: save for request %s skipped: %s", tr.req_id, e)
@@ -1285,8 +1244,4 @@ class DfkvConnector(_Base, SupportsHMA):
             self._layer_io.shutdown(wait=True)
         if self._io is not None:
             self._io.shutdown(wait=True)
-        with self._client_lock:
-            self._client_shut = True
-            c, self._client = self._client, None
-        if c is not None:
-            c.close()
+        self._slot.close()

@@ -6,7 +6,6 @@ negative range arguments."""
 import logging
 import os
 import threading
-import time
 import types
 import unittest
 import uuid
@@ -17,6 +16,8 @@ from dfkv import sglang as dsg
 
 from . import lmcache_upstream as lmup
 from . import vllm_upstream as vup
+from dfkv._common import ClientSlot, NotConnected
+
 from ._servers import CredentialsServer, members, new_token
 from .test_lmcache import Stand, engine
 from .test_vllm import NEEDS_TORCH, StandIn, extra as vllm_extra, torch
@@ -30,6 +31,124 @@ def storage_config(**extra):
     return types.SimpleNamespace(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
                                  is_mla_model=False, enable_storage_metrics=False,
                                  model_name="test/sglang-" + uuid.uuid4().hex, extra_config=e)
+
+
+def fail_open():
+    raise dfkv.DfkvError("MDS did not answer", dfkv.Status.UNAVAILABLE)
+
+
+class FakeClient:
+    def __init__(self, name):
+        self.name, self.closed = name, False
+
+    def close(self):
+        self.closed = True
+
+
+class ClientSlotTest(unittest.TestCase):
+    """The open-once, retry-later client every connector holds."""
+
+    def opener(self):
+        opened = []
+
+        def open_fn():
+            c = FakeClient(len(opened))
+            opened.append(c)
+            return c
+        return opened, open_fn
+
+    def test_one_thread_opens_the_others_miss_meanwhile(self):
+        slot, opened = ClientSlot("test", 600.0), []
+        entered, release = threading.Event(), threading.Event()
+
+        def slow_open():
+            entered.set()
+            release.wait(30)
+            opened.append(FakeClient(0))
+            return opened[-1]
+        got = []
+        t = threading.Thread(target=lambda: got.append(slot.get(slow_open)))
+        t.start()
+        self.assertTrue(entered.wait(30))
+        with self.assertRaises(NotConnected):
+            slot.get(slow_open)
+        release.set()
+        t.join(30)
+        self.assertEqual(len(opened), 1)
+        self.assertIs(got[0], opened[0])
+        self.assertIs(slot.get(slow_open), opened[0], "the open client is shared")
+        self.assertIsInstance(NotConnected("x"), dfkv.Unavailable)
+
+    def test_a_failed_open_is_retried_only_after_the_interval(self):
+        slot = ClientSlot("test", 600.0)
+        with self.assertRaises(dfkv.DfkvError) as first:
+            slot.get(fail_open)
+        self.assertNotIsInstance(first.exception, NotConnected, "the failed open's own error reaches its caller")
+        opened, open_fn = self.opener()
+        with self.assertRaises(NotConnected):
+            slot.get(open_fn)
+        self.assertEqual(opened, [], "opened again within the interval")
+        slot.reset()  # a new namespace is worth an open at once
+        self.assertIs(slot.get(open_fn), opened[0])
+        eager = ClientSlot("test", 0.0)
+        with self.assertRaises(dfkv.DfkvError):
+            eager.get(fail_open)
+        self.assertIsInstance(eager.get(open_fn), FakeClient, "an interval of 0 retries at once")
+
+    def test_another_key_closes_the_client_and_opens_anew(self):
+        slot = ClientSlot("test", 600.0)
+        opened, open_fn = self.opener()
+        a = slot.get(open_fn, "layout-a")
+        self.assertIs(slot.get(open_fn, "layout-a"), a)
+        b = slot.get(open_fn, "layout-b")
+        self.assertIsNot(a, b)
+        self.assertTrue(a.closed)
+        self.assertFalse(b.closed)
+        self.assertIs(slot.current, b)
+
+    def test_reset_or_close_during_an_open_discards_its_client(self):
+        for end in ("reset", "close"):
+            with self.subTest(end=end):
+                slot = ClientSlot("test", 600.0)
+                entered, release, opened, errors = threading.Event(), threading.Event(), [], []
+
+                def slow_open():
+                    entered.set()
+                    release.wait(30)
+                    opened.append(FakeClient(0))
+                    return opened[-1]
+
+                def call():
+                    try:
+                        slot.get(slow_open)
+                    except NotConnected as e:
+                        errors.append(e)
+                t = threading.Thread(target=call)
+                t.start()
+                self.assertTrue(entered.wait(30))
+                getattr(slot, end)()
+                release.set()
+                t.join(30)
+                self.assertEqual(len(errors), 1, "a client for a dropped namespace was handed out")
+                self.assertTrue(opened[0].closed, "the discarded client was not closed")
+                self.assertIsNone(slot.current)
+                more, open_fn = self.opener()
+                if end == "reset":
+                    self.assertIs(slot.get(open_fn), more[0], "after a reset the next call opens")
+                else:
+                    with self.assertRaises(NotConnected):
+                        slot.get(open_fn)
+                    self.assertEqual(more, [], "a closed slot opened a client")
+
+    def test_close_closes_the_open_client(self):
+        slot = ClientSlot("test", 600.0)
+        opened, open_fn = self.opener()
+        c = slot.get(open_fn)
+        slot.close()
+        self.assertTrue(c.closed)
+        self.assertTrue(slot.closed)
+        with self.assertRaises(NotConnected):
+            slot.get(open_fn)
 
 
 class LMCacheEdgesTest(unittest.TestCase):
@@ -46,7 +165,7 @@ class LMCacheEdgesTest(unittest.TestCase):
             entered.set()
             release.wait(30)
             raise dfkv.DfkvError("MDS did not answer", dfkv.Status.UNAVAILABLE)
-        s.conn._client = None
+        s.conn._slot.reset()
         s.conn._open = slow_failing_open
         k = s.key(0x51)
         answers = []
@@ -77,7 +196,7 @@ class SGLangEdgesTest(unittest.TestCase):
         self.assertTrue(st.set("k0", value=bytearray(b"p" * 256)))
         st.close()
         self.assertEqual(st.batch_exists(["k0"]), 0, "a closed backend answers misses")
-        leaked = st._client
+        leaked = st._slot.current
         if leaked is not None:
             self.addCleanup(leaked.close)
         self.assertIsNone(leaked, "a call after close() opened a client nothing will close")
@@ -144,8 +263,9 @@ class VLLMOutageLogTest(unittest.TestCase):
         # having said why once. Built by hand: no torch, no vLLM config.
         from dfkv import vllm as dvl
         c = object.__new__(dvl.DfkvConnector)
-        c._client, c._client_lock, c._client_shut, c._opening = None, threading.Lock(), False, False
-        c._open_failed_at, c._reopen_s = time.monotonic(), 600.0
+        c._slot = ClientSlot("dfkv vLLM connector", 600.0)
+        with self.assertRaises(dfkv.DfkvError):
+            c._slot.get(fail_open)
         c._pieces = lambda ids: []
         c._stats, c._stats_lock = dvl.DfkvConnectorStats(), threading.Lock()
         tr = dvl.BlockTransfer("r1", ["h0", "h1"], [1, 2])

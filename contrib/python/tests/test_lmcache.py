@@ -387,9 +387,9 @@ class PluginRouteTest(unittest.TestCase):
         t.join(30)
         closing.result(30)
         self.assertTrue(answered, "the event loop waited for the client to open (close)")
-        self.assertIsNone(s.conn._client, "a client opened while closing is closed too")
+        self.assertIsNone(s.conn._slot.current, "a client opened while closing is closed too")
         self.assertFalse(s.conn.exists_sync(k), "a closed connector answers a miss")
-        self.assertIsNone(s.conn._client, "and opens no client")
+        self.assertIsNone(s.conn._slot.current, "and opens no client")
 
     def test_token_setting_reaches_the_client(self):
         # remote_storage_plugin.dfkv.token, against a node that requires

@@ -129,7 +129,7 @@ class ControllerTest(SGLangCase):
         self.assertEqual(load.completed_tokens, 3 * pool.page_size)
         for i in range(3):
             self.assertEqual(pool.get_data_page((4 + i) * pool.page_size), want[i])
-        self.assertTrue(c.storage_backend._client.embedded)
+        self.assertTrue(c.storage_backend._slot.current.embedded)
 
     def test_every_layout_round_trips_the_flat_page(self):
         cases = [(False, "layer_first"), (False, "page_first"), (False, "page_first_direct"), (False, "page_head"),

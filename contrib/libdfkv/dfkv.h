@@ -57,10 +57,12 @@
  * Last error
  *   Each handle keeps the message of its most recent failure per calling
  *   thread, like errno (dfkv_last_error(c, ...)); failures of dfkv_open_v2,
- *   which has no handle yet, of dfkv_chain_keys, which takes none, and of
- *   calls made with a NULL or closed handle go to one process-wide slot
- *   kept the same way (dfkv_last_error(NULL, ...)). Read it on the thread that made the failing call: with one
- *   handle shared by many threads, each gets its own failure's message. A
+ *   which has no handle yet, of dfkv_chain_keys, which takes none, of
+ *   dfkv_close, after which the handle is gone, and of calls made with a
+ *   NULL or closed handle go to one process-wide slot kept the same way
+ *   (dfkv_last_error(NULL, ...)). Read it on the thread that made the
+ *   failing call: with one handle shared by many threads, each gets its
+ *   own failure's message. A
  *   thread with no message of its own on the handle gets the latest of any
  *   thread (or, once its thread id is reused, a dead thread's). Up to 1,024
  *   threads' messages are kept per handle; past that, the oldest goes.
@@ -138,7 +140,9 @@ typedef struct dfkv_client_options_v2 {
      * layout of dfkv.toml, usually its [server] table, e.g.
      *   "[server]\nram_tier_bytes = \"8GiB\"\ndisks = [\"/nvme/dfkv\"]\n"
      * ("" for the defaults: a 1 GiB RAM tier and no disk); DFKV_SERVER_*
-     * variables apply on top. members and mds_addrs must be empty. A disk
+     * variables, as the process has them at open (getenv), apply on top;
+     * the client's connection variables (DFKV_CLIENT_TOKEN, DFKV_TOKEN,
+     * DFKV_CLIENT_TLS*) are ignored. members and mds_addrs must be empty. A disk
      * has one owner: a second process naming the same directory fails with
      * an error naming the process that holds it; processes share through
      * the object store (server.s3_*). dfkv_close flushes RAM to the disk
@@ -218,8 +222,10 @@ enum { DFKV_TLS_ENV = 0, DFKV_TLS_ON = 1, DFKV_TLS_OFF = 2 };
  * background until dfkv_close. */
 int dfkv_open_v2(const dfkv_client_options_v2* opts, dfkv_client** out);
 
-/* Closes idle connections and invalidates the handle. Closing NULL or a
- * closed handle returns DFKV_INVALID. */
+/* Closes idle connections and invalidates the handle, which is gone even
+ * when the close fails (an embedded store whose flush to disk failed): the
+ * message is then in dfkv_last_error(NULL, ...). Closing NULL or a closed
+ * handle returns DFKV_INVALID. */
 int dfkv_close(dfkv_client* c);
 
 /* Copies the last error message (NUL-terminated, truncated to cap-1 bytes)
@@ -241,7 +247,10 @@ int dfkv_put(dfkv_client* c, const void* key, uint64_t key_len,
 /* Reads the whole value of key into buf. *stored_len (required) receives
  * the stored length. When the value is longer than buf_len, buf holds its
  * first buf_len bytes and DFKV_TOO_LARGE is returned: retry with a buffer of
- * *stored_len bytes. A miss is DFKV_NOT_FOUND. */
+ * *stored_len bytes. A value longer than this client's max_block_bytes
+ * (stored by a writer with a higher limit) is DFKV_TOO_LARGE whatever the
+ * buffer: only a client opened with a larger max_block_bytes reads it. A
+ * miss is DFKV_NOT_FOUND. */
 int dfkv_get(dfkv_client* c, const void* key, uint64_t key_len,
              void* buf, uint64_t buf_len, uint64_t* stored_len);
 

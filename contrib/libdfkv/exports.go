@@ -280,8 +280,14 @@ func dfkv_open_v2(opts *C.dfkv_client_options_v2, out *C.uintptr_t) (rc C.int) {
 	}
 	// The environment as the host process has it now (getenv), not as Go
 	// copied it when the library was loaded: an engine may set the
-	// variable after loading libdfkv.
-	o.token, o.tokenFrom = resolveToken(token, cEnv)
+	// variable after loading libdfkv. The client's connection variables
+	// are not for an embedded store, which has no connection: a value
+	// meant for the engine's remote clients must not fail its open.
+	env := cEnv
+	if o.embedded != nil {
+		env = func(string) (string, bool) { return "", false }
+	}
+	o.token, o.tokenFrom = resolveToken(token, env)
 	var tf tlsFields
 	if has(unsafe.Offsetof(opts.reserved1), unsafe.Sizeof(opts.reserved1)) {
 		tf.mode = uint32(opts.tls)
@@ -304,7 +310,7 @@ func dfkv_open_v2(opts *C.dfkv_client_options_v2, out *C.uintptr_t) (rc C.int) {
 		tf.serverName = C.GoString(opts.tls_server_name)
 	}
 	// The environment through getenv, as for the token.
-	tlsSet, err := resolveTLS(tf, cEnv)
+	tlsSet, err := resolveTLS(tf, env)
 	if err != nil {
 		return fail(err)
 	}
@@ -344,7 +350,12 @@ func dfkv_close(h C.uintptr_t) (rc C.int) {
 	if err != nil {
 		return handleErr(fmt.Errorf("dfkv_close: %w", err))
 	}
-	return s.ret(s.close())
+	if err := s.close(); err != nil {
+		// The handle is gone: its message goes where a caller can still
+		// read it, the process-wide slot.
+		return handleErr(fmt.Errorf("dfkv_close: %w", err))
+	}
+	return stOK
 }
 
 //export dfkv_last_error
@@ -416,7 +427,19 @@ func dfkv_get(h C.uintptr_t, key unsafe.Pointer, keyLen C.uint64_t, buf unsafe.P
 	}
 	stored, err := s.get(k, dst)
 	*storedLen = C.uint64_t(stored)
-	return s.ret(err)
+	return s.ret(s.overLimit(err, stored))
+}
+
+// overLimit rewrites a TOO_LARGE read of a value longer than this
+// handle's max_block_bytes (another writer's limit was higher): the
+// destination was cut to the limit, so a larger buffer cannot help, and
+// the message must not say it would.
+func (s *state) overLimit(err error, stored uint64) error {
+	if err == nil || stored <= s.maxBlock || wire.StatusOf(err) != wire.StatusTooLarge {
+		return err
+	}
+	return fmt.Errorf("the %d-byte value exceeds this client's max_block_bytes %d; a larger buffer will not help, "+
+		"open the client with max_block_bytes of at least %d: %w", stored, s.maxBlock, stored, wire.StatusTooLarge)
 }
 
 //export dfkv_get_range
@@ -644,7 +667,7 @@ func dfkv_get_batch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *
 	res := s.getBatch(ks, dsts)
 	errs := make([]error, n)
 	for i, r := range res {
-		errs[i] = r.Err
+		errs[i] = s.overLimit(r.Err, r.Stored)
 		if local[i] != nil {
 			errs[i] = local[i]
 			continue
@@ -683,7 +706,7 @@ func existBatch(h C.uintptr_t, n C.uint64_t, keys *unsafe.Pointer, keyLens *C.ui
 	res := s.existBatch(ks, pin)
 	errs := make([]error, n)
 	for i, r := range res {
-		errs[i] = r.Err
+		errs[i] = s.overLimit(r.Err, r.Stored)
 		if local[i] != nil {
 			errs[i] = local[i]
 			continue

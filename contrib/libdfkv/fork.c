@@ -22,6 +22,9 @@ static void close_locks_in_child(void) {
         int v = __atomic_load_n(&lock_fds[i], __ATOMIC_ACQUIRE);
         if (v > 0) {
             close(v - 1);
+            // Forget it: the child's next file may get this number, and
+            // the child's own children must not close that.
+            __atomic_store_n(&lock_fds[i], 0, __ATOMIC_RELEASE);
         }
     }
 }

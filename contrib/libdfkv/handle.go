@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime/cgo"
 	"strings"
 	"sync"
@@ -297,7 +296,9 @@ func open(o openOptions) (uintptr, error) {
 	}
 	// DFKV_RDMA in the engine's environment asks for RDMA; a library
 	// built without it (the default) or a host without a device uses TCP.
-	rdmaOpts, _ := rdma.ClientFromEnv(os.LookupEnv)
+	// Read through getenv, as the token is: an engine may set it after
+	// loading libdfkv, which Go's copy of the environment would miss.
+	rdmaOpts, _ := rdma.ClientFromEnv(cEnv)
 	c, err := client.Open(client.Options{
 		Namespace:        append([]byte(nil), o.namespace...),
 		Members:          members,
@@ -341,7 +342,8 @@ func openEmbedded(o openOptions, membership bool) (uintptr, error) {
 	if o.timeoutMS > maxTimeoutMS {
 		return 0, fmt.Errorf("dfkv_open_v2: timeout_ms %d over a day: %w", o.timeoutMS, wire.StatusInvalid)
 	}
-	node, release, err := embed.Shared(*o.embedded, os.LookupEnv)
+	// DFKV_SERVER_* through getenv, as the engine's process has them now.
+	node, release, err := embed.Shared(*o.embedded, cEnv)
 	if err != nil {
 		if _, ok := errors.AsType[wire.Status](err); !ok {
 			err = fmt.Errorf("%w: %w", err, wire.StatusInvalid) // a configuration the store refused

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from .errors import Unavailable
+from .errors import DfkvError, Unavailable
 
 logger = logging.getLogger("dfkv")
 
@@ -77,7 +77,7 @@ class ClientSlot:
             generation = self._generation
             self._current = None
         if cur is not None:  # opened for another key
-            cur[0].close()
+            self._close(cur[0])
         opened = None
         try:
             opened = open_fn()
@@ -94,7 +94,7 @@ class ClientSlot:
                     self._failed_at = 0.0
                     mine = self._current[0]
         if opened is not None:
-            opened.close()
+            self._close(opened)
             why = "closed" if self._closed else "not connected (its settings changed during the open)"
             raise NotConnected(f"{self.owner}: {why}")
         return mine
@@ -114,7 +114,16 @@ class ClientSlot:
             cur, self._current = self._current, None
             self._failed_at = 0.0
         if cur is not None:
-            cur[0].close()
+            self._close(cur[0])
+
+    def _close(self, client: Any) -> None:
+        # An engine's close or re-registration must not fail because the
+        # cache's did (an embedded store whose flush to disk failed): say
+        # so, and go on.
+        try:
+            client.close()
+        except DfkvError as e:
+            logger.warning("%s: closing its dfkv client failed: %s", self.owner, e)
 
 
 class RawBuffer:

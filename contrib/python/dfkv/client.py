@@ -119,6 +119,22 @@ def _key_arrays(keys: Sequence[Key]):
 # the process's embedded store, configured by $DFKV_EMBEDDED_CONFIG.
 EMBEDDED = "embedded"
 
+# Counts the forks this process descends from (os.fork and multiprocessing
+# run the hook). libdfkv's Go runtime does not survive fork: a child that
+# called into a client its parent opened would block for ever, even to
+# close it, so a client remembers the count it was opened under and, in a
+# child, refuses calls and lets go of its handle without closing it (the
+# parent owns it).
+_forks = 0
+
+
+def _after_fork_in_child() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 def server_toml(settings: Dict[str, Any]) -> str:
     """The [server] table of a dfkv.toml holding settings (names as in
@@ -254,6 +270,7 @@ class Client:
                  tls_ca: Union[str, os.PathLike, None] = None, tls_cert: Union[str, os.PathLike, None] = None,
                  tls_key: Union[str, os.PathLike, None] = None, tls_server_name: Optional[str] = None) -> None:
         self._h: Optional[int] = None
+        self._forks, self._pid = _forks, os.getpid()
         self._lib = _lib.load(library)
         ns = namespace_bytes(namespace)
         self.namespace = ns
@@ -330,6 +347,9 @@ class Client:
         h = self._h
         if h is None:
             raise InvalidArgument("dfkv client is closed")
+        if self._forks != _forks:
+            raise InvalidArgument(f"dfkv client was opened in process {self._pid}, before a fork; libdfkv does "
+                                  f"not survive fork: open a Client in this process (pid {os.getpid()})")
         return h
 
     def _raise(self, rc: int, what: str):
@@ -345,11 +365,19 @@ class Client:
             raise err
 
     def close(self) -> None:
-        """Close the client; later calls raise InvalidArgument. Idempotent."""
+        """Close the client; later calls raise InvalidArgument. Idempotent.
+        Raises DfkvError when libdfkv's close failed (an embedded store
+        whose flush to disk failed); the client is closed all the same. In
+        a forked child a client opened by the parent is only let go of."""
+        if self._forks != _forks:
+            self._h = None  # the parent's to close; its lock may be held by a thread the fork left behind
+            return
         with self._close_lock:
             h, self._h = self._h, None
         if h is not None:
-            self._lib.dfkv_close(h)
+            rc = self._lib.dfkv_close(h)
+            if rc:
+                raise error_for(rc, f"close: {self._last_error(None)}")
 
     def __enter__(self) -> "Client":
         return self
@@ -389,7 +417,7 @@ class Client:
             # A miss is the common answer, not a failure to explain: the
             # key is enough.
             raise error_for(rc, f"get_into {key!r}: not stored")
-        if rc == Status.TOO_LARGE:
+        if rc == Status.TOO_LARGE and n < stored.value:
             raise error_for(rc, f"get_into {key!r}: destination buffer smaller than the stored value "
                                 f"({n} bytes for {stored.value})")
         if rc:
@@ -416,7 +444,9 @@ class Client:
             if rc == Status.NOT_FOUND:
                 self._check_miss(f"get {key!r}")
                 return None
-            if rc != Status.TOO_LARGE:
+            if rc != Status.TOO_LARGE or n >= stored.value:
+                # A TOO_LARGE with room for the value: over this client's
+                # max_block_bytes, which no retry mends.
                 self._raise(rc, f"get {key!r}")
             hint.n = stored.value
         self._raise(rc, "get (value kept growing)")

@@ -93,6 +93,18 @@ type Lender interface {
 	Return(loan Loan)
 }
 
+// LeaseLender is a Lender whose loans can back leases: bytes a client on
+// the node's host (shared memory) or its network (RDMA) reads in place,
+// holding the loan until it releases the lease or the lease expires.
+type LeaseLender interface {
+	Lender
+	// LendLease is Lend for a loan held as a lease. ok is also false when
+	// the value's memory has too many loans held to take another without
+	// starving reads of it; the caller then serves the bytes another way.
+	// hit says whether the loan counts as a GET answered from memory.
+	LendLease(key wire.BlockKey, offset, length uint64, hit bool) (data []byte, stored uint64, loan Loan, ok bool, err error)
+}
+
 // Receiver is implemented by an engine that can take a PUT's value
 // straight into its own memory (the RAM tier's arena): the server reads
 // the payload from the socket into the buffer Receive returns, saving the

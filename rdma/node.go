@@ -22,7 +22,7 @@ import (
 // Arena is a RAM tier whose arena peers may READ (ramtier.Tier): it lends
 // resident values in place, and says where lent bytes lie in its memory.
 type Arena interface {
-	engine.Lender
+	engine.LeaseLender
 	// ArenaMem is the arena: one mapping with a stable address,
 	// registered once for the node's life.
 	ArenaMem() []byte
@@ -449,7 +449,7 @@ func (c *nodeConn) leaseOp(h *wire.RequestHeader) error {
 	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: uint64(cnt)})
 	for i := range cnt {
 		k, off, length := wire.DecodeGetItem(items[i*wire.LeaseItemLen:])
-		if c.tryLease(k, off, length) {
+		if c.tryLease(k, off, length, true) {
 			continue
 		}
 		data, stored, err := c.n.opts.Engine.Get(k, off, length, iobuf.Heap{})
@@ -458,7 +458,7 @@ func (c *nodeConn) leaseOp(h *wire.RequestHeader) error {
 			c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOf(err), stored, wire.LeaseNone, 0, 0, 0)
 		case len(data) == 0:
 			c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOK, stored, wire.LeaseNone, 0, 0, 0)
-		case h.Key.Tenant&wire.LeaseFlagPromote != 0 && c.tryLease(k, off, length):
+		case h.Key.Tenant&wire.LeaseFlagPromote != 0 && c.tryLease(k, off, length, false):
 			// The read filled RAM: that slot is leased instead.
 		default:
 			c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOK, stored, wire.LeaseInline, 0, uint64(len(data)), 0)
@@ -469,14 +469,18 @@ func (c *nodeConn) leaseOp(h *wire.RequestHeader) error {
 }
 
 // tryLease leases key's resident bytes and queues the record; false when
-// they are not in the arena (or every lease is live): nothing queued.
-func (c *nodeConn) tryLease(k wire.BlockKey, off, length uint64) bool {
+// they are not in the arena, or too many leases hold them: nothing
+// queued. When every lease is live, a lookup that counts as a hit (the
+// item's first) sends the bytes it lent inline instead, so the item
+// reads RAM, and counts a hit, once; one after a read (hit false, the
+// read counted its miss) leaves them to the caller.
+func (c *nodeConn) tryLease(k wire.BlockKey, off, length uint64, hit bool) bool {
 	n := c.n
 	if n.leases == nil {
 		return false
 	}
 	a := n.opts.Arena
-	data, stored, loan, ok, err := a.Lend(k, off, length)
+	data, stored, loan, ok, err := a.LendLease(k, off, length, hit)
 	if !ok {
 		return false
 	}
@@ -494,8 +498,12 @@ func (c *nodeConn) tryLease(k wire.BlockKey, off, length uint64) bool {
 	}
 	id, _, granted := n.leases.Grant(c.owner, loan)
 	if !granted {
+		if hit {
+			c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOK, stored, wire.LeaseInline, 0, uint64(len(data)), 0)
+			c.wbuf = append(c.wbuf, data...)
+		}
 		a.Return(loan)
-		return false
+		return hit
 	}
 	c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOK, stored, wire.LeaseArena, at, uint64(len(data)), id)
 	return true

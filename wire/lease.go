@@ -64,6 +64,9 @@ type LeaseID uint64
 // Index is the lease's slot in the node's lease table.
 func (id LeaseID) Index() uint32 { return uint32(id >> 32) }
 
+// Seq is the sequence number the lease was granted under.
+func (id LeaseID) Seq() uint32 { return uint32(id) }
+
 // LeaseHello is the client's bootstrap frame (32 bytes):
 //
 //	magic "DFKVLSE\0" (8) | epoch u8 | flags u8 (0) | reserved (6) |

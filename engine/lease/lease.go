@@ -8,7 +8,9 @@
 // ends (ReleaseOwner), or when it expires (TTL after its grant), so a
 // client that dies, hangs or forgets never pins memory for longer than
 // the TTL. A lease can only be released by the connection it was granted
-// to; a forged, reused or expired id releases nothing and is counted.
+// to. An expired or already released id releases nothing (a client whose
+// lease expired first is normal); another owner's id, or one the table
+// never issued (a forged one), releases nothing and is counted.
 //
 // Each lease has a word in a region the clients map read-only: the word
 // of slot i holds the ID of the live lease of slot i, or 0. The table
@@ -219,6 +221,10 @@ func (t *Table) endLocked(owner uint64, id wire.LeaseID, check bool) (engine.Loa
 	}
 	s := &t.slots[i]
 	if s.id != id || id == 0 {
+		if id != 0 && (id.Seq() == 0 || id.Seq() > s.seq) {
+			// Not yet issued for this slot: forged, not expired.
+			t.refused.Add(1)
+		}
 		return engine.Loan{}, ErrUnknown
 	}
 	if check && s.by.owner != owner {

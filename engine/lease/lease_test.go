@@ -113,6 +113,9 @@ func TestGrantSetsWordReleaseClearsItAndReturnsLoan(t *testing.T) {
 	if tb.words[id2.Index()].Load() != uint64(id2) {
 		t.Fatal("the release of a stale id cleared the live lease's word")
 	}
+	if s := tb.Stats(); s.Refused != 0 {
+		t.Fatalf("a stale id (its lease ended, its slot reused) was counted as refused: %+v", s)
+	}
 }
 
 func TestReleaseRefusesOtherOwnersAndForgedIDs(t *testing.T) {
@@ -126,14 +129,18 @@ func TestReleaseRefusesOtherOwnersAndForgedIDs(t *testing.T) {
 	if err := tb.Release(1, forged); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("Release of an out-of-range slot: %v, want ErrNotOwner", err)
 	}
-	if err := tb.Release(1, id+1); !errors.Is(err, ErrUnknown) {
-		t.Fatalf("Release of a guessed sequence: %v, want ErrUnknown", err)
+	// Ids the table never issued: a sequence the live slot has not
+	// reached, and a slot never granted.
+	for _, f := range []wire.LeaseID{id + 1000, wire.LeaseID(uint64(3)<<32 | 1)} {
+		if err := tb.Release(1, f); !errors.Is(err, ErrUnknown) {
+			t.Fatalf("Release of never-issued id %#x: %v, want ErrUnknown", uint64(f), err)
+		}
 	}
 	if l.outstanding() != 1 || tb.words[id.Index()].Load() != uint64(id) {
 		t.Fatal("a refused release ended the lease")
 	}
-	if s := tb.Stats(); s.Refused != 2 || s.Live != 1 {
-		t.Fatalf("stats %+v, want 2 refused and 1 live", s)
+	if s := tb.Stats(); s.Refused != 4 || s.Live != 1 {
+		t.Fatalf("stats %+v, want 4 refused (another owner, past the table, 2 never issued) and 1 live", s)
 	}
 }
 

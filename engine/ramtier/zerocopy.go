@@ -10,7 +10,7 @@ import (
 	"github.com/dfkv/dfkv/wire"
 )
 
-var _ engine.Lender = (*Tier)(nil)
+var _ engine.LeaseLender = (*Tier)(nil)
 
 // Lend implements engine.Lender: a value resident in an arena slot is lent
 // in place under a transfer-pin, so the server writes it to the socket
@@ -19,12 +19,22 @@ var _ engine.Lender = (*Tier)(nil)
 // Close waits for every loan. Dedicated large values and misses are not
 // lent (ok false): Get copies the former and fills RAM with the latter.
 func (t *Tier) Lend(key wire.BlockKey, offset, length uint64) ([]byte, uint64, engine.Loan, bool, error) {
-	return t.lend(key, offset, length, true)
+	return t.lend(key, offset, length, true, false)
+}
+
+// LendLease implements engine.LeaseLender: Lend for a loan a client will
+// hold as a lease, for up to the lease TTL. It leaves the last 4,096 of a
+// slot's pins to reads (ok false: the caller serves the bytes another
+// way), so leases of one hot key, however many, never make its GETs
+// busy. hit says whether it counts as a GET answered from RAM.
+func (t *Tier) LendLease(key wire.BlockKey, offset, length uint64, hit bool) ([]byte, uint64, engine.Loan, bool, error) {
+	return t.lend(key, offset, length, hit, true)
 }
 
 // lend is Lend; hit says whether it counts as a GET answered from RAM (a
-// pin does not).
-func (t *Tier) lend(key wire.BlockKey, offset, length uint64, hit bool) ([]byte, uint64, engine.Loan, bool, error) {
+// pin does not); held says the loan may be held past one send (a lease or
+// a pin), and so stays clear of the pins kept for reads.
+func (t *Tier) lend(key wire.BlockKey, offset, length uint64, hit, held bool) ([]byte, uint64, engine.Loan, bool, error) {
 	if err := t.enter(); err != nil {
 		return nil, 0, engine.Loan{}, false, nil // Get reports the closed tier
 	}
@@ -36,7 +46,11 @@ func (t *Tier) lend(key wire.BlockKey, offset, length uint64, hit bool) ([]byte,
 		s.mu.Unlock()
 		return nil, 0, engine.Loan{}, false, nil
 	}
-	r, n, ok, err := s.alloc.Acquire(&key)
+	acquire := s.alloc.Acquire
+	if held {
+		acquire = s.alloc.AcquireLease
+	}
+	r, n, ok, err := acquire(&key)
 	var slot []byte
 	if ok && err == nil {
 		slot = t.slotBytes(s, r, uint64(n)) // the allocator is read under its lock
@@ -211,7 +225,7 @@ const diskPin = 1 << 63
 // there (a transfer-pin, as Lend takes); one only on the backing is held
 // there when the backing pins. Dedicated large values are not pinned.
 func (t *Tier) Pin(key wire.BlockKey) (engine.Loan, bool) {
-	if _, _, loan, ok, err := t.lend(key, 0, 0, false); ok {
+	if _, _, loan, ok, err := t.lend(key, 0, 0, false, true); ok {
 		if err != nil {
 			return engine.Loan{}, false
 		}

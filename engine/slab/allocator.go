@@ -34,6 +34,11 @@ const (
 	// that adds a pin for its caller, so a slot read by 65,534 lenders at
 	// once can still be replaced or removed without the count wrapping.
 	maxReadPins = maxPins - 1
+	// maxLeasePins is where AcquireLease stops. A lease pins a slot for up
+	// to its TTL, not for one send, so leases alone must never take the
+	// last pins: the rest stay for reads, and a client that leases one
+	// key over and over without releasing cannot make it unreadable.
+	maxLeasePins = maxReadPins - 4096
 )
 
 // slotMeta is the whole in-memory state of one slot: 32 bytes, no
@@ -201,6 +206,17 @@ func (a *Allocator) Exist(key *wire.BlockKey) (SlotRef, uint32, bool) {
 // Acquire looks key up for a read: it pins the slot (so it is not reused
 // while the read is in flight) and warms its heat. Release must follow.
 func (a *Allocator) Acquire(key *wire.BlockKey) (SlotRef, uint32, bool, error) {
+	return a.acquire(key, maxReadPins)
+}
+
+// AcquireLease is Acquire for a pin that a lease will hold: it finds the
+// slot busy once only 4,096 pins are left below Acquire's limit, keeping them for
+// reads.
+func (a *Allocator) AcquireLease(key *wire.BlockKey) (SlotRef, uint32, bool, error) {
+	return a.acquire(key, maxLeasePins)
+}
+
+func (a *Allocator) acquire(key *wire.BlockKey, maxPinned uint16) (SlotRef, uint32, bool, error) {
 	id, ok := a.idx.get(key)
 	if !ok {
 		return 0, 0, false, nil
@@ -209,7 +225,7 @@ func (a *Allocator) Acquire(key *wire.BlockKey) (SlotRef, uint32, bool, error) {
 	e, s := a.Split(r)
 	em := &a.ext[e]
 	sm := &em.slots[s]
-	if sm.pins >= maxReadPins {
+	if sm.pins >= maxPinned {
 		return 0, 0, true, ErrBusy
 	}
 	if sm.pins == 0 {

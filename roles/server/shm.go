@@ -46,7 +46,7 @@ type ShmOptions struct {
 
 // ArenaSharer is a RAM tier with a shared arena (ramtier.Tier).
 type ArenaSharer interface {
-	engine.Lender
+	engine.LeaseLender
 	ArenaFile() *os.File
 	ArenaBytes() uint64
 	ArenaOffset(b []byte) (uint64, bool)
@@ -244,11 +244,15 @@ func (c *conn) leaseOp(h *wire.RequestHeader) error {
 	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: uint64(n)})
 	for i := range n {
 		k, off, length := wire.DecodeGetItem(items[i*wire.LeaseItemLen:])
-		if c.tryLease(k, off, length) {
+		leased, data, stored := c.tryLease(k, off, length, true)
+		if leased {
 			c.s.pins.read(k)
 			continue
 		}
-		data, stored, err := c.read(k, off, length)
+		var err error
+		if data == nil {
+			data, stored, err = c.read(k, off, length)
+		}
 		c.s.pins.read(k)
 		if err != nil {
 			c.release()
@@ -260,7 +264,7 @@ func (c *conn) leaseOp(h *wire.RequestHeader) error {
 			c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOK, stored, wire.LeaseNone, 0, 0, 0)
 			continue
 		}
-		if h.Key.Tenant&wire.LeaseFlagPromote != 0 && !c.onLoan && c.tryLease(k, off, length) {
+		if h.Key.Tenant&wire.LeaseFlagPromote != 0 && !c.onLoan && c.leaseAfterRead(k, off, length) {
 			// The read filled RAM (a miss is read whole into an arena
 			// slot): that slot is leased instead of the bytes sent.
 			c.release()
@@ -277,36 +281,48 @@ func (c *conn) leaseOp(h *wire.RequestHeader) error {
 }
 
 // tryLease leases key's resident bytes in the arena and queues the
-// record; false when they are not resident in the arena (or the table is
-// full), and nothing was queued.
-func (c *conn) tryLease(k wire.BlockKey, off, length uint64) bool {
+// record (leased). When every lease is live, the bytes it lent are
+// returned for the caller to send inline, under the connection's loan as
+// read would hold them, so the GET reads RAM (and counts as a hit) once.
+// Nothing leased and no data: the bytes are not resident in the arena,
+// or too many leases hold them; the caller reads.
+func (c *conn) tryLease(k wire.BlockKey, off, length uint64, hit bool) (leased bool, data []byte, stored uint64) {
 	n := c.s.shm
 	if n.leases == nil {
-		return false
+		return false, nil, 0
 	}
-	data, stored, loan, ok, err := n.opts.Arena.Lend(k, off, length)
+	data, stored, loan, ok, err := n.opts.Arena.LendLease(k, off, length, hit)
 	if !ok {
-		return false
+		return false, nil, 0
 	}
 	if err != nil || len(data) == 0 {
 		if len(data) > 0 {
 			n.opts.Arena.Return(loan)
 		}
 		c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOf(err), stored, wire.LeaseNone, 0, 0, 0)
-		return true
+		return true, nil, 0
 	}
 	at, inArena := n.opts.Arena.ArenaOffset(data)
-	if !inArena {
-		n.opts.Arena.Return(loan)
-		return false
+	if inArena {
+		if id, _, granted := n.leases.Grant(c.lease.owner, loan); granted {
+			c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOK, stored, wire.LeaseArena, at, uint64(len(data)), id)
+			return true, nil, 0
+		}
 	}
-	id, _, granted := n.leases.Grant(c.lease.owner, loan)
-	if !granted {
+	if !hit {
 		n.opts.Arena.Return(loan)
-		return false
+		return false, nil, 0
 	}
-	c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOK, stored, wire.LeaseArena, at, uint64(len(data)), id)
-	return true
+	c.loan, c.onLoan = loan, true
+	return false, data, stored
+}
+
+// leaseAfterRead leases the arena slot a read just filled, counting no
+// hit (the read counted its miss); false when it could not, with nothing
+// held: the caller sends the bytes it read.
+func (c *conn) leaseAfterRead(k wire.BlockKey, off, length uint64) bool {
+	leased, _, _ := c.tryLease(k, off, length, false)
+	return leased
 }
 
 // leasePut stores the values the client wrote into its staging region.
@@ -442,14 +458,14 @@ var (
 	descLeaseGranted  = prometheus.NewDesc("dfkv_lease_granted_total", "Leases granted.", nil, nil)
 	descLeaseReleased = prometheus.NewDesc("dfkv_lease_released_total", "Leases released by their clients (or their connections closing).", nil, nil)
 	descLeaseExpired  = prometheus.NewDesc("dfkv_lease_expired_total", "Leases that ran out (server.lease_ms): a client that hung or forgot to release.", nil, nil)
-	descLeaseRefused  = prometheus.NewDesc("dfkv_lease_refused_total", "Releases of leases another connection holds, or of ids that never existed.", nil, nil)
+	descLeaseRefused  = prometheus.NewDesc("dfkv_lease_refused_total", "Releases of leases another connection holds, or of ids the node never issued (forged); expired ids are not counted.", nil, nil)
 	descLeaseFull     = prometheus.NewDesc("dfkv_lease_full_total", "Values sent on the socket because every lease was live (server.lease_max).", nil, nil)
 	descPinLive       = prometheus.NewDesc("dfkv_pin_live", "Values a BATCH_EXIST with the pin flag keeps from eviction until a GET reads them.", nil, nil)
 	descPinGranted    = prometheus.NewDesc("dfkv_pin_granted_total", "Pins taken by BATCH_EXIST with the pin flag.", nil, nil)
 	descRDMAConns     = prometheus.NewDesc("dfkv_rdma_conns", "Open RDMA connections.", nil, nil)
 	descRDMALeaseLive = prometheus.NewDesc("dfkv_rdma_lease_live", "Leases RDMA clients hold now.", nil, nil)
 	descRDMAExpired   = prometheus.NewDesc("dfkv_rdma_lease_expired_total", "RDMA leases that ran out (server.lease_ms): a client that hung or forgot to release.", nil, nil)
-	descRDMARefused   = prometheus.NewDesc("dfkv_rdma_lease_refused_total", "Releases over RDMA of leases another connection holds, or of ids that never existed.", nil, nil)
+	descRDMARefused   = prometheus.NewDesc("dfkv_rdma_lease_refused_total", "Releases over RDMA of leases another connection holds, or of ids the node never issued (forged); expired ids are not counted.", nil, nil)
 	descPinExpired    = prometheus.NewDesc("dfkv_pin_expired_total", "Pins that ran out (server.lease_ms) before a GET read their value: lookups not followed by a load.", nil, nil)
 )
 

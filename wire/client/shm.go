@@ -132,8 +132,19 @@ func (p *peer) dialShm(ctx context.Context, deadline time.Time) (*cconn, error) 
 		if err == nil {
 			return cc, nil
 		}
-		p.opts.Logger.Warn("client: shared memory of a node on this host failed; using TCP", "node", p.addr, "socket", path, "err", err)
-		s.settle(shmNone, "", 0, err.Error())
+		// Most often the node restarted: a new instance, maybe a new
+		// socket. Look it up again now, in this call, rather than go to
+		// TCP (or, in ShmOn, fail) until the retry interval passes; a
+		// look-up that fails too settles on TCP as at the first dial.
+		p.opts.Logger.Warn("client: shared memory of a node on this host failed; looking its socket up again", "node", p.addr, "socket", path, "err", err)
+		s.mu.Lock()
+		if s.state == shmReady && s.instance == instance {
+			s.state, s.why = shmUnknown, err.Error()
+		}
+		if !s.discovering {
+			discover, s.discovering = true, true
+		}
+		s.mu.Unlock()
 	}
 	if !discover {
 		if err := p.shmRefused(); err != nil {

@@ -347,8 +347,13 @@ admission:
 			mine[k] = q.stripe(k.Tenant)
 		}
 		pending = make(map[uint64]int64)
-		used := make(map[uint64]int64)         // tenant → committed bytes, read before any of its keys' sizes
-		sizes := make(map[wire.BlockKey]int64) // key → size admitted earlier in this batch
+		used := make(map[uint64]int64) // tenant → committed bytes, read before any of its keys' sizes
+		// key → the largest size it may end with after this batch's items
+		// admitted so far: its stored size or an admitted item's. Any of
+		// them may be the one that lands last, so a repeated key is
+		// charged its growth above this peak, never above the size an
+		// earlier item leaves (a shrink that may fail frees nothing).
+		peaks := make(map[wire.BlockKey]int64)
 		admit = admit[:0]
 		for i, k := range keys {
 			errs[i] = nil
@@ -363,10 +368,11 @@ admission:
 			}
 			n := int64(len(values[i]))
 			var need int64
-			if prev, ok := sizes[k]; ok {
-				need = n - prev
+			if peak, ok := peaks[k]; ok {
+				need = n - peak
 			} else {
 				need = g.growth(g.of(k), k, uint64(n))
+				peaks[k] = n - need // the stored size
 			}
 			inFlight := s.reserved[k.Tenant]
 			total := used[k.Tenant] + inFlight + pending[k.Tenant]
@@ -390,7 +396,7 @@ admission:
 			// free until its write succeeds, and it may fail while the items
 			// admitted on its credit succeed.
 			pending[k.Tenant] += max(need, 0)
-			sizes[k] = n
+			peaks[k] = max(peaks[k], n)
 			admit = append(admit, i)
 		}
 		break

@@ -66,6 +66,7 @@ func (t *Tier) Get(key wire.BlockKey, offset, length uint64, alloc engine.Alloca
 				return nil, 0, f.err
 			}
 			if f.data != nil {
+				t.sharedHits.Add(1) // the backing's one read served it too
 				return copyOut(f.data, f.stored, offset, length, alloc)
 			}
 			// Published (read it from RAM) or fenced (read the backing
@@ -399,6 +400,7 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 	s.mu.Lock()
 	delete(s.removing, key)
 	fence(s, &key)
+	found = found || rm.cancelled
 	s.mu.Unlock()
 	close(rm.done)
 	switch {

@@ -226,9 +226,11 @@ type Tier struct {
 	hits          atomic.Uint64
 	misses        atomic.Uint64 // RAM misses
 	nfMisses      atomic.Uint64 // misses answered without asking the backing
+	sharedHits    atomic.Uint64 // RAM misses served another read's backing copy
 	puts          atomic.Uint64
 	putBypass     atomic.Uint64
 	putsUnchanged atomic.Uint64
+	putsJoined    atomic.Uint64
 	removes       atomic.Uint64
 	flushed       atomic.Uint64
 	flushDropped  atomic.Uint64
@@ -296,7 +298,13 @@ func (f *fill) decide(slotted bool) {
 }
 
 // removal is a Remove between hiding its key and the backing's Remove.
-type removal struct{ done chan struct{} }
+type removal struct {
+	done chan struct{}
+	// cancelled: a PUT of the key, acknowledged, was dropped by publish
+	// because this Remove had begun (the PUT happened, then the Remove),
+	// so the Remove found a value. Guarded by the shard's mu.
+	cancelled bool
+}
 
 // Open maps the arena and starts the flush workers. On error nothing is
 // left running and the backing is not closed (the caller still owns it).
@@ -590,6 +598,7 @@ type RAMStats struct {
 	Misses            uint64  `json:"misses"`
 	Puts              uint64  `json:"puts"`
 	PutsUnchanged     uint64  `json:"puts_unchanged"` // PUTs of the bytes RAM already held durably: nothing admitted or flushed
+	PutsJoined        uint64  `json:"puts_joined"`    // PUTs of the bytes a pending flush already holds: they share its write
 	PutBypass         uint64  `json:"put_bypass"`     // write-back PUTs that took the synchronous disk path: no RAM for them, or a quota-limited tenant
 	Flushed           uint64  `json:"flushed"`
 	FlushDropped      uint64  `json:"flush_dropped"`                // flushes given up after every retry
@@ -627,7 +636,7 @@ func (t *Tier) RAM() RAMStats {
 	s.BudgetBytes = t.arenaBytes + t.large.budget
 	s.ArenaBytes, s.LargeReserveBytes = t.arenaBytes, t.large.budget
 	s.Hits, s.Misses, s.Puts, s.PutBypass = t.hits.Load(), t.misses.Load(), t.puts.Load(), t.putBypass.Load()
-	s.PutsUnchanged = t.putsUnchanged.Load()
+	s.PutsUnchanged, s.PutsJoined = t.putsUnchanged.Load(), t.putsJoined.Load()
 	s.FlushSkipped = t.flushSkipped.Load()
 	s.FlushDelayMS = t.flushDelay.Milliseconds()
 	s.Flushed, s.FlushDropped, s.Evictions = t.flushed.Load(), t.flushDropped.Load(), t.evictions.Load()
@@ -650,11 +659,15 @@ func (t *Tier) RAM() RAMStats {
 //   - Objects and UsedBytes are the backing's plus what only RAM holds
 //     (dirty values of keys the backing lacks, and length changes);
 //   - Hits are RAM hits plus backing hits (a RAM miss served by the
-//     backing is its hit); Misses are reads neither holds;
+//     backing is its hit, and so is one served the copy of a concurrent
+//     miss's backing read); Misses are reads neither holds;
 //   - Puts and Removes are the client operations the tier acknowledged;
 //   - Evictions are the backing's: a RAM eviction loses nothing (RAM()
 //     counts those);
 //   - Healthy is false once a flush exhausted its retries.
+//
+// With no disk the backing keeps nothing, so Objects and UsedBytes are
+// what RAM holds (RAM's Objects and its values' bytes).
 //
 // Stats never waits for a flush (a stuck disk must not hang a metrics
 // scrape), so a value whose flush commits between the two reads may be
@@ -665,7 +678,11 @@ func (t *Tier) Stats() engine.Stats {
 	s.Engine = Name + "+" + s.Engine
 	s.Objects = uint64(int64(s.Objects) + dnew)
 	s.UsedBytes = uint64(int64(s.UsedBytes) + ddelta)
-	s.Hits += t.hits.Load()
+	if t.noDisk {
+		r := t.RAM()
+		s.Objects, s.UsedBytes = r.Objects, r.ArenaUsedBytes+r.LargeUsedBytes
+	}
+	s.Hits += t.hits.Load() + t.sharedHits.Load()
 	s.Misses += t.nfMisses.Load()
 	s.Puts = t.puts.Load()
 	s.Removes = t.removes.Load()

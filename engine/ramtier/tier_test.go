@@ -279,7 +279,7 @@ func TestSameKeyOverlappingPutsJoinPendingCommit(t *testing.T) {
 	go func() { first <- tr.Put(k, v) }()
 	<-m.entered
 	go func() { second <- tr.Put(k, append([]byte(nil), v...)) }()
-	eventually(t, "the second PUT to join", func() bool { return tr.puts.Load() == 2 })
+	eventually(t, "the second PUT to join", func() bool { return tr.RAM().PutsJoined == 1 })
 	select {
 	case err := <-second:
 		t.Fatalf("joined PUT returned (%v) before the commit", err)

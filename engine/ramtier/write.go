@@ -36,9 +36,28 @@ func (t *Tier) PutBatch(keys []wire.BlockKey, values [][]byte, errs []error) {
 // acknowledgement, the commit result of the generation it admitted.
 func (t *Tier) answer(e *entry, err error) error {
 	if e != nil && t.diskAck {
-		return t.wait(e)
+		return t.acked(t.wait(e))
 	}
 	return err
+}
+
+// acked counts a disk-acknowledged PUT whose generation committed (err
+// nil) and returns err: with disk acknowledgement a PUT counts when it is
+// answered OK, not when RAM admits it (countAdmitted), so one whose flush
+// failed for good is not among the acknowledged.
+func (t *Tier) acked(err error) error {
+	if err == nil {
+		t.puts.Add(1)
+	}
+	return err
+}
+
+// countAdmitted counts a PUT that RAM admitted, unless disk
+// acknowledgement counts it at its commit (acked).
+func (t *Tier) countAdmitted() {
+	if !t.diskAck {
+		t.puts.Add(1)
+	}
 }
 
 // admitBatch admits items 0..len(errs)-1 in order with admit, then, with
@@ -58,7 +77,7 @@ func (t *Tier) admitBatch(errs []error, admit func(i int) (*entry, error)) {
 	}
 	for i, e := range pend {
 		if e != nil {
-			errs[i] = t.wait(e)
+			errs[i] = t.acked(t.wait(e))
 		}
 	}
 }
@@ -116,7 +135,8 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 	p, shadow, had := t.joinPending(s, &key, value, shadow, had)
 	if p != nil {
 		s.mu.Unlock()
-		t.puts.Add(1)
+		t.putsJoined.Add(1)
+		t.countAdmitted()
 		return p, nil
 	}
 	if had && shadow == n && t.sameResident(s, &key, value) {
@@ -147,11 +167,11 @@ func (t *Tier) cache(key wire.BlockKey, value []byte, pre *slab.SlotRef) (e *ent
 	if t.beforePublish != nil {
 		t.beforePublish()
 	}
-	published := t.publish(e, pre)
-	t.puts.Add(1)
-	if !published {
+	if !t.publish(e, pre) {
+		t.puts.Add(1) // acknowledged; a Remove that began meanwhile removed it
 		return nil, nil
 	}
+	t.countAdmitted()
 	return e, nil
 }
 
@@ -301,7 +321,8 @@ func (t *Tier) publish(e *entry, pre *slab.SlotRef) bool {
 	// read of the older disk value, and were it not fenced it could
 	// publish that value once this generation is flushed and evicted.
 	fence(s, &e.key)
-	if s.removing[e.key] != nil {
+	if rm := s.removing[e.key]; rm != nil {
+		rm.cancelled = true
 		if e.lg != nil {
 			t.unrefLarge(e.lg)
 		} else if pre == nil {

@@ -82,7 +82,7 @@ func (s *Store) scrubPass(rate uint64, reason string) bool {
 	objects := s.alloc.Objects()
 	s.mu.Unlock()
 	s.log.Info("slab engine: scrub started", "dir", s.dir, "reason", reason, "objects", objects, "bytes_per_second", rate)
-	var values, bytes, failed, ioErrs uint64
+	var values, bytes, verified, failed, ioErrs uint64
 	end := SlotRef(s.geo.extents * s.geo.maxSlots)
 	for cur := SlotRef(0); cur < end; {
 		select {
@@ -118,10 +118,13 @@ func (s *Store) scrubPass(rate uint64, reason string) bool {
 		s.alloc.Release(r)
 		s.mu.Unlock()
 		s.exit()
-		values++
 		n := alignUp(uint64(length), pageAlign)
-		bytes += n
-		s.scrubbed.Add(n)
+		bytes += n      // paced by what it tried to read
+		if err == nil { // read and verified (or found corrupt and dropped)
+			values++
+			verified += n
+			s.scrubbed.Add(n)
+		}
 		cur = r + 1
 		if ahead := time.Duration(float64(bytes)/float64(rate)*float64(time.Second)) - time.Since(start); ahead > scrubAhead {
 			t := time.NewTimer(ahead)
@@ -137,7 +140,7 @@ func (s *Store) scrubPass(rate uint64, reason string) bool {
 	if failed > 0 || ioErrs > 0 {
 		level = slog.LevelWarn
 	}
-	s.log.Log(context.Background(), level, "slab engine: scrub finished", "dir", s.dir, "values", values, "bytes", bytes,
+	s.log.Log(context.Background(), level, "slab engine: scrub finished", "dir", s.dir, "values", values, "bytes", verified,
 		"checksum_failures", failed, "read_errors", ioErrs, "took", time.Since(start).Round(time.Millisecond).String())
 	s.scrubPasses.Add(1)
 	return true

@@ -19,6 +19,7 @@ var (
 	descRAMMiss         = ramDesc("miss_total", "GETs RAM could not answer.")
 	descRAMPut          = ramDesc("put_total", "PUTs admitted into RAM.")
 	descRAMPutSame      = ramDesc("put_unchanged_total", "PUTs of bytes RAM already held durably: nothing admitted or written.")
+	descRAMPutJoined    = ramDesc("put_joined_total", "PUTs of bytes a pending flush already held: they share its disk write.")
 	descRAMPutBypass    = ramDesc("put_bypass_total", "Write-back PUTs that took the synchronous disk path: no RAM for them, or a tenant with a quota.")
 	descRAMFlushed      = ramDesc("flushed_total", "Values flushed from RAM to disk.")
 	descRAMFlushDropped = ramDesc("flush_dropped_total", "Flushes given up after every retry.")
@@ -39,7 +40,7 @@ var (
 )
 
 func (c *ramCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRAMHit, descRAMMiss, descRAMPut, descRAMPutSame, descRAMPutBypass, descRAMFlushed,
+	for _, d := range []*prometheus.Desc{descRAMHit, descRAMMiss, descRAMPut, descRAMPutSame, descRAMPutJoined, descRAMPutBypass, descRAMFlushed,
 		descRAMFlushDropped, descRAMFlushSkipped, descRAMFlushDelay, descRAMEvictions, descRAMHealthy, descRAMThreads, descRAMObjects, descRAMDirty,
 		descRAMBacklog, descRAMBudget, descRAMArena, descRAMLarge, descRAMArenaUsed, descRAMLargeUsed, descRAMArenaWarm} {
 		ch <- d
@@ -58,6 +59,7 @@ func (c *ramCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRAMMiss, r.Misses)
 	counter(descRAMPut, r.Puts)
 	counter(descRAMPutSame, r.PutsUnchanged)
+	counter(descRAMPutJoined, r.PutsJoined)
 	counter(descRAMPutBypass, r.PutBypass)
 	counter(descRAMFlushed, r.Flushed)
 	counter(descRAMFlushDropped, r.FlushDropped)

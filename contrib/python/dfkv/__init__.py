@@ -26,7 +26,9 @@ contrib/README.md has the longer example, which the tests run.
 NB: libdfkv.so carries a Go runtime, which does not survive fork(). Open
 Clients in the process that uses them (after any fork; engines that fork
 workers should create their connector in the worker), which the lazy load
-makes natural: importing dfkv starts nothing.
+makes natural: importing dfkv starts nothing. A Client a child inherits
+refuses calls there (InvalidArgument) and is let go of, not closed, when
+the child drops it: it stays the parent's.
 
 Block-prefix chain keys: chain_keys(fingerprint, token_ids, block_tokens)
 names KV blocks by their tokens (for an engine that gives tokens rather

@@ -207,6 +207,9 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		creds: nodeCreds, membersNeedToken: mc.MembersNeedToken == 1, maxConns: controlConnCap()}
 	if backend == "etcd" {
 		probe.recovered = cs.backendReturned // before any probe can run
+		// A probe takes milliseconds; one that took a quarter of the TTL
+		// waited out a stall that may have outlasted some leases.
+		probe.slow = mc.HeartbeatTTL / 4
 	}
 
 	reg := prometheus.NewRegistry()
@@ -336,7 +339,13 @@ type probeCache struct {
 	// whichever probe sees it first (the watcher's, /readyz, a metrics
 	// scrape), the settle window is open before MEMBERS reads the
 	// backend again.
-	recovered func()
+	recovered func(since time.Time)
+	// slow: a probe that succeeded but took at least this long counts as
+	// a return from an outage too (etcd paused or stalled for less than
+	// the probe's timeout can still outlast the heartbeat TTL); 0: never.
+	slow time.Duration
+	// downSince is when the first probe of the current outage started.
+	downSince time.Time
 }
 
 // probeFlight is one probe of the backend and the callers sharing it.
@@ -385,10 +394,19 @@ func (p *probeCache) probe(ctx context.Context, now bool) error {
 // the cache and to every caller sharing f.
 func (p *probeCache) run(f *probeFlight) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	start := time.Now()
 	f.err = p.dir.Probe(ctx)
 	cancel()
-	if f.err == nil && p.failed.Load() && p.recovered != nil {
-		p.recovered() // one probe runs at a time: once per recovery
+	if f.err != nil && !p.failed.Load() {
+		p.downSince = start // one probe runs at a time
+	}
+	if f.err == nil && p.recovered != nil {
+		switch {
+		case p.failed.Load():
+			p.recovered(p.downSince) // once per recovery
+		case p.slow > 0 && time.Since(start) >= p.slow:
+			p.recovered(start) // it answered, but only after a stall
+		}
 	}
 	p.mu.Lock()
 	p.last, p.at, p.flight = f.err, time.Now(), nil

@@ -466,8 +466,10 @@ func (s *controlServer) members(ctx context.Context, group string, known uint64)
 			// Fewer members than before the outage: leases that ran out
 			// while the backend was away, their nodes re-registering now.
 			s.settledReplies.Add(1)
-			if known != 0 && known == before.epoch {
-				return wire.StatusOK, before.epoch, nil
+			if known != 0 && known >= before.epoch {
+				// The client's list is no older than the one from before
+				// the outage (epochs only grow): it keeps its own.
+				return wire.StatusOK, known, nil
 			}
 			return before.status, before.epoch, before.body
 		}
@@ -491,6 +493,7 @@ func (s *controlServer) fromEpoch(ctx context.Context, group string, known uint6
 	if err != nil || e == 0 {
 		return cachedReply{}, false
 	}
+	s.confirm(group, e)
 	if known == e {
 		return cachedReply{epoch: e, status: wire.StatusOK}, true
 	}
@@ -500,7 +503,8 @@ func (s *controlServer) fromEpoch(ctx context.Context, group string, known uint6
 // membersReply encodes the MEMBERS reply for members at epoch: OK with
 // the list, or TOO_LARGE with a message when it exceeds membersReplyCap.
 func membersReply(group string, epoch uint64, members []wire.MemberInfo) cachedReply {
-	r := cachedReply{epoch: epoch, at: time.Now(), status: wire.StatusOK}
+	now := time.Now()
+	r := cachedReply{epoch: epoch, at: now, confirmed: now, status: wire.StatusOK}
 	// Routing needs id, address, weight (and capacity and heartbeat for
 	// ctl members); disks and versions stay on the HTTP /members page,
 	// which keeps the reply a client decodes every change small.
@@ -529,10 +533,11 @@ var membersReplyCap = wire.MaxMembersReply
 const replyCacheAge = time.Second
 
 type cachedReply struct {
-	epoch  uint64
-	at     time.Time
-	status wire.Status
-	body   []byte
+	epoch     uint64
+	at        time.Time // when it was read
+	confirmed time.Time // when the backend last said its epoch is current
+	status    wire.Status
+	body      []byte
 }
 
 func (s *controlServer) cached(group string, epoch uint64) (cachedReply, bool) {
@@ -549,6 +554,18 @@ func (s *controlServer) last(group string) (cachedReply, bool) {
 	defer s.cacheMu.Unlock()
 	r, ok := s.replies[group]
 	return r, ok
+}
+
+// confirm notes that the backend's epoch of group is epoch: the cached
+// list, if it is at that epoch, is current (what the settle window needs
+// to know of the lists it may hand out).
+func (s *controlServer) confirm(group string, epoch uint64) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if r, ok := s.replies[group]; ok && r.epoch == epoch {
+		r.confirmed = time.Now()
+		s.replies[group] = r
+	}
 }
 
 func (s *controlServer) store(group string, r cachedReply) {

@@ -20,14 +20,25 @@ import (
 // shorter than that one; the window ends early once the backend lists as
 // many members again, and a node that really died during the outage
 // leaves the lists when the window ends.
+//
+// The MDS sees the return when a probe that failed succeeds, or when one
+// succeeds only after a quarter of the TTL (a pause shorter than the
+// probe's timeout can still outlast the leases). A client holding a list
+// at least as new as the one from before keeps its own. An MDS started
+// during the outage has no list from before it, and cannot settle: its
+// clients see the nodes come back one by one.
 
-// backendReturned starts the settle window: the lists served so far
-// (the last ones before the outage) stand while the backend's are shorter.
-func (s *controlServer) backendReturned() {
+// backendReturned starts the settle window for an outage that began at
+// since: the lists served so far (the last ones before the outage) stand
+// while the backend's are shorter. Only lists the backend confirmed
+// within a heartbeat TTL of the outage's start qualify: an older one (an
+// MDS clients seldom ask) may name nodes that left since, and handing it
+// out would bring them back.
+func (s *controlServer) backendReturned(since time.Time) {
 	s.cacheMu.Lock()
 	from := make(map[string]cachedReply, len(s.replies))
 	for g, r := range s.replies {
-		if r.status == wire.StatusOK && memberCount(r) > 0 {
+		if r.status == wire.StatusOK && memberCount(r) > 0 && !r.confirmed.Before(since.Add(-s.ttl)) {
 			from[g] = r
 		}
 	}

@@ -199,7 +199,7 @@ func TestMassExpirySettles(t *testing.T) {
 	d.down.Store(true)
 	d.members, d.epoch = []wire.MemberInfo{member(2)}, 9 // the leases ran out meanwhile
 	d.down.Store(false)
-	cs.backendReturned()
+	cs.backendReturned(time.Now())
 	if _, _, changed := ask(7); changed {
 		t.Fatal("a client holding the three was handed the one left")
 	}
@@ -216,7 +216,7 @@ func TestMassExpirySettles(t *testing.T) {
 	// A second outage in which one node dies for good: after the window
 	// its absence is served.
 	d.members, d.epoch = []wire.MemberInfo{member(1), member(3)}, 14
-	cs.backendReturned()
+	cs.backendReturned(time.Now())
 	if _, ms, _ := ask(0); len(ms) != 3 {
 		t.Fatalf("in the window: %v", ms)
 	}

@@ -144,6 +144,7 @@ func AdvertiseAddr(configured string, listen net.Addr) (string, error) {
 func (r *Registrar) Run(ctx context.Context) {
 	ttl := time.Duration(0)
 	registered := false
+	unsure := false // stopped while a REGISTER was on its way
 	var failures failureLog
 	fail := func(msg string, err error) {
 		failures.fail(r.log, time.Now(), msg, "id", r.info.ID, "group", r.mds.Group(), "error", err.Error())
@@ -199,7 +200,12 @@ func (r *Registrar) Run(ctx context.Context) {
 					// the node does not call itself registered.
 					wait = 0
 				}
-			} else if ctx.Err() == nil {
+			} else if ctx.Err() != nil {
+				// Stopped with the REGISTER on its way: the MDS may have
+				// applied it, so leave as a registered node would (a
+				// DEREGISTER of an id it does not list changes nothing).
+				unsure = true
+			} else {
 				fail("cannot register with the MDS; retrying (clients that discover members through it do not route here)", err)
 				wait = r.jitter(backoff)
 				backoff = min(backoff*2, maxRetry)
@@ -235,7 +241,7 @@ func (r *Registrar) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			r.current.Store(false)
-			if registered {
+			if registered || unsure {
 				r.deregister()
 			}
 			return
@@ -256,7 +262,14 @@ func (r *Registrar) Left() bool { return r.left.Load() }
 func (r *Registrar) deregister() {
 	dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if err := r.mds.Deregister(dctx, r.info.ID); err != nil {
+	err := r.mds.Deregister(dctx, r.info.ID)
+	if wire.StatusOf(err) == wire.StatusNotFound {
+		// Not listed (a REGISTER cut short that never landed, or a
+		// registration that expired): nothing to leave.
+		r.left.Store(true)
+		return
+	}
+	if err != nil {
 		r.log.Warn("could not deregister from the MDS; it drops this node after the heartbeat TTL", "error", err.Error())
 		return
 	}

@@ -112,12 +112,26 @@ func newConn(s *Server, nc net.Conn) *conn {
 		nc:        nc,
 		waitSince: s.opts.Clock.Now(),
 	}
+	var r io.Reader = nc
 	if c.raw = newRawSock(nc); c.raw != nil {
-		c.br = bufio.NewReaderSize(c.raw, readBufSize)
-	} else {
-		c.br = bufio.NewReaderSize(nc, readBufSize)
+		r = c.raw
 	}
+	c.br = bufio.NewReaderSize(countingReader{r, &s.stats.bytesIn}, readBufSize)
 	return c
+}
+
+// countingReader counts the bytes a connection received (one atomic add
+// per read call, not per request): a request's declared body length is
+// what a client promised, not what arrived.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Uint64
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(uint64(n))
+	return n, err
 }
 
 // Alloc implements engine.Allocator: it lends the engine a pooled buffer
@@ -255,6 +269,18 @@ var scratchPool = sync.Pool{New: func() any { return &scratch{wbuf: make([]byte,
 // (readTable), so a stalled batch holds what its client sent.
 type tables struct {
 	table, stat []byte
+	// The per-item slices of BATCH_EXIST and BATCH_PUT, pooled with the
+	// tables so that a connection that once served a large batch does
+	// not keep them while idle. They hold no references when pooled.
+	existKeys   []wire.BlockKey
+	existStored []uint64
+	existErrs   []error
+	existIdx    []int32
+	keys        []wire.BlockKey
+	vals        [][]byte
+	errs        []error
+	held        []*iobuf.Buf
+	loans       []engine.Loan
 }
 
 var tablesPool = sync.Pool{New: func() any { return new(tables) }}
@@ -295,17 +321,26 @@ func (c *conn) takeTables() {
 	if c.tb != nil {
 		return
 	}
-	c.tb = tablesPool.Get().(*tables)
-	c.table, c.stat = c.tb.table, c.tb.stat
+	tb := tablesPool.Get().(*tables)
+	c.tb = tb
+	c.table, c.stat = tb.table, tb.stat
+	c.existKeys, c.existStored, c.existErrs, c.existIdx = tb.existKeys, tb.existStored, tb.existErrs, tb.existIdx
+	c.keys, c.vals, c.errs, c.held, c.loans = tb.keys, tb.vals, tb.errs, tb.held, tb.loans
 }
 
 func (c *conn) returnTables() {
 	if c.tb == nil {
 		return
 	}
-	c.tb.table, c.tb.stat = c.table[:0], c.stat[:0]
-	tablesPool.Put(c.tb)
+	tb := c.tb
+	clear(c.errs[:cap(c.errs)]) // the engine's answers to the last batch
+	tb.table, tb.stat = c.table[:0], c.stat[:0]
+	tb.existKeys, tb.existStored, tb.existErrs, tb.existIdx = c.existKeys[:0], c.existStored[:0], c.existErrs[:0], c.existIdx[:0]
+	tb.keys, tb.vals, tb.errs, tb.held, tb.loans = c.keys[:0], c.vals[:0], c.errs[:0], c.held[:0], c.loans[:0]
+	tablesPool.Put(tb)
 	c.tb, c.table, c.stat = nil, nil, nil
+	c.existKeys, c.existStored, c.existErrs, c.existIdx = nil, nil, nil, nil
+	c.keys, c.vals, c.errs, c.held, c.loans = nil, nil, nil, nil, nil
 }
 
 // awaitClient comes before reading n more bytes of the request being
@@ -708,7 +743,7 @@ func (c *conn) respond(st wire.Status, stored uint64, err error) {
 // handleOne reads one request and queues its response. An error ends the
 // connection: a *wire.FrameError is answered first, anything else is an
 // I/O failure of the connection itself.
-func (c *conn) handleOne() error {
+func (c *conn) handleOne() (err error) {
 	// A request of another epoch is refused on its first byte: an older
 	// generation's frame may be shorter than this prefix, and reading the
 	// rest would wait for the body deadline.
@@ -726,7 +761,6 @@ func (c *conn) handleOne() error {
 		return err
 	}
 	c.s.stats.ops[h.Op].Add(1)
-	c.s.stats.bytesIn.Add(wire.RequestPrefixLen + h.BodyLen)
 	if h.BodyLen > 0 && (c.pastFirst || c.s.opts.FirstRequest == 0) {
 		_ = c.nc.SetReadDeadline(c.s.opts.Clock.Now().Add(c.s.opts.BodyTimeout))
 		defer c.clearReadDeadline()
@@ -734,7 +768,15 @@ func (c *conn) handleOne() error {
 	if m := c.s.metrics; m != nil {
 		start := time.Now()
 		c.status = wire.StatusOK
-		defer func() { m.observe(h.Op, c.status, start) }()
+		defer func() {
+			// A request refused with a frame error is answered with its
+			// status; one cut short by its connection was not answered.
+			if err == nil {
+				m.observe(h.Op, c.status, start)
+			} else if fe, ok := errors.AsType[*wire.FrameError](err); ok {
+				m.observe(h.Op, fe.Status, start)
+			}
+		}()
 	}
 	if c.s.opts.Credentials != nil && requiresAuth(h.Op) {
 		if err := c.authenticated(); err != nil {

@@ -186,6 +186,8 @@ type Server struct {
 	conns    map[*conn]struct{}
 	closing  bool
 	inflight sync.WaitGroup
+	// tlsRefusing bounds the TLS handshakes run only to say "full".
+	tlsRefusing chan struct{}
 
 	stats counters
 	// Per-connection warnings a flood of bad connections could repeat,
@@ -292,20 +294,21 @@ func New(opts Options) (*Server, error) {
 	}
 	stop, stopNow := context.WithCancel(context.Background())
 	s := &Server{
-		pins:       pins,
-		shm:        shmn,
-		budget:     newPayloadBudget(opts.BufferBudget),
-		epoch:      opts.Clock.Now(),
-		stop:       stop,
-		stopNow:    stopNow,
-		lender:     lender,
-		receiver:   receiver,
-		opts:       opts,
-		writeSlack: deadline.Slack(opts.WriteTimeout),
-		lim:        wire.Limits{MaxBlockBytes: opts.MaxBlockBytes, MaxBatchItems: uint64(opts.MaxBatchItems)},
-		log:        opts.Logger,
-		pool:       pool,
-		conns:      make(map[*conn]struct{}),
+		tlsRefusing: make(chan struct{}, tlsRefusals),
+		pins:        pins,
+		shm:         shmn,
+		budget:      newPayloadBudget(opts.BufferBudget),
+		epoch:       opts.Clock.Now(),
+		stop:        stop,
+		stopNow:     stopNow,
+		lender:      lender,
+		receiver:    receiver,
+		opts:        opts,
+		writeSlack:  deadline.Slack(opts.WriteTimeout),
+		lim:         wire.Limits{MaxBlockBytes: opts.MaxBlockBytes, MaxBatchItems: uint64(opts.MaxBatchItems)},
+		log:         opts.Logger,
+		pool:        pool,
+		conns:       make(map[*conn]struct{}),
 	}
 	s.budget.pressure, s.budget.recheck = s.cutStalled, max(opts.StalledCut/4, 10*time.Millisecond)
 	return s, nil
@@ -417,9 +420,13 @@ func (s *Server) startConn(nc net.Conn, shm bool) {
 			// Best effort: tell the client why before closing.
 			msg := "node has max_conns open connections; retry later or raise DFKV_SERVER_MAX_CONNS"
 			_ = nc.SetWriteDeadline(s.opts.Clock.Now().Add(time.Second))
-			if shm {
+			switch {
+			case shm:
 				_ = shmRefuse(nc, wire.StatusUnavailable, msg)
-			} else {
+			case s.opts.TLS != nil:
+				s.refuseTLS(nc, msg)
+				return
+			default:
 				hdr := wire.AppendResponse(nil, &wire.ResponseHeader{Status: wire.StatusUnavailable, BodyLen: uint64(len(msg))})
 				_, _ = nc.Write(append(hdr, msg...))
 			}
@@ -443,6 +450,33 @@ func (s *Server) startConn(nc net.Conn, shm bool) {
 	s.stats.accepted.Add(1)
 	s.stats.conns.Add(1)
 	go c.serve()
+}
+
+// tlsRefusals is how many connections refused at max_conns may be told
+// so through TLS at once; past it they are only closed.
+const tlsRefusals = 16
+
+// refuseTLS says msg (UNAVAILABLE) to a TLS client refused at max_conns,
+// and closes nc. Written in clear, the frame would read to the client as
+// a peer that does not speak TLS: a configuration error, not a busy
+// node. The handshake and the frame get a second, off the accept loop.
+func (s *Server) refuseTLS(nc net.Conn, msg string) {
+	select {
+	case s.tlsRefusing <- struct{}{}:
+	default:
+		_ = nc.Close()
+		return
+	}
+	go func() {
+		defer func() { <-s.tlsRefusing }()
+		tc := tls.Server(nc, s.opts.TLS)
+		_ = tc.SetDeadline(s.opts.Clock.Now().Add(time.Second))
+		if tc.Handshake() == nil {
+			hdr := wire.AppendResponse(nil, &wire.ResponseHeader{Status: wire.StatusUnavailable, BodyLen: uint64(len(msg))})
+			_, _ = tc.Write(append(hdr, msg...))
+		}
+		_ = tc.Close()
+	}()
 }
 
 // idleCutAfter is how long a connection must have waited on its client

@@ -236,6 +236,11 @@ func TestControlProtocol(t *testing.T) {
 	if _, err := mc.Register(ctx, bad); wire.StatusOf(err) != wire.StatusInvalid || !strings.Contains(err.Error(), "advertise_addr") {
 		t.Fatalf("unspecified address: %v", err)
 	}
+	bad = member(2)
+	bad.Addr = strings.Repeat("a", 60<<10) + ".example:7600" // would push the MEMBERS reply past its cap
+	if _, err := mc.Register(ctx, bad); wire.StatusOf(err) != wire.StatusInvalid || !strings.Contains(err.Error(), "253") {
+		t.Fatalf("a 60 KiB address: %v", err)
+	}
 	for _, addr := range []string{"10.0.0.1:", "10.0.0.1:0", "10.0.0.1:65536", "10.0.0.1:-5", "10.0.0.1:x y", "10.0.0.1", ":7600"} {
 		bad = member(2)
 		bad.Addr = addr

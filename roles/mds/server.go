@@ -577,9 +577,19 @@ func (s *controlServer) store(group string, r cachedReply) {
 	s.replies[group] = r
 }
 
+// maxMemberAddr bounds a member's address: a 253-byte DNS name or a
+// bracketed IPv6 address with a zone, a colon and a port.
+const maxMemberAddr = 272
+
 func validateMember(m wire.MemberInfo) error {
 	if err := wire.ValidateMemberID(m.ID); err != nil {
 		return err
+	}
+	if len(m.Addr) > maxMemberAddr {
+		// Every client decodes every member's address on each change, and
+		// the whole list must fit one MEMBERS reply: one node with a long
+		// one would make the list unreadable for all.
+		return fmt.Errorf("member %s: address of %d bytes, over %d (a DNS name is at most 253): %w", m.ID, len(m.Addr), maxMemberAddr, wire.StatusInvalid)
 	}
 	host, port, err := net.SplitHostPort(m.Addr)
 	if err == nil && host != "" {

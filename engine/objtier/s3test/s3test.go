@@ -82,14 +82,27 @@ func Start(t testing.TB) *Server {
 	}
 	dir := t.TempDir()
 	s := &Server{
-		Endpoint: PickAddr(t), Bucket: "dfkv-test", AccessKey: "dfkvtestkey", SecretKey: "dfkv-test-secret-key",
+		Bucket: "dfkv-test", AccessKey: "dfkvtestkey", SecretKey: "dfkv-test-secret-key",
 		Root: filepath.Join(dir, "root"), bin: bin, logPath: filepath.Join(dir, "versitygw.log"),
 	}
 	if err := os.MkdirAll(s.Root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s.start(t)
 	t.Cleanup(s.Stop)
+	// A port chosen free can be taken before versitygw binds it (other
+	// test packages start servers meanwhile): it then exits at once
+	// saying so, and a new port is chosen.
+	for attempt := 1; ; attempt++ {
+		s.Endpoint = PickAddr(t)
+		err := s.startErr()
+		if err == nil {
+			break
+		}
+		if attempt == 5 || !strings.Contains(s.Log(), "address already in use") {
+			t.Fatal(err)
+		}
+		_ = os.Remove(s.logPath)
+	}
 	c := s.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -115,9 +128,16 @@ func freeAddr(t testing.TB) string {
 
 func (s *Server) start(t testing.TB) {
 	t.Helper()
+	if err := s.startErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startErr starts versitygw on s.Endpoint and waits until it answers.
+func (s *Server) startErr() error {
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer logf.Close()
 	// --keep-alive: versitygw closes every connection after one response
@@ -126,7 +146,7 @@ func (s *Server) start(t testing.TB) {
 	s.cmd = exec.Command(s.bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--port", s.Endpoint, "--keep-alive", "--quiet", "posix", s.Root)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start versitygw: %v", err)
+		return fmt.Errorf("start versitygw: %v", err)
 	}
 	s.done = make(chan struct{})
 	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(s.cmd, s.done)
@@ -136,15 +156,15 @@ func (s *Server) start(t testing.TB) {
 		resp, err := http.Get("http://" + s.Endpoint + "/")
 		if err == nil {
 			resp.Body.Close()
-			return
+			return nil
 		}
 		select {
 		case <-s.done:
-			t.Fatalf("versitygw exited at start; log:\n%s", s.Log())
+			return fmt.Errorf("versitygw exited at start; log:\n%s", s.Log())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("versitygw not answering after 20s; log:\n%s", s.Log())
+			return fmt.Errorf("versitygw not answering after 20s; log:\n%s", s.Log())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

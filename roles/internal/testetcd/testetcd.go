@@ -40,10 +40,23 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skip("etcd is not installed (apt-get install etcd-server); skipping the tests that need a real etcd")
 	}
-	s := &Server{bin: bin, dir: t.TempDir(), Endpoint: PickAddr(t), peer: PickAddr(t)}
-	s.start(t)
+	s := &Server{bin: bin, dir: t.TempDir()}
 	t.Cleanup(func() { s.Stop() })
-	return s
+	// A port chosen free can be taken before etcd binds it (other test
+	// packages start servers meanwhile): etcd then exits at once saying
+	// so, and new ports are chosen.
+	for attempt := 1; ; attempt++ {
+		s.Endpoint, s.peer = PickAddr(t), PickAddr(t)
+		err := s.startErr()
+		if err == nil {
+			return s
+		}
+		if attempt == 5 || !strings.Contains(s.Log(), "address already in use") {
+			t.Fatal(err)
+		}
+		_ = os.RemoveAll(filepath.Join(s.dir, "data"))
+		_ = os.Remove(filepath.Join(s.dir, "etcd.log"))
+	}
 }
 
 // PickAddr chooses the loopback addresses etcd listens on. By default the
@@ -62,9 +75,16 @@ func freeAddr(t testing.TB) string {
 
 func (s *Server) start(t testing.TB) {
 	t.Helper()
+	if err := s.startErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startErr starts etcd on s's ports and waits until it is healthy.
+func (s *Server) startErr() error {
 	logf, err := os.OpenFile(filepath.Join(s.dir, "etcd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	s.log = logf
 	s.cmd = exec.Command(s.bin,
@@ -79,7 +99,7 @@ func (s *Server) start(t testing.TB) {
 	)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start etcd: %v", err)
+		return fmt.Errorf("start etcd: %v", err)
 	}
 	s.done = make(chan struct{})
 	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(s.cmd, s.done)
@@ -89,16 +109,17 @@ func (s *Server) start(t testing.TB) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return
+				return nil
 			}
 		}
 		select {
 		case <-s.done:
-			t.Fatalf("etcd exited at start; log:\n%s", s.Log())
+			s.closeLog()
+			return fmt.Errorf("etcd exited at start; log:\n%s", s.Log())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("etcd not healthy after 30s; log:\n%s", s.Log())
+			return fmt.Errorf("etcd not healthy after 30s; log:\n%s", s.Log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -120,6 +141,10 @@ func (s *Server) Stop() {
 			<-s.done
 		}
 	}
+	s.closeLog()
+}
+
+func (s *Server) closeLog() {
 	if s.log != nil {
 		_ = s.log.Close()
 		s.log = nil

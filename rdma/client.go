@@ -282,6 +282,14 @@ func (c *Conn) watch(ctx context.Context) func() {
 	}
 }
 
+// ErrTransferTooBig marks an item larger than one RDMA transfer moves
+// (the connection's registered buffer, or the node's staging region for
+// a PUT): not a refusal of the value, which TCP can carry.
+var ErrTransferTooBig = errors.New("larger than one RDMA transfer")
+
+// MaxPutBytes is the largest value one PUT over this connection stages.
+func (c *Conn) MaxPutBytes() uint64 { return min(c.welcome.StagingBytes, c.opts.BufferBytes) }
+
 // Broken reports whether the connection can take no more calls (a call
 // failed on it, or it was closed); a pool drops it rather than keep it.
 func (c *Conn) Broken() bool {
@@ -418,7 +426,7 @@ func (c *Conn) leaseGet(items []GetItem, dst [][]byte, res []GetResult, deadline
 		case lr.Length > uint64(len(dst[i])):
 			r.Err = fmt.Errorf("a %d-byte destination for %d bytes: %w", len(dst[i]), lr.Length, wire.StatusTooLarge)
 		case lr.Length > c.opts.BufferBytes:
-			r.Err = fmt.Errorf("a leased %d-byte value is larger than the connection's %d-byte registered buffer: %w", lr.Length, c.opts.BufferBytes, wire.StatusTooLarge)
+			r.Err = fmt.Errorf("a leased %d-byte value is larger than the connection's %d-byte registered buffer: %w: %w", lr.Length, c.opts.BufferBytes, ErrTransferTooBig, wire.StatusTooLarge)
 		default:
 			c.reads = append(c.reads, leased{i: i, offset: lr.Offset, length: lr.Length, id: lr.Lease})
 		}
@@ -502,14 +510,14 @@ func (c *Conn) PutBatchCtx(ctx context.Context, by time.Time, keys []wire.BlockK
 		return err
 	}
 	defer c.watch(ctx)()
-	limit := min(c.welcome.StagingBytes, c.opts.BufferBytes)
+	limit := c.MaxPutBytes()
 	idx := make([]int, 0, len(keys))
 	for i, v := range vals {
 		switch {
 		case len(v) == 0:
 			errs[i] = fmt.Errorf("an empty value: %w", wire.StatusInvalid)
 		case uint64(len(v)) > limit:
-			errs[i] = fmt.Errorf("a %d-byte value is larger than the %d bytes one RDMA PUT stages: %w", len(v), limit, wire.StatusTooLarge)
+			errs[i] = fmt.Errorf("a %d-byte value is larger than the %d bytes one RDMA PUT stages: %w: %w", len(v), limit, ErrTransferTooBig, wire.StatusTooLarge)
 		default:
 			idx = append(idx, i)
 		}

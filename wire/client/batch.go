@@ -290,8 +290,12 @@ func (c *Client) getBatch(ctx context.Context, keys [][]byte, res []GetResult, a
 		if len(idx) == 0 {
 			return
 		}
-		if direct != nil && c.rdmaGet(ctx, g.p, deadline, idx, ks, res, direct) {
-			return
+		if direct != nil {
+			if rest, restKeys, ok := c.rdmaGet(ctx, g.p, deadline, idx, ks, res, direct); ok {
+				if idx, ks = rest, restKeys; len(idx) == 0 {
+					return
+				}
+			}
 		}
 		err := c.exchange(ctx, g.p, deadline, true, func(cc *cconn) error {
 			if cc.lease != nil {

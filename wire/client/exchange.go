@@ -92,9 +92,14 @@ func (c *Client) exchange(ctx context.Context, p *peer, deadline time.Time, read
 				// recompute around, nor a reason to back it off.
 				return err
 			}
-			if !errors.Is(ctx.Err(), context.Canceled) {
-				p.fail(time.Now(), trial, err)
+			if errors.Is(ctx.Err(), context.Canceled) {
+				// The caller cancelled while the node was being dialed:
+				// its own doing, as on a pooled connection, so neither a
+				// back-off of the node nor a miss (a prefix count would
+				// read a miss as "nothing cached" and return no error).
+				return connError(p.addr, fmt.Errorf("%w (while connecting: %v)", ctx.Err(), err))
 			}
+			p.fail(time.Now(), trial, err)
 			return &peerError{addr: p.addr, miss: read, cause: err}
 		}
 		cc.got, cc.broken = false, false

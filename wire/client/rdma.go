@@ -113,30 +113,36 @@ func (r *rdmaPeer) close() {
 // rdmaGet serves a group of whole-value reads (GetBatch) whose items all
 // have destination buffers over RDMA; false: the group goes over TCP
 // (RDMA off, failed, or an item without a buffer). A value longer than
-// its buffer fills it and fails with ErrBufferTooSmall, as over TCP.
-func (c *Client) rdmaGet(ctx context.Context, p *peer, deadline time.Time, idx []int, ks []wire.BlockKey, res []GetResult, dstOf func(i int) []byte) bool {
+// its buffer fills it and fails with ErrBufferTooSmall, as over TCP. The
+// items it returns (rest, restKeys) are values larger than one RDMA
+// transfer, which the caller reads over TCP.
+func (c *Client) rdmaGet(ctx context.Context, p *peer, deadline time.Time, idx []int, ks []wire.BlockKey, res []GetResult, dstOf func(i int) []byte) (rest []int, restKeys []wire.BlockKey, ok bool) {
 	if c.opts.RDMA == nil {
-		return false
+		return nil, nil, false
 	}
 	items := make([]rdma.GetItem, len(idx))
 	dst := make([][]byte, len(idx))
 	for n, i := range idx {
 		if dst[n] = dstOf(i); len(dst[n]) == 0 {
-			return false
+			return nil, nil, false
 		}
 		items[n] = rdma.GetItem{Key: ks[n], Length: uint64(len(dst[n]))}
 	}
 	rc := c.getRDMA(p)
 	if rc == nil {
-		return false
+		return nil, nil, false
 	}
 	out := make([]rdma.GetResult, len(idx))
 	if err := rc.GetBatchCtx(ctx, deadline, items, dst, out); err != nil {
 		c.rdmaFailed(p, rc, err)
-		return false
+		return nil, nil, false
 	}
 	c.putRDMA(p, rc)
 	for n, i := range idx {
+		if errors.Is(out[n].Err, rdma.ErrTransferTooBig) {
+			rest, restKeys = append(rest, i), append(restKeys, ks[n])
+			continue
+		}
 		r := GetResult{Stored: out[n].Stored, Err: out[n].Err}
 		if r.Err == nil {
 			r.Data = dst[n][:out[n].N]
@@ -146,7 +152,7 @@ func (c *Client) rdmaGet(ctx context.Context, p *peer, deadline time.Time, idx [
 		}
 		res[i] = r
 	}
-	return true
+	return rest, restKeys, true
 }
 
 // rdmaGetRange is GetRange over RDMA; ok false: it goes over TCP.
@@ -164,6 +170,9 @@ func (c *Client) rdmaGetRange(ctx context.Context, p *peer, deadline time.Time, 
 		return 0, 0, nil, false
 	}
 	c.putRDMA(p, rc)
+	if errors.Is(r[0].Err, rdma.ErrTransferTooBig) {
+		return 0, 0, nil, false // larger than one transfer: TCP carries it
+	}
 	return r[0].N, r[0].Stored, r[0].Err, true
 }
 
@@ -182,6 +191,12 @@ func (c *Client) rdmaPut(ctx context.Context, p *peer, deadline time.Time, idx [
 	rc := c.getRDMA(p)
 	if rc == nil {
 		return false
+	}
+	for _, v := range vals {
+		if uint64(len(v)) > rc.MaxPutBytes() {
+			c.putRDMA(p, rc)
+			return false // larger than one transfer: TCP carries the group
+		}
 	}
 	out := make([]error, len(idx))
 	if err := rc.PutBatchCtx(ctx, deadline, ks, vals, out); err != nil {

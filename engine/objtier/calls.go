@@ -87,7 +87,7 @@ func (t *Tier) callCtx(parent context.Context, op Op, f func(ctx context.Context
 	}
 	if st == CallError || st == CallTimeout {
 		if parent.Err() == nil { // a drain cut short at Close is not an outage
-			t.health.failure(now, op.String(), err)
+			t.health.failure(start, now, op.String(), err)
 		}
 	} else {
 		t.health.success(now, op, st)

@@ -31,7 +31,8 @@ type health struct {
 	probeFor time.Duration
 
 	mu      sync.Mutex
-	since   time.Time
+	since   time.Time // when the current (or last) outage began
+	upAt    time.Time // when the last outage ended
 	bo      *backoff.ExponentialBackOff
 	outages atomic.Uint64
 }
@@ -84,13 +85,20 @@ func (h *health) success(now time.Time, op Op, st CallStatus) {
 		return
 	}
 	h.down.Store(false)
+	h.upAt = now
 	h.bo.Reset()
 	h.log.Info("object store reachable again", "bucket", h.bucket, "op", op.String(), "status", st.String(), "down_for", now.Sub(h.since).Round(time.Millisecond))
 }
 
-func (h *health) failure(now time.Time, op string, err error) {
+// failure notes a call begun at start that failed at now. A call begun
+// before the last outage ended (one that hung through it) says nothing of
+// the bucket since: it neither starts a new outage nor moves the retry.
+func (h *health) failure(start, now time.Time, op string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if start.Before(h.upAt) {
+		return
+	}
 	if !h.down.Load() {
 		h.since = now
 		h.outages.Add(1)

@@ -314,14 +314,34 @@ func (t *Tier) uploadOne(ctx context.Context, key wire.BlockKey, body *iobuf.Buf
 		t.bytesOut.Add(uint64(len(body.B)))
 		t.uploaded.Add(1)
 	}
-	newest, dropped, gen := t.queue.finish(key, body, err == nil, !errors.Is(err, errSkipped))
+	tried := !errors.Is(err, errSkipped)
+	marked := false
+	if err != nil && tried && t.queue.lastTry(key) {
+		// Mark the key while its object is still queued: between finish
+		// taking the object out and a mark made after, a miss would find
+		// neither and read the bucket's older object.
+		t.markStale(key)
+		marked = true
+	}
+	newest, dropped, gen := t.queue.finish(key, body, err == nil, tried)
 	switch {
 	case newest:
 		t.clearStale(key, gen)
 	case dropped:
 		t.uploadFails.Add(1)
-		t.markStale(key)
+		if !marked {
+			t.markStale(key)
+		}
 	}
+}
+
+// lastTry reports whether key's upload in flight, failing now, would be
+// dropped: its last try, with no newer object queued and no REMOVE.
+func (q *uploadQueue) lastTry(key wire.BlockKey) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	u := q.items[key]
+	return u != nil && u.body == nil && !u.canceled && u.tries >= maxTries
 }
 
 // drain uploads what is queued until the queue is empty or ctx ends,

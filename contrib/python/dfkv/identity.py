@@ -13,10 +13,11 @@ Standard library only: hashlib and struct.
 from __future__ import annotations
 
 import bisect
+import operator
 import hashlib
 import struct
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "MAX_NAMESPACE_BYTES", "MAX_OBJECT_KEY_BYTES", "NAMESPACE_MAGIC",
@@ -62,6 +63,19 @@ def _text(s: Union[str, bytes]) -> bytes:
     if isinstance(s, str):
         return s.encode("utf-8")
     raise TypeError(f"expected str or bytes, got {type(s).__name__}")
+
+
+def _int(v: Any, what: str, lo: int, hi: int) -> int:
+    """v as an int in lo..hi: an integer type only (operator.index takes
+    Python and numpy ints, refuses floats), never truncated or wrapped, so
+    no two values name one identity."""
+    try:
+        n = operator.index(v)
+    except TypeError:
+        raise IdentityError(f"{what} {v!r} is not an integer") from None
+    if not lo <= n <= hi:
+        raise IdentityError(f"{what} {n} is outside {lo}..{hi}")
+    return n
 
 
 def frame(x: bytes) -> bytes:
@@ -131,8 +145,10 @@ class NamespaceDescriptor:
                       f"nor {EXPERIMENTAL_LAYOUT_PREFIX!r}+name")
         if not _text(self.dtype):
             raise bad("dtype is empty")
-        if not 0 <= int(self.layout_fingerprint) <= _U64_MAX:
-            raise bad(f"layout fingerprint {self.layout_fingerprint} is not a u64")
+        try:
+            _int(self.layout_fingerprint, "layout fingerprint", 0, _U64_MAX)
+        except IdentityError as e:
+            raise bad(str(e)) from None
         g, t = self.layer_geometry, self.topology_sizes
         for name, v in (("block tokens", self.block_tokens),
                         ("layer geometry layers", g.layers), ("layer geometry kv heads", g.kv_heads),
@@ -140,10 +156,12 @@ class NamespaceDescriptor:
                         ("topology dp size", t.dp), ("topology tp size", t.tp),
                         ("topology pcp size", t.pcp), ("topology dcp size", t.dcp),
                         ("topology pp size", t.pp)):
-            if int(v) == 0:
+            try:
+                n = _int(v, name, 0, _U32_MAX)
+            except IdentityError as e:
+                raise bad(f"{e} (a u32)") from None
+            if n == 0:
                 raise bad(f"{name} is 0")
-            if not 0 < int(v) <= _U32_MAX:
-                raise bad(f"{name} {v} is not a u32")
         n = len(self._encode_unchecked())
         if n > MAX_NAMESPACE_BYTES:
             raise bad(f"encoding is {n} bytes, over the {MAX_NAMESPACE_BYTES}-byte namespace limit")
@@ -203,7 +221,7 @@ def decode_namespace(b: bytes) -> NamespaceDescriptor:
 
     d = NamespaceDescriptor(
         tenant=txt(fields[0]), model_id=txt(fields[1]), model_revision=txt(fields[2]),
-        layout_id=fields[3].decode("utf-8", "surrogateescape"), dtype=txt(fields[4]),
+        layout_id=txt(fields[3]), dtype=txt(fields[4]),
         layout_fingerprint=struct.unpack("<Q", fields[5])[0],
         block_tokens=struct.unpack("<I", fields[6])[0],
         layer_geometry=LayerGeometry(*struct.unpack("<III", fields[7])),
@@ -241,11 +259,14 @@ def canonical_tenant(ns: bytes) -> Optional[bytes]:
 def layout_fingerprint(fields: Iterable[Tuple[str, Sequence[int]]]) -> int:
     """Deterministic 64-bit hash of a connector's ordered shape/stride fields:
     big-endian u64 of SHA-256("DFKVLAYOUT1" || per field frame(name) ||
-    frame(u64le two's-complement of each value))[0:8]. Order matters."""
+    frame(u64le two's-complement of each value))[0:8]. Order matters.
+    Values are int64s, as Go's wire.LayoutField holds them; anything else
+    (a float, 2**63) is refused rather than wrapped onto another value."""
     h = hashlib.sha256(_LAYOUT_DOMAIN)
     for name, values in fields:
         h.update(frame(_text(name)))
-        h.update(frame(b"".join(struct.pack("<Q", int(v) & _U64_MAX) for v in values)))
+        vals = [_int(v, f"layout field {name!r} value", -(1 << 63), (1 << 63) - 1) for v in values]
+        h.update(frame(b"".join(struct.pack("<q", v) for v in vals)))
     return int.from_bytes(h.digest()[:8], "big")
 
 
@@ -282,6 +303,17 @@ class ObjectKey:
             for i, c in enumerate(b):
                 if c in (0x7C, 0x3D):  # '|' '='
                     raise bad(f"{name} {v!r} contains {chr(c)!r} at byte {i}; '|' and '=' are separators")
+        try:
+            for name, (size, rank) in (("dp", self.dp), ("tp", self.tp), ("pcp", self.pcp),
+                                       ("dcp", self.dcp), ("pp", self.pp)):
+                _int(size, f"{name} size", 1, _U64_MAX)
+                _int(rank, f"{name} rank", REPLICATED_RANK, _U64_MAX)
+            _int(self.group, "group", 0, _U64_MAX)
+            if self.sg is not None:
+                _int(self.sg[0], "scatter width", 1, _U64_MAX)
+                _int(self.sg[1], "scatter group", 0, _U64_MAX)
+        except IdentityError as e:
+            raise bad(str(e)) from None
         for name, (size, rank) in (("dp", self.dp), ("tp", self.tp), ("pcp", self.pcp),
                                    ("dcp", self.dcp), ("pp", self.pp)):
             if size < 1:

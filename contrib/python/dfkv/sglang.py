@@ -201,6 +201,18 @@ def _count(indices: Any) -> int:
     return int(n()) if callable(n) else len(indices)
 
 
+def _kv_dtype(pool: Any, default: Any = None) -> str:
+    """The dtype of the KV a host pool holds. SGLang's host pools take
+    device_pool.store_dtype as their dtype, which is uint8 for every fp8
+    format (fp8 is stored as bytes); the device pool's dtype names the
+    format, so fp8_e4m3 and fp8_e5m2 caches never share a namespace."""
+    dev = getattr(pool, "device_pool", None)
+    dt = getattr(dev, "dtype", None) if dev is not None else None
+    if dt is None:
+        dt = getattr(pool, "dtype") if default is None else getattr(pool, "dtype", default)
+    return dtype_name(dt)
+
+
 class _Plan:
     """How the pages of one host pool are keyed and moved, fixed when the
     pool is registered so a pool this backend cannot serve is refused then,
@@ -300,7 +312,7 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
             layout = getattr(pool, "layout", "layer_first")
             page_size = int(getattr(pool, "page_size"))
             layers = int(getattr(pool, "layer_num", 1) or 1)
-            dtype = dtype_name(getattr(pool, "dtype"))
+            dtype = _kv_dtype(pool)
             if self.is_mla or hasattr(pool, "kv_cache_dim"):
                 kv_heads, rank_heads = 1, 1
                 head_dim = int(getattr(pool, "kv_cache_dim", 0) or
@@ -426,7 +438,7 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
             ("bytes_per_token", [int(per_token()) if callable(per_token) else 0]),
             ("layers", [int(getattr(host_pool, "layer_num", getattr(host_pool, "num_mamba_layers", 0)) or 0)]),
         ])
-        dt = escape_key_part(dtype_name(getattr(host_pool, "dtype", "raw")))
+        dt = escape_key_part(_kv_dtype(host_pool, "raw"))
         self._plans[name] = _Plan(name, host_pool, f"page.{dt}.{fp:016x}", self.is_mla and name != "mamba")
 
     # -- failure handling --------------------------------------------------

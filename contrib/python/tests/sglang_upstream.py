@@ -30,6 +30,9 @@ draft pools, HiCacheStorageConfig.dp_rank/dp_size and the KVCC backend):
       writes the extra pools with batch_set_v2 before the KV pages, and on
       MLA TP ranks other than 0 (whose KV backup is skipped) still writes
       the TP-sharded Mamba state.
+  python/sglang/srt/mem_cache/pool_host/base.py
+      HostKVCache keeps device_pool.store_dtype as its dtype (uint8 for
+      the fp8 formats) and the device pool, whose dtype names the format.
   python/sglang/srt/mem_cache/pool_host/mha.py, mla.py, mamba.py
       host pool buffers per layout (layer_first, page_first,
       page_first_direct, page_head, page_first_kv_split),
@@ -320,7 +323,11 @@ class KVHostPool:
                  dtype="bfloat16", mla=False, kv_lora_rank=6, qk_rope_head_dim=2):
         self.layout, self.page_size, self.layer_num = layout, page_size, layers
         self.page_num, self.size = pages, pages * page_size
-        self.dtype, self.itemsize, self.mla = dtype, itemsize, mla
+        # HostKVCache: self.dtype = device_pool.store_dtype, which KVCache
+        # makes uint8 for the fp8 formats (stored as bytes).
+        store = "uint8" if str(dtype).startswith("float8") else dtype
+        self.device_pool = types.SimpleNamespace(dtype=dtype, store_dtype=store)
+        self.dtype, self.itemsize, self.mla = store, itemsize, mla
         if mla:
             self.kv_lora_rank, self.qk_rope_head_dim = kv_lora_rank, qk_rope_head_dim
             self.kv_cache_dim = kv_lora_rank + qk_rope_head_dim

@@ -221,11 +221,13 @@ func (s *Store) dropCorrupt(key wire.BlockKey, r SlotRef, stored uint64, by stri
 	of, isPiece := s.pieceKeys[key]
 	if ok && cur == r {
 		delete(s.pieceKeys, key)
+		s.evicted[key]++ // a Remove of key waits for the clear below
 	}
 	s.mu.Unlock()
 	if ok && cur == r {
 		s.acct.Committed(key.Tenant, -int64(n))
 		s.clearAndRelease(r)
+		s.recordCleared(key)
 	}
 	if spanned {
 		s.removePieces(key, sp)

@@ -287,9 +287,11 @@ func (s *Store) dropValue(key wire.BlockKey, r SlotRef) {
 	_, n, _ := s.alloc.Remove(&key)
 	sp, spanned := s.spans[key]
 	delete(s.spans, key)
+	s.evicted[key]++ // a Remove of key waits for the clear below
 	s.mu.Unlock()
 	s.acct.Committed(key.Tenant, -int64(n))
 	s.clearAndRelease(r)
+	s.recordCleared(key)
 	if spanned {
 		s.removePieces(key, sp)
 	}

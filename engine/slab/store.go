@@ -145,7 +145,9 @@ type Store struct {
 	// evicted counts, per key, the values of it unpublished under the
 	// lock whose records are still on disk: evicted ones (the PUT that
 	// evicted writes over or wipes them only after the lock is let go)
-	// and replaced ones (an overwrite clears the old record after it). A
+	// and replaced ones (an overwrite clears the old record after it),
+	// and removed or dropped ones (another Remove, a read that dropped a
+	// value missing a piece or failing its checksum, clear it after). A
 	// Remove of such a key waits for them (evictedGone) before it
 	// answers, or a SIGKILL meanwhile would bring that value back after
 	// the Remove.
@@ -661,10 +663,14 @@ func (s *Store) remove(key wire.BlockKey) bool {
 		// following one that will not publish.
 		delete(s.flights, key)
 	}
+	if ok {
+		s.evicted[key]++ // another Remove of key waits for the clear below
+	}
 	s.mu.Unlock()
 	if ok {
 		s.acct.Committed(key.Tenant, -int64(n))
 		s.clearAndRelease(r)
+		s.recordCleared(key)
 	}
 	if spanned {
 		s.removePieces(key, sp)

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -200,6 +202,14 @@ func (m *MDSClient) call(ctx context.Context, op wire.Op, known uint64, req wire
 	if refusal != nil {
 		return win(refusal)
 	}
+	for _, err := range errs {
+		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+			// An MDS may have done what was asked and answered late (a
+			// REGISTER behind a slow etcd): say the call timed out, so the
+			// caller can tell that from one no MDS received.
+			return 0, fmt.Errorf("no MDS answered (%v): %w: %w", errs, wire.StatusUnavailable, os.ErrDeadlineExceeded)
+		}
+	}
 	return 0, fmt.Errorf("no MDS answered (%v): %w", errs, wire.StatusUnavailable)
 }
 
@@ -214,7 +224,7 @@ func (m *MDSClient) callOne(ctx context.Context, addr string, op wire.Op, known 
 	defer cancel()
 	nc, err := m.dialer.DialContext(dctx, "tcp", addr)
 	if err != nil {
-		return 0, fmt.Errorf("MDS %s: %v", addr, err), false
+		return 0, fmt.Errorf("MDS %s: %v", addr, err), false // %v: a dial that timed out delivered nothing
 	}
 	defer nc.Close()
 	_ = nc.SetDeadline(deadline)
@@ -222,12 +232,12 @@ func (m *MDSClient) callOne(ctx context.Context, addr string, op wire.Op, known 
 	defer stop()
 	msg := append(wire.AppendMDSRequest(nil, op, known, len(body)), body...)
 	if _, err := nc.Write(msg); err != nil {
-		return 0, fmt.Errorf("MDS %s: %v", addr, err), false
+		return 0, fmt.Errorf("MDS %s: %w", addr, err), false
 	}
 	br := bufio.NewReader(nc)
 	var hb [wire.ResponsePrefixLen]byte
 	if _, err := io.ReadFull(br, hb[:]); err != nil {
-		return 0, fmt.Errorf("MDS %s: %v", addr, err), false
+		return 0, fmt.Errorf("MDS %s: %w", addr, err), false
 	}
 	h, err := wire.DecodeMDSResponse(hb[:])
 	if err != nil {
@@ -235,7 +245,7 @@ func (m *MDSClient) callOne(ctx context.Context, addr string, op wire.Op, known 
 	}
 	data := make([]byte, h.BodyLen)
 	if _, err := io.ReadFull(br, data); err != nil {
-		return 0, fmt.Errorf("MDS %s: %v", addr, err), false
+		return 0, fmt.Errorf("MDS %s: %w", addr, err), false
 	}
 	if h.Status != wire.StatusOK {
 		// An MDS whose backend is down says UNAVAILABLE; another MDS

@@ -141,7 +141,10 @@ func (p *peer) dialShm(ctx context.Context, deadline time.Time) (*cconn, error) 
 		if s.state == shmReady && s.instance == instance {
 			s.state, s.why = shmUnknown, err.Error()
 		}
-		if !s.discovering {
+		// One caller looks it up while the others use TCP; with shm =
+		// on there is no TCP to use, so each looks it up itself (as a
+		// first dial in ShmOn does) rather than fail.
+		if !s.discovering || p.opts.SharedMemory == ShmOn {
 			discover, s.discovering = true, true
 		}
 		s.mu.Unlock()

@@ -23,12 +23,14 @@ serving TLS take Client(..., tls=True, tls_ca=...) (else $DFKV_CLIENT_TLS,
 $DFKV_CLIENT_TLS_CA, ...), with tls_cert and tls_key for mutual TLS.
 contrib/README.md has the longer example, which the tests run.
 
-NB: libdfkv.so carries a Go runtime, which does not survive fork(). Open
-Clients in the process that uses them (after any fork; engines that fork
-workers should create their connector in the worker), which the lazy load
-makes natural: importing dfkv starts nothing. A Client a child inherits
-refuses calls there (InvalidArgument) and is let go of, not closed, when
-the child drops it: it stays the parent's.
+NB: libdfkv.so carries a Go runtime, started when the library loads (at
+the first Client), which does not survive fork(). Open Clients in the
+process that uses them; an engine that forks workers must do so before
+any Client exists, or start them with multiprocessing's "spawn". Importing
+dfkv starts nothing. In a process forked after the load, a new Client and
+every call of an inherited one raise InvalidArgument at once (they would
+block for ever); an inherited Client is let go of, not closed, when the
+child drops it: it stays the parent's.
 
 Block-prefix chain keys: chain_keys(fingerprint, token_ids, block_tokens)
 names KV blocks by their tokens (for an engine that gives tokens rather

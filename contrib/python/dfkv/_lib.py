@@ -94,10 +94,25 @@ def _declare(lib):
         fn.restype, fn.argtypes = res, args
 
 
+# The pid of the process that loaded the library, which started its Go
+# runtime; None before the first load.
+_loaded_by: int | None = None
+
+FORK_ADVICE = ("libdfkv's Go runtime does not survive fork(), so a process forked after it was loaded can "
+               "open no client: start workers with multiprocessing's 'spawn' or 'forkserver' method, or import "
+               "and use dfkv only in the workers")
+
+
+def inherited() -> bool:
+    """Whether the library was loaded by a process this one was forked from:
+    then its runtime is a dead copy, and opening a client would block."""
+    return _loaded_by is not None and _loaded_by != os.getpid()
+
+
 def load(path: str | None = None):
     """Load (once) and return the library. ctypes.CDLL releases the GIL for
     every call, so batch calls from several threads run in parallel."""
-    global _lib
+    global _lib, _loaded_by
     with _lock:
         if _lib is not None and path is None:
             return _lib
@@ -107,6 +122,8 @@ def load(path: str | None = None):
                 tried.append(f"{p} (missing)")
                 continue
             lib = ctypes.CDLL(p)
+            if _loaded_by is None:
+                _loaded_by = os.getpid()
             _declare(lib)
             if path is None:
                 _lib = lib

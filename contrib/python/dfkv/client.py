@@ -271,6 +271,9 @@ class Client:
                  tls_key: Union[str, os.PathLike, None] = None, tls_server_name: Optional[str] = None) -> None:
         self._h: Optional[int] = None
         self._forks, self._pid = _forks, os.getpid()
+        if _lib.inherited():
+            raise InvalidArgument(f"dfkv client: libdfkv was loaded by process {_lib._loaded_by}, which this one "
+                                  f"(pid {os.getpid()}) was forked from; {_lib.FORK_ADVICE}")
         self._lib = _lib.load(library)
         ns = namespace_bytes(namespace)
         self.namespace = ns
@@ -348,8 +351,8 @@ class Client:
         if h is None:
             raise InvalidArgument("dfkv client is closed")
         if self._forks != _forks:
-            raise InvalidArgument(f"dfkv client was opened in process {self._pid}, before a fork; libdfkv does "
-                                  f"not survive fork: open a Client in this process (pid {os.getpid()})")
+            raise InvalidArgument(f"dfkv client was opened in process {self._pid}, which this one (pid "
+                                  f"{os.getpid()}) was forked from; {_lib.FORK_ADVICE}")
         return h
 
     def _raise(self, rc: int, what: str):
@@ -417,9 +420,11 @@ class Client:
             # A miss is the common answer, not a failure to explain: the
             # key is enough.
             raise error_for(rc, f"get_into {key!r}: not stored")
-        if rc == Status.TOO_LARGE and n < stored.value:
-            raise error_for(rc, f"get_into {key!r}: destination buffer smaller than the stored value "
-                                f"({n} bytes for {stored.value})")
+        if rc == Status.TOO_LARGE:
+            msg = self._last_error(h)
+            if n < stored.value and "max_block_bytes" not in msg:
+                msg = f"destination buffer smaller than the stored value ({n} bytes for {stored.value})"
+            raise error_for(rc, f"get_into {key!r}: {msg}")
         if rc:
             self._raise(rc, f"get_into {key!r}")
         return stored.value

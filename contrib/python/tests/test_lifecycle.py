@@ -103,6 +103,22 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(_wait(pid, 20), 0, "the child's call was not refused (4: it ran, 5: the message)")
         self.assertTrue(c.exist(b"k"), "the parent's client works after the fork")
 
+    def test_forked_child_opening_a_client_is_refused_not_hung(self):
+        # The parent's Go runtime is a dead copy in the child: an open there
+        # would block for ever, so it is refused at once, saying what works.
+        c = dfkv.Client(None, ns(), embedded={"ram_tier_bytes": "64MiB"})
+        self.addCleanup(c.close)
+        pid = _fork()
+        if pid == 0:
+            code = 4
+            try:
+                dfkv.Client(None, ns(), embedded={"ram_tier_bytes": "64MiB"})
+            except dfkv.InvalidArgument as e:
+                code = 0 if "spawn" in str(e) else 5
+            finally:
+                os._exit(code)
+        self.assertEqual(_wait(pid, 20), 0, "the child's open was not refused (None: it hung; 4: it opened; 5: the message)")
+
     def test_grandchild_keeps_descriptors_its_parent_opened(self):
         # fork.c closes the noted lock descriptors in every child, but never
         # forgets them there: a worker (child) that opens a file, pipe or
@@ -227,6 +243,18 @@ class LifecycleTest(unittest.TestCase):
             msg = self._last_error(lib, b._h)
             self.assertIn("max_block_bytes", msg,
                           f"buffer of {2 << 20} bytes for a {stored.value}-byte value, message: {msg!r}")
+
+    def test_get_into_over_max_block_bytes_names_the_limit(self):
+        # With a buffer smaller than the value too, the message names the
+        # limit, which no larger buffer gets past.
+        cfg = {"ram_tier_bytes": "64MiB"}
+        name = b"lifecycle-big-" + uuid.uuid4().hex.encode()
+        with dfkv.Client(None, name, embedded=cfg) as a, \
+                dfkv.Client(None, name, embedded=cfg, max_block_bytes=1 << 20) as b:
+            a.put(b"big", bytes(2 << 20))
+            with self.assertRaises(dfkv.TooLarge) as cm:
+                b.get_into(b"big", bytearray(4096))
+            self.assertIn("max_block_bytes", str(cm.exception))
 
 
 if __name__ == "__main__":

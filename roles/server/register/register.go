@@ -8,10 +8,12 @@ package register
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -181,7 +183,7 @@ func (r *Registrar) Run(ctx context.Context) {
 			took := time.Since(sent)
 			cancel()
 			if err == nil {
-				registered = true
+				registered, unsure = true, false
 				failures.failing = false
 				backoff = firstRetry
 				ttl = time.Duration(rep.HeartbeatTTLMS) * time.Millisecond
@@ -206,6 +208,10 @@ func (r *Registrar) Run(ctx context.Context) {
 				// DEREGISTER of an id it does not list changes nothing).
 				unsure = true
 			} else {
+				// A REGISTER that timed out may have been applied, its
+				// answer late (an MDS waiting on a slow etcd): stopped
+				// before the retry, the node leaves all the same.
+				unsure = unsure || mayHaveLanded(err)
 				fail("cannot register with the MDS; retrying (clients that discover members through it do not route here)", err)
 				wait = r.jitter(backoff)
 				backoff = min(backoff*2, maxRetry)
@@ -248,6 +254,13 @@ func (r *Registrar) Run(ctx context.Context) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// mayHaveLanded reports whether a failed call may have been applied by
+// the MDS all the same: it timed out waiting for the answer, rather than
+// being refused or never reaching it.
+func mayHaveLanded(err error) bool {
+	return wire.StatusOf(err) == wire.StatusTimeout || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // Current reports whether the node is registered and its last heartbeat

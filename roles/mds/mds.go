@@ -255,7 +255,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	log.Info("dfkv mds listening", append([]any{"listen", ln.Addr().String(), "http", mc.HTTPListen, "backend", backend, "auth", auth, "tls", tlsMode, "max_control_conns", cs.maxConns},
 		append(store, "heartbeat_ttl", mc.HeartbeatTTL.String(), "group", cfg.Group)...)...)
 	if backend == "etcd" {
-		go watchBackend(ctx, probe, backendCheckEvery, log)
+		go watchBackend(ctx, probe, checkEvery(mc.HeartbeatTTL), log)
 	}
 	if deps.Ready != nil {
 		deps.Ready()
@@ -285,6 +285,15 @@ func controlConnCap() int {
 // etcd and getting it back are logged (and dfkv_mds_backend_up kept
 // fresh) even when nothing scrapes /readyz.
 const backendCheckEvery = 2 * time.Second
+
+// checkEvery is the probe period for a heartbeat TTL: at most half of it.
+// A stall longer than the TTL (every lease runs out) then holds a probe
+// that started in its first half TTL, and which so lasts at least half a
+// TTL, past the quarter TTL (probeCache.slow) that opens the settle
+// window, whatever the ticker's phase.
+func checkEvery(ttl time.Duration) time.Duration {
+	return max(min(backendCheckEvery, ttl/2), 100*time.Millisecond)
+}
 
 // watchBackend probes the backend every period until ctx ends and logs
 // each change of reachability: one WARN when it is lost, with what the

@@ -316,12 +316,23 @@ func (t *Tier) uploadOne(ctx context.Context, key wire.BlockKey, body *iobuf.Buf
 	}
 	tried := !errors.Is(err, errSkipped)
 	marked := false
-	if err != nil && tried && t.queue.lastTry(key) {
+	if gen, last := t.queue.lastTry(key); err != nil && tried && last {
 		// Mark the key while its object is still queued: between finish
 		// taking the object out and a mark made after, a miss would find
-		// neither and read the bucket's older object.
-		t.markStale(key)
+		// neither and read the bucket's older object. The mark takes the
+		// dropped value's generation, so a newer value queued meanwhile
+		// ends it when its upload lands.
+		s := t.stripe(key)
+		s.mu.Lock()
+		t.markAtLocked(s, key, false, true, gen)
+		s.mu.Unlock()
 		marked = true
+	}
+	if err == nil {
+		// End the stale marks this value supersedes while the key is still
+		// in the queue: a delete retry that claims the key once it leaves
+		// then finds no mark, rather than delete this object.
+		t.clearStale(key, t.queue.sendingGen(key))
 	}
 	newest, dropped, gen := t.queue.finish(key, body, err == nil, tried)
 	switch {
@@ -335,13 +346,27 @@ func (t *Tier) uploadOne(ctx context.Context, key wire.BlockKey, body *iobuf.Buf
 	}
 }
 
+// sendingGen is the generation key's upload in flight was queued at.
+func (q *uploadQueue) sendingGen(key wire.BlockKey) uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if u := q.items[key]; u != nil {
+		return u.sendingGen
+	}
+	return 0
+}
+
 // lastTry reports whether key's upload in flight, failing now, would be
-// dropped: its last try, with no newer object queued and no REMOVE.
-func (q *uploadQueue) lastTry(key wire.BlockKey) bool {
+// dropped (its last try, with no newer object queued and no REMOVE), and
+// the generation its value was queued at.
+func (q *uploadQueue) lastTry(key wire.BlockKey) (gen uint64, last bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	u := q.items[key]
-	return u != nil && u.body == nil && !u.canceled && u.tries >= maxTries
+	if u == nil || u.body != nil || u.canceled || u.tries < maxTries {
+		return 0, false
+	}
+	return u.sendingGen, true
 }
 
 // drain uploads what is queued until the queue is empty or ctx ends,

@@ -803,11 +803,24 @@ func (t *Tier) markStale(key wire.BlockKey) {
 // does that only if its delete fails (persistMark), so a REMOVE the
 // bucket answers costs no disk write.
 func (t *Tier) markLocked(s *stripe, key wire.BlockKey, removed, persist bool) uint64 {
+	return t.markAtLocked(s, key, removed, persist, 0)
+}
+
+// markAtLocked is markLocked with the mark's generation given: at, when
+// not 0, is the generation of the queued value the mark is about (a
+// dropped upload's), so the upload of any value queued after it ends the
+// mark when it lands (clearStale), however late the mark is made.
+func (t *Tier) markAtLocked(s *stripe, key wire.BlockKey, removed, persist bool, at uint64) uint64 {
 	if s.tombs == nil {
 		s.tombs = make(map[wire.BlockKey]tomb)
 	}
 	old, had := s.tombs[key]
-	gen := t.tombGen.Add(1)
+	gen := at
+	if gen == 0 {
+		gen = t.tombGen.Add(1)
+	} else if had && old.gen > gen {
+		gen = old.gen // never lower a newer mark's generation
+	}
 	tb := tomb{gen: gen, removed: removed || old.removed, noted: old.noted}
 	if persist && !tb.noted && t.marks != nil {
 		t.marks.note(key, true)
@@ -819,6 +832,15 @@ func (t *Tier) markLocked(s *stripe, key wire.BlockKey, removed, persist bool) u
 		t.log.Warn("object store: too many deletes pending; reading through is off until they drain", "pending", maxTombs)
 	}
 	return gen
+}
+
+// isMarked reports whether key has a mark.
+func (t *Tier) isMarked(key wire.BlockKey) bool {
+	s := t.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.tombs[key]
+	return ok
 }
 
 // clear ends mark gen of key after its delete succeeded.
@@ -913,6 +935,12 @@ func (t *Tier) deleteRetries() {
 				}
 				if !t.queue.claim(m.key, true) {
 					continue // its upload replaces the object and ends a stale mark
+				}
+				if !t.isMarked(m.key) {
+					// An upload that landed since the look ended the mark:
+					// its object is the newest, not one to delete.
+					t.queue.unclaim(m.key)
+					continue
 				}
 				t.retriedDeletes.Add(1)
 				err := t.deleteObject(m.key)

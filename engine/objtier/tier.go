@@ -803,22 +803,19 @@ func (t *Tier) markStale(key wire.BlockKey) {
 // does that only if its delete fails (persistMark), so a REMOVE the
 // bucket answers costs no disk write.
 func (t *Tier) markLocked(s *stripe, key wire.BlockKey, removed, persist bool) uint64 {
-	return t.markAtLocked(s, key, removed, persist, 0)
+	return t.markAtLocked(s, key, removed, persist, t.tombGen.Add(1))
 }
 
-// markAtLocked is markLocked with the mark's generation given: at, when
-// not 0, is the generation of the queued value the mark is about (a
-// dropped upload's), so the upload of any value queued after it ends the
-// mark when it lands (clearStale), however late the mark is made.
-func (t *Tier) markAtLocked(s *stripe, key wire.BlockKey, removed, persist bool, at uint64) uint64 {
+// markAtLocked is markLocked with the mark's generation given: gen is the
+// generation of the queued value the mark is about (a dropped upload's),
+// so the upload of any value queued after it ends the mark when it lands
+// (clearStale), however late the mark is made.
+func (t *Tier) markAtLocked(s *stripe, key wire.BlockKey, removed, persist bool, gen uint64) uint64 {
 	if s.tombs == nil {
 		s.tombs = make(map[wire.BlockKey]tomb)
 	}
 	old, had := s.tombs[key]
-	gen := at
-	if gen == 0 {
-		gen = t.tombGen.Add(1)
-	} else if had && old.gen > gen {
+	if had && old.gen > gen {
 		gen = old.gen // never lower a newer mark's generation
 	}
 	tb := tomb{gen: gen, removed: removed || old.removed, noted: old.noted}

@@ -12,7 +12,17 @@ import (
 // stop function reporting Run's error.
 func runNode(t testing.TB, flags map[string][]string) (addr, httpAddr string, stop func() error) {
 	t.Helper()
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	return runNodeAt(t, flags, "127.0.0.1:0")
+}
+
+// runNodeAt is runNode on a given data-port address, so a test can stop a
+// node and start it again where its clients know it.
+func runNodeAt(t testing.TB, flags map[string][]string, at string) (addr, httpAddr string, stop func() error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", at)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hln, _ := net.Listen("tcp", "127.0.0.1:0")
 	cfg, _, err := config.LoadFrom("server", "", nil, flags)
 	if err != nil {

@@ -6,48 +6,9 @@ import (
 	"net"
 	"testing"
 
-	"github.com/dfkv/dfkv/config"
 	"github.com/dfkv/dfkv/wire"
 	"github.com/dfkv/dfkv/wire/client"
 )
-
-// runNodeAt is runNode on a given data-port address, so a test can stop a
-// node and start it again where its clients know it.
-func runNodeAt(t *testing.T, flags map[string][]string, addr string) (stop func() error) {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hln, _ := net.Listen("tcp", "127.0.0.1:0")
-	cfg, _, err := config.LoadFrom("server", "", nil, flags)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		done <- Run(ctx, cfg, Deps{Listener: ln, HTTPListener: hln, Ready: func(*Server) { close(ready) }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("node did not start: %v", err)
-	}
-	stopped := false
-	var stopErr error
-	stop = func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			stopErr = <-done
-		}
-		return stopErr
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -67,7 +28,7 @@ func freeAddr(t *testing.T) string {
 func TestShmClientFollowsANodeRestart(t *testing.T) {
 	flags, _ := shmNodeFlags(t, nil)
 	addr := freeAddr(t)
-	stop := runNodeAt(t, flags, addr)
+	_, _, stop := runNodeAt(t, flags, addr)
 	ctx := context.Background()
 	on := shmClient(t, addr, client.ShmOn)
 	auto := shmClient(t, addr, client.ShmAuto)

@@ -17,7 +17,7 @@ import (
 func TestShmOnClientFollowsANodeRestartConcurrently(t *testing.T) {
 	flags, _ := shmNodeFlags(t, nil)
 	addr := freeAddr(t)
-	stop := runNodeAt(t, flags, addr)
+	_, _, stop := runNodeAt(t, flags, addr)
 	ctx := context.Background()
 	on := shmClient(t, addr, client.ShmOn)
 	val := bytes.Repeat([]byte("r"), 64<<10)
@@ -51,7 +51,7 @@ func TestShmOnClientFollowsANodeRestartConcurrently(t *testing.T) {
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
-		stop = runNodeAt(t, flags, addr)
+		_, _, stop = runNodeAt(t, flags, addr)
 		if err := shmClient(t, addr, client.ShmOff).Put(ctx, []byte("k"), val); err != nil {
 			t.Fatal(err)
 		}

@@ -189,30 +189,16 @@ func TestBytesInCountsOnlyBytesReceived(t *testing.T) {
 // metricsNode is startNode with request metrics on (set before Serve).
 func metricsNode(t *testing.T, eng engine.StoreEngine, mutate func(*Options)) (*testNode, *Metrics) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := Options{Engine: eng, Listener: ln, MaxBlockBytes: testMaxBlock, MaxBatchItems: 64, ShutdownTimeout: 5 * time.Second}
-	if mutate != nil {
-		mutate(&opts)
-	}
-	srv, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	g, err := engine.NewGroup([]engine.StoreEngine{eng}, []string{"mem"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if srv.metrics, err = NewMetrics(prometheus.NewRegistry(), srv, g); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	n := &testNode{srv: srv, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
-	go func() { n.done <- srv.Serve(ctx) }()
-	t.Cleanup(func() { n.stop(t) })
-	return n, srv.metrics
+	n := startNodeWith(t, eng, mutate, func(srv *Server) {
+		if srv.metrics, err = NewMetrics(prometheus.NewRegistry(), srv, g); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return n, n.srv.metrics
 }
 
 // TestRequestMetricsCountRefusalsByTheirStatus: dfkv_requests_total

@@ -26,6 +26,13 @@ type testNode struct {
 
 func startNode(t testing.TB, eng engine.StoreEngine, mutate func(*Options)) *testNode {
 	t.Helper()
+	return startNodeWith(t, eng, mutate, nil)
+}
+
+// startNodeWith is startNode with before run on the server before it
+// serves (to set fields Options does not reach).
+func startNodeWith(t testing.TB, eng engine.StoreEngine, mutate func(*Options), before func(*Server)) *testNode {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -37,6 +44,9 @@ func startNode(t testing.TB, eng engine.StoreEngine, mutate func(*Options)) *tes
 	srv, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(srv)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &testNode{srv: srv, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}

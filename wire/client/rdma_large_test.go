@@ -4,11 +4,6 @@ import (
 	"bytes"
 	"context"
 	"testing"
-	"time"
-
-	"github.com/dfkv/dfkv/rdma"
-	"github.com/dfkv/dfkv/roles/server"
-	"github.com/dfkv/dfkv/wire/client"
 )
 
 // TestRDMALargeValueFallsBackToTCP: a value larger than one RDMA transfer
@@ -17,19 +12,7 @@ import (
 // RDMA does not serve, and goes over TCP: Put, PutBatch, Get and GetBatch
 // of it succeed, as over TCP or shared memory.
 func TestRDMALargeValueFallsBackToTCP(t *testing.T) {
-	fake := rdma.NewFake("fk0")
-	addr := runNode(t, server.Deps{RDMAProvider: fake}, nil)
-	viaRDMA, err := client.Open(client.Options{Namespace: []byte("rdma"), Members: []string{addr}, SharedMemory: client.ShmOff,
-		RDMA: &rdma.ClientOptions{Provider: fake, BufferBytes: 1 << 20, OpTimeout: 10 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer viaRDMA.Close()
-	viaTCP, err := client.Open(client.Options{Namespace: []byte("rdma"), Members: []string{addr}, SharedMemory: client.ShmOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer viaTCP.Close()
+	_, viaRDMA, viaTCP := rdmaNode(t, 1<<20)
 	bg := context.Background()
 	val := bytes.Repeat([]byte("L"), 2<<20) // 2 MiB: well under max_block_bytes (64 MiB)
 

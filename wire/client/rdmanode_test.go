@@ -20,19 +20,7 @@ import (
 // TCP; when the RDMA connection breaks mid-call the call is served over
 // TCP instead, and the node keeps no registration of it.
 func TestClientOverRDMA(t *testing.T) {
-	fake := rdma.NewFake("fk0")
-	addr := runNode(t, server.Deps{RDMAProvider: fake}, nil)
-	viaRDMA, err := client.Open(client.Options{Namespace: []byte("rdma"), Members: []string{addr}, SharedMemory: client.ShmOff,
-		RDMA: &rdma.ClientOptions{Provider: fake, BufferBytes: 8 << 20, OpTimeout: 10 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer viaRDMA.Close()
-	viaTCP, err := client.Open(client.Options{Namespace: []byte("rdma"), Members: []string{addr}, SharedMemory: client.ShmOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer viaTCP.Close()
+	fake, viaRDMA, viaTCP := rdmaNode(t, 8<<20)
 	bg := context.Background()
 	val := bytes.Repeat([]byte("R"), 1<<20)
 	if err := viaRDMA.Put(bg, []byte("a"), val); err != nil {
@@ -119,4 +107,25 @@ func TestRDMACallHonoursCancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("GET over a stalled RDMA connection, cancelled after 200 ms: took %v, err %v; want context.Canceled", time.Since(start), err)
 	}
+}
+
+// rdmaNode starts a node on rdma's fake provider and opens two clients
+// of it: one over RDMA with a registered buffer of bufferBytes, one over
+// TCP.
+func rdmaNode(t *testing.T, bufferBytes uint64) (fake *rdma.Fake, viaRDMA, viaTCP *client.Client) {
+	t.Helper()
+	fake = rdma.NewFake("fk0")
+	addr := runNode(t, server.Deps{RDMAProvider: fake}, nil)
+	viaRDMA, err := client.Open(client.Options{Namespace: []byte("rdma"), Members: []string{addr}, SharedMemory: client.ShmOff,
+		RDMA: &rdma.ClientOptions{Provider: fake, BufferBytes: bufferBytes, OpTimeout: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = viaRDMA.Close() })
+	viaTCP, err = client.Open(client.Options{Namespace: []byte("rdma"), Members: []string{addr}, SharedMemory: client.ShmOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = viaTCP.Close() })
+	return fake, viaRDMA, viaTCP
 }

@@ -358,7 +358,7 @@ var settings = []setting{
 	{
 		key: "server.lease_max", roles: roleServer,
 		def:   "65536",
-		help:  "most leases live at once; past it values are sent on the socket instead",
+		help:  "most leases live at once; one connection holds at most an eighth of them, covering at most an eighth of the RAM arena; past either bound values are sent on the socket instead",
 		value: intValue{field: func(c *Config) *int { return &c.Server.LeaseMax }, min: 1, max: 1 << 24},
 	},
 	{

@@ -154,7 +154,8 @@ func NewNode(ln net.Listener, opts NodeOptions) (_ *Node, err error) {
 		if n.arenaMR, err = n.pd.Register(opts.Arena.ArenaMem(), AccessRemoteRead); err != nil {
 			return nil, fmt.Errorf("rdma node: registering the %d-byte arena: %w", len(opts.Arena.ArenaMem()), err)
 		}
-		n.leases, err = lease.New(lease.Options{Lender: opts.Arena, Capacity: opts.LeaseMax, TTL: opts.LeaseTTL, Words: n.words, Now: opts.Now})
+		n.leases, err = lease.New(lease.Options{Lender: opts.Arena, Capacity: opts.LeaseMax, TTL: opts.LeaseTTL, Words: n.words, Now: opts.Now,
+			OwnerMax: max(1, opts.LeaseMax/lease.ConnShare), OwnerBytes: uint64(len(opts.Arena.ArenaMem())) / lease.ConnShare})
 		if err != nil {
 			return nil, fmt.Errorf("rdma node: %w", err)
 		}
@@ -496,7 +497,7 @@ func (c *nodeConn) tryLease(k wire.BlockKey, off, length uint64, hit bool) bool 
 		a.Return(loan)
 		return false
 	}
-	id, _, granted := n.leases.Grant(c.owner, loan)
+	id, _, granted := n.leases.Grant(c.owner, loan, uint64(len(data)))
 	if !granted {
 		if hit {
 			c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOK, stored, wire.LeaseInline, 0, uint64(len(data)), 0)

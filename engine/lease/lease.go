@@ -19,11 +19,18 @@
 // finished while the bytes were leased (a seqlock: a client that was
 // paused past expiry sees 0 or a later ID, and retries or reports a
 // miss instead of returning another key's bytes).
+//
+// One owner can be held to a share of the table and of the bytes it
+// pins (Options.OwnerMax, OwnerBytes): a client that forgets to release,
+// or leases far ahead of what it reads, then gets its further values on
+// its socket, and takes no more than its share of the leases or of the
+// RAM tier's room to evict.
 package lease
 
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +39,11 @@ import (
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/wire"
 )
+
+// ConnShare sets the share of a node's lease table and of its arena one
+// connection's leases may hold: one ConnShare-th of each
+// (Options.OwnerMax, OwnerBytes).
+const ConnShare = 8
 
 // ErrUnknown is the error of a Release whose lease has already ended
 // (released, expired, its slot reused) or never existed.
@@ -53,6 +65,12 @@ type Options struct {
 	Words []byte
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// OwnerMax is the most leases one owner holds live (0: Capacity), and
+	// OwnerBytes the most bytes they cover (0: no bound). An owner with
+	// no live lease is always granted one, whatever its size, so a value
+	// larger than OwnerBytes can still be leased alone.
+	OwnerMax   int
+	OwnerBytes uint64
 }
 
 // Stats are the table's counters.
@@ -63,14 +81,19 @@ type Stats struct {
 	Expired  uint64 `json:"expired"`
 	Refused  uint64 `json:"refused"` // releases of leases another connection owns, or out-of-range ids
 	Full     uint64 `json:"full"`    // grants refused because every slot was live
+	// OwnerFull counts grants refused because their owner already held
+	// Options.OwnerMax leases or OwnerBytes bytes.
+	OwnerFull uint64 `json:"owner_full"`
 }
 
 // Table is the set of live leases. It is safe for concurrent use.
 type Table struct {
-	lender engine.Lender
-	ttl    time.Duration
-	now    func() time.Time
-	words  []atomic.Uint64
+	lender     engine.Lender
+	ttl        time.Duration
+	now        func() time.Time
+	words      []atomic.Uint64
+	ownerMax   int
+	ownerBytes uint64
 
 	mu    sync.Mutex
 	slots []slot
@@ -84,7 +107,7 @@ type Table struct {
 	owners map[uint64]*owned
 	spare  []*owned // lists of owners gone, for new owners
 
-	granted, released, expired, refused, full atomic.Uint64
+	granted, released, expired, refused, full, ownerFull atomic.Uint64
 
 	stop chan struct{}
 	done sync.WaitGroup
@@ -94,6 +117,7 @@ type slot struct {
 	id     wire.LeaseID // 0: free
 	loan   engine.Loan
 	expiry time.Time
+	bytes  uint64 // what the lease covers, counted to its owner
 	seq    uint32
 	// prev and next link the live slots of one owner (slot indexes, -1 at
 	// either end): a list through the slots themselves, so a grant adds
@@ -107,8 +131,9 @@ type slot struct {
 // grant looks its owner up but does not insert it again.
 type owned struct {
 	owner uint64
-	head  int32 // -1: no live lease
-	n     int   // live leases
+	head  int32  // -1: no live lease
+	n     int    // live leases
+	bytes uint64 // bytes they cover
 }
 
 // grant is one entry of the expiry queue; stale once its slot's id moved
@@ -141,15 +166,23 @@ func New(opts Options) (*Table, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.OwnerMax <= 0 || opts.OwnerMax > opts.Capacity {
+		opts.OwnerMax = opts.Capacity
+	}
+	if opts.OwnerBytes == 0 {
+		opts.OwnerBytes = math.MaxUint64
+	}
 	t := &Table{
-		lender: opts.Lender,
-		ttl:    opts.TTL,
-		now:    opts.Now,
-		words:  unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&opts.Words[0])), opts.Capacity),
-		slots:  make([]slot, opts.Capacity),
-		free:   make([]uint32, opts.Capacity),
-		owners: map[uint64]*owned{},
-		stop:   make(chan struct{}),
+		lender:     opts.Lender,
+		ttl:        opts.TTL,
+		now:        opts.Now,
+		words:      unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&opts.Words[0])), opts.Capacity),
+		ownerMax:   opts.OwnerMax,
+		ownerBytes: opts.OwnerBytes,
+		slots:      make([]slot, opts.Capacity),
+		free:       make([]uint32, opts.Capacity),
+		owners:     map[uint64]*owned{},
+		stop:       make(chan struct{}),
 	}
 	for i := range t.free {
 		t.free[i] = uint32(opts.Capacity - 1 - i) // slot 0 on top
@@ -166,18 +199,23 @@ func (t *Table) TTL() time.Duration { return t.ttl }
 // Capacity is the most leases live at once.
 func (t *Table) Capacity() int { return len(t.slots) }
 
-// Grant leases the bytes of loan to owner until it releases them or the
-// TTL passes, and returns the lease's ID and its expiry. ok is false when
-// every slot is live: the caller keeps the loan (and serves the bytes
-// another way). The table keeps a few bytes for each owner from its
-// first grant until ReleaseOwner: an owner is a connection, which calls
-// it when it ends.
-func (t *Table) Grant(owner uint64, loan engine.Loan) (id wire.LeaseID, expiry time.Time, ok bool) {
+// Grant leases the n bytes of loan to owner until it releases them or
+// the TTL passes, and returns the lease's ID and its expiry. ok is false
+// when every slot is live, or when owner already holds its share
+// (Options.OwnerMax, OwnerBytes): the caller keeps the loan (and serves
+// the bytes another way). The table keeps a few bytes for each owner
+// from its first grant until ReleaseOwner: an owner is a connection,
+// which calls it when it ends.
+func (t *Table) Grant(owner uint64, loan engine.Loan, n uint64) (id wire.LeaseID, expiry time.Time, ok bool) {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.free) == 0 {
 		t.full.Add(1)
+		return 0, time.Time{}, false
+	}
+	if o := t.owners[owner]; o != nil && o.n > 0 && (o.n >= t.ownerMax || o.bytes >= t.ownerBytes || n > t.ownerBytes-o.bytes) {
+		t.ownerFull.Add(1)
 		return 0, time.Time{}, false
 	}
 	i := t.free[len(t.free)-1]
@@ -188,7 +226,7 @@ func (t *Table) Grant(owner uint64, loan engine.Loan) (id wire.LeaseID, expiry t
 		s.seq = 1 // an ID is never 0
 	}
 	id = wire.LeaseID(uint64(i)<<32 | uint64(s.seq))
-	s.id, s.loan, s.expiry = id, loan, now.Add(t.ttl)
+	s.id, s.loan, s.expiry, s.bytes = id, loan, now.Add(t.ttl), n
 	t.link(i, owner)
 	t.words[i].Store(uint64(id))
 	t.order = append(t.order, grant{id: id, expiry: s.expiry})
@@ -262,6 +300,7 @@ func (t *Table) link(i uint32, owner uint64) {
 	}
 	o.head = int32(i)
 	o.n++
+	o.bytes += s.bytes
 }
 
 // unlink takes slot i, ending, out of its owner's list.
@@ -277,6 +316,7 @@ func (t *Table) unlink(i uint32) {
 		t.slots[s.next].prev = s.prev
 	}
 	o.n--
+	o.bytes -= s.bytes
 	s.by, s.prev, s.next = nil, -1, -1
 }
 
@@ -382,7 +422,7 @@ func (t *Table) Stats() Stats {
 	live := len(t.slots) - len(t.free)
 	t.mu.Unlock()
 	return Stats{Live: live, Granted: t.granted.Load(), Released: t.released.Load(), Expired: t.expired.Load(),
-		Refused: t.refused.Load(), Full: t.full.Load()}
+		Refused: t.refused.Load(), Full: t.full.Load(), OwnerFull: t.ownerFull.Load()}
 }
 
 // Held reports whether lease id is live.

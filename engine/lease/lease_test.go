@@ -84,7 +84,7 @@ func newTable(t *testing.T, l *lender, capacity int, c *clock) *Table {
 func TestGrantSetsWordReleaseClearsItAndReturnsLoan(t *testing.T) {
 	l := newLender()
 	tb := newTable(t, l, 4, nil)
-	id, _, ok := tb.Grant(1, l.lend(1))
+	id, _, ok := tb.Grant(1, l.lend(1), 1)
 	if !ok || id == 0 {
 		t.Fatalf("Grant: %#x, %v", uint64(id), ok)
 	}
@@ -103,7 +103,7 @@ func TestGrantSetsWordReleaseClearsItAndReturnsLoan(t *testing.T) {
 	if err := tb.Release(1, id); !errors.Is(err, ErrUnknown) {
 		t.Fatalf("second Release: %v, want ErrUnknown", err)
 	}
-	id2, _, _ := tb.Grant(1, l.lend(2))
+	id2, _, _ := tb.Grant(1, l.lend(2), 1)
 	if id2 == id {
 		t.Fatalf("a reused slot gave the same id %#x again", uint64(id))
 	}
@@ -121,7 +121,7 @@ func TestGrantSetsWordReleaseClearsItAndReturnsLoan(t *testing.T) {
 func TestReleaseRefusesOtherOwnersAndForgedIDs(t *testing.T) {
 	l := newLender()
 	tb := newTable(t, l, 4, nil)
-	id, _, _ := tb.Grant(1, l.lend(1))
+	id, _, _ := tb.Grant(1, l.lend(1), 1)
 	if err := tb.Release(2, id); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("Release by another owner: %v, want ErrNotOwner", err)
 	}
@@ -148,12 +148,12 @@ func TestExpireEndsOnlyExpiredLeasesInOrder(t *testing.T) {
 	l := newLender()
 	c := &clock{t: time.Unix(1000, 0)}
 	tb := newTable(t, l, 8, c)
-	a, _, _ := tb.Grant(1, l.lend(1))
+	a, _, _ := tb.Grant(1, l.lend(1), 1)
 	c.add(10 * time.Minute)
-	b, _, _ := tb.Grant(1, l.lend(2))
+	b, _, _ := tb.Grant(1, l.lend(2), 1)
 	_ = tb.Release(1, a) // released early: its queue entry is stale
 	c.add(10 * time.Minute)
-	d, _, _ := tb.Grant(2, l.lend(3))
+	d, _, _ := tb.Grant(2, l.lend(3), 1)
 	c.add(45 * time.Minute) // b is 55 min old, d 45: neither expired
 	if n := tb.Expire(c.now()); n != 0 {
 		t.Fatalf("Expire ended %d leases before any TTL passed", n)
@@ -179,11 +179,11 @@ func TestFullTableRefusesAndOwnerCloseReleases(t *testing.T) {
 	l := newLender()
 	tb := newTable(t, l, 3, nil)
 	for i := range 3 {
-		if _, _, ok := tb.Grant(uint64(i%2), l.lend(uint64(i))); !ok {
+		if _, _, ok := tb.Grant(uint64(i%2), l.lend(uint64(i)), 1); !ok {
 			t.Fatalf("Grant %d refused", i)
 		}
 	}
-	if _, _, ok := tb.Grant(0, engine.Loan{}); ok {
+	if _, _, ok := tb.Grant(0, engine.Loan{}, 1); ok {
 		t.Fatal("Grant into a full table succeeded")
 	}
 	if n := tb.ReleaseOwner(0); n != 2 {
@@ -214,7 +214,7 @@ func TestConcurrentGrantsReleasesAndExpiry(t *testing.T) {
 			defer wg.Done()
 			for i := range 2000 {
 				loan := l.lend(n.Add(1))
-				id, _, ok := tb.Grant(uint64(o), loan)
+				id, _, ok := tb.Grant(uint64(o), loan, 1)
 				if !ok {
 					l.Return(loan) // the caller keeps a loan the table refused
 					continue
@@ -250,7 +250,7 @@ func TestReleaseOwnerEndsExactlyItsLeases(t *testing.T) {
 	grant := func(owner uint64) wire.LeaseID {
 		t.Helper()
 		n++
-		id, _, ok := tb.Grant(owner, l.lend(n))
+		id, _, ok := tb.Grant(owner, l.lend(n), 1)
 		if !ok {
 			t.Fatalf("Grant for owner %d refused", owner)
 		}
@@ -353,7 +353,7 @@ func TestReleaseOwnerAgainstAModel(t *testing.T) {
 		case op < 5:
 			n++
 			loan := l.lend(n)
-			id, exp, ok := tb.Grant(owner, loan)
+			id, exp, ok := tb.Grant(owner, loan, 1)
 			if !ok {
 				if len(model) != tb.Capacity() {
 					t.Fatalf("step %d: Grant refused with %d of %d live", step, len(model), tb.Capacity())
@@ -424,14 +424,14 @@ func BenchmarkReleaseOwner(b *testing.B) {
 			defer tb.Close()
 			loan := engine.Loan{A: 1}
 			for o := range uint64(100) { // other connections' leases
-				tb.Grant(1000+o, loan)
+				tb.Grant(1000+o, loan, 1)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
 				owner := uint64(i + 1)
 				for range 4 {
-					tb.Grant(owner, loan)
+					tb.Grant(owner, loan, 1)
 				}
 				tb.ReleaseOwner(owner)
 			}
@@ -451,7 +451,7 @@ func BenchmarkGrantRelease(b *testing.B) {
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
-		id, _, _ := tb.Grant(7, loan)
+		id, _, _ := tb.Grant(7, loan, 1)
 		if err := tb.Release(7, id); err != nil {
 			b.Fatal(err)
 		}

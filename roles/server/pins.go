@@ -53,7 +53,7 @@ func (p *pinSet) pin(key wire.BlockKey) bool {
 	if !ok {
 		return false
 	}
-	id, _, granted := p.table.Grant(pinOwner, loan)
+	id, _, granted := p.table.Grant(pinOwner, loan, 0)
 	if !granted {
 		p.pinner.Unpin(loan)
 		return false

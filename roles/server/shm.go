@@ -102,7 +102,8 @@ func newShmNode(o *ShmOptions) (_ *shmNode, err error) {
 		return nil, err
 	}
 	if o.Arena != nil && o.Arena.ArenaFile() != nil {
-		n.leases, err = lease.New(lease.Options{Lender: o.Arena, Capacity: o.LeaseMax, TTL: o.LeaseTTL, Words: n.wordsMem})
+		n.leases, err = lease.New(lease.Options{Lender: o.Arena, Capacity: o.LeaseMax, TTL: o.LeaseTTL, Words: n.wordsMem,
+			OwnerMax: max(1, o.LeaseMax/lease.ConnShare), OwnerBytes: o.Arena.ArenaBytes() / lease.ConnShare})
 		if err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}
@@ -304,7 +305,7 @@ func (c *conn) tryLease(k wire.BlockKey, off, length uint64, hit bool) (leased b
 	}
 	at, inArena := n.opts.Arena.ArenaOffset(data)
 	if inArena {
-		if id, _, granted := n.leases.Grant(c.lease.owner, loan); granted {
+		if id, _, granted := n.leases.Grant(c.lease.owner, loan, uint64(len(data))); granted {
 			c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOK, stored, wire.LeaseArena, at, uint64(len(data)), id)
 			return true, nil, 0
 		}
@@ -460,6 +461,7 @@ var (
 	descLeaseExpired  = prometheus.NewDesc("dfkv_lease_expired_total", "Leases that ran out (server.lease_ms): a client that hung or forgot to release.", nil, nil)
 	descLeaseRefused  = prometheus.NewDesc("dfkv_lease_refused_total", "Releases of leases another connection holds, or of ids the node never issued (forged); expired ids are not counted.", nil, nil)
 	descLeaseFull     = prometheus.NewDesc("dfkv_lease_full_total", "Values sent on the socket because every lease was live (server.lease_max).", nil, nil)
+	descLeaseConnFull = prometheus.NewDesc("dfkv_lease_conn_full_total", "Values sent on the socket because their connection's live leases already numbered an eighth of server.lease_max or covered an eighth of the RAM arena.", nil, nil)
 	descPinLive       = prometheus.NewDesc("dfkv_pin_live", "Values a BATCH_EXIST with the pin flag keeps from eviction until a GET reads them.", nil, nil)
 	descPinGranted    = prometheus.NewDesc("dfkv_pin_granted_total", "Pins taken by BATCH_EXIST with the pin flag.", nil, nil)
 	descRDMAConns     = prometheus.NewDesc("dfkv_rdma_conns", "Open RDMA connections.", nil, nil)
@@ -470,7 +472,7 @@ var (
 )
 
 func (c *shmCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descShmConns, descLeaseLive, descLeaseGranted, descLeaseReleased, descLeaseExpired, descLeaseRefused, descLeaseFull,
+	for _, d := range []*prometheus.Desc{descShmConns, descLeaseLive, descLeaseGranted, descLeaseReleased, descLeaseExpired, descLeaseRefused, descLeaseFull, descLeaseConnFull,
 		descPinLive, descPinGranted, descPinExpired, descRDMAConns, descRDMALeaseLive, descRDMAExpired, descRDMARefused} {
 		ch <- d
 	}
@@ -505,4 +507,5 @@ func (c *shmCollector) Collect(ch chan<- prometheus.Metric) {
 	k(descLeaseExpired, st.Leases.Expired)
 	k(descLeaseRefused, st.Leases.Refused)
 	k(descLeaseFull, st.Leases.Full)
+	k(descLeaseConnFull, st.Leases.OwnerFull)
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"testing"
 
@@ -115,5 +116,38 @@ func TestShmFullLeaseTableCountsOneHitPerRead(t *testing.T) {
 	}
 	if d := after.RAM.Hits - before.RAM.Hits; d != 1 {
 		t.Fatalf("one read served from RAM counted as %d RAM hits (dfkv_ram_hit_total)", d)
+	}
+}
+
+// TestShmOneConnectionHoldsAtMostItsShareOfLeases: a connection that
+// leases and never releases is held to an eighth of server.lease_max
+// (here 16: two leases); its further values come inline on its socket
+// and are counted, while another connection is still granted leases.
+// Releasing one of its leases lets it lease again.
+func TestShmOneConnectionHoldsAtMostItsShareOfLeases(t *testing.T) {
+	flags, sock := shmNodeFlags(t, map[string][]string{"lease-max": {"16"}, "lease-ms": {"600000"}})
+	addr, _, _ := runNode(t, flags)
+	var keys []wire.BlockKey
+	for i := range 3 {
+		keys = append(keys, putResident(t, addr, fmt.Sprintf("k%d", i), []byte(fmt.Sprintf("value %d", i))))
+	}
+	hog, other := dialShm(t, sock, 0), dialShm(t, sock, 0)
+	before := nodeStats(t, addr).Shm.Leases
+	recs := hog.leaseGet(t, 0, nil, keys...)
+	if recs[0].Kind != wire.LeaseArena || recs[1].Kind != wire.LeaseArena {
+		t.Fatalf("first two items: %+v, %+v, want leases", recs[0], recs[1])
+	}
+	if recs[2].Kind != wire.LeaseInline || recs[2].Status != wire.StatusOK || recs[2].Length != uint64(len("value 2")) {
+		t.Fatalf("third item past the connection's share of 2: %+v, want the value inline", recs[2])
+	}
+	if rec := other.leaseGet(t, 0, nil, keys[2])[0]; rec.Kind != wire.LeaseArena {
+		t.Fatalf("another connection, while the first holds its share: %+v, want a lease", rec)
+	}
+	after := nodeStats(t, addr).Shm.Leases
+	if after.OwnerFull != before.OwnerFull+1 || after.Full != before.Full {
+		t.Fatalf("lease stats %+v -> %+v: want one refusal for the connection's share, none for a full table", before, after)
+	}
+	if rec := hog.leaseGet(t, 0, []wire.LeaseID{recs[0].Lease}, keys[2])[0]; rec.Kind != wire.LeaseArena {
+		t.Fatalf("after releasing one of its two leases: %+v, want a lease", rec)
 	}
 }

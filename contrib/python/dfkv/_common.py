@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -40,6 +41,9 @@ class ClientSlot:
     def __init__(self, owner: str, reopen_s: float) -> None:
         self.owner = owner
         self.reopen_s = float(reopen_s)
+        if not math.isfinite(self.reopen_s) or self.reopen_s < 0:
+            raise ValueError(f"{owner}: dfkv_reopen_interval_s {reopen_s!r}: want a number of seconds, 0 or more "
+                             f"(how long to wait after a failed open before the next)")
         self._lock = threading.Lock()
         self._current: Optional[Tuple[Any, Any]] = None  # (client, key), replaced whole
         self._generation = 0  # bumped by reset() and close()

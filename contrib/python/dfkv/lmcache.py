@@ -298,11 +298,18 @@ PLUGIN_SCHEME = "plugin://"
 PLUGIN_TYPE = "dfkv"
 
 
+# The query parameters a dfkv:// URL takes (revision is model_revision's
+# short name).
+URL_PARAMS = ("tenant", "group", "revision", "model_revision")
+
+
 def parse_dfkv_url(url: str):
     """dfkv://host:port[,host:port...][/][?tenant=..&group=..] -> (members, params).
     dfkv://embedded opens the process's embedded store ($DFKV_EMBEDDED_CONFIG
     or the dfkv.embedded_config setting configures it). A token is refused
-    in the URL (URLs end up in logs), and the error does not repeat it."""
+    in the URL (URLs end up in logs), and the error does not repeat it; so
+    is any parameter but URL_PARAMS, since a misspelt tenant would
+    otherwise put the engine's chunks in the default tenant."""
     if not url.startswith(SCHEME):
         raise ValueError(f"not a dfkv URL: {url!r}")
     rest = url[len(SCHEME):]
@@ -311,16 +318,20 @@ def parse_dfkv_url(url: str):
         raise ValueError("dfkv URL: a token (or any credential) does not belong in the URL, as URLs end up in "
                          "logs; set remote_storage_plugin.<name>.token or dfkv_token in extra_config, or "
                          "DFKV_CLIENT_TOKEN in the environment")
+    params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
+    unknown = sorted(set(params) - set(URL_PARAMS))
+    if unknown:
+        raise ValueError(f"dfkv URL {url!r}: unknown parameter {', '.join(map(repr, unknown))}; "
+                         f"it takes {', '.join(URL_PARAMS)}")
     hosts = [h for h in rest.strip("/").split(",") if h]
     if hosts == ["embedded"]:
-        return "embedded", {k: v[0] for k, v in parse_qs(query).items()}
+        return "embedded", params
     for h in hosts:
         host, _, port = h.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"dfkv URL {url!r}: member {h!r} is not host:port")
     if not hosts:
         raise ValueError(f"dfkv URL {url!r} names no members")
-    params = {k: v[0] for k, v in parse_qs(query).items()}
     return ",".join(hosts), params
 
 
@@ -609,7 +620,12 @@ class DfkvConnector(_RemoteConnectorBase):
             parts.append(f"{_tag_part(k)}:{_tag_part(v)}")
         layer = getattr(key, "layer_id", None)
         component = "kv" if layer is None else f"layer-{int(layer)}"
-        tp = (world, -1 if getattr(m, "use_mla", False) else worker)
+        # The worker as LMCache keyed it, MLA too: LMCache itself decides
+        # when workers share MLA chunks (its "worker id as 0" mode, on by
+        # default for MLA, hands every worker's lookups and reads to worker
+        # 0's keys); with that mode off each worker stores its own, which
+        # under pipeline parallelism hold different layers.
+        tp = (world, worker)
         return ObjectKey(pool="lmcache", hash="@".join(parts), tp=tp, component=component).render_bytes()
 
     # -- plumbing ---------------------------------------------------------

@@ -294,6 +294,9 @@ class DfkvHiCacheStorage(_HiCacheStorageBase):
         self._written: Dict[bytes, None] = {}  # insertion-ordered set
         self._written_dropped = 0
         self._track_max = int(self.extra.get("dfkv_clear_track_max", 1 << 20))
+        if self._track_max < 0:
+            raise ValueError(f"dfkv HiCache backend: dfkv_clear_track_max {self._track_max}: want 0 or more "
+                             f"(how many written keys clear() remembers to remove)")
         pool = (kwargs or {}).get("mem_pool_host") if isinstance(kwargs, dict) else None
         if pool is not None:
             self.register_mem_pool_host(pool)

@@ -29,7 +29,12 @@ early 2026):
   calls, with what, and what it does with exceptions, time-outs and
   MemoryObjs (get_blocking, batched_get_blocking, batched_async_contains,
   batched_get_non_blocking, submit_put_task, batched_submit_put_task,
-  batched_contains, remove).
+  batched_contains, remove); and, as at
+  009eca101c71ae583489ed4bc616c589f2edcdf7, the MLA "worker id as 0"
+  mode: a worker other than 0 puts nothing and looks up and reads its
+  keys as worker 0's (key.with_new_worker_id(0)) in contains,
+  batched_contains, get_blocking, batched_get_blocking and
+  batched_async_contains.
 - lmcache/utils.py at 0353be824aebefb9fd4fbdca022746adbf252d3b:
   CacheEngineKey(model_name, world_size, worker_id, chunk_hash, dtype,
   request_configs) with tags from "lmcache.tag.*" request configs,
@@ -712,6 +717,8 @@ class RemoteBackend:
     def contains(self, key, pin=False):
         if self.connection is None:
             return False
+        if self._mla_worker_id_as0_mode:
+            key = key.with_new_worker_id(0)
         try:
             if self.config.get_extra_config_value("use_exists_sync", False):
                 return self.connection.exists_sync(key)
@@ -730,6 +737,8 @@ class RemoteBackend:
                     break
                 n += 1
             return n
+        if self._mla_worker_id_as0_mode:
+            keys = [k.with_new_worker_id(0) for k in keys]
         try:
             return self.connection.batched_contains(keys)
         except Exception as e:
@@ -788,6 +797,8 @@ class RemoteBackend:
     def get_blocking(self, key):
         if self.local_cpu_backend is None or self.connection is None:
             return None
+        if self._mla_worker_id_as0_mode:
+            key = key.with_new_worker_id(0)
         future = asyncio.run_coroutine_threadsafe(self.connection.get(key), self.loop)
         try:
             memory_obj = future.result(self.config.blocking_timeout_secs)
@@ -809,6 +820,8 @@ class RemoteBackend:
     def batched_get_blocking(self, keys):
         if self.local_cpu_backend is None or self.connection is None:
             return [None] * len(keys)
+        if self._mla_worker_id_as0_mode:
+            keys = [k.with_new_worker_id(0) for k in keys]
         if self.connection.support_batched_get():
             future = asyncio.run_coroutine_threadsafe(self.connection.batched_get(keys), self.loop)
             try:
@@ -832,6 +845,8 @@ class RemoteBackend:
     async def batched_async_contains(self, lookup_id, keys, pin=False):
         if self.connection is None:
             return 0
+        if self._mla_worker_id_as0_mode:
+            keys = [k.with_new_worker_id(0) for k in keys]
         try:
             assert self.connection.support_batched_async_contains()
             return await asyncio.wait_for(self.connection.batched_async_contains(lookup_id, keys, pin),

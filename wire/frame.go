@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -283,26 +284,33 @@ func (h *RequestHeader) checkBatchBody(lim Limits) error {
 	n := h.Length
 	switch h.Op {
 	case OpBatchPut:
-		table := n * BatchPutItemLen
-		// n <= MaxBatchItems keeps n*MaxBlockBytes far from overflow for
-		// any sane limit; check it anyway in the division form.
-		if h.BodyLen < table+n {
+		// Every product is checked for overflow: Limits come from the
+		// embedding program, not only from the config's bounds.
+		table, ok := mulFits(n, BatchPutItemLen)
+		if !ok || h.BodyLen < table || h.BodyLen-table < n {
 			return frameErr(StatusInvalid, "BATCH_PUT body of %d bytes is too short for %d items of at least 1 byte", h.BodyLen, n)
 		}
-		if (h.BodyLen-table)/n > lim.MaxBlockBytes {
-			// More than n values of the limit: one at least is over it.
+		// More than n values of the limit, one byte past it included
+		// (the division rounds up): one at least is over it.
+		if (h.BodyLen-table-1)/n >= lim.MaxBlockBytes {
 			return frameErr(StatusTooLarge, "BATCH_PUT body of %d bytes is more than %d values of max_block_bytes %d: a value exceeds max_block_bytes", h.BodyLen, n, lim.MaxBlockBytes)
 		}
 	case OpBatchGet:
-		if h.BodyLen != n*BatchGetItemLen {
-			return frameErr(StatusInvalid, "BATCH_GET body of %d bytes, want %d for %d items", h.BodyLen, n*BatchGetItemLen, n)
+		if want, ok := mulFits(n, BatchGetItemLen); !ok || h.BodyLen != want {
+			return frameErr(StatusInvalid, "BATCH_GET body of %d bytes, want %d bytes for each of %d items", h.BodyLen, BatchGetItemLen, n)
 		}
 	default:
-		if h.BodyLen != n*BatchKeyItemLen {
-			return frameErr(StatusInvalid, "%s body of %d bytes, want %d for %d items", h.Op, h.BodyLen, n*BatchKeyItemLen, n)
+		if want, ok := mulFits(n, BatchKeyItemLen); !ok || h.BodyLen != want {
+			return frameErr(StatusInvalid, "%s body of %d bytes, want %d bytes for each of %d items", h.Op, h.BodyLen, BatchKeyItemLen, n)
 		}
 	}
 	return nil
+}
+
+// mulFits is a*b and whether it fits in 64 bits.
+func mulFits(a, b uint64) (uint64, bool) {
+	hi, lo := bits.Mul64(a, b)
+	return lo, hi == 0
 }
 
 // AppendResponse appends the 18-byte prefix of h to dst. A zero Epoch is

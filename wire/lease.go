@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 )
 
 // The lease protocol (epoch 7): a client on the node's host (shared
@@ -213,8 +214,11 @@ func (h *RequestHeader) checkLease(lim Limits) error {
 			return frameErr(StatusInvalid, "%s of %d items; allowed 1..%d", h.Op, n, lim.MaxBatchItems)
 		}
 	}
-	if want := r*LeaseIDLen + n*LeaseItemLen; h.BodyLen != want {
-		return frameErr(StatusInvalid, "%s body of %d bytes, want %d for %d lease ids and %d items", h.Op, h.BodyLen, want, r, n)
+	ids, ok1 := mulFits(r, LeaseIDLen)
+	items, ok2 := mulFits(n, LeaseItemLen)
+	want, carry := bits.Add64(ids, items, 0)
+	if !ok1 || !ok2 || carry != 0 || h.BodyLen != want {
+		return frameErr(StatusInvalid, "%s body of %d bytes, want %d bytes for each of %d lease ids and %d for each of %d items", h.Op, h.BodyLen, LeaseIDLen, r, LeaseItemLen, n)
 	}
 	return nil
 }

@@ -222,6 +222,11 @@ type counters struct {
 }
 
 // New validates opts and returns a Server ready to Serve.
+// MaxBatchItemsLimit is the most items Options.MaxBatchItems may allow in
+// one batch frame (server.max_batch_items has the same bound): a batch's
+// tables and records are sized by it.
+const MaxBatchItemsLimit = 65536
+
 func New(opts Options) (*Server, error) {
 	if opts.Engine == nil || opts.Listener == nil {
 		return nil, errors.New("server: Engine and Listener are required")
@@ -231,6 +236,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxBatchItems <= 0 {
 		opts.MaxBatchItems = 4096
+	}
+	if opts.MaxBatchItems > MaxBatchItemsLimit {
+		return nil, fmt.Errorf("server: MaxBatchItems %d: at most %d items in one batch frame", opts.MaxBatchItems, MaxBatchItemsLimit)
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 4096

@@ -3,13 +3,14 @@ package creds
 import (
 	"context"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dfkv/dfkv/roles/internal/filestamp"
 )
 
-// pollEvery is how often a Watch looks at its file's size and time.
+// pollEvery is how often a Watch looks at its file.
 const pollEvery = time.Second
 
 // Watch keeps the latest good reading of one credentials file. Current
@@ -21,10 +22,9 @@ type Watch[T any] struct {
 	log  *slog.Logger
 	cur  atomic.Pointer[T]
 
-	mu   sync.Mutex // serializes reloads
-	mod  time.Time
-	size int64
-	bad  string // the error the file's current content was refused with (logged once)
+	mu    sync.Mutex // serializes reloads
+	stamp filestamp.Stamp
+	bad   string // the error the file's current content was refused with (logged once)
 }
 
 // NewWatch reads path with load; an error refuses the start.
@@ -32,7 +32,7 @@ func NewWatch[T any](path, what string, load func(string) (*T, error), log *slog
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	st, err := os.Stat(path)
+	stamp, err := filestamp.Of(path)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +40,7 @@ func NewWatch[T any](path, what string, load func(string) (*T, error), log *slog
 	if err != nil {
 		return nil, err
 	}
-	w := &Watch[T]{path: path, what: what, load: load, log: log, mod: st.ModTime(), size: st.Size()}
+	w := &Watch[T]{path: path, what: what, load: load, log: log, stamp: stamp}
 	w.cur.Store(v)
 	return w, nil
 }
@@ -51,8 +51,7 @@ func (w *Watch[T]) Current() *T { return w.cur.Load() }
 // Reload reads the file again whether or not it looks changed (SIGHUP).
 func (w *Watch[T]) Reload() { w.reload(true) }
 
-// Run reloads the file when its size or modification time changes,
-// until ctx ends.
+// Run reloads the file when its contents change, until ctx ends.
 func (w *Watch[T]) Run(ctx context.Context) {
 	t := time.NewTicker(pollEvery)
 	defer t.Stop()
@@ -69,8 +68,8 @@ func (w *Watch[T]) Run(ctx context.Context) {
 func (w *Watch[T]) reload(force bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	st, err := os.Stat(w.path)
-	if err == nil && !force && st.ModTime().Equal(w.mod) && st.Size() == w.size {
+	stamp, err := filestamp.Of(w.path)
+	if err == nil && !force && stamp == w.stamp {
 		return
 	}
 	var v *T
@@ -87,7 +86,7 @@ func (w *Watch[T]) reload(force bool) {
 		return
 	}
 	w.bad = ""
-	w.mod, w.size = st.ModTime(), st.Size()
+	w.stamp = stamp
 	w.cur.Store(v)
 	w.log.Info(w.what+" reloaded", "file", w.path)
 }

@@ -39,8 +39,6 @@ type Guard struct {
 	log    *slog.Logger
 	sum    atomic.Pointer[[sha256.Size]byte]
 	mu     sync.Mutex // serializes reloads
-	mod    time.Time
-	size   int64
 	nextAt atomic.Pointer[time.Time] // the next look at the file; nil: at once
 	bad    bool                      // the file's current content was refused (logged once)
 }
@@ -52,16 +50,11 @@ func Load(path, setting string, log *slog.Logger) (*Guard, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Guard{path: path, log: log}
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", setting, path, err)
-	}
 	sum, err := read(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", setting, path, err)
 	}
 	g.sum.Store(&sum)
-	g.mod, g.size = st.ModTime(), st.Size()
 	return g, nil
 }
 
@@ -103,14 +96,10 @@ func (g *Guard) refresh() {
 	}
 	next := now.Add(time.Second)
 	g.nextAt.Store(&next)
-	st, err := os.Stat(g.path)
-	if err == nil && st.ModTime().Equal(g.mod) && st.Size() == g.size {
-		return
-	}
-	var sum [sha256.Size]byte
-	if err == nil {
-		sum, err = read(g.path)
-	}
+	// The token itself is compared, not the file's size and time: a
+	// same-length token written within the filesystem's timestamp
+	// granularity, or by a tool that keeps times, would be missed.
+	sum, err := read(g.path)
 	if err != nil {
 		if !g.bad {
 			g.bad = true
@@ -119,7 +108,6 @@ func (g *Guard) refresh() {
 		return
 	}
 	g.bad = false
-	g.mod, g.size = st.ModTime(), st.Size()
 	if old := g.sum.Load(); *old != sum {
 		g.sum.Store(&sum)
 		g.log.Info("HTTP token reloaded", "file", g.path)

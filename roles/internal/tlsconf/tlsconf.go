@@ -22,6 +22,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dfkv/dfkv/roles/internal/filestamp"
 )
 
 // MinVersion parses a minimum TLS version setting: "1.3" or "1.2".
@@ -132,21 +134,14 @@ func (s *Server) load() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// stampNow describes the files' sizes and modification times: a change
-// of any of them is a reason to reload.
+// stampNow describes the files' contents: a change in any of them is a
+// reason to reload.
 func (s *Server) stampNow() string {
-	var b []byte
-	for _, p := range []string{s.files.Cert, s.files.Key, s.files.ClientCA} {
-		if p == "" {
-			continue
-		}
-		if st, err := os.Stat(p); err == nil {
-			b = fmt.Appendf(b, "%d/%d;", st.Size(), st.ModTime().UnixNano())
-		} else {
-			b = append(b, "missing;"...)
-		}
+	stamp, err := filestamp.Of(s.files.Cert, s.files.Key, s.files.ClientCA)
+	if err != nil {
+		return "unreadable: " + err.Error()
 	}
-	return string(b)
+	return string(stamp[:])
 }
 
 // Reload reads the files again whether or not they look changed (SIGHUP).

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/wire"
@@ -52,7 +53,11 @@ func (t *Tier) call(op Op, f func(ctx context.Context) error) error {
 
 func (t *Tier) callCtx(parent context.Context, op Op, f func(ctx context.Context) error) error {
 	start := t.clock.Now()
-	if !t.health.allow(start) {
+	h := t.reads
+	if op == OpPut || op == OpDelete {
+		h = t.writes
+	}
+	if !h.allow(start) {
 		t.calls[op][CallSkipped].Add(1)
 		return errSkipped
 	}
@@ -87,10 +92,16 @@ func (t *Tier) callCtx(parent context.Context, op Op, f func(ctx context.Context
 	}
 	if st == CallError || st == CallTimeout {
 		if parent.Err() == nil { // a drain cut short at Close is not an outage
-			t.health.failure(start, now, op.String(), err)
+			h.failure(start, now, op.String(), err)
 		}
 	} else {
-		t.health.success(now, op, st)
+		h.success(start, now, op, st)
+		if h == t.writes {
+			// A bucket that stores objects serves them too.
+			t.reads.success(start, now, op, st)
+		} else {
+			t.writes.probeNow(now)
+		}
 	}
 	return err
 }
@@ -148,7 +159,7 @@ func (t *Tier) TierStats() Stats {
 	items, bytes, drops := t.queue.depth()
 	st := Stats{
 		Bucket: t.bucket.String(), Write: t.opts.Write.String(), Exist: t.opts.Exist.String(),
-		Reachable: !t.health.down.Load(), Outages: t.health.outages.Load(),
+		Reachable: t.outage.reached.Load(), Outages: t.outage.count.Load(),
 		BytesRead: t.bytesIn.Load(), BytesWritten: t.bytesOut.Load(),
 		ReadThroughHits: t.readHits.Load() + t.queueHits.Load(), ReadThroughMisses: t.readMisses.Load(), QueueHits: t.queueHits.Load(),
 		Promoted: t.promoted.Load(), PromoteSkipped: t.promoteSkips.Load(), Ignored: t.corrupt.Load(),
@@ -177,17 +188,20 @@ func (t *Tier) Pin(key wire.BlockKey) (engine.Loan, bool) {
 // Unpin ends a pin Pin took.
 func (t *Tier) Unpin(l engine.Loan) { t.backing.(engine.Pinner).Unpin(l) }
 
-// Close stops the workers, gives queued uploads up to
-// Options.DrainTimeout to finish, and closes the backing.
+// Close stops the workers, gives queued uploads, and the ones in flight,
+// up to Options.DrainTimeout from its start to finish, and closes the
+// backing.
 func (t *Tier) Close() error {
 	if !t.closed.CompareAndSwap(false, true) {
 		return fmt.Errorf("object store tier already closed: %w", wire.StatusUnavailable)
 	}
+	deadline := time.Now().Add(t.opts.DrainTimeout)
 	close(t.stop)
+	cut := time.AfterFunc(t.opts.DrainTimeout, t.cancelUploads)
 	t.workers.Wait()
 	t.promotions.Wait()
 	if t.opts.Write == WriteAsync {
-		ctx, cancel := context.WithTimeout(context.Background(), t.opts.DrainTimeout)
+		ctx, cancel := context.WithDeadline(t.uploads, deadline)
 		t.drain(ctx)
 		cancel()
 		if items, bytes, _ := t.queue.depth(); items > 0 {
@@ -200,6 +214,8 @@ func (t *Tier) Close() error {
 			}
 		}
 	}
+	cut.Stop()
+	t.cancelUploads()
 	err := t.backing.Close()
 	if t.marks != nil {
 		if merr := t.marks.close(); err == nil && merr != nil {

@@ -9,17 +9,22 @@ import (
 	"github.com/cenkalti/backoff/v5"
 )
 
-// health is the tier's view of whether the bucket answers. After a failed
-// call the bucket is down: calls are skipped (a miss, an upload that
+// health is the tier's view of whether the bucket answers one kind of
+// call: reads (GET, HEAD) or writes (PUT, DELETE), kept apart because a
+// bucket can refuse one and serve the other (a full bucket, read-only
+// credentials, a PUT rate limit), and reads that succeed must not end,
+// and so restart, an outage of writes on every retry. After a failed
+// call the kind is down: its calls are skipped (a miss, an upload that
 // waits) until a backed-off retry time, so an outage costs the serving
 // path nothing but a clock read. At that time one call goes through as a
 // probe, and the others go on being skipped until it ends (a bucket that
 // hangs would otherwise hold every miss arriving then for the whole call
-// timeout). The first success ends the outage. Each outage is logged once
-// when it starts and once when it ends.
+// timeout). The first success of a call begun since ends it. The two
+// kinds share one outage record, so an outage of both is logged once
+// when it starts and once when both are back.
 type health struct {
-	log    *slog.Logger
-	bucket string
+	kind   string // "reads" or "writes"
+	shared *outage
 	down   atomic.Bool
 	// retryAt is an instant, not Unix nanoseconds: its monotonic reading
 	// keeps a backward step of the wall clock from holding the tier down
@@ -30,18 +35,59 @@ type health struct {
 	// timeout, after which its failure (or success) has said so.
 	probeFor time.Duration
 
-	mu      sync.Mutex
-	since   time.Time // when the current (or last) outage began
-	upAt    time.Time // when the last outage ended
-	bo      *backoff.ExponentialBackOff
-	outages atomic.Uint64
+	mu    sync.Mutex
+	since time.Time // when the current (or last) outage of this kind began
+	upAt  time.Time // when the last one ended
+	bo    *backoff.ExponentialBackOff
 }
 
-func newHealth(log *slog.Logger, bucket string, callTimeout time.Duration) *health {
+// outage is what the bucket's reads and writes report together: whether
+// either is down, the outages counted (a period with either down is one),
+// and their logs.
+type outage struct {
+	log     *slog.Logger
+	bucket  string
+	mu      sync.Mutex
+	kinds   int // kinds down
+	since   time.Time
+	count   atomic.Uint64
+	reached atomic.Bool // no kind down
+}
+
+func newHealth(kind string, shared *outage, callTimeout time.Duration) *health {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 200 * time.Millisecond
 	bo.MaxInterval = 10 * time.Second
-	return &health{log: log, bucket: bucket, bo: bo, probeFor: callTimeout}
+	return &health{kind: kind, shared: shared, bo: bo, probeFor: callTimeout}
+}
+
+func newOutage(log *slog.Logger, bucket string) *outage {
+	o := &outage{log: log, bucket: bucket}
+	o.reached.Store(true)
+	return o
+}
+
+func (o *outage) wentDown(now time.Time, kind, op string, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.kinds++; o.kinds > 1 {
+		return
+	}
+	o.since = now
+	o.count.Add(1)
+	o.reached.Store(false)
+	o.log.Warn("object store unreachable: serving from RAM and disk only, retrying with back-off; uploads wait in their queue and drop when it is full",
+		"bucket", o.bucket, "failing", kind, "op", op, "err", err)
+}
+
+func (o *outage) cameUp(now time.Time, op Op, st CallStatus) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.kinds--; o.kinds > 0 {
+		return
+	}
+	o.reached.Store(true)
+	o.log.Info("object store reachable again", "bucket", o.bucket, "op", op.String(), "status", st.String(), "down_for", now.Sub(o.since).Round(time.Millisecond))
 }
 
 // allow reports whether a call may go to the bucket now. While the bucket
@@ -75,19 +121,33 @@ func (h *health) wait(now time.Time) time.Duration {
 	return max(0, at.Sub(now))
 }
 
-func (h *health) success(now time.Time, op Op, st CallStatus) {
+// success notes a call begun at start that the bucket answered at now.
+// A call begun before the outage did not see the bucket since it failed:
+// it does not end the outage.
+func (h *health) success(start, now time.Time, op Op, st CallStatus) {
 	if !h.down.Load() {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.down.Load() {
+	if !h.down.Load() || start.Before(h.since) {
 		return
 	}
 	h.down.Store(false)
 	h.upAt = now
 	h.bo.Reset()
-	h.log.Info("object store reachable again", "bucket", h.bucket, "op", op.String(), "status", st.String(), "down_for", now.Sub(h.since).Round(time.Millisecond))
+	h.shared.cameUp(now, op, st)
+}
+
+// probeNow lets the next call probe at once: the bucket answered a call
+// of the other kind.
+func (h *health) probeNow(now time.Time) {
+	if !h.down.Load() {
+		return
+	}
+	if at := h.retryAt.Load(); at != nil && now.Before(*at) {
+		h.retryAt.CompareAndSwap(at, &now)
+	}
 }
 
 // failure notes a call begun at start that failed at now. A call begun
@@ -99,13 +159,11 @@ func (h *health) failure(start, now time.Time, op string, err error) {
 	if start.Before(h.upAt) {
 		return
 	}
-	if !h.down.Load() {
-		h.since = now
-		h.outages.Add(1)
-		h.log.Warn("object store unreachable: serving from RAM and disk only, retrying with back-off; uploads wait in their queue and drop when it is full",
-			"bucket", h.bucket, "op", op, "err", err)
-	}
 	at := now.Add(h.bo.NextBackOff())
 	h.retryAt.Store(&at)
-	h.down.Store(true)
+	if !h.down.Load() {
+		h.since = now
+		h.down.Store(true)
+		h.shared.wentDown(now, h.kind, op, err)
+	}
 }

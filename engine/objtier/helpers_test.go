@@ -315,3 +315,17 @@ func get(t *testing.T, e engine.StoreEngine, key wire.BlockKey) ([]byte, error) 
 }
 
 var errDown = errors.New("connection refused (test fault)")
+
+// markDown opens an outage of h's kind, as a failed call would, with
+// its retry time at retry.
+func markDown(h *health, retry time.Time) {
+	now := time.Now()
+	h.failure(now, now, "test", errDown)
+	h.retryAt.Store(&retry)
+}
+
+// markUp ends h's outage, as a call answered now would.
+func markUp(h *health) {
+	now := time.Now()
+	h.success(now, now, OpGet, CallOK)
+}

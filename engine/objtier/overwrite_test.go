@@ -184,7 +184,7 @@ func TestCloseDuringAnOutageDoesNotSpin(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	far := time.Now().Add(time.Hour)
-	f.tier.health.retryAt.Store(&far)
+	f.tier.writes.retryAt.Store(&far)
 	if err := f.tier.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -212,9 +212,7 @@ func TestOneProbePerRetry(t *testing.T) {
 		}
 	}
 	defer release()
-	past := time.Now().Add(-time.Millisecond)
-	f.tier.health.retryAt.Store(&past)
-	f.tier.health.down.Store(true)
+	markDown(f.tier.reads, time.Now().Add(-time.Millisecond))
 	const misses = 8
 	done := make(chan error, misses)
 	for i := range misses {

@@ -276,24 +276,38 @@ func (q *uploadQueue) keys() []wire.BlockKey {
 	return keys
 }
 
-// depth is the number of keys and bytes waiting or in flight.
+// depth is the number of keys with an upload waiting or in flight, and
+// their bytes. A key held only by a claim (a synchronous upload, a
+// REMOVE's delete, a delete retry) is no upload and is not counted.
 func (q *uploadQueue) depth() (items int, bytes int64, drops uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.items), q.bytes, q.drops
+	for _, u := range q.items {
+		if u.body != nil || u.sending != nil {
+			items++
+		}
+	}
+	return items, q.bytes, q.drops
 }
 
 // uploadWorker uploads queued objects until the tier stops, waiting out
 // the bucket's outages rather than failing every queued object at once.
+// Once Close began it takes nothing more: what is still queued is Close's
+// to drain, under its deadline.
 func (t *Tier) uploadWorker() {
 	defer t.workers.Done()
 	for {
-		if d := t.health.wait(t.clock.Now()); d > 0 {
+		if d := t.writes.wait(t.clock.Now()); d > 0 {
 			select {
 			case <-t.stop:
 				return
 			case <-time.After(d):
 			}
+		}
+		select {
+		case <-t.stop:
+			return
+		default:
 		}
 		key, body, ok := t.queue.take()
 		if !ok {
@@ -304,7 +318,7 @@ func (t *Tier) uploadWorker() {
 			}
 			continue
 		}
-		t.uploadOne(context.Background(), key, body)
+		t.uploadOne(t.uploads, key, body)
 	}
 }
 
@@ -379,7 +393,7 @@ func (t *Tier) drain(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				if d := t.health.wait(t.clock.Now()); d > 0 {
+				if d := t.writes.wait(t.clock.Now()); d > 0 {
 					select {
 					case <-ctx.Done():
 						return

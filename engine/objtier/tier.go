@@ -108,14 +108,22 @@ type Tier struct {
 	log     *slog.Logger
 	clock   engine.Clock
 	pool    *iobuf.Pool
-	health  *health
-	queue   *uploadQueue
-	stripes [stripeCount]stripe
-	tombs   atomic.Int64 // keys with a pending delete, over all stripes
-	marks   *marksFile   // nil without Options.MarksFile
+	// reads and writes are whether the bucket answers GET and HEAD, and
+	// PUT and DELETE; outage what they report together.
+	reads, writes *health
+	outage        *outage
+	queue         *uploadQueue
+	stripes       [stripeCount]stripe
+	tombs         atomic.Int64 // keys with a pending delete, over all stripes
+	marks         *marksFile   // nil without Options.MarksFile
 
 	stop    chan struct{}
 	workers sync.WaitGroup
+	// uploads is the context of the workers' uploads; Close cancels it
+	// when its drain time is up, so an upload in flight (a bucket that
+	// hangs) does not hold the stop for the whole call timeout.
+	uploads       context.Context
+	cancelUploads context.CancelFunc
 	// promoting holds a token per promotion running behind its reader.
 	promoting  chan struct{}
 	promotions sync.WaitGroup
@@ -217,7 +225,7 @@ func Open(opts Options) (*Tier, error) {
 	t := &Tier{
 		opts: opts, backing: opts.Backing, bucket: opts.Bucket, log: opts.Logger, clock: opts.Clock,
 		pool:      iobuf.NewPool(int(opts.MaxValueBytes) + valueSkew + HeaderLen),
-		health:    newHealth(opts.Logger, opts.Bucket.String(), opts.Timeout),
+		outage:    newOutage(opts.Logger, opts.Bucket.String()),
 		stop:      make(chan struct{}),
 		promoting: make(chan struct{}, opts.Workers),
 	}
@@ -242,6 +250,8 @@ func Open(opts Options) (*Tier, error) {
 				"file", opts.MarksFile, "keys", len(keys))
 		}
 	}
+	t.reads, t.writes = newHealth("reads", t.outage, opts.Timeout), newHealth("writes", t.outage, opts.Timeout)
+	t.uploads, t.cancelUploads = context.WithCancel(context.Background())
 	if opts.Write == WriteAsync {
 		for range opts.Workers {
 			t.workers.Add(1)
@@ -381,10 +391,16 @@ func (t *Tier) putSync(key wire.BlockKey, value []byte) error {
 	since := t.tombGen.Load()
 	t.queue.claim(key, false) // ordered with the key's deletes
 	err := t.call(OpPut, func(ctx context.Context) error { return t.bucket.Put(ctx, t.name(key), buf.B) })
+	if err == nil {
+		t.bytesOut.Add(uint64(len(buf.B)))
+		// The stale marks this object supersedes end while the key is
+		// still claimed: a delete retry that claims it after would
+		// otherwise find the mark and delete the object just stored.
+		t.clearStale(key, since)
+	}
 	t.queue.unclaim(key)
 	t.pool.Put(buf)
 	if err == nil {
-		t.clearStale(key, since)
 		return nil
 	}
 	// The caller's write of key is still in progress: no other write of
@@ -913,7 +929,7 @@ func (t *Tier) deleteRetries() {
 			return
 		case <-tick.C:
 		}
-		if t.tombs.Load() == 0 || t.health.wait(t.clock.Now()) > 0 {
+		if t.tombs.Load() == 0 || t.writes.wait(t.clock.Now()) > 0 {
 			continue
 		}
 		for i := range t.stripes {

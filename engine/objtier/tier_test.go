@@ -415,7 +415,7 @@ func TestCloseDrainsTheQueue(t *testing.T) {
 	k := enginetest.Key(14)
 	_ = f.tier.Put(k, enginetest.Value(14, 100))
 	f.bucket.setFail(nil)
-	f.tier.health.down.Store(false) // the bucket is back: no back-off wait
+	markUp(f.tier.writes) // the bucket is back: no back-off wait
 	if err := f.tier.Close(); err != nil {
 		t.Fatal(err)
 	}

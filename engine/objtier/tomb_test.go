@@ -351,9 +351,7 @@ func TestSyncBatchWithARepeatedKey(t *testing.T) {
 // is between the queue's answer and the mark's end.)
 func TestLandingUploadLeavesANewerMark(t *testing.T) {
 	f := open(t, func(o *Options) { o.QueueBytes = 16 << 10; o.Workers = 1 })
-	far := time.Now().Add(time.Hour)
-	f.tier.health.retryAt.Store(&far)
-	f.tier.health.down.Store(true) // the worker waits rather than take
+	markDown(f.tier.writes, time.Now().Add(time.Hour)) // the worker waits rather than take
 	k := enginetest.Key(601)
 	older, newer := enginetest.Value(601, 8000), enginetest.Value(602, 20000) // newer: larger than the queue
 	if err := f.tier.Put(k, older); err != nil {
@@ -377,7 +375,7 @@ func TestLandingUploadLeavesANewerMark(t *testing.T) {
 		t.Fatalf("test premise: the refused upload should mark the key (pending %d)", n)
 	}
 	f.tier.clearStale(k, gen) // the worker goes on
-	f.tier.health.down.Store(false)
+	markUp(f.tier.writes)
 	f.backing.evict(k)
 	if got, err := get(t, f.tier, k); err == nil && bytes.Equal(got, older) {
 		t.Fatal("after eviction a miss served the value the acknowledged PUT replaced")

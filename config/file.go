@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -189,24 +190,29 @@ func topLevelKeys() string {
 
 // secretOnLine reports whether line (1-based) of a TOML text assigns a
 // secret setting, and which: a syntax error there must not be echoed.
+// The key may come in any form TOML allows: bare under its table, dotted
+// (client.token), quoted, spaced (server . mds_token) or inside an inline
+// table (client = { token = ... }), so every key on the line counts.
 func secretOnLine(text string, line int) (string, bool) {
 	lines := strings.Split(text, "\n")
 	if line < 1 || line > len(lines) {
 		return "", false
 	}
-	key, _, ok := strings.Cut(lines[line-1], "=")
-	if !ok {
-		return "", false
-	}
-	key = strings.Trim(strings.TrimSpace(key), `"'`)
-	for i := range settings {
-		s := &settings[i]
-		if _, name, _ := strings.Cut(s.key, "."); s.secret() && name == key {
-			return s.key, true
+	for _, m := range tomlKeyOnLine.FindAllStringSubmatch(lines[line-1], -1) {
+		key := m[1]
+		for i := range settings {
+			s := &settings[i]
+			if _, name, _ := strings.Cut(s.key, "."); s.secret() && name == key {
+				return s.key, true
+			}
 		}
 	}
 	return "", false
 }
+
+// tomlKeyOnLine finds the last part of each key assigned on a line: the
+// name just before an "=", bare or quoted.
+var tomlKeyOnLine = regexp.MustCompile(`["']?([A-Za-z0-9_-]+)["']?\s*=`)
 
 // fromTOML turns a file value into set's input, and a display of it for
 // errors. Scalars may be TOML strings or integers ("64MiB" or 67108864),

@@ -312,12 +312,31 @@ func tlsPairs(section, cert, key, clientCA string, httpTLS int) []error {
 // crossCheck finds settings that are each valid but cannot work together,
 // so --print-config, which operators use to check a configuration, reports
 // them too, rather than the node after it opened its disks.
+// ramExtentBytes is the RAM tier's arena extent: its budget, less the
+// large-value reserve, must hold one.
+const ramExtentBytes = 16 << 20
+
 func crossCheck(cfg *Config, bit role) []error {
 	var errs []error
 	if bit&roleServer != 0 {
 		sc := &cfg.Server
 		if sc.RAMTier == 1 && sc.RAMTierBytes == 0 {
 			errs = append(errs, errors.New("server.ram_tier = 1 needs server.ram_tier_bytes (DFKV_SERVER_RAM_TIER_BYTES, --ram-tier-bytes), e.g. 8GiB"))
+		}
+		if sc.RAMTier == 1 && sc.RAMTierBytes != 0 {
+			// The tier's arena is whole 16MiB extents after the reserve.
+			reserve := uint64(max(sc.RAMTierLargeReserve, 0))
+			if sc.RAMTierLargeReserve == SizeAuto {
+				reserve = 2 * ramExtentBytes
+			}
+			if sc.RAMTierBytes < reserve+ramExtentBytes {
+				errs = append(errs, fmt.Errorf("server.ram_tier_bytes (DFKV_SERVER_RAM_TIER_BYTES) %s leaves no %s arena extent after the %s large-value reserve (server.ram_tier_large_reserve_bytes): raise ram_tier_bytes to at least %s, or lower the reserve",
+					FormatSize(sc.RAMTierBytes), FormatSize(ramExtentBytes), FormatSize(reserve), FormatSize(reserve+ramExtentBytes)))
+			}
+		}
+		if sc.S3Endpoint != "" && sc.S3Write != "sync" && sc.S3Write != "off" && sc.S3UploadQueueBytes < sc.MaxBlockBytes {
+			errs = append(errs, fmt.Errorf("server.s3_upload_queue_bytes (DFKV_SERVER_S3_UPLOAD_QUEUE_BYTES) %s is less than the largest value (server.max_block_bytes %s): values larger than the queue are never uploaded; raise it to at least max_block_bytes",
+				FormatSize(sc.S3UploadQueueBytes), FormatSize(sc.MaxBlockBytes)))
 		}
 		if sc.S3Endpoint != "" && sc.S3Bucket == "" {
 			errs = append(errs, errors.New("server.s3_endpoint is set but server.s3_bucket (DFKV_SERVER_S3_BUCKET, --s3-bucket) is empty: name the bucket to use"))
@@ -515,13 +534,17 @@ func (s *setting) errorf(src source, raw string, problem error) error {
 }
 
 // canonicalFlags returns flags keyed by each setting's current flag name,
-// with earlier names mapped to it, or an error naming every flag that is
-// not a setting flag of the role.
+// with earlier names mapped to it (the current name wins when both are
+// given), or an error naming every flag that is not a setting flag of the
+// role.
 func canonicalFlags(flags map[string][]string, bit role, roleName string) (map[string][]string, error) {
 	out := make(map[string][]string, len(flags))
 	var bad []string
 	for name, vals := range flags {
 		if s := flagSetting(name, bit); s != nil {
+			if _, both := flags[s.flag]; both && name != s.flag {
+				continue
+			}
 			out[s.flag] = vals
 		} else {
 			bad = append(bad, "--"+name)

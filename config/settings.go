@@ -251,7 +251,7 @@ var settings = []setting{
 		key: "server.slab_extent_bytes", oldEnv: "DFKV_SLAB_EXTENT_BYTES", roles: roleServer,
 		def:   "0",
 		help:  "slab engine extent size; 0 = from the disk's capacity (a power of two giving 256 extents, 1MiB to 64MiB; a formatted disk keeps its own). Larger values are stored in extent-sized pieces. Part of the on-disk geometry: changing it needs an empty disk",
-		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.SlabExtentBytes }, min: 0, max: 1 << 34, note: "0 (automatic) or a multiple of 1MiB such as 64MiB"},
+		value: sizeValue{field: func(c *Config) *uint64 { return &c.Server.SlabExtentBytes }, min: 0, max: 1 << 30, multiple: 4 << 10, note: "0 (automatic) or a multiple of 4KiB up to 1GiB, such as 64MiB"},
 	},
 	{
 		key: "server.scrub_bytes_per_second", oldEnv: "DFKV_SCRUB_BYTES_PER_SECOND", oldFlag: "scrub-rate", roles: roleServer,

@@ -44,6 +44,7 @@ var errOutOfRange = errors.New("is out of range")
 type sizeValue struct {
 	field    func(*Config) *uint64
 	min, max uint64
+	multiple uint64 // when not 0, a value other than 0 must be a multiple of it
 	note     string // allowed text, when min..max does not say it all
 }
 
@@ -57,7 +58,7 @@ func (v sizeValue) set(c *Config, vals []string) error {
 }
 
 func (v sizeValue) check(c *Config) error {
-	if n := *v.field(c); n < v.min || n > v.max {
+	if n := *v.field(c); n < v.min || n > v.max || v.multiple != 0 && n%v.multiple != 0 {
 		return errOutOfRange
 	}
 	return nil
@@ -66,10 +67,10 @@ func (v sizeValue) check(c *Config) error {
 func (v sizeValue) format(c *Config) string { return tomlSize(*v.field(c)) }
 
 // tomlSize writes n as FormatSize does, as a TOML integer when it has no
-// unit and a string otherwise.
+// unit and fits one (an int64), and a string otherwise.
 func tomlSize(n uint64) string {
 	s := FormatSize(n)
-	if _, err := strconv.ParseUint(s, 10, 64); err == nil {
+	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
 		return s
 	}
 	return tomlString(s)
@@ -800,7 +801,13 @@ type onOffValue struct {
 }
 
 func (v onOffValue) set(c *Config, vals []string) error {
-	on, known := rdma.ParseSwitch(strings.TrimSpace(vals[0]))
+	val := strings.TrimSpace(vals[0])
+	if val == "" {
+		// An unset shell variable or --tls= is a mistake, not "off": it
+		// would turn off what the file asked for.
+		return errors.New("is empty; want 0 or 1")
+	}
+	on, known := rdma.ParseSwitch(val)
 	if !known {
 		return errors.New("is not 0 or 1")
 	}

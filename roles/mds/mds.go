@@ -93,6 +93,16 @@ func Command() *cli.Command {
 						return cli.Exit(fmt.Sprintf("dfkv mds: configuration: mds.node_credentials_file: %v", err), rolekit.ExitConfig)
 					}
 				}
+				if m := cfg.MDS; m.TLSCert != "" {
+					if _, err := tlsconf.NewServer(tlsconf.ServerFiles{Cert: m.TLSCert, Key: m.TLSKey, ClientCA: m.TLSClientCA, Setting: "mds.tls_cert / mds.tls_key"}, nil); err != nil {
+						return cli.Exit(fmt.Sprintf("dfkv mds: configuration: %v", err), rolekit.ExitConfig)
+					}
+				}
+				if f := cfg.MDS.HTTPTokenFile; f != "" {
+					if _, err := httpauth.Load(f, "mds.http_token_file", nil); err != nil {
+						return cli.Exit(fmt.Sprintf("dfkv mds: configuration: %v", err), rolekit.ExitConfig)
+					}
+				}
 				return nil
 			}
 			ctx, stop := rolekit.SignalContext(c, log)

@@ -63,6 +63,16 @@ func Command() *cli.Command {
 						return cli.Exit(fmt.Sprintf("dfkv server: configuration: %v", err), rolekit.ExitConfig)
 					}
 				}
+				if f := cfg.Server.HTTPTokenFile; f != "" {
+					if _, err := httpauth.Load(f, "server.http_token_file", nil); err != nil {
+						return cli.Exit(fmt.Sprintf("dfkv server: configuration: %v", err), rolekit.ExitConfig)
+					}
+				}
+				if f := cfg.Server.MDSTLSCA; f != "" {
+					if _, err := tlsconf.Client(tlsconf.ClientFiles{CA: f}); err != nil {
+						return cli.Exit(fmt.Sprintf("dfkv server: configuration: server.mds_tls_ca: %v", err), rolekit.ExitConfig)
+					}
+				}
 				return nil
 			}
 			file, sources := rolekit.Sources(c, "server")

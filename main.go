@@ -88,9 +88,10 @@ func dispatch(args []string) ([]string, error) {
 	if role, ok := aliases[name]; ok {
 		return append([]string{"dfkv", role}, args[1:]...), nil
 	}
-	if len(args) > 1 && roleNames[args[1]] {
+	if len(args) > 1 && (roleNames[args[1]] || !strings.HasPrefix(args[1], "-")) {
 		// A binary named otherwise (dfkv-linux-amd64, dfkv-1.4) run
-		// as `NAME server …`: the subcommand form.
+		// as `NAME server …`: the subcommand form, whose parser names a
+		// mistyped role and lists the valid ones.
 		return append([]string{"dfkv"}, args[1:]...), nil
 	}
 	if strings.HasPrefix(name, "dfkv-") || strings.HasPrefix(name, "dfkv_") {

@@ -107,3 +107,14 @@ func freePort(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// TestRenamedBinaryMistypedRole: a release binary named dfkv-linux-amd64
+// runs in the subcommand form (`dfkv-linux-amd64 server …`), and a
+// mistyped role (`dfkv-linux-amd64 serve`) is answered as `dfkv serve`
+// is, naming the role and the valid ones, not blaming the binary's name.
+func TestRenamedBinaryMistypedRole(t *testing.T) {
+	code, out, errs := runIn("/tmp/dfkv-linux-amd64", "serve")
+	if code != 2 || !strings.Contains(errs, `unknown role "serve"`) || strings.Contains(errs, "unknown role name") {
+		t.Errorf("dfkv-linux-amd64 serve: exit %d\nstdout %q\nstderr %q\nwant exit 2 naming the role \"serve\" and the valid roles", code, out, errs)
+	}
+}

@@ -19,11 +19,10 @@ import (
 // unreachable object store's retry back, and a revoked HTTP token
 // accepted, for that hour.
 var wallClockUses = map[string]string{
-	"roles/server/command.go":           "STATS reports when the node started, as a date",
-	"roles/mds/boltdir.go":              "MEMBERS reports a member's last heartbeat as a date; the sweep compares instants",
-	"roles/smoke/smoke.go":              "a run id unique across processes",
-	"roles/bench/run.go":                "a key prefix unique across runs",
-	"roles/internal/tlsconf/tlsconf.go": "a file's modification time, which is a date, in its change fingerprint",
+	"roles/server/command.go": "STATS reports when the node started, as a date",
+	"roles/mds/boltdir.go":    "MEMBERS reports a member's last heartbeat as a date; the sweep compares instants",
+	"roles/smoke/smoke.go":    "a run id unique across processes",
+	"roles/bench/run.go":      "a key prefix unique across runs",
 }
 
 // TestNoWallClockArithmetic fails when product code converts an instant to

@@ -257,13 +257,54 @@ func optionsFrom(cfg *config.Config, res *config.Resolved, jsonPath, htmlPath st
 	if err := opsOrDuration(&o, res); err != nil {
 		return o, nil, err
 	}
+	unusedWarns, err := unusedByRun(cfg, res)
+	if err != nil {
+		return o, nil, err
+	}
 	if jsonPath == "-" && htmlPath == "-" {
 		return o, nil, fmt.Errorf("--json - and --html - would both write to stdout; send one of them to a file")
 	}
 	var warns []string
-	var err error
 	o.Target, warns, err = targetOf(cfg, res)
-	return o, warns, err
+	return o, append(unusedWarns, warns...), err
+}
+
+// unusedByRun refuses [bench] settings typed as flags that this run's
+// workload or sweep does not use (the figures would be taken for what
+// they asked), and warns of the same settings from a file or the
+// environment, which other runs share.
+func unusedByRun(cfg *config.Config, res *config.Resolved) (warns []string, err error) {
+	b := &cfg.Bench
+	why := map[string]string{}
+	if b.Workload != wMixed {
+		why["bench.mixed_get_ratio"] = "only --workload mixed uses it"
+	}
+	if b.Workload == wPrefix {
+		why["bench.keys"] = "--workload prefix stores --sequences x --pages-per-seq pages instead"
+	} else {
+		for _, k := range []string{"bench.sequences", "bench.pages_per_seq", "bench.shared_prefix"} {
+			why[k] = "only --workload prefix uses it"
+		}
+	}
+	switch b.Sweep.Dimension {
+	case config.SweepConcurrency:
+		why["bench.concurrency"] = "--sweep concurrency= gives the concurrency of each step"
+	case config.SweepValueSize:
+		why["bench.value_size"] = "--sweep value_size= gives the value size of each step"
+	}
+	var errs []error
+	for _, og := range res.Origins() {
+		reason, unused := why[og.Key]
+		if !unused || og.Layer == config.LayerDefault || og.Default && og.Layer != config.LayerFlag {
+			continue
+		}
+		if og.Layer == config.LayerFlag {
+			errs = append(errs, fmt.Errorf("--%s (%s) is not used by this run: %s; drop it", og.Flag, og.Key, reason))
+		} else {
+			warns = append(warns, fmt.Sprintf("%s from %s is not used by this run: %s", og.Key, og.From, reason))
+		}
+	}
+	return warns, errors.Join(errs...)
 }
 
 // opsOrDuration settles a run given both a number of operations and a
@@ -271,12 +312,13 @@ func optionsFrom(cfg *config.Config, res *config.Resolved, jsonPath, htmlPath st
 // over the file and the environment (a file or variable holding one of
 // them is no reason to refuse the other typed for this run), the
 // environment over the file. Both in one layer is a contradiction of the
-// user's own, refused. A duration equal to the default is no choice (a
-// file spelling out every default has one).
+// user's own, refused. A duration equal to the default from a file or
+// the environment is no choice (a file spelling out every default has
+// one); typed as a flag, it is.
 func opsOrDuration(o *Options, res *config.Resolved) error {
 	ops, _ := res.Origin("bench.ops")
 	dur, _ := res.Origin("bench.duration")
-	if o.Ops == 0 || dur.Default {
+	if o.Ops == 0 || dur.Default && dur.Layer != config.LayerFlag {
 		return nil
 	}
 	switch {

@@ -285,9 +285,13 @@ func TestBenchPeers(t *testing.T) {
 	for _, proto := range []string{"redis", "memcache"} {
 		t.Run(proto, func(t *testing.T) {
 			addr := startFakePeer(t, proto)
-			common := []string{"--protocol", proto, "--addr", addr, "--keys", "8", "-c", "3", "--warmup", "0", "--value-size", "100KiB"}
+			common := []string{"--protocol", proto, "--addr", addr, "-c", "3", "--warmup", "0", "--value-size", "100KiB"}
 			for _, w := range []string{"get", "put", "exist", "mixed", "prefix"} {
-				res, out := benchJSON(t, 0, append(common, "--workload", w, "--ops", "24", "--sequences", "4", "--pages-per-seq", "2")...)
+				space := []string{"--keys", "8"}
+				if w == wPrefix {
+					space = []string{"--sequences", "4", "--pages-per-seq", "2"}
+				}
+				res, out := benchJSON(t, 0, append(append(common, space...), "--workload", w, "--ops", "24")...)
 				checkClean(t, proto+" "+w, res, out, 24)
 				if res.Config.Protocol != proto || res.Config.Target != addr {
 					t.Fatalf("%s: config %+v", w, res.Config)
@@ -472,20 +476,15 @@ func TestBenchOptions(t *testing.T) {
 		t.Error("prefix --fill=false does not store its sequences")
 	}
 	o := opts(map[string][]string{"protocol": {"memcache"}, "addr": {"127.0.0.1:11211"}, "value-size": {"4KiB"}, "ops": {"7"},
-		"warmup": {"0"}, "seed": {"18446744073709551615"}, "mixed-get-ratio": {"0.5"}, "c": {"2"}, "key-prefix": {"p/"}})
-	want := Options{Workload: wPut, Protocol: "memcache", Target: "127.0.0.1:11211", ValueSize: 4096, Keys: 1024, Concurrency: 2,
-		Duration: 10 * time.Second, Ops: 7, GetRatio: 0.5, KeyPrefix: "p/", Seed: 1<<64 - 1, Sequences: 64, PagesPerSeq: 16, SharedPrefix: 0.5}
+		"warmup": {"0"}, "seed": {"18446744073709551615"}, "workload": {"mixed"}, "mixed-get-ratio": {"0.5"}, "c": {"2"}, "key-prefix": {"p/"}})
+	want := Options{Workload: wMixed, Protocol: "memcache", Target: "127.0.0.1:11211", ValueSize: 4096, Keys: 1024, Concurrency: 2,
+		Duration: 10 * time.Second, Ops: 7, GetRatio: 0.5, KeyPrefix: "p/", Seed: 1<<64 - 1, Sequences: 64, PagesPerSeq: 16, SharedPrefix: 0.5, Fill: true}
 	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("options\n got %+v\nwant %+v", o, want)
 	}
 	o = opts(map[string][]string{"sweep": {"concurrency=1,8"}})
 	if !reflect.DeepEqual(o.Sweep, config.Sweep{Dimension: config.SweepConcurrency, Values: []uint64{1, 8}}) || o.maxConcurrency() != 8 {
 		t.Fatalf("--sweep concurrency=1,8: %+v", o.Sweep)
-	}
-	// A config file that spells out the default duration (as
-	// dfkv.example.toml does) does not clash with --ops.
-	if o := opts(map[string][]string{"ops": {"3"}, "duration": {"10s"}}); o.Ops != 3 {
-		t.Fatalf("--ops 3 with the default duration: %+v", o)
 	}
 }
 

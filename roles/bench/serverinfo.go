@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dfkv/dfkv/config"
+	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/roles/server"
 )
 
@@ -67,7 +68,7 @@ func nodeInfo(addr string, raw []byte) NodeInfo {
 	}
 	in := d.Info
 	n := NodeInfo{Addr: addr, ID: in.ID, Version: in.Version, Commit: in.Commit, GoVersion: in.GoVersion, OS: in.OS,
-		CPU: in.CPU, CPUs: in.CPUs, Engine: in.Engine, Disks: len(d.Disks),
+		CPU: in.CPU, CPUs: in.CPUs, Engine: in.Engine, Disks: realDisks(d.Disks),
 		CapacityBytes: d.Engine.CapacityBytes, UsedBytes: d.Engine.UsedBytes, Objects: d.Engine.Objects}
 	if n.CapacityBytes > 0 {
 		n.Fill = float64(n.UsedBytes) / float64(n.CapacityBytes)
@@ -142,7 +143,22 @@ func (n *NodeInfo) ramTier() string {
 }
 
 func (n *NodeInfo) usage() string {
+	if n.Disks == 0 {
+		return fmt.Sprintf("no disk, %d objects", n.Objects)
+	}
 	return fmt.Sprintf("%s of %s used (%.1f%%), %d objects", config.HumanSize(n.UsedBytes), config.HumanSize(n.CapacityBytes), 100*n.Fill, n.Objects)
+}
+
+// realDisks counts the disks of a STATS reply, leaving out the stand-in
+// an embedded store without a disk reports (engine "none").
+func realDisks(disks []engine.Stats) int {
+	n := 0
+	for _, d := range disks {
+		if d.Engine != "none" {
+			n++
+		}
+	}
+	return n
 }
 
 // shortCommit is a commit id cut to 12 characters, as git prints it.

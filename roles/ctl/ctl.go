@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -101,6 +102,14 @@ func open(c *cli.Context) (*client.Client, *config.Config, bool, error) {
 	// One command, one answer: a node the client cannot reach is in the
 	// verb's own error. A log.level given keeps the client's warnings.
 	log = rolekit.ToolLogger(c, "ctl", cfg, res, log)
+	if cfg.Client.Embedded == 1 && (c.Command.Name == "put" || c.Command.Name == "rm") {
+		// A store kept in this command's RAM alone ends with it: a PUT
+		// there would be reported done and be gone at once.
+		scfg, err := embed.ServerConfig(c.String("config"), os.LookupEnv, nil)
+		if err == nil && len(scfg.Server.Disks) == 0 && scfg.Server.S3Endpoint == "" {
+			return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv ctl %s --embedded: the embedded store has no disk (server.disks) and no object store (server.s3_endpoint), so nothing it holds outlives this command; name a disk directory", c.Command.Name), exitFailure)
+		}
+	}
 	cl, err := embed.ToolClient(cfg, c.String("config"), log)
 	if err != nil {
 		return nil, nil, false, cli.Exit(fmt.Sprintf("dfkv ctl: %v", err), exitFailure)

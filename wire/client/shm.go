@@ -244,6 +244,11 @@ func shmInfo(tcp *cconn, deadline time.Time) (string, uint64, error) {
 		if wire.StatusOf(err) == wire.StatusNotFound {
 			return "", 0, errors.New("the node has no shared-memory socket (server.shm_socket)")
 		}
+		if ne, ok := errors.AsType[net.Error](err); wire.StatusOf(err) == wire.StatusTimeout || ok && ne.Timeout() {
+			// Silence says nothing of shared memory: the node (or
+			// whatever listens there) does not answer at all.
+			return "", 0, fmt.Errorf("the node did not answer: %w", err)
+		}
 		return "", 0, fmt.Errorf("the node does not offer shared memory: %w", err)
 	}
 	if h.BodyLen == 0 || h.BodyLen > 4096 {

@@ -38,7 +38,7 @@ type Guard struct {
 	path   string
 	log    *slog.Logger
 	sum    atomic.Pointer[[sha256.Size]byte]
-	mu     sync.Mutex // serializes reloads
+	mu     sync.Mutex                // serializes reloads
 	nextAt atomic.Pointer[time.Time] // the next look at the file; nil: at once
 	bad    bool                      // the file's current content was refused (logged once)
 }

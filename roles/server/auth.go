@@ -175,9 +175,49 @@ func (c *conn) blindRemove(tenant uint64, err error) error {
 // they are.
 func (c *conn) blindQuota(tenant uint64, err error) error {
 	if c.s.opts.Credentials != nil && wire.StatusOf(err) == wire.StatusQuotaExceeded && !c.auth.grant.Allows(tenant, creds.Read) {
-		return fmt.Errorf("tenant 0x%016x: the PUT does not fit its node quota: %w", tenant, wire.StatusQuotaExceeded)
+		return errBlindQuota(tenant)
 	}
 	return err
+}
+
+func errBlindQuota(tenant uint64) error {
+	return fmt.Errorf("tenant 0x%016x: the PUT does not fit its node quota: %w", tenant, wire.StatusQuotaExceeded)
+}
+
+// blindOver reports whether a PUT of n bytes to tenant, by a credential
+// that may write but not read the tenant's keys, does not fit its quota
+// as if its key were new. The quota itself charges a PUT its size less
+// the size of the value it replaces, so at the quota's edge its answer
+// would tell such a credential whether the key exists and how long it
+// is; refused here, an existing key and an absent one get the same
+// answer. In a batch (inRun) the items of the run not yet stored count
+// too, so a run is judged as if all its keys were new.
+func (c *conn) blindOver(tenant, n uint64, inRun bool) bool {
+	if c.s.opts.Credentials == nil || c.auth.grant.Allows(tenant, creds.Read) {
+		return false
+	}
+	q := c.s.quotas()
+	if q == nil {
+		return false
+	}
+	limit := q.Limit(tenant)
+	if limit == 0 {
+		return false
+	}
+	used := uint64(max(q.Used(tenant), 0))
+	if inRun {
+		used += c.blindRun[tenant]
+	}
+	if used > limit || n > limit-used {
+		return true
+	}
+	if inRun {
+		if c.blindRun == nil {
+			c.blindRun = map[uint64]uint64{}
+		}
+		c.blindRun[tenant] += n
+	}
+	return false
 }
 
 // errForbidden is the message of a refused scalar request. It names the

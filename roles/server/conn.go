@@ -84,6 +84,9 @@ type conn struct {
 	needHello bool
 
 	auth connAuth // the token this connection presented (auth.go)
+	// blindRun is, by tenant, the bytes of the BATCH_PUT run not yet
+	// stored that blindOver admitted (write-only credentials only).
+	blindRun map[uint64]uint64
 
 	writeDeadline deadline.Lazy // the socket's write deadline (armWrite)
 	status        wire.Status   // status of the request being answered, for metrics
@@ -800,6 +803,14 @@ func (c *conn) handleOne() (err error) {
 			c.respond(wire.StatusForbidden, 0, err)
 			break
 		}
+		if c.blindOver(h.Key.Tenant, h.BodyLen, false) {
+			if err := c.discard(int(h.BodyLen)); err != nil {
+				return err
+			}
+			err := errBlindQuota(h.Key.Tenant)
+			c.respond(wire.StatusOf(err), 0, err)
+			break
+		}
 		if r := c.s.receiver; r != nil {
 			if dst, loan, ok := r.Receive(h.Key, h.BodyLen); ok {
 				if err := c.readFull(dst); err != nil {
@@ -956,6 +967,7 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 			errs[i] = nil
 		}
 		c.dropRun(false)
+		clear(c.blindRun) // the run landed: its bytes are in the quota's use now
 		runBytes = 0
 		start = end
 	}
@@ -979,6 +991,15 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 				return err
 			}
 			st[i] = byte(wire.StatusForbidden)
+			start = i + 1
+			continue
+		}
+		if c.blindOver(k.Tenant, vl, true) {
+			store(i)
+			if err := c.discard(int(vl)); err != nil {
+				return err
+			}
+			st[i] = byte(wire.StatusQuotaExceeded)
 			start = i + 1
 			continue
 		}

@@ -84,6 +84,18 @@ type TenantUsage struct {
 	QuotaBytes uint64 `json:"quota_bytes"`
 }
 
+// quotas are the node's tenant quotas, or nil.
+func (s *Server) quotas() *engine.Quotas {
+	g := s.group
+	if g == nil {
+		g, _ = s.opts.Engine.(*engine.Group)
+	}
+	if g == nil {
+		return nil
+	}
+	return g.Quotas()
+}
+
 // scopedStats is STATS for a credential whose stats right names tenants
 // rather than "*": the node's identity and build, and the usage of those
 // tenants, nothing node-wide. On a quiet node the node's totals (bytes and

@@ -6,8 +6,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
+	"github.com/dfkv/dfkv/engine"
+	"github.com/dfkv/dfkv/engine/vfs"
 	"github.com/dfkv/dfkv/wire"
 )
 
@@ -27,6 +30,12 @@ func (s *Store) load() error {
 		// one; created silently, the cache would land on whatever
 		// filesystem holds the mount point (often the root disk).
 		s.log.Info("file engine: created the disk directory", "dir", s.dir)
+	}
+	// One owner per directory, before anything in it is touched: a second
+	// store would empty tmp/ under the first and write the same temp
+	// names.
+	if err := s.lockDir(); err != nil {
+		return err
 	}
 	for _, d := range []string{s.tmp, s.trash} {
 		if err := s.empty(d); err != nil {
@@ -53,19 +62,93 @@ func (s *Store) load() error {
 	return nil
 }
 
-// empty removes every entry of dir, which only the engine writes to.
+// lockDir opens Dir and flocks it for the life of the store.
+func (s *Store) lockDir() error {
+	d, err := s.fs.OpenFile(s.dir, os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("file engine: open %s: %w", s.dir, err)
+	}
+	if err := vfs.LockDir(d); err != nil {
+		_ = d.Close()
+		if errors.Is(err, vfs.ErrLocked) {
+			return fmt.Errorf("file engine: %s is in use by another store (a disk has one owner: another dfkv server, an embedded store, or a second disk entry naming the same directory); nothing was changed: %w", s.dir, wire.StatusUnavailable)
+		}
+		return fmt.Errorf("file engine: %w", err)
+	}
+	engine.NoteLock(d.Fd(), true) // for a fork without exec (engine.LockNotify)
+	s.lock = d
+	return nil
+}
+
+// unlock lets Dir go (Close, or an Open that failed).
+func (s *Store) unlock() {
+	if s.lock != nil {
+		engine.NoteLock(s.lock.Fd(), false)
+		_ = s.lock.Close()
+		s.lock = nil
+	}
+}
+
+// empty removes the entries of dir (tmp/ or trash/) the engine made: a
+// write or a remove a crash cut short, named <48 hex digits>.<number>
+// (and tmp/'s probe). Anything else may not be ours: the start is
+// refused, naming it, as for a stray entry under blocks/. So is a dir
+// that is not a plain directory (a symlink to /tmp would be emptied).
 func (s *Store) empty(dir string) error {
+	if !s.plainDir(dir) {
+		return fmt.Errorf("file engine: %s is not a plain directory (a symlink?); it must be a directory of its own, holding only the engine's in-progress files: %w", dir, wire.StatusInvalid)
+	}
 	ents, err := s.fs.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("file engine: cannot list %s: %w", dir, err)
 	}
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
+		if !s.madeHere(dir, e) {
+			return fmt.Errorf("file engine: %s is not a file the engine writes (in-progress files are <48 hex digits>.<number>); it may not be ours, so the start stops: move it away: %w", p, wire.StatusInvalid)
+		}
 		if err := s.fs.Remove(p); err != nil {
 			return fmt.Errorf("file engine: cannot clear leftover %s: %w; remove it by hand (%s holds only in-progress files)", p, err, dir)
 		}
 	}
 	return nil
+}
+
+// plainDir reports whether dir, a child of Dir, is a directory itself
+// and not a symlink to one (its entry in Dir says, as lstat would).
+func (s *Store) plainDir(dir string) bool {
+	ents, err := s.fs.ReadDir(s.dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if e.Name() == filepath.Base(dir) {
+			return e.IsDir()
+		}
+	}
+	return false
+}
+
+// madeHere reports whether e, an entry of tmp/ or trash/, is a name the
+// engine makes there.
+func (s *Store) madeHere(dir string, e fs.DirEntry) bool {
+	if !e.Type().IsRegular() {
+		return false
+	}
+	name := e.Name()
+	if dir == s.tmp && name == "probe" {
+		return true
+	}
+	base, seq, ok := strings.Cut(name, ".")
+	if _, err := wire.ParseFilename(base); !ok || err != nil || seq == "" {
+		return false
+	}
+	for _, c := range seq {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // probe creates a scratch file in tmp/ the way Put will, so that a

@@ -74,6 +74,7 @@ const (
 // engine.StoreEngine and is safe for concurrent use.
 type Store struct {
 	dir      string
+	lock     vfs.File // Dir, open and flocked for the store's life
 	blocks   string
 	tmp      string
 	trash    string
@@ -172,6 +173,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	s.direct.Store(opts.DirectIO && oDirect != 0)
 	if err := s.load(); err != nil {
+		s.unlock()
 		return nil, err
 	}
 	s.log.Info("file engine: opened", "dir", s.dir, "objects", s.objects.Load(),
@@ -335,13 +337,9 @@ func (s *Store) evict(e *entry) bool {
 		mu.Unlock()
 		return false
 	}
-	trash := s.trashPath(e.key)
-	err := s.fs.Rename(s.blockPath(e.key), trash)
+	trash, err := s.toTrash(e.key)
 	if err != nil {
-		trash = ""
-		if !errors.Is(err, os.ErrNotExist) {
-			err = s.fs.Remove(s.blockPath(e.key))
-		}
+		err = s.fs.Remove(s.blockPath(e.key))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			// The entry is gone from the index either way, or eviction
 			// could not make progress; the file is found again at the
@@ -533,10 +531,8 @@ func (s *Store) Remove(key wire.BlockKey) error {
 		mu.Unlock()
 		return wire.StatusNotFound
 	}
-	trash := s.trashPath(key)
-	err := s.fs.Rename(s.blockPath(key), trash)
-	gone := err != nil && errors.Is(err, os.ErrNotExist)
-	if err != nil && !gone {
+	trash, err := s.toTrash(key)
+	if err != nil {
 		mu.Unlock()
 		s.ioErrors.Add(1)
 		return fmt.Errorf("file engine: remove %s: %w: %w", key, err, wire.StatusIOError)
@@ -549,12 +545,33 @@ func (s *Store) Remove(key wire.BlockKey) error {
 	s.markBucket(key, bucketDirty)
 	mu.Unlock()
 	s.removes.Add(1)
-	if !gone {
+	if trash != "" {
 		if err := s.fs.Remove(trash); err != nil && !errors.Is(err, os.ErrNotExist) {
 			s.ioErrors.Add(1) // emptied at the next Open
 		}
 	}
 	return nil
+}
+
+// toTrash takes key's block out of blocks/ and returns where it went, to
+// be unlinked outside the stripe lock: renamed into trash/, or "" when it
+// was unlinked in place or was not there. A rename that finds no such
+// file may have missed trash/ rather than the block (an operator removed
+// trash/): the block is then unlinked where it is, not left behind to
+// come back at the next Open.
+func (s *Store) toTrash(key wire.BlockKey) (string, error) {
+	trash := s.trashPath(key)
+	err := s.fs.Rename(s.blockPath(key), trash)
+	if err == nil {
+		return trash, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if err := s.fs.Remove(s.blockPath(key)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	return "", nil
 }
 
 // Stats implements engine.StoreEngine. UsedBytes includes the reservations
@@ -614,6 +631,7 @@ func (s *Store) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	s.unlock() // after the syncs: the next owner finds the directory settled
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("file engine: %s: syncing directories at close: %w: %w", s.dir, err, wire.StatusIOError)
 	}

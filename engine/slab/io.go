@@ -17,7 +17,6 @@ import (
 
 var (
 	errNoSeekData = errors.New("SEEK_DATA not supported")
-	errLocked     = errors.New("directory locked")
 	errTooLarge   = errors.New("larger than its format allows")
 )
 

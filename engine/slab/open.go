@@ -220,14 +220,14 @@ func (s *Store) lockStore() error {
 	if s.lock, err = s.fs.OpenFile(s.dir, os.O_RDONLY, 0); err != nil {
 		return err
 	}
-	if err := lockDir(s.lock); err != nil {
+	if err := vfs.LockDir(s.lock); err != nil {
 		_ = s.lock.Close()
 		s.lock = nil
 		// Another store holds the directory (it may have made it, or be
 		// formatting it, since checkDir looked): nothing here is ours to
 		// remove.
 		s.made = nil
-		if errors.Is(err, errLocked) {
+		if errors.Is(err, vfs.ErrLocked) {
 			holder := "another slab store"
 			if b, rerr := readSmall(s.fs, filepath.Join(s.dir, holderName), 512); rerr == nil && len(b) > 0 {
 				holder = strings.TrimSpace(string(b))

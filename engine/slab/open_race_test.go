@@ -76,7 +76,7 @@ func TestOtherStoreKeepsItsDir(t *testing.T) {
 				if lock, err = os.Open(dir); err != nil {
 					t.Fatal(err)
 				}
-				if err := lockDir(lock); err != nil {
+				if err := vfs.LockDir(lock); err != nil {
 					t.Fatal(err)
 				}
 				// Not formatted yet: an empty directory is what a

@@ -89,17 +89,3 @@ func dioAlign(path string) uint32 {
 func directRefused(err error) bool {
 	return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)
 }
-
-// lockDir takes an exclusive, non-blocking flock on the open directory d,
-// so two processes (or two stores in one process) never run one disk
-// directory at once. The lock dies with the descriptor, also on SIGKILL.
-func lockDir(d vfs.File) error {
-	err := unix.Flock(int(d.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		return errLocked
-	}
-	if err != nil {
-		return &os.PathError{Op: "flock", Path: d.Name(), Err: err}
-	}
-	return nil
-}

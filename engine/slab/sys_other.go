@@ -27,5 +27,3 @@ func seekData(f vfs.File, off, size int64) (int64, int64, bool, error) {
 func dioAlign(string) uint32 { return 0 }
 
 func directRefused(err error) bool { return false }
-
-func lockDir(d vfs.File) error { return nil }

@@ -250,6 +250,11 @@ func (r *Ring) WriteAt(fd int, b []byte, off int64) (int, error) {
 }
 
 func (r *Ring) do(op uint8, fd int, b []byte, off int64) (int, error) {
+	if off < 0 {
+		// pread refuses it; the ring would take -1 as "the file's
+		// current position".
+		return 0, syscall.EINVAL
+	}
 	if len(b) == 0 {
 		return 0, nil
 	}

@@ -17,6 +17,9 @@ import (
 // asked instead, so the engines never zero through a descriptor the seam
 // did not hand out.
 func ZeroRange(f File, off, n int64) error {
+	if n == 0 {
+		return nil // fallocate refuses a zero length
+	}
 	if z, ok := f.(interface{ ZeroRange(off, n int64) error }); ok {
 		return z.ZeroRange(off, n)
 	}

@@ -88,10 +88,11 @@ func dispatch(args []string) ([]string, error) {
 	if role, ok := aliases[name]; ok {
 		return append([]string{"dfkv", role}, args[1:]...), nil
 	}
-	if len(args) > 1 && (roleNames[args[1]] || !strings.HasPrefix(args[1], "-")) {
+	if len(args) > 1 && (roleNames[args[1]] || !strings.HasPrefix(args[1], "-") && !nearAlias(name)) {
 		// A binary named otherwise (dfkv-linux-amd64, dfkv-1.4) run
 		// as `NAME server …`: the subcommand form, whose parser names a
-		// mistyped role and lists the valid ones.
+		// mistyped role and lists the valid ones. A name a typo away
+		// from an alias (dfkv-clt) is a mistyped link: its name is blamed.
 		return append([]string{"dfkv"}, args[1:]...), nil
 	}
 	if strings.HasPrefix(name, "dfkv-") || strings.HasPrefix(name, "dfkv_") {
@@ -99,6 +100,38 @@ func dispatch(args []string) ([]string, error) {
 			name, strings.Join(aliasNames(), ", "))
 	}
 	return append([]string{"dfkv"}, args[1:]...), nil
+}
+
+// nearAlias reports whether name is within two edits of an alias: a
+// link made with a typo rather than a binary renamed on purpose.
+func nearAlias(name string) bool {
+	for a := range aliases {
+		if editDistance(name, a) <= 2 {
+			return true
+		}
+	}
+	return false
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func aliasNames() []string {

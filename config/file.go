@@ -190,19 +190,27 @@ func topLevelKeys() string {
 
 // secretOnLine reports whether line (1-based) of a TOML text assigns a
 // secret setting, and which: a syntax error there must not be echoed.
-// The key may come in any form TOML allows: bare under its table, dotted
-// (client.token), quoted, spaced (server . mds_token) or inside an inline
-// table (client = { token = ... }), so every key on the line counts.
+// The key may come in any form TOML allows, or nearly: bare under its
+// table, dotted (client.token), quoted, spaced (server . mds_token),
+// inside an inline table (client = { token = ... }), or in another case
+// (Token, which is not the setting, but what follows it is a token all
+// the same); so every key on the line counts, ignoring case. A line that
+// assigns nothing continues a value begun above (an array over several
+// lines): the line that began it is looked at.
 func secretOnLine(text string, line int) (string, bool) {
 	lines := strings.Split(text, "\n")
 	if line < 1 || line > len(lines) {
 		return "", false
 	}
-	for _, m := range tomlKeyOnLine.FindAllStringSubmatch(lines[line-1], -1) {
+	i := line - 1
+	for i > 0 && !strings.Contains(lines[i], "=") {
+		i--
+	}
+	for _, m := range tomlKeyOnLine.FindAllStringSubmatch(lines[i], -1) {
 		key := m[1]
-		for i := range settings {
-			s := &settings[i]
-			if _, name, _ := strings.Cut(s.key, "."); s.secret() && name == key {
+		for j := range settings {
+			s := &settings[j]
+			if _, name, _ := strings.Cut(s.key, "."); s.secret() && strings.EqualFold(name, key) {
 				return s.key, true
 			}
 		}
@@ -210,8 +218,6 @@ func secretOnLine(text string, line int) (string, bool) {
 	return "", false
 }
 
-// tomlKeyOnLine finds the last part of each key assigned on a line: the
-// name just before an "=", bare or quoted.
 var tomlKeyOnLine = regexp.MustCompile(`["']?([A-Za-z0-9_-]+)["']?\s*=`)
 
 // fromTOML turns a file value into set's input, and a display of it for

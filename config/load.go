@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dfkv/dfkv/engine/iobuf"
+	"github.com/dfkv/dfkv/engine/objtier"
 )
 
 // Load resolves the configuration of role ("server", "mds", "smoke", "bench"
@@ -334,9 +335,10 @@ func crossCheck(cfg *Config, bit role) []error {
 					FormatSize(sc.RAMTierBytes), FormatSize(ramExtentBytes), FormatSize(reserve), FormatSize(reserve+ramExtentBytes)))
 			}
 		}
-		if sc.S3Endpoint != "" && sc.S3Write != "sync" && sc.S3Write != "off" && sc.S3UploadQueueBytes < sc.MaxBlockBytes {
-			errs = append(errs, fmt.Errorf("server.s3_upload_queue_bytes (DFKV_SERVER_S3_UPLOAD_QUEUE_BYTES) %s is less than the largest value (server.max_block_bytes %s): values larger than the queue are never uploaded; raise it to at least max_block_bytes",
-				FormatSize(sc.S3UploadQueueBytes), FormatSize(sc.MaxBlockBytes)))
+		// The queue holds whole objects: a value and its header.
+		if need := sc.MaxBlockBytes + objtier.HeaderLen; sc.S3Endpoint != "" && sc.S3Write != "sync" && sc.S3Write != "off" && sc.S3UploadQueueBytes < need {
+			errs = append(errs, fmt.Errorf("server.s3_upload_queue_bytes (DFKV_SERVER_S3_UPLOAD_QUEUE_BYTES) %s cannot hold the largest object (server.max_block_bytes %s and a %d-byte header): such values would never be uploaded; raise it to at least %d bytes",
+				FormatSize(sc.S3UploadQueueBytes), FormatSize(sc.MaxBlockBytes), objtier.HeaderLen, need))
 		}
 		if sc.S3Endpoint != "" && sc.S3Bucket == "" {
 			errs = append(errs, errors.New("server.s3_endpoint is set but server.s3_bucket (DFKV_SERVER_S3_BUCKET, --s3-bucket) is empty: name the bucket to use"))

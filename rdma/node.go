@@ -497,7 +497,7 @@ func (c *nodeConn) tryLease(k wire.BlockKey, off, length uint64, hit bool) bool 
 		a.Return(loan)
 		return false
 	}
-	id, _, granted := n.leases.Grant(c.owner, loan, uint64(len(data)))
+	id, _, granted := n.leases.Grant(c.owner, loan, max(stored, uint64(len(data))))
 	if !granted {
 		if hit {
 			c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOK, stored, wire.LeaseInline, 0, uint64(len(data)), 0)

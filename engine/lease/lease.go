@@ -199,8 +199,8 @@ func (t *Table) TTL() time.Duration { return t.ttl }
 // Capacity is the most leases live at once.
 func (t *Table) Capacity() int { return len(t.slots) }
 
-// Grant leases the n bytes of loan to owner until it releases them or
-// the TTL passes, and returns the lease's ID and its expiry. ok is false
+// Grant leases loan, which pins n bytes (the whole value, whatever range
+// of it is read), to owner until it releases it or the TTL passes, and returns the lease's ID and its expiry. ok is false
 // when every slot is live, or when owner already holds its share
 // (Options.OwnerMax, OwnerBytes): the caller keeps the loan (and serves
 // the bytes another way). The table keeps a few bytes for each owner

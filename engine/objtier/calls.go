@@ -57,9 +57,13 @@ func (t *Tier) callCtx(parent context.Context, op Op, f func(ctx context.Context
 	if op == OpPut || op == OpDelete {
 		h = t.writes
 	}
-	if !h.allow(start) {
+	ok, probe := h.allow(start)
+	if !ok {
 		t.calls[op][CallSkipped].Add(1)
 		return errSkipped
+	}
+	if probe {
+		defer h.probed()
 	}
 	ctx, cancel := context.WithTimeout(parent, t.opts.Timeout)
 	err := f(ctx)
@@ -95,11 +99,14 @@ func (t *Tier) callCtx(parent context.Context, op Op, f func(ctx context.Context
 			h.failure(start, now, op.String(), err)
 		}
 	} else {
-		h.success(start, now, op, st)
-		if h == t.writes {
+		ended := h.success(start, now, op, st)
+		switch {
+		case h == t.writes:
 			// A bucket that stores objects serves them too.
 			t.reads.success(start, now, op, st)
-		} else {
+		case ended:
+			// Reads came back: writes may have too; their next call
+			// need not wait out its back-off to find out.
 			t.writes.probeNow(now)
 		}
 	}

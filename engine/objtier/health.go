@@ -26,6 +26,8 @@ type health struct {
 	kind   string // "reads" or "writes"
 	shared *outage
 	down   atomic.Bool
+	// probing: the call allow let through as the probe has not ended.
+	probing atomic.Bool
 	// retryAt is an instant, not Unix nanoseconds: its monotonic reading
 	// keeps a backward step of the wall clock from holding the tier down
 	// for as long as the step. Calls before it are skipped while down.
@@ -90,24 +92,32 @@ func (o *outage) cameUp(now time.Time, op Op, st CallStatus) {
 	o.log.Info("object store reachable again", "bucket", o.bucket, "op", op.String(), "status", st.String(), "down_for", now.Sub(o.since).Round(time.Millisecond))
 }
 
-// allow reports whether a call may go to the bucket now. While the bucket
-// is down, the first caller at or after the retry time is the probe: it
-// moves the retry time past its own call, so the callers after it are
-// skipped until it has ended the outage or backed off again.
-func (h *health) allow(now time.Time) bool {
+// allow reports whether a call may go to the bucket now, and whether it
+// is the probe. While the bucket is down, the first caller at or after
+// the retry time is the probe: it moves the retry time past its own
+// call, so the callers after it are skipped until it has ended the
+// outage or backed off again (the caller then calls probed).
+func (h *health) allow(now time.Time) (ok, probe bool) {
 	if !h.down.Load() {
-		return true
+		return true, false
 	}
 	at := h.retryAt.Load()
 	if at == nil {
-		return true
+		return true, false
 	}
 	if now.Before(*at) {
-		return false
+		return false, false
 	}
 	next := now.Add(h.probeFor)
-	return h.retryAt.CompareAndSwap(at, &next)
+	if !h.retryAt.CompareAndSwap(at, &next) {
+		return false, false
+	}
+	h.probing.Store(true)
+	return true, true
 }
+
+// probed notes that the probe allow let through has ended.
+func (h *health) probed() { h.probing.Store(false) }
 
 // wait is how long until the next call is allowed; zero when up.
 func (h *health) wait(now time.Time) time.Duration {
@@ -124,25 +134,27 @@ func (h *health) wait(now time.Time) time.Duration {
 // success notes a call begun at start that the bucket answered at now.
 // A call begun before the outage did not see the bucket since it failed:
 // it does not end the outage.
-func (h *health) success(start, now time.Time, op Op, st CallStatus) {
+// It reports whether the call ended an outage.
+func (h *health) success(start, now time.Time, op Op, st CallStatus) bool {
 	if !h.down.Load() {
-		return
+		return false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.down.Load() || start.Before(h.since) {
-		return
+		return false
 	}
 	h.down.Store(false)
 	h.upAt = now
 	h.bo.Reset()
 	h.shared.cameUp(now, op, st)
+	return true
 }
 
-// probeNow lets the next call probe at once: the bucket answered a call
-// of the other kind.
+// probeNow lets the next call probe at once: the bucket came back for
+// calls of the other kind. A probe under way is left to end.
 func (h *health) probeNow(now time.Time) {
-	if !h.down.Load() {
+	if !h.down.Load() || h.probing.Load() {
 		return
 	}
 	if at := h.retryAt.Load(); at != nil && now.Before(*at) {

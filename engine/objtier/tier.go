@@ -803,7 +803,14 @@ func (t *Tier) Remove(key wire.BlockKey) error {
 }
 
 func (t *Tier) deleteObject(key wire.BlockKey) error {
-	return t.call(OpDelete, func(ctx context.Context) error { return t.bucket.Delete(ctx, t.name(key)) })
+	return t.deleteObjectCtx(context.Background(), key)
+}
+
+// deleteObjectCtx is deleteObject under parent: a delete retry runs
+// under the workers' context, which Close cancels when its drain time is
+// up.
+func (t *Tier) deleteObjectCtx(parent context.Context, key wire.BlockKey) error {
+	return t.callCtx(parent, OpDelete, func(ctx context.Context) error { return t.bucket.Delete(ctx, t.name(key)) })
 }
 
 // markStale marks key after an upload of it was dropped or failed.
@@ -956,7 +963,7 @@ func (t *Tier) deleteRetries() {
 					continue
 				}
 				t.retriedDeletes.Add(1)
-				err := t.deleteObject(m.key)
+				err := t.deleteObjectCtx(t.uploads, m.key)
 				t.queue.unclaim(m.key)
 				if err != nil {
 					break

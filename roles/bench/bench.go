@@ -124,7 +124,11 @@ func action(c *cli.Context) error {
 		cl, err := embed.ToolClient(&cc, c.String("config"), log)
 		if err != nil {
 			// The settings were checked when loaded: what fails here is
-			// the cluster (an MDS that does not answer), not the usage.
+			// the cluster (an MDS that does not answer), not the usage,
+			// unless a file they name (a TLS one) is bad.
+			if _, bad := errors.AsType[*rolekit.ConfigError](err); bad {
+				return cli.Exit("dfkv bench: "+err.Error(), exitUsage)
+			}
 			return cli.Exit("dfkv bench: "+err.Error(), exitErrors)
 		}
 		// Operations run under Background, as an engine's calls through

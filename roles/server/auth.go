@@ -191,33 +191,44 @@ func errBlindQuota(tenant uint64) error {
 // would tell such a credential whether the key exists and how long it
 // is; refused here, an existing key and an absent one get the same
 // answer. In a batch (inRun) the items of the run not yet stored count
-// too, so a run is judged as if all its keys were new.
+// too (blindJoin), so a run is judged as if all its keys were new.
+//
+// This closes the one-request probe, not every channel: the bytes a
+// stored replacement frees still show in how much later PUTs may store,
+// which such a credential can measure with PUTs that are refused.
 func (c *conn) blindOver(tenant, n uint64, inRun bool) bool {
-	if c.s.opts.Credentials == nil || c.auth.grant.Allows(tenant, creds.Read) {
+	if !c.blind(tenant) {
 		return false
 	}
 	q := c.s.quotas()
-	if q == nil {
-		return false
-	}
 	limit := q.Limit(tenant)
-	if limit == 0 {
-		return false
-	}
 	used := uint64(max(q.Used(tenant), 0))
 	if inRun {
 		used += c.blindRun[tenant]
 	}
-	if used > limit || n > limit-used {
-		return true
+	return used > limit || n > limit-used
+}
+
+// blindJoin counts n bytes of tenant's item in the BATCH_PUT run not yet
+// stored, for blindOver (the run's store clears it).
+func (c *conn) blindJoin(tenant, n uint64) {
+	if !c.blind(tenant) {
+		return
 	}
-	if inRun {
-		if c.blindRun == nil {
-			c.blindRun = map[uint64]uint64{}
-		}
-		c.blindRun[tenant] += n
+	if c.blindRun == nil {
+		c.blindRun = map[uint64]uint64{}
 	}
-	return false
+	c.blindRun[tenant] += n
+}
+
+// blind reports whether the connection may write tenant's keys without
+// reading them and tenant has a quota: its PUTs are judged as new keys.
+func (c *conn) blind(tenant uint64) bool {
+	if c.s.opts.Credentials == nil || c.auth.grant.Allows(tenant, creds.Read) {
+		return false
+	}
+	q := c.s.quotas()
+	return q != nil && q.Limit(tenant) != 0
 }
 
 // errForbidden is the message of a refused scalar request. It names the

@@ -942,6 +942,7 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 		return err
 	}
 	st := c.statuses(n)
+	clear(c.blindRun) // a frame that ended on a refused item may have left some
 	// Items are stored in runs, in order: values the engine received into
 	// its own memory (RAM tier) are committed together, values read into
 	// pooled buffers are stored together; a run ends when the other kind
@@ -1038,6 +1039,7 @@ func (c *conn) batchPut(h *wire.RequestHeader) error {
 		}
 		c.keys = append(c.keys, k)
 		c.vals = append(c.vals, dst)
+		c.blindJoin(k.Tenant, vl)
 		runBytes += vl
 		if err := c.readBody(dst); err != nil {
 			// A stall or a client gone: the run so far is dropped, runs

@@ -305,7 +305,7 @@ func (c *conn) tryLease(k wire.BlockKey, off, length uint64, hit bool) (leased b
 	}
 	at, inArena := n.opts.Arena.ArenaOffset(data)
 	if inArena {
-		if id, _, granted := n.leases.Grant(c.lease.owner, loan, uint64(len(data))); granted {
+		if id, _, granted := n.leases.Grant(c.lease.owner, loan, max(stored, uint64(len(data)))); granted {
 			c.wbuf = wire.AppendLeaseRecord(c.wbuf, wire.StatusOK, stored, wire.LeaseArena, at, uint64(len(data)), id)
 			return true, nil, 0
 		}

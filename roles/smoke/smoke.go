@@ -48,7 +48,7 @@ func Command() *cli.Command {
 				// does not answer is a failed run (1), an embedded
 				// store's configuration a usage error (2).
 				code := 1
-				if cfg.Client.Embedded == 1 {
+				if _, bad := errors.AsType[*rolekit.ConfigError](err); bad || cfg.Client.Embedded == 1 {
 					code = 2
 				}
 				return cli.Exit(fmt.Sprintf("dfkv smoke: %v", err), code)

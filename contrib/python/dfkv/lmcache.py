@@ -321,7 +321,8 @@ def parse_dfkv_url(url: str):
     params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
     unknown = sorted(set(params) - set(URL_PARAMS))
     if unknown:
-        raise ValueError(f"dfkv URL {url!r}: unknown parameter {', '.join(map(repr, unknown))}; "
+        # Names only: the URL and the values may hold a credential.
+        raise ValueError(f"dfkv URL: unknown parameter {', '.join(repr(k[:32]) for k in unknown)}; "
                          f"it takes {', '.join(URL_PARAMS)}")
     hosts = [h for h in rest.strip("/").split(",") if h]
     if hosts == ["embedded"]:
@@ -525,6 +526,14 @@ class DfkvConnector(_RemoteConnectorBase):
         self.endpoints = Endpoints.from_settings(eff, "dfkv LMCache connector", members=self._url_members)
         self.members = self.endpoints.members
         self._slot = ClientSlot("dfkv LMCache connector", float(setting(eff, "dfkv_reopen_interval_s", None, 2.0)))
+        # LMCache's "MLA worker id as 0" mode (on by default for MLA): every
+        # worker's chunks are worker 0's. Its remote backend rewrites the
+        # key for lookups and blocking reads but not for non-blocking reads,
+        # so the connector applies the mode to every key itself.
+        use_mla = bool(getattr(metadata, "use_mla", False))
+        extra = dict(getattr(config, "extra_config", None) or {})
+        self._mla_worker0 = (use_mla and int(getattr(metadata, "world_size", 1) or 1) > 1
+                             and bool(extra.get("remote_enable_mla_worker_id_as0", use_mla)))
         self._pool_lock = threading.Lock()  # guards the executor
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._closed = False
@@ -620,11 +629,11 @@ class DfkvConnector(_RemoteConnectorBase):
             parts.append(f"{_tag_part(k)}:{_tag_part(v)}")
         layer = getattr(key, "layer_id", None)
         component = "kv" if layer is None else f"layer-{int(layer)}"
-        # The worker as LMCache keyed it, MLA too: LMCache itself decides
-        # when workers share MLA chunks (its "worker id as 0" mode, on by
-        # default for MLA, hands every worker's lookups and reads to worker
-        # 0's keys); with that mode off each worker stores its own, which
-        # under pipeline parallelism hold different layers.
+        # The worker as LMCache keyed it, or worker 0 in its MLA "worker id
+        # as 0" mode; with that mode off each MLA worker stores its own
+        # chunks, which under pipeline parallelism hold different layers.
+        if self._mla_worker0:
+            worker = 0
         tp = (world, worker)
         return ObjectKey(pool="lmcache", hash="@".join(parts), tp=tp, component=component).render_bytes()
 

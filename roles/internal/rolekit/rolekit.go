@@ -195,6 +195,14 @@ func NewLogger(lc config.Log, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// ConfigError is an OpenClient error in the configuration (a TLS file
+// missing or unreadable), as opposed to a cluster that does not answer:
+// the tools exit 2 for it, not 1.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
 // OpenClient opens a client on the [client] settings, over RDMA when
 // DFKV_RDMA asks for it and it can run here.
 func OpenClient(cfg *config.Config, log *slog.Logger) (*client.Client, error) {
@@ -209,7 +217,7 @@ func OpenClient(cfg *config.Config, log *slog.Logger) (*client.Client, error) {
 	if cc.TLS == 1 {
 		var err error
 		if tlsCfg, err = tlsconf.Client(tlsconf.ClientFiles{CA: cc.TLSCA, Cert: cc.TLSCert, Key: cc.TLSKey, ServerName: cc.TLSServerName}); err != nil {
-			return nil, fmt.Errorf("client TLS (client.tls_ca, tls_cert, tls_key): %w", err)
+			return nil, &ConfigError{fmt.Errorf("client TLS (client.tls_ca, tls_cert, tls_key): %w", err)}
 		}
 	}
 	return client.Open(client.Options{

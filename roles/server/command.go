@@ -151,6 +151,7 @@ type node struct {
 	prom    *prometheus.Registry
 	regDone chan struct{}       // closed once registration has left the MDS; nil without server.mds
 	reg     *register.Registrar // the registration; nil without server.mds
+	stopReg context.CancelFunc  // ends the registration (it then leaves the MDS)
 	hln     net.Listener        // HTTP listener; nil without one
 	// httpGuard holds /metrics behind server.http_token_file; nil without one.
 	httpGuard *httpauth.Guard
@@ -620,9 +621,13 @@ func (n *node) register(ctx context.Context, capacity uint64) error {
 	}
 	n.reg = reg
 	n.regDone = make(chan struct{})
+	// Its own context: a node whose data port stopped accepting leaves
+	// the MDS too, not only one that was told to stop.
+	regCtx, stopReg := context.WithCancel(ctx)
+	n.stopReg = stopReg
 	go func() {
 		defer close(n.regDone)
-		reg.Run(ctx)
+		reg.Run(regCtx)
 	}()
 	return nil
 }
@@ -646,6 +651,7 @@ func (n *node) serve(ctx context.Context) error {
 	}()
 	serveErr := n.srv.Serve(serveCtx)
 	if n.regDone != nil {
+		n.stopReg() // leaves the MDS if accepting failed on its own
 		<-n.regDone
 	}
 	n.log.Info("dfkv server stopped accepting; syncing engines")

@@ -12,7 +12,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dfkv/dfkv/engine/iobuf"
-	"github.com/dfkv/dfkv/engine/objtier"
 )
 
 // Load resolves the configuration of role ("server", "mds", "smoke", "bench"
@@ -313,6 +312,12 @@ func tlsPairs(section, cert, key, clientCA string, httpTLS int) []error {
 // crossCheck finds settings that are each valid but cannot work together,
 // so --print-config, which operators use to check a configuration, reports
 // them too, rather than the node after it opened its disks.
+// ObjectHeaderBytes is the header the object store tier puts before each
+// value (objtier.HeaderLen, which a test there holds equal): the upload
+// queue holds whole objects. Not imported, so that config stays free of
+// the tier's dependencies.
+const ObjectHeaderBytes = 64
+
 // ramExtentBytes is the RAM tier's arena extent: its budget, less the
 // large-value reserve, must hold one.
 const ramExtentBytes = 16 << 20
@@ -336,9 +341,9 @@ func crossCheck(cfg *Config, bit role) []error {
 			}
 		}
 		// The queue holds whole objects: a value and its header.
-		if need := sc.MaxBlockBytes + objtier.HeaderLen; sc.S3Endpoint != "" && sc.S3Write != "sync" && sc.S3Write != "off" && sc.S3UploadQueueBytes < need {
+		if need := sc.MaxBlockBytes + ObjectHeaderBytes; sc.S3Endpoint != "" && sc.S3Write != "sync" && sc.S3Write != "off" && sc.S3UploadQueueBytes < need {
 			errs = append(errs, fmt.Errorf("server.s3_upload_queue_bytes (DFKV_SERVER_S3_UPLOAD_QUEUE_BYTES) %s cannot hold the largest object (server.max_block_bytes %s and a %d-byte header): such values would never be uploaded; raise it to at least %d bytes",
-				FormatSize(sc.S3UploadQueueBytes), FormatSize(sc.MaxBlockBytes), objtier.HeaderLen, need))
+				FormatSize(sc.S3UploadQueueBytes), FormatSize(sc.MaxBlockBytes), ObjectHeaderBytes, need))
 		}
 		if sc.S3Endpoint != "" && sc.S3Bucket == "" {
 			errs = append(errs, errors.New("server.s3_endpoint is set but server.s3_bucket (DFKV_SERVER_S3_BUCKET, --s3-bucket) is empty: name the bucket to use"))

@@ -150,9 +150,11 @@ func checkBuild(t *testing.T, objs []object, peerSeen map[string]bool) []secretR
 		case *corev1.Service:
 			checkService(t, b, v)
 		case *policyv1.PodDisruptionBudget:
-			if ws, err := b.podsSelectedBy(v.Spec.Selector); err != nil || len(ws) == 0 {
+			ws, err := b.podsSelectedBy(v.Spec.Selector)
+			if err != nil || len(ws) == 0 {
 				t.Errorf("PodDisruptionBudget %s selects no pod of this build (%v)", v.Name, err)
 			}
+			checkPDBController(t, v, ws)
 		case *networkingv1.NetworkPolicy:
 			checkNetworkPolicy(t, b, v, peerSeen)
 		}
@@ -424,4 +426,31 @@ func splitHostPort(addr string) (string, int32, error) {
 		return "", 0, err
 	}
 	return h, int32(n), nil
+}
+
+// checkPDBController: the disruption controller computes maxUnavailable
+// (and a percentage minAvailable) from the expected pod count, which it
+// reads from the owning controller's scale subresource (Deployment,
+// ReplicaSet, StatefulSet, ReplicationController, or a kind with
+// /scale). A DaemonSet has none: the controller's sync fails with
+// "daemonsets.apps does not implement the scale subresource", the budget
+// stays at disruptionsAllowed 0 (condition SyncFailed), and every eviction
+// of the pods it selects is refused (HTTP 429) instead of one at a time.
+// Only an integer minAvailable is computed without the scale.
+func checkPDBController(t *testing.T, pdb *policyv1.PodDisruptionBudget, ws []workload) {
+	t.Helper()
+	needsScale := pdb.Spec.MaxUnavailable != nil ||
+		(pdb.Spec.MinAvailable != nil && pdb.Spec.MinAvailable.Type == intstr.String)
+	if !needsScale {
+		return
+	}
+	for _, w := range ws {
+		switch w.kind {
+		case "Deployment", "StatefulSet":
+			continue
+		}
+		t.Errorf("PodDisruptionBudget %s sets maxUnavailable (or a percentage minAvailable) over the pods of %s %s, which has no scale subresource: "+
+			"the disruption controller cannot count the expected pods, keeps disruptionsAllowed at 0 and refuses every eviction of them; "+
+			"use an integer minAvailable, or no budget", pdb.Name, w.kind, w.name)
+	}
 }

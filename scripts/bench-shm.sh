@@ -35,9 +35,11 @@ until curl -sf "http://127.0.0.1:$http/readyz" >/dev/null 2>&1; do
 	kill -0 "$pid" 2>/dev/null || { echo "bench-shm.sh: the node exited; its log:" >&2; cat "$work/node.log" >&2; exit 1; }
 	sleep 0.05
 done
-bench() { # OP SHM: GB/s of one 4 s run
+bench() { # OP SHM: GB/s of one 4 s run; fails (with its log) when the run does
+	rm -f "$work/b.json"
 	"$work/dfkv" bench --members "127.0.0.1:$port" --shm "$2" --workload "$1" --value-size 1MiB --keys 64 -c 1 \
-		--duration 4s --warmup 1s --key-prefix shm/ --json "$work/b.json" >"$work/bench.log" 2>&1
+		--duration 4s --warmup 1s --key-prefix shm/ --json "$work/b.json" >"$work/bench.log" 2>&1 ||
+		{ echo "bench-shm.sh: dfkv bench $1 (shm $2) failed:" >&2; cat "$work/bench.log" >&2; return 1; }
 	awk '/"totals": \{/ {f = 1} f && /"gb_per_s":/ {gsub(/[ ,]/, ""); split($0, a, ":"); printf "%.2f\n", a[2]; exit}' "$work/b.json"
 }
 "$work/dfkv" bench --members "127.0.0.1:$port" --workload get --fill --ops 1 --warmup 0s --value-size 1MiB --keys 64 --key-prefix shm/ >/dev/null 2>&1

@@ -86,12 +86,16 @@ stop_node() { kill "$server_pid"; wait "$server_pid" || true; server_pid=; }
 # fills every key first (unmeasured); PUT then overwrites them, as a cache
 # in service does, rather than measuring a fresh file's first writes.
 ops() {
-	local out
+	local out figure
 	if ! out=$("$dfkv" bench --members "$addr" --workload "$1" --value-size "$2" --keys "$keys" -c 16 \
 		--duration "${secs}s" 2>&1); then
-		echo "$out" | grep -E 'WARNING|error' >&2 || echo "$out" >&2
+		echo "bench-small-values.sh: dfkv bench $1 $2 failed:" >&2
+		echo "$out" >&2
+		return 1
 	fi
-	echo "$out" | awk -v op="$1" '$1 == op { print $3 }'
+	figure=$(echo "$out" | awk -v op="$1" '$1 == op { print $3 }')
+	[ -n "$figure" ] || { echo "bench-small-values.sh: no $1 figure in dfkv bench's output:" >&2; echo "$out" >&2; return 1; }
+	echo "$figure"
 }
 
 declare -A r

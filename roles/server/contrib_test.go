@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dfkv/dfkv/engine"
 	"github.com/dfkv/dfkv/engine/objtier"
@@ -197,3 +198,162 @@ func (emptyBucket) Put(context.Context, string, []byte) error   { return nil }
 func (emptyBucket) Delete(context.Context, string) error        { return nil }
 func (emptyBucket) String() string                              { return "empty bucket" }
 func (emptyBucket) Close() error                                { return nil }
+
+// dashboardExprs returns the expressions of the dashboard panel titled
+// title.
+func dashboardExprs(t *testing.T, title string) []string {
+	t.Helper()
+	raw, err := os.ReadFile("../../contrib/grafana/dfkv.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range dash.Panels {
+		if p.Title == title {
+			var out []string
+			for _, tg := range p.Targets {
+				out = append(out, tg.Expr)
+			}
+			return out
+		}
+	}
+	t.Fatalf("the dashboard has no panel %q", title)
+	return nil
+}
+
+// TestGrafanaHitRateCountsRAMTier: the dashboard's "Hit rate" panel (the
+// one the README's "a falling hit rate" alert points at) counts the GETs a
+// node with the RAM tier serves, hits and misses: the per-disk engine
+// counters never see a GET the RAM tier answers.
+func TestGrafanaHitRateCountsRAMTier(t *testing.T) {
+	exprs := dashboardExprs(t, "Hit rate")
+	if len(exprs) != 1 {
+		t.Fatalf("Hit rate panel has %d queries, want 1", len(exprs))
+	}
+	num, den, ok := strings.Cut(exprs[0], " / ")
+	if !ok {
+		t.Fatalf("Hit rate %q is not hits / (hits + misses)", exprs[0])
+	}
+	dir := t.TempDir()
+	addr, httpAddr, _ := runNode(t, withRAMTier(map[string][]string{"disk": {dir + "/d0"}, "disk-capacity": {"256MiB"}}))
+	cl := ramClient(t, addr)
+	defer cl.Close()
+	ctx := context.Background()
+	if err := cl.Put(ctx, []byte("hot"), []byte("value")); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := cl.GetAuto(ctx, []byte("hot")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cl.GetAuto(ctx, []byte("never-stored")); err == nil {
+		t.Fatal("GET of a key never stored found it")
+	}
+	mf := scrape(t, httpAddr)
+	hits, total := sumSelectors(t, mf, num), sumSelectors(t, mf, den)
+	if hits < 3 || total < hits+1 {
+		t.Errorf("after 3 GET hits and 1 miss served by the RAM tier, the Hit rate panel reads %v hits of %v reads (%q)", hits, total, exprs[0])
+	}
+}
+
+// sumSelectors adds up, over every metric selector in expr (name and
+// {label matchers}), the values of the series in mf it selects: what the
+// expression's rate()s see on a node whose counters started at 0.
+// $instance matches any instance.
+func sumSelectors(t *testing.T, mf map[string]*dto.MetricFamily, expr string) float64 {
+	t.Helper()
+	sel := regexp.MustCompile(`(dfkv_[a-z0-9_]+)(\{[^}]*\})?`)
+	matcher := regexp.MustCompile(`([a-z_]+)\s*(=~|!~|!=|=)\s*"([^"]*)"`)
+	var sum float64
+	for _, s := range sel.FindAllStringSubmatch(expr, -1) {
+		f := mf[s[1]]
+		if f == nil {
+			continue
+		}
+	series:
+		for _, m := range f.Metric {
+			have := map[string]string{}
+			for _, lp := range m.Label {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for _, mm := range matcher.FindAllStringSubmatch(s[2], -1) {
+				name, op, want := mm[1], mm[2], strings.ReplaceAll(mm[3], "$instance", ".*")
+				if name == "instance" {
+					continue
+				}
+				var ok bool
+				switch op {
+				case "=", "!=":
+					ok = have[name] == want
+				default:
+					ok = regexp.MustCompile("^(?:" + want + ")$").MatchString(have[name])
+				}
+				if ok != (op == "=" || op == "=~") {
+					continue series
+				}
+			}
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				sum += m.Counter.GetValue()
+			case dto.MetricType_GAUGE:
+				sum += m.Gauge.GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// TestGrafanaMDSSeriesNotFilteredByNode: the dashboard's $instance
+// variable lists the instances of dfkv_build_info, which only nodes export,
+// so an MDS series filtered by instance=~"$instance" disappears as soon as
+// one node is picked instead of All.
+func TestGrafanaMDSSeriesNotFilteredByNode(t *testing.T) {
+	raw, err := os.ReadFile("../../contrib/grafana/dfkv.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+		Templating struct {
+			List []struct{ Name, Query string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	var source string
+	for _, v := range dash.Templating.List {
+		if v.Name == "instance" {
+			source = v.Query
+		}
+	}
+	m := regexp.MustCompile(`label_values\((dfkv_[a-z0-9_]+)`).FindStringSubmatch(source)
+	if m == nil {
+		t.Fatalf("$instance comes from %q, not label_values(a dfkv metric, instance)", source)
+	}
+	if mdsMetricNames[m[1]] {
+		return // the variable lists the MDS's instances too
+	}
+	sel := regexp.MustCompile(`(dfkv_mds_[a-z0-9_]+)\{([^}]*)\}`)
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, s := range sel.FindAllStringSubmatch(tg.Expr, -1) {
+				if strings.Contains(s[2], "$instance") {
+					t.Errorf("panel %q filters the MDS's %s by $instance, whose values (from %s) are nodes only: the series vanish once a node is picked", p.Title, s[1], m[1])
+				}
+			}
+		}
+	}
+}

@@ -106,6 +106,8 @@ var (
 	descFrameErrors = prometheus.NewDesc("dfkv_frame_errors_total", "Malformed requests answered with an error and closed.", nil, nil)
 	descBytesIn     = prometheus.NewDesc("dfkv_received_bytes_total", "Request bytes received (prefixes and bodies).", nil, nil)
 	descBytesOut    = prometheus.NewDesc("dfkv_sent_bytes_total", "Response bytes sent.", nil, nil)
+	descNodeHits    = prometheus.NewDesc("dfkv_hits_total", "Reads the node answered with their value, from RAM, a disk or the object store (dfkv_engine_hits_total counts one disk's own, which RAM hits never reach).", nil, nil)
+	descNodeMisses  = prometheus.NewDesc("dfkv_misses_total", "Reads of values the node holds nowhere.", nil, nil)
 
 	diskLabels     = []string{"disk", "engine"}
 	descCapacity   = prometheus.NewDesc("dfkv_disk_capacity_bytes", "Bytes a disk may hold.", diskLabels, nil)
@@ -130,7 +132,7 @@ var (
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descServing, descAccepted, descRefused, descIdleClosed, descStalledCut, descAcceptErrs, descBudget, descBudgetUsed, descBudgetWaits, descBudgetBusy, descFirstReq, descFirstReqMS, descFrameErrors,
-		descBytesIn, descBytesOut, descCapacity, descUsed, descObjects, descEvictions, descMoves, descIOErrors, descChecksum, descScrubbed, descScrubPass, descSecTables, descSecReads, descSecMisses, descHits, descMisses,
+		descBytesIn, descBytesOut, descNodeHits, descNodeMisses, descCapacity, descUsed, descObjects, descEvictions, descMoves, descIOErrors, descChecksum, descScrubbed, descScrubPass, descSecTables, descSecReads, descSecMisses, descHits, descMisses,
 		descHealthy, descDirectIO, descTenant, descTenantQuot} {
 		ch <- d
 	}
@@ -161,6 +163,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descFrameErrors, float64(s.frameErrors.Load()))
 	counter(descBytesIn, float64(s.bytesIn.Load()))
 	counter(descBytesOut, float64(s.bytesOut.Load()))
+	if e := c.srv.opts.Engine; e != nil {
+		st := e.Stats()
+		counter(descNodeHits, float64(st.Hits))
+		counter(descNodeMisses, float64(st.Misses))
+	}
 	b2f := func(b bool) float64 {
 		if b {
 			return 1

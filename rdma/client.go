@@ -51,20 +51,23 @@ const queueDepth = 256
 // queue pair. It serves one call at a time (calls wait for each other);
 // after a transport failure every call fails and the caller dials again.
 type Conn struct {
-	mu      sync.Mutex
-	opts    ClientOptions
-	nc      net.Conn
-	br      *bufio.Reader
-	wbuf    []byte
-	dev     Device
-	pd      PD
-	qp      QP
-	buf     []byte // registered: lease words at the front, then data
-	bufMR   MR
-	welcome wire.LeaseWelcome
-	remote  regions
-	pending []wire.LeaseID // leases read, released with the next request
-	broken  error
+	mu   sync.Mutex
+	opts ClientOptions
+	nc   net.Conn
+	br   *bufio.Reader
+	wbuf []byte
+	dev  Device
+	pd   PD
+	qp   QP
+	buf  []byte // registered: lease words at the front, then data
+	// callersDeadline: the call under way ends at its caller's deadline,
+	// not the transport's own timeout (begin).
+	callersDeadline bool
+	bufMR           MR
+	welcome         wire.LeaseWelcome
+	remote          regions
+	pending         []wire.LeaseID // leases read, released with the next request
+	broken          error
 	// ctx is the current call's context while it can end early (nil
 	// otherwise); wait watches it between polls.
 	ctx    context.Context
@@ -104,7 +107,14 @@ var errLeaseLapsed = fmt.Errorf("the lease on the value ended before its bytes w
 
 // Dial connects to a node's RDMA port at addr: TCP, the bootstrap, and a
 // queue pair connected to the node's.
-func Dial(addr string, opts ClientOptions) (_ *Conn, err error) {
+func Dial(addr string, opts ClientOptions) (*Conn, error) {
+	return DialContext(context.Background(), addr, opts)
+}
+
+// DialContext is Dial under ctx: the dial and the bootstrap end when ctx
+// does (its error then wraps ctx's), or after opts.DialTimeout, whichever
+// comes first.
+func DialContext(parent context.Context, addr string, opts ClientOptions) (_ *Conn, err error) {
 	if opts.OpTimeout <= 0 {
 		opts.OpTimeout = DefaultOpTimeout
 	}
@@ -153,14 +163,24 @@ func Dial(addr string, opts ClientOptions) (_ *Conn, err error) {
 	if c.bufMR, err = c.pd.Register(c.buf, AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("rdma: registering the %d-byte buffer: %w", len(c.buf), err)
 	}
-	deadline := time.Now().Add(opts.DialTimeout)
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(parent, opts.DialTimeout)
 	defer cancel()
+	deadline, _ := ctx.Deadline()
+	defer func() {
+		// The caller's end, not the dial's own timeout: it says nothing
+		// of RDMA to the node.
+		if err != nil && parent.Err() != nil {
+			err = fmt.Errorf("%w: %w", err, parent.Err())
+		}
+	}()
 	if c.nc, err = opts.Dial(ctx, addr); err != nil {
 		return nil, fmt.Errorf("rdma: connect to %s: %w", addr, err)
 	}
 	c.br = bufio.NewReaderSize(c.nc, 64<<10)
 	_ = c.nc.SetDeadline(deadline)
+	// A cancellation during the bootstrap cuts its reads short.
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	hello := appendBootstrap(nil, bootstrap{Epoch: opts.epoch, Device: c.dev.Name(), Endpoint: c.qp.Endpoint()})
 	if _, err := c.nc.Write(hello); err != nil {
 		return nil, fmt.Errorf("rdma: bootstrap to %s: %w", addr, err)
@@ -184,6 +204,9 @@ func Dial(addr string, opts ClientOptions) (_ *Conn, err error) {
 	}
 	if err := c.qp.Connect(peer.Endpoint); err != nil {
 		return nil, fmt.Errorf("rdma: connecting the queue pair to %s (device %q): %w", addr, peer.Device, err)
+	}
+	if !stop() {
+		return nil, fmt.Errorf("rdma: bootstrap to %s: %w", addr, context.Cause(ctx))
 	}
 	_ = c.nc.SetDeadline(time.Time{})
 	return c, nil
@@ -245,10 +268,15 @@ func (c *Conn) fail(err error) error {
 		case errors.Is(cerr, context.Canceled):
 			err = fmt.Errorf("the call was cancelled mid-operation (%v): %w: %w", err, context.Canceled, wire.StatusUnavailable)
 		case cerr != nil:
-			err = fmt.Errorf("the call's deadline passed mid-operation (%v): %w", err, wire.StatusTimeout)
+			err = fmt.Errorf("the call's deadline passed mid-operation (%v): %w: %w", err, context.DeadlineExceeded, wire.StatusTimeout)
 		}
 	}
 	err = timeoutErr(err)
+	if c.callersDeadline && wire.StatusOf(err) == wire.StatusTimeout && !errors.Is(err, context.DeadlineExceeded) {
+		// The caller's own deadline, shorter than the transport's: it
+		// says nothing of RDMA to the node.
+		err = fmt.Errorf("%w: %w", err, context.DeadlineExceeded)
+	}
 	if c.broken == nil {
 		c.broken = err
 		c.release()
@@ -309,7 +337,8 @@ func (c *Conn) begin(n int, by time.Time) (time.Time, error) {
 		t = c.opts.BatchOpTimeout
 	}
 	deadline := time.Now().Add(t)
-	if !by.IsZero() && by.Before(deadline) {
+	c.callersDeadline = !by.IsZero() && by.Before(deadline)
+	if c.callersDeadline {
 		deadline = by
 	}
 	_ = c.nc.SetDeadline(deadline)
@@ -447,21 +476,25 @@ func (c *Conn) leaseGet(items []GetItem, dst [][]byte, res []GetResult, deadline
 	return nil
 }
 
-// readGroup READs each item's bytes into the buffer and then its lease
-// word, waits for every completion, and copies out the items whose word
-// still held their lease after their bytes were read: a QP executes its
-// READs in order, so the word was read after the bytes.
+// readGroup READs every item's bytes into the buffer, then every item's
+// lease word, waits for every completion, and copies out the items whose
+// word still held their lease after their bytes were read. The first word
+// READ is fenced, so no word is read before every value's READ has
+// completed: READs in flight together may read the peer's memory in any
+// order.
 func (c *Conn) readGroup(group []leased, dst [][]byte, res []GetResult, deadline time.Time) error {
 	data := c.buf[wordsArea:]
 	off := uint64(0)
-	for j, l := range group {
-		if err := c.post(OpRead, data[off:off+l.length], c.remote.Arena+l.offset, c.remote.ArenaKey); err != nil {
-			return err
-		}
-		if err := c.post(OpRead, c.buf[j*8:j*8+8], c.remote.Words+8*uint64(l.id.Index()), c.remote.WordsKey); err != nil {
+	for _, l := range group {
+		if err := c.post(OpRead, data[off:off+l.length], c.remote.Arena+l.offset, c.remote.ArenaKey, false); err != nil {
 			return err
 		}
 		off += l.length
+	}
+	for j, l := range group {
+		if err := c.post(OpRead, c.buf[j*8:j*8+8], c.remote.Words+8*uint64(l.id.Index()), c.remote.WordsKey, j == 0); err != nil {
+			return err
+		}
 	}
 	if err := c.wait(2*len(group), deadline); err != nil {
 		return err
@@ -546,7 +579,7 @@ func (c *Conn) putGroup(group []int, keys []wire.BlockKey, vals [][]byte, errs [
 	for _, i := range group {
 		n := uint64(len(vals[i]))
 		copy(data[off:off+n], vals[i])
-		if err := c.post(OpWrite, data[off:off+n], c.remote.Staging+off, c.remote.StagingKey); err != nil {
+		if err := c.post(OpWrite, data[off:off+n], c.remote.Staging+off, c.remote.StagingKey, false); err != nil {
 			return err
 		}
 		off += n
@@ -644,9 +677,9 @@ func (c *Conn) readRecordsHeader(n int) error {
 
 // post queues one READ or WRITE between local (inside the buffer) and
 // the node's memory.
-func (c *Conn) post(op Opcode, local []byte, remote uint64, rkey uint32) error {
+func (c *Conn) post(op Opcode, local []byte, remote uint64, rkey uint32, fence bool) error {
 	c.nextID++
-	if err := c.qp.Post(WorkRequest{ID: c.nextID, Op: op, Local: local, LKey: c.bufMR.LKey(), Remote: remote, RKey: rkey}); err != nil {
+	if err := c.qp.Post(WorkRequest{ID: c.nextID, Op: op, Local: local, LKey: c.bufMR.LKey(), Remote: remote, RKey: rkey, Fence: fence}); err != nil {
 		return fmt.Errorf("posting an RDMA %s: %v: %w", op, err, wire.StatusUnavailable)
 	}
 	return nil

@@ -98,7 +98,7 @@ static int dfkv_qp_rts(struct ibv_qp *qp, uint32_t psn, int rd_atom) {
 		IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
-static int dfkv_post(struct ibv_qp *qp, uint64_t id, int write, uintptr_t laddr, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey) {
+static int dfkv_post(struct ibv_qp *qp, uint64_t id, int write, int fence, uintptr_t laddr, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey) {
 	struct ibv_sge sge;
 	struct ibv_send_wr wr, *bad = NULL;
 	memset(&wr, 0, sizeof wr);
@@ -109,7 +109,7 @@ static int dfkv_post(struct ibv_qp *qp, uint64_t id, int write, uintptr_t laddr,
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
 	wr.opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
-	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.send_flags = IBV_SEND_SIGNALED | (fence ? IBV_SEND_FENCE : 0);
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
 	return ibv_post_send(qp, &wr, &bad);
@@ -356,7 +356,11 @@ func (q *ibvQP) Post(wr WorkRequest) error {
 		return errors.New("post on a closed queue pair")
 	}
 	laddr := uintptr(unsafe.Pointer(unsafe.SliceData(wr.Local)))
-	if rc := C.dfkv_post(q.qp, C.uint64_t(wr.ID), write, C.uintptr_t(laddr), C.uint32_t(len(wr.Local)), C.uint32_t(wr.LKey),
+	fence := C.int(0)
+	if wr.Fence {
+		fence = 1
+	}
+	if rc := C.dfkv_post(q.qp, C.uint64_t(wr.ID), write, fence, C.uintptr_t(laddr), C.uint32_t(len(wr.Local)), C.uint32_t(wr.LKey),
 		C.uint64_t(wr.Remote), C.uint32_t(wr.RKey)); rc != 0 {
 		return fmt.Errorf("ibv_post_send: errno %d", rc)
 	}

@@ -55,8 +55,8 @@ type NodeOptions struct {
 	// of one frame (0: 4096).
 	MaxBlockBytes uint64
 	MaxBatchItems int
-	// BootstrapTimeout bounds the bootstrap and the arrival of a
-	// request's body once its header came (0: 30 s).
+	// BootstrapTimeout bounds the bootstrap, the arrival of a request's
+	// body once its header came, and the taking of an answer (0: 30 s).
 	BootstrapTimeout time.Duration
 	// Logger receives connection errors; nil discards them.
 	Logger *slog.Logger
@@ -419,10 +419,26 @@ func (c *nodeConn) loop() error {
 	}
 }
 
+// flush writes what is queued. A client that does not take it within
+// BootstrapTimeout (which bounds a request body's arrival too) loses the
+// connection, rather than hold its QP and staging region for ever.
+// A buffer grown past inlineFlushAt by a large answer is let go.
 func (c *nodeConn) flush() error {
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.n.opts.BootstrapTimeout))
 	_, err := c.nc.Write(c.wbuf)
+	_ = c.nc.SetWriteDeadline(time.Time{})
+	if cap(c.wbuf) > 4*inlineFlushAt {
+		c.wbuf = nil
+	} else {
+		c.wbuf = c.wbuf[:0]
+	}
 	return err
 }
+
+// inlineFlushAt is how many bytes of a LEASE_GET answer are queued before
+// they go out: values sent inline stream, rather than a frame of
+// thousands of large items being held in memory whole.
+const inlineFlushAt = 1 << 20
 
 // leaseOp serves LEASE_GET, RELEASE and LEASE_PUT, as the shared-memory
 // transport does, with arena offsets the client turns into addresses.
@@ -449,6 +465,11 @@ func (c *nodeConn) leaseOp(h *wire.RequestHeader) error {
 	}
 	c.wbuf = wire.AppendResponse(c.wbuf, &wire.ResponseHeader{Status: wire.StatusOK, Stored: uint64(cnt)})
 	for i := range cnt {
+		if len(c.wbuf) >= inlineFlushAt {
+			if err := c.flush(); err != nil {
+				return err
+			}
+		}
 		k, off, length := wire.DecodeGetItem(items[i*wire.LeaseItemLen:])
 		if c.tryLease(k, off, length, true) {
 			continue

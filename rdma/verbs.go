@@ -113,12 +113,17 @@ type WorkRequest struct {
 	LKey   uint32
 	Remote uint64
 	RKey   uint32
+	// Fence holds the request until every READ posted before it on the
+	// QP has completed (IBV_SEND_FENCE): several READs may be in flight
+	// at once, and the peer's memory reads of one are not ordered against
+	// another's, only their completions are.
+	Fence bool
 }
 
 // QP is a reliable-connected queue pair and its completion queue. Work
-// requests of one QP execute at the peer in the order they were posted,
-// and complete in that order: a READ posted after another reads after it
-// (the client's lease-word check relies on this). After an error
+// requests of one QP complete in the order they were posted; a READ that
+// must read after earlier ones (the client's lease words, after the
+// values) is fenced (WorkRequest.Fence). After an error
 // completion the QP is in the error state: later and still queued work
 // requests complete with WCFlushed.
 type QP interface {

@@ -25,7 +25,7 @@ type rdmaPeer struct {
 // getRDMA returns an RDMA connection to p, or nil: RDMA is off, the node
 // failed it lately, or the node is backed off or stalled over TCP (the
 // call goes the TCP way, which answers for such a node at once).
-func (c *Client) getRDMA(p *peer) *rdma.Conn {
+func (c *Client) getRDMA(ctx context.Context, p *peer, deadline time.Time) *rdma.Conn {
 	if c.opts.RDMA == nil || p == nil {
 		return nil
 	}
@@ -46,7 +46,13 @@ func (c *Client) getRDMA(p *peer) *rdma.Conn {
 		return rc
 	}
 	r.mu.Unlock()
-	rc, err := rdma.Dial(p.addr, *c.opts.RDMA)
+	// The dial and bootstrap end with the call, at the latest.
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if !deadline.IsZero() {
+		dctx, cancel = context.WithDeadline(ctx, deadline)
+	}
+	rc, err := rdma.DialContext(dctx, p.addr, *c.opts.RDMA)
+	cancel()
 	if err != nil {
 		c.rdmaFailed(p, nil, err)
 		return nil
@@ -128,7 +134,7 @@ func (c *Client) rdmaGet(ctx context.Context, p *peer, deadline time.Time, idx [
 		}
 		items[n] = rdma.GetItem{Key: ks[n], Length: uint64(len(dst[n]))}
 	}
-	rc := c.getRDMA(p)
+	rc := c.getRDMA(ctx, p, deadline)
 	if rc == nil {
 		return nil, nil, false
 	}
@@ -160,7 +166,7 @@ func (c *Client) rdmaGetRange(ctx context.Context, p *peer, deadline time.Time, 
 	if c.opts.RDMA == nil {
 		return 0, 0, nil, false
 	}
-	rc := c.getRDMA(p)
+	rc := c.getRDMA(ctx, p, deadline)
 	if rc == nil {
 		return 0, 0, nil, false
 	}
@@ -188,7 +194,7 @@ func (c *Client) rdmaPut(ctx context.Context, p *peer, deadline time.Time, idx [
 			return false
 		}
 	}
-	rc := c.getRDMA(p)
+	rc := c.getRDMA(ctx, p, deadline)
 	if rc == nil {
 		return false
 	}

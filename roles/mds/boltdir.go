@@ -135,9 +135,13 @@ func (d *boltDir) touchLocked(group, id string, t time.Time) {
 
 func bucketName(group string) []byte { return []byte("g/" + group) }
 
-// bump increments the group's epoch inside tx and returns it.
-func bump(b *bolt.Bucket) (uint64, error) {
-	var e uint64
+// bump increments the group's epoch inside tx and returns it. A group
+// with no epoch yet (a new one, or a new database file) starts from the
+// clock's nanoseconds, not from 1: a client holding a list from an
+// earlier database at some epoch must not be told "unchanged" when the
+// new one happens to reach that number.
+func bump(b *bolt.Bucket, now time.Time) (uint64, error) {
+	e := uint64(max(now.UnixNano(), 0))
 	if v := b.Get([]byte("epoch")); len(v) == 8 {
 		e = binary.BigEndian.Uint64(v)
 	}
@@ -192,7 +196,7 @@ func (d *boltDir) Register(_ context.Context, group string, m wire.MemberInfo, a
 		if err := b.Put(key, val); err != nil {
 			return err
 		}
-		epoch, err = bump(b)
+		epoch, err = bump(b, now)
 		return err
 	})
 	if refused != nil {
@@ -294,7 +298,7 @@ func (d *boltDir) remove(group string, ids []string, lapsed map[string]time.Time
 			return nil
 		}
 		if removed > 0 {
-			epoch, err = bump(b)
+			epoch, err = bump(b, d.clock.Now())
 			return err
 		}
 		epoch = epochOf(b)

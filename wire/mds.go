@@ -63,6 +63,12 @@ type MDSRequest struct {
 	Group  string      `json:"group"`
 	Member *MemberInfo `json:"member,omitempty"` // REGISTER
 	ID     string      `json:"id,omitempty"`     // HEARTBEAT, DEREGISTER
+	// Addr is, on DEREGISTER, the address the node registered the id
+	// at: an MDS removes the member only if it is still listed there, so
+	// a node whose entry lapsed and was taken by another node with the
+	// same id does not remove that one when it stops. Empty: not checked
+	// (older nodes).
+	Addr string `json:"addr,omitempty"`
 	// Token is the caller's secret, for an MDS that requires node
 	// credentials (REGISTER, HEARTBEAT, DEREGISTER) or a token for
 	// MEMBERS; an MDS without them ignores it. It is sent with every

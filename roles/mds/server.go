@@ -412,6 +412,21 @@ func (s *controlServer) deregister(ctx context.Context, req wire.MDSRequest) (wi
 	if err := wire.ValidateMemberID(req.ID); err != nil {
 		return failed(0, err)
 	}
+	if req.Addr != "" {
+		// Only the node's own registration: after its entry lapsed,
+		// another node with the same id may hold it at its address.
+		epoch, members, err := s.dir.Members(ctx, req.Group)
+		if err != nil {
+			return failed(epoch, err)
+		}
+		for _, m := range members {
+			if m.ID == req.ID && m.Addr != req.Addr {
+				s.log.Warn("MDS: DEREGISTER of a member listed at another address refused (two nodes with one id?)",
+					"group", req.Group, "id", req.ID, "listed_at", m.Addr, "from", req.Addr)
+				return failed(epoch, fmt.Errorf("member %q is registered at %s, not %s: %w", req.ID, m.Addr, req.Addr, ErrUnknownMember))
+			}
+		}
+	}
 	epoch, err := s.dir.Deregister(ctx, req.Group, req.ID)
 	if err != nil {
 		return failed(epoch, err)

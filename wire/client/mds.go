@@ -84,7 +84,13 @@ func (m *MDSClient) Heartbeat(ctx context.Context, id string) (wire.MDSReply, er
 
 // Deregister removes id (a node stopping gracefully).
 func (m *MDSClient) Deregister(ctx context.Context, id string) error {
-	_, err := m.call(ctx, wire.OpMDSDeregister, 0, wire.MDSRequest{Group: m.group, ID: id, Token: m.token}, nil)
+	return m.DeregisterAt(ctx, id, "")
+}
+
+// DeregisterAt removes member id if the MDS lists it at addr (NOT_FOUND
+// otherwise: another node holds the id now); addr "" is not checked.
+func (m *MDSClient) DeregisterAt(ctx context.Context, id, addr string) error {
+	_, err := m.call(ctx, wire.OpMDSDeregister, 0, wire.MDSRequest{Group: m.group, ID: id, Addr: addr, Token: m.token}, nil)
 	return err
 }
 

@@ -275,7 +275,7 @@ func (r *Registrar) Left() bool { return r.left.Load() }
 func (r *Registrar) deregister() {
 	dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	err := r.mds.Deregister(dctx, r.info.ID)
+	err := r.mds.DeregisterAt(dctx, r.info.ID, r.info.Addr)
 	if wire.StatusOf(err) == wire.StatusNotFound {
 		// Not listed (a REGISTER cut short that never landed, or a
 		// registration that expired): nothing to leave.

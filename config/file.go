@@ -49,7 +49,7 @@ func decodeFile(data, path string) (map[string]any, error) {
 			if key, ok := secretOnLine(data, pe.Position.Line); ok {
 				// The parser's message quotes what it found, which here
 				// is (part of) a secret.
-				return nil, fmt.Errorf("config file %s: line %d: the value of %s is not valid TOML (not shown: it is a secret); write it as a quoted string", path, pe.Position.Line, key)
+				return nil, fmt.Errorf("config file %s: line %d is not valid TOML (the parser's message is not shown: the file sets %s, a secret, which it could quote); check that line, and write a secret as a quoted string", path, pe.Position.Line, key)
 			}
 			return nil, fmt.Errorf("config file %s: line %d: %s; fix the TOML syntax", path, pe.Position.Line, pe.Message)
 		}
@@ -188,29 +188,38 @@ func topLevelKeys() string {
 	return strings.Join(keys, ", ")
 }
 
-// secretOnLine reports whether line (1-based) of a TOML text assigns a
-// secret setting, and which: a syntax error there must not be echoed.
-// The key may come in any form TOML allows, or nearly: bare under its
-// table, dotted (client.token), quoted, spaced (server . mds_token),
-// inside an inline table (client = { token = ... }), or in another case
+// secretOnLine reports whether the parser's message about line (1-based)
+// of a TOML text could quote a secret, and which setting's: then it must
+// not be echoed. The key may come in any form TOML allows, or nearly:
+// bare under its table, dotted (client.token), quoted, spaced
+// (server . mds_token), inside an inline table, or in another case
 // (Token, which is not the setting, but what follows it is a token all
-// the same); so every key on the line counts, ignoring case. A line that
-// assigns nothing continues a value begun above (an array over several
-// lines): the line that began it is looked at.
+// the same). A value can also run over several lines (an array), whose
+// later lines name no key and may hold an "=" of their own (a comment, a
+// quoted element): rather than guess which key a line belongs to, any
+// secret set anywhere in the text counts, the reported line's first.
 func secretOnLine(text string, line int) (string, bool) {
 	lines := strings.Split(text, "\n")
 	if line < 1 || line > len(lines) {
 		return "", false
 	}
-	i := line - 1
-	for i > 0 && !strings.Contains(lines[i], "=") {
-		i--
+	if key, ok := secretKeyIn(lines[line-1]); ok {
+		return key, true
 	}
-	for _, m := range tomlKeyOnLine.FindAllStringSubmatch(lines[i], -1) {
-		key := m[1]
+	for _, l := range lines {
+		if key, ok := secretKeyIn(l); ok {
+			return key, true
+		}
+	}
+	return "", false
+}
+
+// secretKeyIn returns the secret setting a key assigned on line names.
+func secretKeyIn(line string) (string, bool) {
+	for _, m := range tomlKeyOnLine.FindAllStringSubmatch(line, -1) {
 		for j := range settings {
 			s := &settings[j]
-			if _, name, _ := strings.Cut(s.key, "."); s.secret() && strings.EqualFold(name, key) {
+			if _, name, _ := strings.Cut(s.key, "."); s.secret() && strings.EqualFold(name, m[1]) {
 				return s.key, true
 			}
 		}

@@ -326,6 +326,15 @@ func (c *Conn) Broken() bool {
 	return c.broken != nil
 }
 
+// ctxEndsBy reports whether ctx carries a deadline of its own, at or
+// before deadline: only then is a call that ran out of time the caller's
+// doing. A by derived from a client's own default timeout is the
+// transport's limit as much as OpTimeout is, and its expiry a failure.
+func ctxEndsBy(ctx context.Context, deadline time.Time) bool {
+	d, ok := ctx.Deadline()
+	return ok && !d.After(deadline)
+}
+
 // begin starts a call of n items: its one deadline, the operation
 // timeout or the caller's by (when set), whichever comes first.
 func (c *Conn) begin(n int, by time.Time) (time.Time, error) {
@@ -375,6 +384,7 @@ func (c *Conn) GetBatchCtx(ctx context.Context, by time.Time, items []GetItem, d
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	deadline, err := c.begin(len(items), by)
+	c.callersDeadline = c.callersDeadline && ctxEndsBy(ctx, deadline)
 	if err != nil {
 		return err
 	}
@@ -539,6 +549,7 @@ func (c *Conn) PutBatchCtx(ctx context.Context, by time.Time, keys []wire.BlockK
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	deadline, err := c.begin(len(keys), by)
+	c.callersDeadline = c.callersDeadline && ctxEndsBy(ctx, deadline)
 	if err != nil {
 		return err
 	}

@@ -63,7 +63,7 @@ func (t *Tier) callCtx(parent context.Context, op Op, f func(ctx context.Context
 		return errSkipped
 	}
 	if probe {
-		defer h.probed()
+		defer func() { h.probed(t.clock.Now()) }()
 	}
 	ctx, cancel := context.WithTimeout(parent, t.opts.Timeout)
 	err := f(ctx)
@@ -181,8 +181,16 @@ func (t *Tier) TierStats() Stats {
 	return st
 }
 
-// Stats returns the backing's stats: the disks are what the node holds.
-func (t *Tier) Stats() engine.Stats { return t.backing.Stats() }
+// Stats returns the backing's stats (the disks are what the node holds),
+// with the reads the bucket or the upload queue answered counted as hits
+// rather than as the backing's misses they began as.
+func (t *Tier) Stats() engine.Stats {
+	s := t.backing.Stats()
+	served := t.readHits.Load() + t.queueHits.Load()
+	s.Hits += served
+	s.Misses -= min(s.Misses, served)
+	return s
+}
 
 // Pin pins key in the backing, when the backing pins.
 func (t *Tier) Pin(key wire.BlockKey) (engine.Loan, bool) {

@@ -28,6 +28,9 @@ type health struct {
 	down   atomic.Bool
 	// probing: the call allow let through as the probe has not ended.
 	probing atomic.Bool
+	// comeBack: the other kind came back while the probe was out; when
+	// it ends, the next call probes at once (probed).
+	comeBack atomic.Bool
 	// retryAt is an instant, not Unix nanoseconds: its monotonic reading
 	// keeps a backward step of the wall clock from holding the tier down
 	// for as long as the step. Calls before it are skipped while down.
@@ -116,8 +119,15 @@ func (h *health) allow(now time.Time) (ok, probe bool) {
 	return true, true
 }
 
-// probed notes that the probe allow let through has ended.
-func (h *health) probed() { h.probing.Store(false) }
+// probed notes that the probe allow let through has ended. If the other
+// kind came back meanwhile, a failure of this probe (sent before) does
+// not make the next call wait out the back-off.
+func (h *health) probed(now time.Time) {
+	h.probing.Store(false)
+	if h.comeBack.Swap(false) {
+		h.probeNow(now)
+	}
+}
 
 // wait is how long until the next call is allowed; zero when up.
 func (h *health) wait(now time.Time) time.Duration {
@@ -154,7 +164,11 @@ func (h *health) success(start, now time.Time, op Op, st CallStatus) bool {
 // probeNow lets the next call probe at once: the bucket came back for
 // calls of the other kind. A probe under way is left to end.
 func (h *health) probeNow(now time.Time) {
-	if !h.down.Load() || h.probing.Load() {
+	if !h.down.Load() {
+		return
+	}
+	if h.probing.Load() {
+		h.comeBack.Store(true)
 		return
 	}
 	if at := h.retryAt.Load(); at != nil && now.Before(*at) {

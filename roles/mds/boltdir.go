@@ -137,11 +137,12 @@ func bucketName(group string) []byte { return []byte("g/" + group) }
 
 // bump increments the group's epoch inside tx and returns it. A group
 // with no epoch yet (a new one, or a new database file) starts from the
-// clock's nanoseconds, not from 1: a client holding a list from an
+// clock's microseconds, not from 1: a client holding a list from an
 // earlier database at some epoch must not be told "unchanged" when the
-// new one happens to reach that number.
+// new one happens to reach that number. (Microseconds, not nanoseconds:
+// the epoch gauge is a float64, exact only below 2^53.)
 func bump(b *bolt.Bucket, now time.Time) (uint64, error) {
-	e := uint64(max(now.UnixNano(), 0))
+	e := uint64(max(now.UnixMicro(), 0))
 	if v := b.Get([]byte("epoch")); len(v) == 8 {
 		e = binary.BigEndian.Uint64(v)
 	}

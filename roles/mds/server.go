@@ -415,15 +415,19 @@ func (s *controlServer) deregister(ctx context.Context, req wire.MDSRequest) (wi
 	if req.Addr != "" {
 		// Only the node's own registration: after its entry lapsed,
 		// another node with the same id may hold it at its address.
-		epoch, members, err := s.dir.Members(ctx, req.Group)
+		// A list that cannot be read (a record another node wrote badly)
+		// does not keep this node listed: the removal goes on unchecked,
+		// as before the check existed. The check and the removal are two
+		// steps, so a registration landing between them is not seen.
+		listEpoch, members, err := s.dir.Members(ctx, req.Group)
 		if err != nil {
-			return failed(epoch, err)
+			members = nil
 		}
 		for _, m := range members {
 			if m.ID == req.ID && m.Addr != req.Addr {
 				s.log.Warn("MDS: DEREGISTER of a member listed at another address refused (two nodes with one id?)",
 					"group", req.Group, "id", req.ID, "listed_at", m.Addr, "from", req.Addr)
-				return failed(epoch, fmt.Errorf("member %q is registered at %s, not %s: %w", req.ID, m.Addr, req.Addr, ErrUnknownMember))
+				return failed(listEpoch, fmt.Errorf("member %q is registered at %s, not %s: %w", req.ID, m.Addr, req.Addr, ErrUnknownMember))
 			}
 		}
 	}

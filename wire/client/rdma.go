@@ -25,7 +25,7 @@ type rdmaPeer struct {
 // getRDMA returns an RDMA connection to p, or nil: RDMA is off, the node
 // failed it lately, or the node is backed off or stalled over TCP (the
 // call goes the TCP way, which answers for such a node at once).
-func (c *Client) getRDMA(ctx context.Context, p *peer, deadline time.Time) *rdma.Conn {
+func (c *Client) getRDMA(ctx context.Context, p *peer) *rdma.Conn {
 	if c.opts.RDMA == nil || p == nil {
 		return nil
 	}
@@ -46,13 +46,10 @@ func (c *Client) getRDMA(ctx context.Context, p *peer, deadline time.Time) *rdma
 		return rc
 	}
 	r.mu.Unlock()
-	// The dial and bootstrap end with the call, at the latest.
-	dctx, cancel := ctx, context.CancelFunc(func() {})
-	if !deadline.IsZero() {
-		dctx, cancel = context.WithDeadline(ctx, deadline)
-	}
-	rc, err := rdma.DialContext(dctx, p.addr, *c.opts.RDMA)
-	cancel()
+	// The dial and bootstrap end with the caller's context (its own
+	// deadline included), or at the transport's DialTimeout, whose expiry
+	// is a failure of RDMA to the node.
+	rc, err := rdma.DialContext(ctx, p.addr, *c.opts.RDMA)
 	if err != nil {
 		c.rdmaFailed(p, nil, err)
 		return nil
@@ -134,7 +131,7 @@ func (c *Client) rdmaGet(ctx context.Context, p *peer, deadline time.Time, idx [
 		}
 		items[n] = rdma.GetItem{Key: ks[n], Length: uint64(len(dst[n]))}
 	}
-	rc := c.getRDMA(ctx, p, deadline)
+	rc := c.getRDMA(ctx, p)
 	if rc == nil {
 		return nil, nil, false
 	}
@@ -166,7 +163,7 @@ func (c *Client) rdmaGetRange(ctx context.Context, p *peer, deadline time.Time, 
 	if c.opts.RDMA == nil {
 		return 0, 0, nil, false
 	}
-	rc := c.getRDMA(ctx, p, deadline)
+	rc := c.getRDMA(ctx, p)
 	if rc == nil {
 		return 0, 0, nil, false
 	}
@@ -194,7 +191,7 @@ func (c *Client) rdmaPut(ctx context.Context, p *peer, deadline time.Time, idx [
 			return false
 		}
 	}
-	rc := c.getRDMA(ctx, p, deadline)
+	rc := c.getRDMA(ctx, p)
 	if rc == nil {
 		return false
 	}

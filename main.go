@@ -104,35 +104,7 @@ func dispatch(args []string) ([]string, error) {
 
 // nearAlias reports whether name is within two edits of an alias: a
 // link made with a typo rather than a binary renamed on purpose.
-func nearAlias(name string) bool {
-	for a := range aliases {
-		if editDistance(name, a) <= 2 {
-			return true
-		}
-	}
-	return false
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
+func nearAlias(name string) bool { return config.Closest(name, aliasNames()) != "" }
 
 func aliasNames() []string {
 	names := make([]string, 0, len(aliases))

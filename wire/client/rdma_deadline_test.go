@@ -98,3 +98,54 @@ func TestRDMACallersDeadlineDoesNotTurnRDMAOff(t *testing.T) {
 		t.Fatal("the next call went over TCP: one caller's own deadline turned RDMA to the node off for rdmaRetry")
 	}
 }
+
+// With the defaults, client.Options.Timeout and the RDMA OpTimeout are
+// equal (10 s), and the deadline a call without one of its own gets from
+// Timeout comes first: that is not the caller's own deadline. A node
+// whose RDMA reads never complete has RDMA turned off at the first
+// timeout, and the next call goes over TCP. (Here both timeouts are
+// 300 ms, equal as the defaults are.)
+func TestRDMAStalledNodeTurnsRDMAOffWithEqualDefaultTimeouts(t *testing.T) {
+	fake := rdma.NewFake("fk0")
+	addr := runNode(t, server.Deps{RDMAProvider: fake}, nil)
+	const timeout = 300 * time.Millisecond
+	cl, err := client.Open(client.Options{Namespace: []byte("rdma"), Members: []string{addr}, SharedMemory: client.ShmOff,
+		Timeout: timeout, RDMA: &rdma.ClientOptions{Provider: fake, BufferBytes: 8 << 20, OpTimeout: timeout, BatchOpTimeout: timeout}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	bg := context.Background()
+	val := bytes.Repeat([]byte("R"), 4096)
+	if err := cl.Put(bg, []byte("a"), val); err != nil {
+		t.Fatal(err)
+	}
+	var stalled atomic.Bool
+	var ops atomic.Int64
+	fake.SetHook(func(rdma.FakeOp) rdma.FakeFault {
+		ops.Add(1)
+		if stalled.Load() {
+			time.Sleep(3 * timeout) // the node's RDMA reads hang
+		}
+		return rdma.FaultNone
+	})
+	t.Cleanup(func() { fake.SetHook(nil) })
+	stalled.Store(true)
+	dst := make([]byte, 4096)
+	// No deadline of the caller's own: the call's comes from Timeout.
+	if _, _, err := cl.Get(bg, []byte("a"), dst); wire.StatusOf(err) != wire.StatusTimeout {
+		t.Logf("first GET with the node's RDMA hung: %v", err)
+	}
+	if ops.Load() == 0 {
+		t.Fatal("precondition: the first GET did not go over RDMA")
+	}
+	ops.Store(0)
+	n, _, err := cl.Get(bg, []byte("a"), dst)
+	if ops.Load() != 0 {
+		t.Errorf("the GET after an RDMA call timed out under the transport's own (default-equal) timeout went over RDMA again "+
+			"(%d work requests): the client's own Timeout counted as the caller's deadline, so RDMA to the node is never turned off", ops.Load())
+	}
+	if err != nil || !bytes.Equal(dst[:n], val) {
+		t.Errorf("GET after: %v (a node whose RDMA hangs is never served over TCP)", err)
+	}
+}

@@ -35,9 +35,12 @@ class LMCacheMLAWorkerKeyTest(unittest.TestCase):
     layers under one namespace: their objects must stay apart, or stage 1
     restores stage 0's layers. In the default mode they still share one."""
 
-    def _conn(self, worker_id, world_size):
-        extra = {"remote_storage_plugin.dfkv.members": "127.0.0.1:1",
-                 "save_only_first_rank": False, "remote_enable_mla_worker_id_as0": False}
+    def _conn(self, worker_id, world_size, as0=False):
+        # as0: LMCache's defaults (the worker-id-as-0 mode on for MLA);
+        # otherwise the mode and save_only_first_rank are off.
+        extra = {"remote_storage_plugin.dfkv.members": "127.0.0.1:1"}
+        if not as0:
+            extra.update({"save_only_first_rank": False, "remote_enable_mla_worker_id_as0": False})
         config = lup.LMCacheEngineConfig(chunk_size=16, remote_storage_plugins=["dfkv"], extra_config=extra)
         meta = lup.LMCacheMetadata(model_name="test/mla-pp", world_size=world_size, local_world_size=world_size,
                                    worker_id=worker_id, local_worker_id=worker_id, kv_dtype=lup.float16,
@@ -70,6 +73,22 @@ class LMCacheMLAWorkerKeyTest(unittest.TestCase):
         self.assertEqual(c1.object_key(k1.with_new_worker_id(0)), c0.object_key(k0),
                          "worker 1's lookups in LMCache's worker-id-as-0 mode name another object than worker 0 wrote")
 
+    def test_non_blocking_get_of_worker_1_names_the_object_worker_0_stored(self):
+        # LMCache (009eca10) hands batched_async_contains worker 0's keys in
+        # its worker-id-as-0 mode, but passes batched_get_non_blocking the
+        # worker's own, and worker 0 alone stores: in that mode every
+        # worker's key names worker 0's object.
+        c0, m0 = self._conn(0, 2, as0=True)
+        c1, m1 = self._conn(1, 2, as0=True)
+        k0 = lup.CacheEngineKey(m0.model_name, 2, 0, 0x1234, m0.kv_dtype)
+        k1 = lup.CacheEngineKey(m1.model_name, 2, 1, 0x1234, m1.kv_dtype)
+        # What worker 1's batched_async_contains asks (remapped) and what its
+        # batched_get_non_blocking asks (not remapped) must be one object.
+        self.assertEqual(c1.object_key(k1.with_new_worker_id(0)), c0.object_key(k0), "precondition")
+        self.assertEqual(c1.object_key(k1), c0.object_key(k0),
+                         "worker 1's non-blocking read (LMCache passes its own key) names another object than "
+                         "the one its async lookup counted and worker 0 stored")
+
 
 class LMCacheURLTest(unittest.TestCase):
     """A dfkv:// URL takes tenant, group, revision and model_revision; a
@@ -80,6 +99,14 @@ class LMCacheURLTest(unittest.TestCase):
         from dfkv import lmcache as dlm
         with self.assertRaises(ValueError):
             dlm.parse_dfkv_url("dfkv://a:1?tenat=team-a")
+
+    def test_unknown_parameter_error_does_not_repeat_the_url(self):
+        from dfkv import lmcache as dlm
+        for url in ("dfkv://a:1?password=hunter2-s3cr3t", "dfkv://a:1/?tenant=t&secret=hunter2-s3cr3t",
+                    "dfkv://embedded?auth=hunter2-s3cr3t"):
+            with self.assertRaises(ValueError) as cm:
+                dlm.parse_dfkv_url(url)
+            self.assertNotIn("hunter2-s3cr3t", str(cm.exception), f"{url}: the error repeats the parameter's value")
 
 
 @unittest.skipUnless(_have_lib(), "libdfkv.so not found (scripts/build-lib.sh)")
